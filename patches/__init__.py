@@ -1,0 +1,95 @@
+"""Every SGLang target the plugin changes, in one table (shipped as ``sglang_mamba_dedup.patches``).
+
+Each entry: name, feature, target module + attribute, the SGLang releases it is valid for, the wrapper,
+and the parameters the target must accept. Features are applied all-or-nothing by
+:class:`sglang_mamba_dedup.registry.Patcher`; ``tests/test_patch_table.py`` checks that every wrapper
+function in this package appears here exactly once.
+"""
+from __future__ import annotations
+
+from typing import List
+
+from sglang_mamba_dedup.registry import Patch
+
+from . import mamba_pool, pool_config, server_args, verify_commit
+
+ALL = ">=0.5.12,<0.5.24"
+BACKPORT = ">=0.5.12,<0.5.14"
+
+#: Features in application order. ``launch_flag`` is applied in every process where the plugin loads,
+#: whether or not it is switched on: the flag *is* the switch. The rest only when switched on.
+FEATURES = ("launch_flag", "dedup_layout", "commit", "topk_plumbing", "estimator")
+SWITCHED_FEATURES = FEATURES[1:]
+
+PATCHES: List[Patch] = [
+    Patch(
+        name="server_args.add_cli_args",
+        feature="launch_flag",
+        module="sglang.srt.server_args",
+        attr="ServerArgs.add_cli_args",
+        releases=ALL,
+        wrapper=server_args.add_cli_args,
+        params=("parser",),
+        doc="adds --enable-mamba-conv-dedup",
+    ),
+    Patch(
+        name="server_args.from_cli_args",
+        feature="launch_flag",
+        module="sglang.srt.server_args",
+        attr="ServerArgs.from_cli_args",
+        releases=ALL,
+        wrapper=server_args.from_cli_args,
+        params=("args",),
+        doc="turns the flag into SGLANG_MAMBA_DEDUP=1 before scheduler processes spawn",
+    ),
+    Patch(
+        name="mamba_pool.init",
+        feature="dedup_layout",
+        module="sglang.srt.mem_cache.memory_pool",
+        attr="MambaPool.__init__",
+        releases=ALL,
+        wrapper=mamba_pool.mamba_pool_init,
+        params=("size", "spec_state_size", "cache_params", "mamba_layer_ids", "device", "speculative_num_draft_tokens"),
+        doc="deduplicated conv-window scratch (back-port) / layout check (upstream)",
+    ),
+    Patch(
+        name="hybrid_linear_attn.update_mamba_state_after_mtp_verify",
+        feature="commit",
+        module="sglang.srt.layers.attention.hybrid_linear_attn_backend",
+        attr="HybridLinearAttnBackend.update_mamba_state_after_mtp_verify",
+        releases=ALL,
+        wrapper=verify_commit.update_mamba_state_after_mtp_verify,
+        params=("last_correct_step_indices", "mamba_track_indices", "mamba_steps_to_track", "model"),
+        doc="fused commit of accepted SSM states and conv windows",
+    ),
+    Patch(
+        name="kv_cache_mixin.init_pools",
+        feature="topk_plumbing",
+        module="sglang.srt.model_executor.model_runner_kv_cache_mixin",
+        attr="ModelRunnerKVCacheMixin._init_pools",
+        releases=BACKPORT,
+        wrapper=pool_config.init_pools,
+        params=("self",),
+        doc="passes speculative_eagle_topk to the pool gate",
+    ),
+    Patch(
+        name="kv_cache_mixin.handle_max_mamba_cache",
+        feature="estimator",
+        module="sglang.srt.model_executor.model_runner_kv_cache_mixin",
+        attr="ModelRunnerKVCacheMixin.handle_max_mamba_cache",
+        releases=">=0.5.12,<0.5.17",
+        wrapper=pool_config.handle_max_mamba_cache,
+        params=("total_rest_memory",),
+        doc="reserves the deduplicated window size",
+    ),
+    Patch(
+        name="kv_cache_configurator.handle_max_mamba_cache",
+        feature="estimator",
+        module="sglang.srt.mem_cache.kv_cache_configurator",
+        attr="KVCacheConfigurator._handle_max_mamba_cache",
+        releases=">=0.5.17,<0.5.24",
+        wrapper=pool_config.handle_max_mamba_cache,
+        params=("total_rest_memory",),
+        doc="reserves the deduplicated window size",
+    ),
+]

@@ -1,0 +1,49 @@
+"""Launch flag ``--enable-mamba-conv-dedup`` on SGLang's own command line.
+
+Wraps (all supported releases, 0.5.12 ... 0.5.23):
+  * ``sglang.srt.server_args.ServerArgs.add_cli_args`` (staticmethod): adds the flag to the parser
+    (also reachable from a ``--config`` YAML file, which SGLang merges through the same parser);
+  * ``sglang.srt.server_args.ServerArgs.from_cli_args`` (classmethod): when the flag was given, sets
+    ``SGLANG_MAMBA_DEDUP`` in ``os.environ`` *before* SGLang spawns its scheduler processes, which inherit
+    only the environment, and re-activates the plugin in the launcher itself.
+ServerArgs has no field for the flag, so SGLang's own arguments are untouched.
+Undone by ``sglang_mamba_dedup.revert()`` (restores both original descriptors).
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+logger = logging.getLogger("sglang_mamba_dedup")
+
+FLAG = "--enable-mamba-conv-dedup"
+DEST = "enable_mamba_conv_dedup"
+
+
+def add_cli_args(wrapped, instance, args, kwargs):
+    result = wrapped(*args, **kwargs)
+    parser = kwargs.get("parser", args[0] if args else None)
+    if parser is not None and FLAG not in getattr(parser, "_option_string_actions", {}):
+        parser.add_argument(
+            FLAG,
+            dest=DEST,
+            action="store_true",
+            default=False,
+            help="sglang-mamba-dedup: deduplicate the speculative conv-window cache of hybrid Mamba/GDN "
+            "models and commit accepted states with the plugin's kernels (same as SGLANG_MAMBA_DEDUP=1).",
+        )
+    return result
+
+
+def from_cli_args(wrapped, instance, args, kwargs):
+    ns = kwargs.get("args", args[0] if args else None)
+    if getattr(ns, DEST, False):
+        from sglang_mamba_dedup import activation
+
+        current = os.environ.get(activation.ENV, "")
+        if current.strip().lower() != "strict":
+            if current and activation.safe_mode(current) == activation.Mode.OFF:
+                logger.info("sglang-mamba-dedup: %s overrides %s=%s", FLAG, activation.ENV, current)
+            os.environ[activation.ENV] = "1"
+        activation.register()
+    return wrapped(*args, **kwargs)

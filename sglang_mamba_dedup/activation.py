@@ -1,0 +1,155 @@
+"""The switch and the ``sglang.srt.plugins`` entry point.
+
+``SGLANG_MAMBA_DEDUP``: unset / ``0`` / ``off`` = off; ``1`` / ``on`` = on (a reason to skip is logged and
+SGLang's stock path is kept); ``strict`` = on, and any reason to skip stops the launch. Anything else is
+a :class:`SwitchError` naming the accepted values (the plugin then stays off: SGLang's plugin loader would
+only log an exception, so we log it ourselves in one line).
+
+:func:`register` runs once in every SGLang process (launcher, ``Engine``, each scheduler) and again when
+the launch flag turns the switch on; it is re-entrant and cheap: a second call with the same switch and
+SGLang version returns at once.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import os
+from typing import Dict, Optional, Tuple
+
+from . import __version__, report, versions
+
+logger = logging.getLogger("sglang_mamba_dedup")
+
+ENV = "SGLANG_MAMBA_DEDUP"
+
+
+class Mode(str, enum.Enum):
+    OFF = "off"
+    ON = "on"
+    STRICT = "strict"
+
+
+_VALUES = {"": Mode.OFF, "0": Mode.OFF, "off": Mode.OFF, "1": Mode.ON, "on": Mode.ON, "strict": Mode.STRICT}
+ACCEPTED = "unset, 0, off, 1, on, strict"
+
+
+class SwitchError(ValueError):
+    """``SGLANG_MAMBA_DEDUP`` holds a value we do not understand."""
+
+
+class StrictModeError(RuntimeError):
+    """Strict mode and the plugin cannot engage; raised to stop the launch."""
+
+
+def parse_mode(value: Optional[str]) -> Mode:
+    if value is None:
+        return Mode.OFF
+    key = value.strip().lower()
+    if key not in _VALUES:
+        raise SwitchError(f"{ENV}={value!r} is not understood; accepted values: {ACCEPTED} (the plugin stays off)")
+    return _VALUES[key]
+
+
+def safe_mode(value: Optional[str]) -> Mode:
+    try:
+        return parse_mode(value)
+    except SwitchError:
+        return Mode.OFF
+
+
+def current_mode() -> Mode:
+    return safe_mode(os.environ.get(ENV))
+
+
+def current_mode_name() -> str:
+    return current_mode().value
+
+
+def strict() -> bool:
+    return current_mode() is Mode.STRICT
+
+
+_last: Optional[Tuple[str, Optional[str]]] = None
+_last_summary: Optional[str] = None
+
+
+def last_summary() -> Optional[str]:
+    """The log line of the last activation in this process (for tests, the doctor and the e2e report)."""
+    return _last_summary
+
+
+def _say(level: int, msg: str) -> None:
+    global _last_summary
+    _last_summary = msg
+    logger.log(level, msg)
+
+
+def register() -> None:
+    """Entry point of the ``sglang.srt.plugins`` group. Fails open, except in strict mode."""
+    try:
+        _register()
+    except StrictModeError as exc:
+        _say(logging.ERROR, f"sglang-mamba-dedup strict mode: {exc}")
+        raise SystemExit(f"sglang-mamba-dedup strict mode ({ENV}=strict): {exc}") from exc
+    except Exception as exc:  # the loader would swallow it: say it once, keep SGLang's stock path
+        _say(logging.ERROR, f"sglang-mamba-dedup failed and stays out of the way: {type(exc).__name__}: {exc}")
+
+
+def _register() -> None:
+    global _last
+    from . import patching
+    from .patches import SWITCHED_FEATURES
+
+    version = versions.installed_sglang_version()
+    raw = os.environ.get(ENV)
+    try:
+        mode = parse_mode(raw)
+        bad = None
+    except SwitchError as exc:
+        mode, bad = Mode.OFF, str(exc)
+    key = (raw or "", version)
+    if key == _last:
+        return
+    _last = key
+    head = f"sglang-mamba-dedup {__version__} (SGLang {version or 'not installed'}, pid {os.getpid()})"
+
+    problem = versions.support_problem(version)
+    if problem:
+        if mode is Mode.STRICT:
+            raise StrictModeError(problem)
+        level = logging.WARNING if mode is Mode.ON else logging.INFO
+        _say(level, f"{head}: nothing patched: {problem}")
+        return
+
+    flag = patching.apply(["launch_flag"])["launch_flag"]
+    flag_note = "" if flag is None else f"; launch flag unavailable: {flag}"
+    if bad is not None:
+        patching.revert(SWITCHED_FEATURES)
+        _say(logging.ERROR, f"{head}: {bad}{flag_note}")
+        return
+    if mode is Mode.OFF:
+        patching.revert(SWITCHED_FEATURES)
+        _say(logging.INFO, f"{head}: off ({ENV} unset/0/off; --enable-mamba-conv-dedup turns it on){flag_note}")
+        return
+
+    results: Dict[str, Optional[str]] = patching.apply(SWITCHED_FEATURES)
+    skipped = {f: r for f, r in results.items() if r is not None}
+    if mode is Mode.STRICT and skipped:
+        patching.revert(SWITCHED_FEATURES)
+        raise StrictModeError("; ".join(f"{f}: {r}" for f, r in skipped.items()))
+    st = patching.status()
+    applied = sorted({v["feature"] for v in st.values() if v["state"] == "applied" and v["feature"] in SWITCHED_FEATURES})
+    idle = sorted(f for f in SWITCHED_FEATURES if f not in applied and f not in skipped)
+    parts = [f"{head}: {mode.value}, {versions.mode_for(version)} mode", "applied " + (", ".join(applied) or "nothing")]
+    if idle:
+        parts.append("not needed on this release: " + ", ".join(idle))
+    if skipped:
+        parts.append("skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped.items()))
+    _say(logging.WARNING if skipped else logging.INFO, "; ".join(parts) + flag_note)
+    report.write()
+
+
+def reset_for_tests() -> None:
+    global _last, _last_summary
+    _last = None
+    _last_summary = None

@@ -1,0 +1,316 @@
+"""The patch machinery: a declarative table of wrapt wrappers, applied all-or-nothing per feature.
+
+A :class:`Patch` names one target (module + dotted attribute), the SGLang releases it is valid for, the
+feature it belongs to and the wrapper (wrapt signature ``wrapper(wrapped, instance, args, kwargs)``).
+:class:`Patcher` applies the table:
+
+* for each feature, the patches whose release range contains the installed SGLang are selected;
+* every selected target is imported, resolved and its signature checked *before* any is wrapped; if one
+  fails, the whole feature is skipped with the reason and nothing of it is wrapped;
+* ``apply()`` twice is the same as once; ``revert()`` puts back the exact original objects, and only
+  where the attribute still holds *our* proxy (someone wrapped on top of us: we leave it and say so);
+* ``status()`` reports, per patch, ``applied`` / ``skipped`` / ``reverted`` with a reason.
+
+wrapt 1.x and 2.x both work: we build ``wrapt.FunctionWrapper`` ourselves and set the attribute, so
+neither ``wrap_function_wrapper`` keywords nor ``wrapt.unwrap`` (absent in wrapt 2) are needed.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import wrapt
+from packaging.specifiers import SpecifierSet
+
+from . import versions
+
+logger = logging.getLogger("sglang_mamba_dedup")
+
+#: Attribute set on every proxy we install (wrapt keeps ``_self_*`` attributes on the proxy itself).
+MARKER = "_self_sglang_mamba_dedup_patch"
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One wrapping point. ``wrapper`` has wrapt's signature ``(wrapped, instance, args, kwargs)``."""
+
+    name: str
+    feature: str
+    module: str
+    attr: str
+    releases: str
+    wrapper: Callable[..., Any]
+    #: Parameter names the target must accept (checked before wrapping; a changed signature skips the feature).
+    params: Tuple[str, ...] = ()
+    doc: str = ""
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.attr}"
+
+    def applies_to(self, version: Optional[str]) -> bool:
+        return versions.in_range(version, SpecifierSet(self.releases))
+
+
+@dataclass
+class PatchStatus:
+    name: str
+    feature: str
+    target: str
+    state: str  # "applied" | "skipped" | "reverted" | "not-applicable"
+    reason: Optional[str] = None
+    calls: int = 0
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {
+            "feature": self.feature,
+            "target": self.target,
+            "state": self.state,
+            "reason": self.reason,
+            "calls": self.calls,
+        }
+
+
+class TargetError(Exception):
+    """A target cannot be resolved or does not look like what the patch expects."""
+
+
+def resolve(module_name: str, attr: str) -> Tuple[Any, str, Any]:
+    """Import ``module_name`` and walk ``attr``; return ``(parent, last_name, raw_original)``.
+
+    For a class attribute the raw object is taken from the class ``__dict__`` (a ``staticmethod`` or
+    ``classmethod`` stays a descriptor), and it must be defined on that class, not inherited, so that we
+    wrap it where it is defined and subclasses keep seeing one wrapper.
+    """
+    try:
+        parent: Any = importlib.import_module(module_name)
+    except Exception as exc:  # ImportError and anything the module raises at import
+        raise TargetError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+    parts = attr.split(".")
+    for part in parts[:-1]:
+        if not hasattr(parent, part):
+            raise TargetError(f"{module_name} has no attribute {'.'.join(parts[: parts.index(part) + 1])}")
+        parent = getattr(parent, part)
+    last = parts[-1]
+    if inspect.isclass(parent):
+        if last not in vars(parent):
+            raise TargetError(f"{module_name}.{attr} is not defined on {parent.__name__} itself")
+        return parent, last, vars(parent)[last]
+    if not hasattr(parent, last):
+        raise TargetError(f"{module_name} has no attribute {attr}")
+    return parent, last, getattr(parent, last)
+
+
+def _underlying_function(raw: Any) -> Any:
+    obj = raw
+    while True:
+        if isinstance(obj, (staticmethod, classmethod)):
+            obj = obj.__func__
+        elif isinstance(obj, wrapt.ObjectProxy) and hasattr(obj, "__wrapped__"):
+            obj = obj.__wrapped__
+        else:
+            return obj
+
+
+def check_params(raw: Any, params: Sequence[str], target: str) -> None:
+    if not params:
+        return
+    func = _underlying_function(raw)
+    if not callable(func):
+        raise TargetError(f"{target} is not callable")
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError) as exc:
+        raise TargetError(f"cannot read the signature of {target}: {exc}") from exc
+    missing = [p for p in params if p not in sig.parameters]
+    if missing:
+        raise TargetError(f"{target} changed signature: no parameter(s) {', '.join(missing)} (has {sig})")
+
+
+def is_ours(obj: Any, name: Optional[str] = None) -> bool:
+    """Whether ``obj`` is a proxy installed by this package (for patch ``name`` if given)."""
+    if not isinstance(obj, wrapt.FunctionWrapper):
+        return False
+    mark = getattr(obj, MARKER, None)
+    return isinstance(mark, str) and (name is None or mark == name)
+
+
+@dataclass
+class _Installed:
+    patch: Patch
+    parent: Any
+    attr: str
+    original: Any
+    proxy: Any
+
+
+class Patcher:
+    """Applies and reverts a table of patches; one instance per process (see :mod:`.patching`)."""
+
+    def __init__(self, table: Iterable[Patch], version_getter: Callable[[], Optional[str]] = versions.installed_sglang_version):
+        self.table: List[Patch] = list(table)
+        names = [p.name for p in self.table]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"duplicate patch names in the table: {sorted(dupes)}")
+        self._version_getter = version_getter
+        self._installed: Dict[str, _Installed] = {}
+        self._status: Dict[str, PatchStatus] = {}
+        self._calls: Dict[str, int] = {}
+        self._enabled: Dict[str, bool] = {}
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def features(self) -> List[str]:
+        seen: List[str] = []
+        for p in self.table:
+            if p.feature not in seen:
+                seen.append(p.feature)
+        return seen
+
+    def patches_for(self, feature: str, version: Optional[str]) -> List[Patch]:
+        return [p for p in self.table if p.feature == feature and p.applies_to(version)]
+
+    def status(self) -> Dict[str, Dict[str, Any]]:
+        with self._lock:
+            out = {}
+            for p in self.table:
+                st = self._status.get(p.name)
+                if st is None:
+                    continue
+                st.calls = self._calls.get(p.name, 0)
+                out[p.name] = st.as_dict()
+            return out
+
+    def applied(self, feature: Optional[str] = None) -> List[str]:
+        return [n for n, inst in self._installed.items() if feature is None or inst.patch.feature == feature]
+
+    def calls(self, name: str) -> int:
+        return self._calls.get(name, 0)
+
+    def check(self, feature: str, version: Optional[str] = None) -> Tuple[List[Patch], Optional[str], Dict[str, str]]:
+        """Dry run: ``(selected patches, feature-level reason or None, per-patch reasons)``; wraps nothing."""
+        version = self._version_getter() if version is None else version
+        problem = versions.support_problem(version)
+        if problem:
+            return [], problem, {}
+        selected = self.patches_for(feature, version)
+        if not selected:
+            return [], None, {}  # nothing to do on this release (e.g. a back-port-only feature)
+        reasons: Dict[str, str] = {}
+        for p in selected:
+            if p.name in self._installed:
+                continue
+            try:
+                _, _, raw = resolve(p.module, p.attr)
+                if is_ours(raw):
+                    raise TargetError(f"{p.target} is already wrapped by another copy of this plugin")
+                check_params(raw, p.params, p.target)
+            except TargetError as exc:
+                reasons[p.name] = str(exc)
+        if reasons:
+            first = next(iter(reasons.values()))
+            return selected, f"feature {feature!r} skipped, nothing wrapped: {first}", reasons
+        return selected, None, {}
+
+    # ------------------------------------------------------------------ actions
+    def set_enabled(self, feature: str, enabled: bool) -> None:
+        """Runtime switch without unwrapping: a disabled feature's wrappers call straight through."""
+        self._enabled[feature] = enabled
+
+    def is_enabled(self, feature: str) -> bool:
+        return self._enabled.get(feature, True)
+
+    def apply(self, features: Optional[Iterable[str]] = None, version: Optional[str] = None) -> Dict[str, Optional[str]]:
+        """Apply ``features`` (default: all). Returns ``{feature: None if applied else reason}``."""
+        with self._lock:
+            version = self._version_getter() if version is None else version
+            result: Dict[str, Optional[str]] = {}
+            for feature in list(features) if features is not None else self.features:
+                result[feature] = self._apply_feature(feature, version)
+            return result
+
+    def _apply_feature(self, feature: str, version: Optional[str]) -> Optional[str]:
+        members = [p for p in self.table if p.feature == feature]
+        if not members:
+            raise KeyError(f"unknown feature {feature!r}; known: {self.features}")
+        selected, reason, per_patch = self.check(feature, version)
+        if reason is not None:
+            for p in members:
+                if p.name in self._installed:
+                    continue
+                state = "skipped" if p in selected or not selected else "not-applicable"
+                self._status[p.name] = PatchStatus(p.name, feature, p.target, state, per_patch.get(p.name, reason))
+            return reason
+        done: List[str] = []
+        try:
+            for p in selected:
+                if p.name in self._installed:
+                    continue  # idempotent: already ours
+                self._install(p)
+                done.append(p.name)
+        except Exception as exc:  # roll the feature back: never half-patched
+            for name in reversed(done):
+                self._uninstall(name)
+            reason = f"feature {feature!r} skipped, nothing wrapped: installing failed: {type(exc).__name__}: {exc}"
+            for p in selected:
+                self._status[p.name] = PatchStatus(p.name, feature, p.target, "skipped", reason)
+            return reason
+        for p in members:
+            if p not in selected:
+                self._status[p.name] = PatchStatus(
+                    p.name, feature, p.target, "not-applicable", f"only for SGLang {p.releases}"
+                )
+        return None
+
+    def _install(self, p: Patch) -> None:
+        parent, attr, original = resolve(p.module, p.attr)
+        check_params(original, p.params, p.target)
+        patcher = self
+
+        def guarded(wrapped, instance, args, kwargs):
+            if not patcher._enabled.get(p.feature, True):
+                return wrapped(*args, **kwargs)
+            patcher._calls[p.name] = patcher._calls.get(p.name, 0) + 1
+            return p.wrapper(wrapped, instance, args, kwargs)
+
+        proxy = wrapt.FunctionWrapper(original, guarded)
+        setattr(proxy, MARKER, p.name)
+        setattr(parent, attr, proxy)
+        self._installed[p.name] = _Installed(p, parent, attr, original, proxy)
+        self._status[p.name] = PatchStatus(p.name, p.feature, p.target, "applied", None)
+
+    def _uninstall(self, name: str) -> Optional[str]:
+        inst = self._installed[name]
+        current = vars(inst.parent).get(inst.attr) if inspect.isclass(inst.parent) else getattr(inst.parent, inst.attr, None)
+        if current is not inst.proxy:
+            if is_ours(current, name):
+                pass  # another proxy of ours for the same patch (should not happen); still ours to remove
+            else:
+                return f"{inst.patch.target} was re-wrapped by someone else after us; left in place"
+        setattr(inst.parent, inst.attr, inst.original)
+        del self._installed[name]
+        return None
+
+    def revert(self, features: Optional[Iterable[str]] = None) -> Dict[str, Optional[str]]:
+        """Undo what ``apply`` did (all features by default). Safe to call twice."""
+        with self._lock:
+            wanted = set(features) if features is not None else None
+            result: Dict[str, Optional[str]] = {}
+            for name in list(self._installed)[::-1]:
+                inst = self._installed[name]
+                if wanted is not None and inst.patch.feature not in wanted:
+                    continue
+                problem = self._uninstall(name)
+                result[name] = problem
+                if problem is None:
+                    self._status[name] = PatchStatus(name, inst.patch.feature, inst.patch.target, "reverted", None)
+                else:
+                    self._status[name].reason = problem
+                    logger.warning("sglang-mamba-dedup: %s", problem)
+            return result

@@ -1,0 +1,88 @@
+"""Process-local events and the optional status report file.
+
+``status()`` in :mod:`.patching` says what was wrapped; this module records what *happened*: which conv
+window layout the pool got (and its bytes) and how many commits ran through our kernels. When
+``SGLANG_MAMBA_DEDUP_REPORT_DIR`` is set, each process writes ``status-<pid>.json`` there whenever that
+changes (pool built; 1st, 2nd, 4th, 8th ... commit), so a driver can read what the *scheduler* process
+saw. Counting is a Python integer increment: no device work, no host sync.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from typing import Any, Dict, Optional
+
+REPORT_DIR_ENV = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
+
+_lock = threading.Lock()
+_events: Dict[str, Any] = {"commit_calls": 0, "ours_commit_calls": 0}
+
+
+def events() -> Dict[str, Any]:
+    with _lock:
+        return json.loads(json.dumps(_events))
+
+
+def reset() -> None:
+    """For tests: forget every event of this process."""
+    with _lock:
+        _events.clear()
+        _events.update({"commit_calls": 0, "ours_commit_calls": 0})
+
+
+def record_layout(state: str, reason: Optional[str], dense_bytes: int, physical_bytes: int, **extra: Any) -> None:
+    """Record the conv-window layout of the pool just built: state is 'ours', 'upstream' or 'stock'."""
+    with _lock:
+        _events["dedup_layout"] = {
+            "state": state,
+            "reason": reason,
+            "dense_bytes": int(dense_bytes),
+            "physical_bytes": int(physical_bytes),
+            **extra,
+        }
+    write()
+
+
+def count_commit(ours: bool) -> None:
+    with _lock:
+        _events["commit_calls"] += 1
+        if ours:
+            _events["ours_commit_calls"] += 1
+        n = _events["commit_calls"]
+    if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: a handful of writes over a whole run
+        write()
+
+
+def snapshot() -> Dict[str, Any]:
+    from . import activation, patching, versions
+
+    return {
+        "pid": os.getpid(),
+        "argv0": sys.argv[0] if sys.argv else "",
+        "sglang_version": versions.installed_sglang_version(),
+        "mode": activation.current_mode_name(),
+        "patches": {
+            name: {"feature": st["feature"], "state": st["state"], "reason": st["reason"], "calls": st["calls"]}
+            for name, st in patching.status().items()
+        },
+        "events": events(),
+    }
+
+
+def write() -> Optional[str]:
+    """Write this process's report if the report directory is configured; never raises."""
+    directory = os.environ.get(REPORT_DIR_ENV)
+    if not directory:
+        return None
+    try:
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, f"status-{os.getpid()}.json")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(snapshot(), f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+        return path
+    except Exception:  # a report must never break serving
+        return None
