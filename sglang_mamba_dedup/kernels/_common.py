@@ -1,0 +1,189 @@
+"""Shared launch configuration, argument validation and Triton device helpers
+for the commit kernels.
+
+Conventions used by every kernel in this package:
+
+* Row ``r`` of an index set ``(steps, slots)`` copies *source row* ``r`` (the
+  request's position in the verify batch, as SGLang does) at draft step
+  ``s = steps[r]`` into destination slot ``slots[r]``.  A row is skipped, in the
+  kernel and without any host synchronisation, when ``s < 0``, ``s >= D``,
+  ``slot < 0`` or ``slot >= slots+1`` (the destination's slot count).
+* All address arithmetic that involves a layer, row, step or slot index is done
+  in int64; only the element offset inside one (layer, slot) entry is int32
+  (the launchers check that an entry has fewer than 2**31 elements).
+* Copies are bitwise: every dtype is moved as an integer of the same width, so
+  NaN payloads and signed zeros survive unchanged.
+* Duplicated destinations (two valid rows, in the same or in different index
+  sets, naming the same slot): the copies race.  Every element of that slot ends
+  up holding the bytes of exactly one of the contending rows (element stores
+  are atomic), which one is unspecified.  When the contending sources are
+  bit-identical the result is therefore exact.  Detecting duplicates would need
+  a device-to-host synchronisation, so it is not done; SGLang only produces
+  them for padding rows aimed at the scratch slot.
+* The first call for a given set of tensors builds and caches a small int64
+  descriptor table on the device; make that first (warm-up) call outside CUDA
+  graph capture.  Later calls with the same tensors are capturable.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+INDEX_DTYPES = (torch.int32, torch.int64)
+_INT32_MAX = 2**31 - 1
+_GRID_YZ_MAX = 65535
+
+# Tile sizes (elements) and warps. The SSM tile is a flat, contiguous chunk of
+# one state entry; the conv tile is a flat chunk of one [dim, K-1] window.
+SSM_TILE_BYTES = 16384
+SSM_NUM_WARPS = 4
+CONV_TILE_ELEMS = 4096
+CONV_NUM_WARPS = 4
+TAIL_BLOCK_D = 64
+TAIL_NUM_WARPS = 4
+
+
+def launch_config(kind: str, itemsize: int = 4) -> tuple[int, int]:
+    """(block elements, num_warps) for one tile of ``kind`` ("ssm", "conv", "tail")."""
+    if kind == "ssm":
+        return max(SSM_TILE_BYTES // itemsize, 256), SSM_NUM_WARPS
+    if kind == "conv":
+        return CONV_TILE_ELEMS, CONV_NUM_WARPS
+    if kind == "tail":
+        return TAIL_BLOCK_D, TAIL_NUM_WARPS
+    raise ValueError(f"unknown tile kind {kind!r}")
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _fmt(t: torch.Tensor) -> str:
+    return f"shape={tuple(t.shape)} stride={tuple(t.stride())} dtype={t.dtype} device={t.device}"
+
+
+def check_state_tensor(name: str, t, ndim_min: int) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name}: dtype {t.dtype} not supported (bf16, fp16, fp32): {_fmt(t)}")
+    if t.ndim < ndim_min:
+        raise ValueError(f"{name}: expected at least {ndim_min} dims, got {_fmt(t)}")
+
+
+def check_same_device(device: torch.device, **tensors) -> None:
+    for name, t in tensors.items():
+        if t is not None and t.device != device:
+            raise ValueError(f"{name} is on {t.device}, expected {device} (all tensors must share one device)")
+
+
+def check_index_pair(steps_name: str, steps, slots_name: str, slots, device: torch.device, max_rows: int) -> int:
+    """Validate one (steps, slots) index set; returns its number of rows."""
+    for name, t in ((steps_name, steps), (slots_name, slots)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in INDEX_DTYPES:
+            raise TypeError(f"{name} must be int32 or int64, got {t.dtype}")
+        if t.ndim != 1:
+            raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device}, expected {device} (same device as the states)")
+        if t.numel() > 1 and t.stride(0) != 1:
+            raise ValueError(f"{name} must be contiguous, got stride {t.stride()}")
+    n = steps.shape[0]
+    if slots.shape[0] != n:
+        raise ValueError(f"{steps_name} has {n} rows but {slots_name} has {slots.shape[0]}")
+    if n > max_rows:
+        raise ValueError(
+            f"{steps_name} has {n} rows but the source has only {max_rows} rows (row r copies source row r)"
+        )
+    return n
+
+
+def entry_is_dense(t: torch.Tensor, start_dim: int) -> bool:
+    """True when dims ``start_dim..`` of ``t`` are laid out contiguously (row-major)."""
+    expected = 1
+    for i in range(t.ndim - 1, start_dim - 1, -1):
+        if t.shape[i] != 1 and t.stride(i) != expected:
+            return False
+        expected *= t.shape[i]
+    return True
+
+
+def int_dtype_for(itemsize: int):
+    return {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[itemsize]
+
+
+# ---------------------------------------------------------------- device helpers
+
+
+@triton.jit
+def _load_row_target(
+    pid_row,
+    n_acc,
+    acc_steps_ptr,
+    acc_slots_ptr,
+    trk_steps_ptr,
+    trk_slots_ptr,
+    n_steps,
+    n_slots,
+    HAS_TRACK: tl.constexpr,
+):
+    """Map a grid row (accept rows first, then track rows) to
+    (source row, step, destination slot, valid), all int64."""
+    if HAS_TRACK:
+        is_trk = pid_row >= n_acc
+        is_acc = pid_row < n_acc
+        r = tl.where(is_trk, pid_row - n_acc, pid_row).to(tl.int64)
+        s_a = tl.load(acc_steps_ptr + r, mask=is_acc, other=-1).to(tl.int64)
+        s_t = tl.load(trk_steps_ptr + r, mask=is_trk, other=-1).to(tl.int64)
+        d_a = tl.load(acc_slots_ptr + r, mask=is_acc, other=-1).to(tl.int64)
+        d_t = tl.load(trk_slots_ptr + r, mask=is_trk, other=-1).to(tl.int64)
+        step = tl.where(is_trk, s_t, s_a)
+        slot = tl.where(is_trk, d_t, d_a)
+    else:
+        r = pid_row.to(tl.int64)
+        step = tl.load(acc_steps_ptr + r).to(tl.int64)
+        slot = tl.load(acc_slots_ptr + r).to(tl.int64)
+    valid = (step >= 0) & (step < n_steps) & (slot >= 0) & (slot < n_slots)
+    return r, step, slot, valid
+
+
+@triton.jit
+def _copy_window_tile(
+    src_ptr,
+    dst_ptr,
+    src_base,
+    dst_base,
+    tile,
+    dim,
+    s_d,
+    s_w,
+    d_d,
+    d_w,
+    KM1: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Copy elements [tile*BLOCK, (tile+1)*BLOCK) of one [dim, K-1] window,
+    flattened row-major, through explicit (dim, window) strides on both sides."""
+    e = tile * BLOCK + tl.arange(0, BLOCK)
+    mask = e < dim * KM1
+    d = (e // KM1).to(tl.int64)
+    w = (e % KM1).to(tl.int64)
+    vals = tl.load(src_ptr + (src_base + d * s_d + w * s_w), mask=mask)
+    tl.store(dst_ptr + (dst_base + d * d_d + w * d_w), vals, mask=mask)
+
+
+@triton.jit
+def _copy_flat_tile(src_ptr, dst_ptr, src_base, dst_base, tile, numel, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    """Copy elements [tile*BLOCK, (tile+1)*BLOCK) of one dense entry of ``numel`` elements."""
+    e = tile * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        vals = tl.load(src_ptr + src_base + e)
+        tl.store(dst_ptr + dst_base + e, vals)
+    else:
+        mask = e < numel
+        vals = tl.load(src_ptr + src_base + e, mask=mask)
+        tl.store(dst_ptr + dst_base + e, vals, mask=mask)

@@ -1,0 +1,70 @@
+"""Plain-PyTorch references for the commit kernels: explicit loops and
+indexing, independent of the Triton code.  They mutate ``dst`` in place, apply
+the accept set then the track set, rows in order (so for duplicated
+destinations the last valid row wins here; the kernels only promise that each
+element comes from one of the contending rows).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _rows(steps, slots, n_steps, n_slots):
+    for r, (s, slot) in enumerate(zip(steps.tolist(), slots.tolist())):
+        if 0 <= s < n_steps and 0 <= slot < n_slots:
+            yield r, s, slot
+
+
+def commit_reference(dst: torch.Tensor, src: torch.Tensor, steps, slots) -> None:
+    """``dst[l, slot] = src[l, r, s]`` for each valid row (one state kind)."""
+    n_steps, n_slots = src.shape[2], dst.shape[1]
+    for r, s, slot in _rows(steps, slots, n_steps, n_slots):
+        for layer in range(dst.shape[0]):
+            dst[layer, slot].copy_(src[layer, r, s])
+
+
+def fused_commit_reference(
+    *, conv_dsts, conv_srcs, ssm_dst, ssm_src, accept_steps, accept_slots, track_steps=None, track_slots=None
+) -> None:
+    sets = [(accept_steps, accept_slots)]
+    if track_steps is not None:
+        sets.append((track_steps, track_slots))
+    for steps, slots in sets:
+        for dst, src in zip(conv_dsts, conv_srcs):
+            commit_reference(dst, src, steps, slots)
+        if ssm_dst is not None:
+            commit_reference(ssm_dst, ssm_src, steps, slots)
+
+
+def conv_commit_reference(*, conv_dst, conv_src, accept_steps, accept_slots, track_steps=None, track_slots=None):
+    fused_commit_reference(conv_dsts=[conv_dst], conv_srcs=[conv_src], ssm_dst=None, ssm_src=None,
+                           accept_steps=accept_steps, accept_slots=accept_slots,
+                           track_steps=track_steps, track_slots=track_slots)
+
+
+def ssm_commit_reference(*, ssm_dst, ssm_src, accept_steps, accept_slots, track_steps=None, track_slots=None):
+    fused_commit_reference(conv_dsts=[], conv_srcs=[], ssm_dst=ssm_dst, ssm_src=ssm_src,
+                           accept_steps=accept_steps, accept_slots=accept_slots,
+                           track_steps=track_steps, track_slots=track_slots)
+
+
+def tail_copy_reference(src, dst, src_blocks, dst_blocks, offsets) -> None:
+    """``dst[db, d, 0:W-b] = src[sb, d, b:W]`` per request, one element at a time,
+    low to high (memmove-safe for an in-place left shift)."""
+    n_src, _, W = src.shape
+    n_dst = dst.shape[0]
+    for sb, db, b in zip(src_blocks.tolist(), dst_blocks.tolist(), offsets.tolist()):
+        if not (0 <= sb < n_src and 0 <= db < n_dst and 0 <= b <= W):
+            continue
+        for j in range(W - b):
+            dst[db, :, j] = src[sb, :, j + b]
+
+
+def dedup_window_view(phys: torch.Tensor, n_steps: int, km1: int) -> torch.Tensor:
+    """The overlapping view ``view[l, r, t, d, w] = phys[l, r, d, t + w]`` of
+    ``phys [L, R, dim, D+K-2]`` (any strides), logical ``[L, R, D, dim, K-1]``."""
+    L, R, dim, width = phys.shape
+    assert width == n_steps + km1 - 1, (width, n_steps, km1)
+    sl, sr, sd, sw = phys.stride()
+    return phys.as_strided((L, R, n_steps, dim, km1), (sl, sr, sw, sd, sw), phys.storage_offset())
