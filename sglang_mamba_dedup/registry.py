@@ -32,6 +32,8 @@ logger = logging.getLogger("sglang_mamba_dedup")
 
 #: Attribute set on every proxy we install (wrapt keeps ``_self_*`` attributes on the proxy itself).
 MARKER = "_self_sglang_mamba_dedup_patch"
+#: Attribute set on the wrapper function inside each of our proxies; this is what :func:`is_ours` reads.
+WRAPPER_MARK = "__sglang_mamba_dedup_patch__"
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,9 @@ def is_ours(obj: Any, name: Optional[str] = None) -> bool:
     """Whether ``obj`` is a proxy installed by this package (for patch ``name`` if given)."""
     if not isinstance(obj, wrapt.FunctionWrapper):
         return False
-    mark = getattr(obj, MARKER, None)
+    # Read the mark from the proxy's own wrapper function: attribute reads on a proxy fall through to
+    # the wrapped object, so a foreign proxy stacked on ours would otherwise look like ours.
+    mark = getattr(getattr(obj, "_self_wrapper", None), WRAPPER_MARK, None)
     return isinstance(mark, str) and (name is None or mark == name)
 
 
@@ -279,6 +283,7 @@ class Patcher:
             patcher._calls[p.name] = patcher._calls.get(p.name, 0) + 1
             return p.wrapper(wrapped, instance, args, kwargs)
 
+        setattr(guarded, WRAPPER_MARK, p.name)
         proxy = wrapt.FunctionWrapper(original, guarded)
         setattr(proxy, MARKER, p.name)
         setattr(parent, attr, proxy)

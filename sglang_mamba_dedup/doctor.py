@@ -1,0 +1,150 @@
+"""``sglang-mamba-dedup doctor``: what is installed, what the plugin would do here, and why not.
+
+Exit codes: 0 the plugin can engage on this install; 1 it cannot (SGLang missing or outside the supported
+range, a target missing or changed, no CUDA device); 2 ``SGLANG_MAMBA_DEDUP`` holds a bad value.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+from typing import Any, Dict, List, Optional
+
+from . import __version__, activation, versions
+
+
+def _pkg(name: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _entry_point_found() -> bool:
+    eps = importlib.metadata.entry_points(group="sglang.srt.plugins")
+    return any(ep.value.startswith("sglang_mamba_dedup.") for ep in eps)
+
+
+def collect() -> Dict[str, Any]:
+    info: Dict[str, Any] = {
+        "plugin": __version__,
+        "python": platform.python_version(),
+        "sglang": versions.installed_sglang_version(),
+        "supported_range": str(versions.SUPPORTED),
+        "torch": _pkg("torch"),
+        "triton": _pkg("triton"),
+        "wrapt": _pkg("wrapt"),
+        "entry_point_registered": _entry_point_found(),
+        "problems": [],
+    }
+    raw = os.environ.get(activation.ENV)
+    info["switch"] = {"raw": raw}
+    try:
+        info["switch"]["mode"] = activation.parse_mode(raw).value
+    except activation.SwitchError as exc:
+        info["switch"]["mode"] = None
+        info["switch"]["error"] = str(exc)
+
+    cuda: Dict[str, Any] = {"available": False}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            cuda = {
+                "available": True,
+                "device": torch.cuda.get_device_name(0),
+                "capability": ".".join(map(str, torch.cuda.get_device_capability(0))),
+                "cuda": torch.version.cuda,
+            }
+    except Exception as exc:  # torch missing or broken
+        cuda = {"available": False, "error": f"{type(exc).__name__}: {exc}"}
+    info["cuda"] = cuda
+
+    problem = versions.support_problem(info["sglang"])
+    info["release_mode"] = versions.mode_for(info["sglang"])
+    if problem:
+        info["problems"].append(problem)
+    else:
+        try:
+            from sglang.srt.mem_cache import memory_pool
+
+            info["upstream_dedup"] = hasattr(memory_pool, "conv_window_dedup_enabled")
+        except Exception as exc:
+            info["upstream_dedup"] = None
+            info["problems"].append(f"cannot import SGLang's memory pool: {type(exc).__name__}: {exc}")
+        try:
+            from . import gate
+
+            info["release_description"] = gate.describe_release(info["sglang"])
+        except Exception:
+            pass
+        from . import patching
+
+        features: Dict[str, Any] = {}
+        for feature in patching.PATCHER.features:
+            selected, reason, per_patch = patching.PATCHER.check(feature)
+            features[feature] = {
+                "would_apply": reason is None and bool(selected),
+                "reason": reason if reason else (None if selected else "not needed on this release"),
+                "targets": {
+                    p.name: {"target": p.target, "problem": per_patch.get(p.name)} for p in selected
+                },
+            }
+            if reason:
+                info["problems"].append(reason)
+        info["features"] = features
+    if not info["entry_point_registered"]:
+        info["problems"].append("the sglang.srt.plugins entry point is not registered (is the package pip-installed?)")
+    if not cuda["available"]:
+        info["problems"].append("no CUDA device: the dedup layout and our commit are CUDA-only, SGLang keeps its stock path here")
+    return info
+
+
+def render(info: Dict[str, Any]) -> str:
+    out: List[str] = []
+    say = out.append
+    say(f"sglang-mamba-dedup {info['plugin']} (python {info['python']})")
+    say(f"  sglang      {info['sglang'] or 'not installed'}  (supported {info['supported_range']}; mode: {info['release_mode']})")
+    if "upstream_dedup" in info:
+        say(f"  upstream conv-window dedup in this release: {'yes' if info['upstream_dedup'] else 'no'}")
+    if info.get("release_description"):
+        say(f"  {info['release_description']}")
+    say(f"  torch {info['torch']}, triton {info['triton']}, wrapt {info['wrapt']}")
+    cuda = info["cuda"]
+    say("  CUDA        " + (f"{cuda['device']} (sm {cuda['capability']}, CUDA {cuda['cuda']})" if cuda["available"] else "none"))
+    say(f"  entry point sglang.srt.plugins: {'registered' if info['entry_point_registered'] else 'MISSING'}")
+    sw = info["switch"]
+    if sw.get("error"):
+        say(f"  switch      {sw['error']}")
+    else:
+        say(f"  switch      {activation.ENV}={sw['raw'] if sw['raw'] is not None else '<unset>'} -> {sw['mode']}")
+    for feature, f in (info.get("features") or {}).items():
+        state = "would apply" if f["would_apply"] else (f["reason"] or "skipped")
+        say(f"  feature {feature:<14} {state}")
+        for name, t in f["targets"].items():
+            say(f"      {t['target']}" + (f"  <- {t['problem']}" if t["problem"] else ""))
+    if info["problems"]:
+        say("verdict: the plugin cannot engage on this install:")
+        for p in info["problems"]:
+            say(f"  - {p}")
+    else:
+        say("verdict: OK, the plugin can engage here")
+    return "\n".join(out)
+
+
+def exit_code(info: Dict[str, Any]) -> int:
+    if info["switch"].get("error"):
+        return 2
+    return 1 if info["problems"] else 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="sglang-mamba-dedup doctor", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = ap.parse_args(argv)
+    info = collect()
+    print(json.dumps(info, indent=1, default=str) if args.json else render(info))
+    return exit_code(info)
