@@ -16,8 +16,8 @@ from . import mamba_pool, pool_config, server_args, verify_commit
 ALL = ">=0.5.12,<0.5.24"
 BACKPORT = ">=0.5.12,<0.5.14"
 
-#: Features in application order. ``launch_flag`` is applied in every process where the plugin loads,
-#: whether or not it is switched on: the flag *is* the switch. The rest only when switched on.
+#: Features in application order; all of them only when the plugin is switched on. ``launch_flag`` makes
+#: SGLang's parser accept ``--enable-mamba-conv-dedup`` (which switched the plugin on from ``sys.argv``).
 FEATURES = ("launch_flag", "dedup_layout", "commit", "topk_plumbing", "estimator")
 SWITCHED_FEATURES = FEATURES[1:]
 

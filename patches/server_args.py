@@ -3,9 +3,12 @@
 Wraps (all supported releases, 0.5.12 ... 0.5.23):
   * ``sglang.srt.server_args.ServerArgs.add_cli_args`` (staticmethod): adds the flag to the parser
     (also reachable from a ``--config`` YAML file, which SGLang merges through the same parser);
-  * ``sglang.srt.server_args.ServerArgs.from_cli_args`` (classmethod): when the flag was given, sets
-    ``SGLANG_MAMBA_DEDUP`` in ``os.environ`` *before* SGLang spawns its scheduler processes, which inherit
-    only the environment, and re-activates the plugin in the launcher itself.
+  * ``sglang.srt.server_args.ServerArgs.from_cli_args`` (classmethod): when the parsed arguments carry
+    the flag, makes sure ``SGLANG_MAMBA_DEDUP`` is set in ``os.environ`` *before* SGLang spawns its
+    scheduler processes (they inherit only the environment). Normally ``activation.register`` has
+    already done so from ``sys.argv``; this is the second guard for callers that build the argv list
+    themselves.
+Installed only when the plugin is switched on (the flag on the command line switches it on).
 ServerArgs has no field for the flag, so SGLang's own arguments are untouched.
 Undone by ``sglang_mamba_dedup.revert()`` (restores both original descriptors).
 """

@@ -7,13 +7,20 @@ only log an exception, so we log it ourselves in one line).
 
 :func:`register` runs once in every SGLang process (launcher, ``Engine``, each scheduler) and again when
 the launch flag turns the switch on; it is re-entrant and cheap: a second call with the same switch and
-SGLang version returns at once.
+SGLang version returns at once. Switched off, it wraps nothing at all.
+
+The launch flag ``--enable-mamba-conv-dedup`` (``python -m sglang.launch_server`` / ``sglang serve``): SGLang
+loads plugins before it parses its command line, so :func:`register` sees the flag in ``sys.argv``, sets
+``SGLANG_MAMBA_DEDUP=1`` (which the spawned scheduler processes inherit) and installs the ``launch_flag``
+patches so that SGLang's parser accepts the flag and lists it in ``--help``. With ``--config`` files, use
+the environment variable instead.
 """
 from __future__ import annotations
 
 import enum
 import logging
 import os
+import sys
 from typing import Dict, Optional, Tuple
 
 from . import __version__, report, versions
@@ -21,6 +28,7 @@ from . import __version__, report, versions
 logger = logging.getLogger("sglang_mamba_dedup")
 
 ENV = "SGLANG_MAMBA_DEDUP"
+FLAG = "--enable-mamba-conv-dedup"
 
 
 class Mode(str, enum.Enum):
@@ -98,7 +106,7 @@ def register() -> None:
 def _register() -> None:
     global _last
     from . import patching
-    from .patches import SWITCHED_FEATURES
+    from .patches import FEATURES, SWITCHED_FEATURES
 
     version = versions.installed_sglang_version()
     raw = os.environ.get(ENV)
@@ -121,21 +129,26 @@ def _register() -> None:
         _say(level, f"{head}: nothing patched: {problem}")
         return
 
-    flag = patching.apply(["launch_flag"])["launch_flag"]
-    flag_note = "" if flag is None else f"; launch flag unavailable: {flag}"
     if bad is not None:
-        patching.revert(SWITCHED_FEATURES)
-        _say(logging.ERROR, f"{head}: {bad}{flag_note}")
+        patching.revert()
+        _say(logging.ERROR, f"{head}: {bad}")
         return
+    if mode is Mode.OFF and flag_in_argv():
+        # ``python -m sglang.launch_server ... --enable-mamba-conv-dedup``: SGLang loads plugins before it
+        # parses its arguments, so the flag is seen here; the environment carries it to the schedulers.
+        os.environ[ENV] = "1"
+        mode = Mode.ON
+        _last = (os.environ[ENV], version)
+        head += f" [{FLAG} given]"
     if mode is Mode.OFF:
-        patching.revert(SWITCHED_FEATURES)
-        _say(logging.INFO, f"{head}: off ({ENV} unset/0/off; --enable-mamba-conv-dedup turns it on){flag_note}")
+        patching.revert()
+        _say(logging.INFO, f"{head}: off ({ENV} unset/0/off), nothing patched")
         return
 
-    results: Dict[str, Optional[str]] = patching.apply(SWITCHED_FEATURES)
+    results: Dict[str, Optional[str]] = patching.apply(FEATURES)
     skipped = {f: r for f, r in results.items() if r is not None}
     if mode is Mode.STRICT and skipped:
-        patching.revert(SWITCHED_FEATURES)
+        patching.revert()
         raise StrictModeError("; ".join(f"{f}: {r}" for f, r in skipped.items()))
     st = patching.status()
     applied = sorted({v["feature"] for v in st.values() if v["state"] == "applied" and v["feature"] in SWITCHED_FEATURES})
@@ -145,8 +158,13 @@ def _register() -> None:
         parts.append("not needed on this release: " + ", ".join(idle))
     if skipped:
         parts.append("skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped.items()))
-    _say(logging.WARNING if skipped else logging.INFO, "; ".join(parts) + flag_note)
+    _say(logging.WARNING if skipped else logging.INFO, "; ".join(parts))
     report.write()
+
+
+def flag_in_argv(argv: Optional[list] = None) -> bool:
+    argv = sys.argv if argv is None else argv
+    return any(a == FLAG for a in argv[1:])
 
 
 def reset_for_tests() -> None:

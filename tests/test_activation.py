@@ -1,0 +1,173 @@
+"""The switch, the entry point function and the launch flag, in this process."""
+import argparse
+import logging
+import os
+
+import pytest
+
+from sglang_mamba_dedup import activation, patching, versions
+from sglang_mamba_dedup.activation import Mode, SwitchError, parse_mode
+from sglang_mamba_dedup.patches import PATCHES, SWITCHED_FEATURES
+from sglang_mamba_dedup.registry import is_ours, resolve
+
+pytestmark = pytest.mark.release
+
+
+def _wrapped_names():
+    out = set()
+    for p in PATCHES:
+        try:
+            parent, attr, raw = resolve(p.module, p.attr)
+        except Exception:
+            continue
+        if is_ours(raw, p.name):
+            out.add(p.name)
+    return out
+
+
+def _switched_patch_names():
+    v = versions.installed_sglang_version()
+    return {p.name for p in PATCHES if p.feature in SWITCHED_FEATURES and p.applies_to(v)}
+
+
+@pytest.mark.parametrize(
+    "raw,mode",
+    [(None, Mode.OFF), ("", Mode.OFF), ("0", Mode.OFF), ("off", Mode.OFF), ("OFF", Mode.OFF), (" 1 ", Mode.ON),
+     ("on", Mode.ON), ("On", Mode.ON), ("strict", Mode.STRICT), ("STRICT", Mode.STRICT)],
+    ids=lambda x: repr(x),
+)
+def test_accepted_values(raw, mode):
+    assert parse_mode(raw) is mode
+
+
+@pytest.mark.parametrize("raw", ["yes", "true", "2", "dedup", "o n"])
+def test_bad_values_name_the_accepted_ones(raw):
+    with pytest.raises(SwitchError) as e:
+        parse_mode(raw)
+    msg = str(e.value)
+    assert repr(raw) in msg and "unset, 0, off, 1, on, strict" in msg
+
+
+def test_bad_value_keeps_stock_path_with_one_error_line(monkeypatch, caplog):
+    monkeypatch.setenv(activation.ENV, "yes")
+    with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        activation.register()  # must not raise: the loader would only swallow it
+    assert _wrapped_names().isdisjoint(_switched_patch_names())
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "accepted values" in errors[0].getMessage()
+
+
+def test_off_wraps_nothing(monkeypatch):
+    monkeypatch.setenv(activation.ENV, "1")
+    activation.register()
+    assert _wrapped_names()
+    monkeypatch.setenv(activation.ENV, "0")
+    activation.register()
+    assert _wrapped_names() == set()
+    assert "off" in activation.last_summary()
+
+
+def test_on_wraps_every_switched_target_and_logs_one_line(monkeypatch, caplog):
+    monkeypatch.setenv(activation.ENV, "1")
+    with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        activation.register()
+        activation.register()  # re-entrant: same switch, same release -> nothing new, no second line
+    assert _switched_patch_names() <= _wrapped_names()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines
+    assert f"SGLang {versions.installed_sglang_version()}" in lines[0] and "applied" in lines[0]
+
+
+def test_switching_off_again_reverts(monkeypatch):
+    monkeypatch.setenv(activation.ENV, "1")
+    activation.register()
+    monkeypatch.setenv(activation.ENV, "off")
+    activation.register()
+    assert _wrapped_names().isdisjoint(_switched_patch_names())
+
+
+def test_unsupported_release_skips_everything(monkeypatch, caplog):
+    monkeypatch.setenv(activation.ENV, "1")
+    monkeypatch.setattr(versions, "installed_sglang_version", lambda: "0.5.9")
+    with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        activation.register()
+    assert not _wrapped_names()
+    assert "outside the supported range" in activation.last_summary()
+
+
+def test_strict_on_unsupported_release_stops_the_launch(monkeypatch):
+    monkeypatch.setenv(activation.ENV, "strict")
+    monkeypatch.setattr(versions, "installed_sglang_version", lambda: "0.5.9")
+    with pytest.raises(SystemExit) as e:
+        activation.register()
+    assert "strict" in str(e.value) and "0.5.9" in str(e.value)
+    assert not _wrapped_names()
+
+
+def test_strict_with_a_skipped_feature_stops_and_leaves_nothing_wrapped(monkeypatch):
+    import dataclasses
+
+    from sglang_mamba_dedup.registry import Patcher
+
+    broken = [dataclasses.replace(p, attr="MambaPool.no_such_method") if p.name == "mamba_pool.init" else p
+              for p in PATCHES]
+    monkeypatch.setattr(patching, "PATCHER", Patcher(broken))
+    monkeypatch.setenv(activation.ENV, "strict")
+    with pytest.raises(SystemExit) as e:
+        activation.register()
+    assert "dedup_layout" in str(e.value) and "no_such_method" in str(e.value)
+    assert not patching.PATCHER.applied(feature="commit"), "strict failure left features wrapped"
+    # the same breakage with plain "on": logged, the other features stay applied
+    activation.reset_for_tests()
+    monkeypatch.setenv(activation.ENV, "on")
+    activation.register()
+    assert "skipped: dedup_layout" in activation.last_summary()
+    assert patching.PATCHER.applied(feature="commit")
+    patching.PATCHER.revert()
+
+
+def test_launch_flag_on_the_command_line_switches_on(monkeypatch):
+    from sglang.srt.server_args import ServerArgs
+
+    monkeypatch.setattr("sys.argv", ["sglang.launch_server", "--model-path", "m", "--enable-mamba-conv-dedup"])
+    activation.register()  # what SGLang's load_plugins() does before it parses the command line
+    assert os.environ[activation.ENV] == "1", "children would not inherit the switch"
+    assert _switched_patch_names() | {"server_args.add_cli_args", "server_args.from_cli_args"} <= _wrapped_names()
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    ns = parser.parse_args(["--model-path", "dummy", "--enable-mamba-conv-dedup"])
+    assert ns.enable_mamba_conv_dedup is True
+    assert "--enable-mamba-conv-dedup given" in activation.last_summary()
+
+
+def test_parsed_flag_sets_the_env_var_when_argv_did_not_show_it(monkeypatch):
+    """A caller that builds the argv list itself: from_cli_args is the second guard."""
+    from sglang.srt.server_args import ServerArgs
+
+    monkeypatch.setenv(activation.ENV, "1")
+    activation.register()
+    monkeypatch.delenv(activation.ENV)
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    ServerArgs.from_cli_args(parser.parse_args(["--model-path", "dummy", "--enable-mamba-conv-dedup"]))
+    assert os.environ[activation.ENV] == "1"
+    assert _switched_patch_names() <= _wrapped_names()
+
+
+def test_launch_flag_keeps_strict(monkeypatch):
+    monkeypatch.setattr("sys.argv", ["sglang", "--enable-mamba-conv-dedup"])
+    monkeypatch.setenv(activation.ENV, "strict")
+    activation.register()
+    assert os.environ[activation.ENV] == "strict"
+
+
+def test_without_the_flag_nothing_changes(monkeypatch):
+    from sglang.srt.server_args import ServerArgs
+
+    monkeypatch.setattr("sys.argv", ["sglang.launch_server", "--model-path", "m"])
+    activation.register()
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    assert "--enable-mamba-conv-dedup" not in parser._option_string_actions
+    assert activation.ENV not in os.environ
+    assert not _wrapped_names()

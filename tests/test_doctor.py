@@ -1,0 +1,87 @@
+"""``sglang-mamba-dedup doctor``: its report and its exit codes."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sglang_mamba_dedup import doctor, versions
+
+pytestmark = pytest.mark.release
+
+
+def test_cli_report_on_this_machine():
+    proc = subprocess.run([sys.executable, "-m", "sglang_mamba_dedup", "doctor", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    info = json.loads(proc.stdout)
+    assert info["sglang"] == versions.installed_sglang_version()
+    assert info["entry_point_registered"] is True
+    assert info["upstream_dedup"] is versions.in_range(info["sglang"], versions.UPSTREAM_DEDUP)
+    assert info["features"]["dedup_layout"]["would_apply"] is True
+    assert info["features"]["commit"]["would_apply"] is True
+    import torch
+
+    if torch.cuda.is_available():
+        assert proc.returncode == 0 and info["problems"] == []
+    else:
+        assert proc.returncode == 1
+        assert any("no CUDA device" in p for p in info["problems"])
+
+
+def _fake_cuda(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Fake H200")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
+
+
+def test_exit_zero_when_everything_can_engage(monkeypatch, capsys):
+    _fake_cuda(monkeypatch)
+    assert doctor.main([]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: OK" in out and "Fake H200" in out
+    assert "MambaPool.__init__" in out
+
+
+def test_exit_one_on_unsupported_release(monkeypatch, capsys):
+    _fake_cuda(monkeypatch)
+    monkeypatch.setattr(versions, "installed_sglang_version", lambda: "0.5.30")
+    assert doctor.main([]) == 1
+    assert "outside the supported range" in capsys.readouterr().out
+
+
+def test_exit_one_when_sglang_is_missing(monkeypatch, capsys):
+    _fake_cuda(monkeypatch)
+    monkeypatch.setattr(versions, "installed_sglang_version", lambda: None)
+    assert doctor.main([]) == 1
+    assert "SGLang is not installed" in capsys.readouterr().out
+
+
+def test_exit_one_when_a_target_changed(monkeypatch, capsys):
+    import dataclasses
+
+    from sglang_mamba_dedup import patching
+    from sglang_mamba_dedup.registry import Patcher
+
+    _fake_cuda(monkeypatch)
+    broken = [dataclasses.replace(p, params=("renamed_arg",)) if p.name == "mamba_pool.init" else p
+              for p in patching.PATCHER.table]
+    monkeypatch.setattr(patching, "PATCHER", Patcher(broken))
+    assert doctor.main([]) == 1
+    out = capsys.readouterr().out
+    assert "renamed_arg" in out and "dedup_layout" in out
+
+
+def test_exit_two_on_bad_switch_value(monkeypatch, capsys):
+    _fake_cuda(monkeypatch)
+    monkeypatch.setenv("SGLANG_MAMBA_DEDUP", "maybe")
+    assert doctor.main([]) == 2
+    assert "accepted values" in capsys.readouterr().out
+
+
+def test_doctor_does_not_wrap_anything(monkeypatch):
+    from sglang_mamba_dedup import patching
+
+    doctor.collect()
+    assert patching.PATCHER.applied() == []

@@ -1,0 +1,74 @@
+"""SGLang's own plugin loader, in fresh *spawned* processes (as SGLang starts its schedulers)."""
+import importlib.metadata
+import multiprocessing
+import os
+
+import pytest
+
+pytestmark = pytest.mark.release
+
+
+def _child_load_plugins():
+    """Runs in a spawned child: what SGLang's scheduler does first, then report what is wrapped."""
+    from sglang.srt.plugins import load_plugins
+
+    from sglang_mamba_dedup import activation, patching
+    from sglang_mamba_dedup.patches import PATCHES
+    from sglang_mamba_dedup.registry import is_ours, resolve
+
+    load_plugins()
+    wrapped = {}
+    for p in PATCHES:
+        try:
+            parent, attr, raw = resolve(p.module, p.attr)
+        except Exception:
+            continue
+        wrapped[p.name] = is_ours(raw, p.name)
+    return {
+        "env": os.environ.get("SGLANG_MAMBA_DEDUP"),
+        "wrapped": wrapped,
+        "status": patching.status(),
+        "summary": activation.last_summary(),
+    }
+
+
+def _spawn(fn):
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        return pool.apply(fn)
+
+
+def test_entry_point_is_discoverable():
+    eps = importlib.metadata.entry_points(group="sglang.srt.plugins")
+    ours = [ep for ep in eps if ep.name == "mamba_dedup"]
+    assert len(ours) == 1 and ours[0].value == "sglang_mamba_dedup.activation:register"
+    from sglang_mamba_dedup.activation import register
+
+    assert ours[0].load() is register
+
+
+def test_spawned_child_with_switch_on_is_patched_by_sglangs_loader(monkeypatch):
+    monkeypatch.setenv("SGLANG_MAMBA_DEDUP", "1")
+    monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
+    out = _spawn(_child_load_plugins)
+    assert out["env"] == "1"
+    applied = {n for n, s in out["status"].items() if s["state"] == "applied"}
+    assert {"mamba_pool.init", "hybrid_linear_attn.update_mamba_state_after_mtp_verify"} <= applied
+    assert all(out["wrapped"][n] for n in applied), "status says applied but the target is not our wrapper"
+    assert "applied" in out["summary"]
+
+
+def test_spawned_child_with_switch_off_wraps_nothing(monkeypatch):
+    monkeypatch.delenv("SGLANG_MAMBA_DEDUP", raising=False)
+    monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
+    out = _spawn(_child_load_plugins)
+    assert not any(out["wrapped"].values())
+    assert "off" in out["summary"], "the plugin did not run at all: the test would not prove anything"
+
+
+def test_sglang_plugins_allow_list_excludes_us(monkeypatch):
+    monkeypatch.setenv("SGLANG_MAMBA_DEDUP", "1")
+    monkeypatch.setenv("SGLANG_PLUGINS", "some_other_plugin")
+    out = _spawn(_child_load_plugins)
+    assert not any(out["wrapped"].values())
+    assert out["summary"] is None, "register() ran although SGLANG_PLUGINS did not name us"
