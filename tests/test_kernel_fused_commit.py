@@ -1,0 +1,298 @@
+"""fused_commit: all layers, several conv kinds, SSM, accept and track in one launch.
+
+Bit-exact against the reference and against SGLang 0.5.23's own kernels
+(dense SSM scatter + conv window scatter / multi-pair conv scatter)."""
+
+from kernel_utils import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
+    DEVICE, DTYPE_IDS, DTYPES, assert_bitwise_equal, assert_outside_view_untouched, bits, conv_source,
+    make_index_set, new_generator, poison, rand, sglang_dense_scatter, sglang_module, sglang_window_scatter,
+    strided_dst,
+)
+
+import pytest
+import torch
+
+from sglang_mamba_dedup.kernels import clear_plan_cache, fused_commit
+from sglang_mamba_dedup.kernels.reference import fused_commit_reference
+
+L, R, N_SLOTS = 2, 5, 13
+DIMS = (7, 5)  # two conv kinds, odd dims
+SSM_SHAPE = (3, 4, 5)
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _case(D, K, src_kind, conv_dtype, ssm_dtype, g, track, idx_dtype=torch.int64, strided=False, n_conv=2):
+    conv_srcs = [conv_source(src_kind, L, R, D, K, dim, conv_dtype, g) for dim in DIMS[:n_conv]]
+    if strided:
+        pairs = [strided_dst((L, N_SLOTS, dim, K - 1), conv_dtype) for dim in DIMS[:n_conv]]
+        big = poison(torch.empty((L + 1, N_SLOTS + 3, *SSM_SHAPE), dtype=ssm_dtype, device=DEVICE))
+        ssm_dst, ssm_big = big[1:, 3:], big
+    else:
+        pairs = [(poison(torch.empty((L, N_SLOTS, dim, K - 1), dtype=conv_dtype, device=DEVICE)), None)
+                 for dim in DIMS[:n_conv]]
+        ssm_dst = poison(torch.empty((L, N_SLOTS, *SSM_SHAPE), dtype=ssm_dtype, device=DEVICE))
+        ssm_big = None
+    steps, slots = make_index_set(R, D, N_SLOTS, g, idx_dtype=idx_dtype)
+    kw = dict(
+        conv_dsts=[p[0] for p in pairs], conv_srcs=conv_srcs, ssm_dst=ssm_dst,
+        ssm_src=rand((L, R, D, *SSM_SHAPE), ssm_dtype, g), accept_steps=steps, accept_slots=slots,
+    )
+    if track:
+        t_steps, t_slots = make_index_set(R, D, N_SLOTS, g, idx_dtype=idx_dtype, skip_every=2, taken=slots.tolist())
+        kw.update(track_steps=t_steps, track_slots=t_slots)
+    bigs = [p[1] for p in pairs] + [ssm_big]
+    return kw, bigs
+
+
+def _expected(kw):
+    exp = dict(kw, conv_dsts=[d.clone() for d in kw["conv_dsts"]], ssm_dst=kw["ssm_dst"].clone())
+    fused_commit_reference(**exp)
+    return exp
+
+
+def _check(kw, exp, msg):
+    for i, (got, want) in enumerate(zip(kw["conv_dsts"], exp["conv_dsts"])):
+        assert_bitwise_equal(got, want, f"{msg} conv kind {i}")
+    assert_bitwise_equal(kw["ssm_dst"], exp["ssm_dst"], f"{msg} ssm")
+
+
+@pytest.mark.parametrize("track", [False, True], ids=["accept", "accept+track"])
+@pytest.mark.parametrize("src_kind", ["dedup", "dense"])
+@pytest.mark.parametrize("K", [2, 3, 4], ids=lambda k: f"K{k}")
+@pytest.mark.parametrize("D", [1, 2, 4, 8], ids=lambda d: f"D{d}")
+def test_fused_commit_matches_reference_and_sglang(D, K, src_kind, track):
+    g, seed = new_generator()
+    kw, _ = _case(D, K, src_kind, torch.bfloat16, torch.float32, g, track)
+    exp = _expected(kw)
+    fused_commit(**kw)
+    _check(kw, exp, f"seed={seed} vs reference")
+
+    # SGLang 0.5.23 kernels on fresh poisoned destinations, same sources and indices
+    sets = [(kw["accept_slots"], kw["accept_steps"])]
+    if track:
+        sets.append((kw["track_slots"], kw["track_steps"]))
+    ssm_theirs = poison(torch.empty_like(kw["ssm_dst"]))
+    conv_theirs = [poison(torch.empty_like(d)) for d in kw["conv_dsts"]]
+    for slots, steps in sets:
+        sglang_dense_scatter(ssm_theirs, kw["ssm_src"], slots, steps)
+        for dst, src in zip(conv_theirs, kw["conv_srcs"]):
+            (sglang_window_scatter if src_kind == "dedup" else sglang_dense_scatter)(dst, src, slots, steps)
+    assert_bitwise_equal(kw["ssm_dst"], ssm_theirs, f"seed={seed} ssm vs SGLang 0.5.23")
+    for i, (ours, theirs) in enumerate(zip(kw["conv_dsts"], conv_theirs)):
+        assert_bitwise_equal(ours, theirs, f"seed={seed} conv kind {i} vs SGLang 0.5.23")
+
+
+@pytest.mark.parametrize("track", [False, True], ids=["accept", "accept+track"])
+def test_fused_commit_matches_sglang_multi_pair_kernel(track):
+    """SGLang's single-launch multi-pair conv scatter (bf16 only, dense dst entries)."""
+    g, seed = new_generator()
+    kw, _ = _case(4, 4, "dedup", torch.bfloat16, torch.float32, g, track)
+    fused_commit(**kw)
+    theirs = [poison(torch.empty_like(d)) for d in kw["conv_dsts"]]
+    sglang_module().fused_conv_window_scatter_multi(
+        list(zip(theirs, kw["conv_srcs"])), kw["accept_slots"], kw["accept_steps"],
+        kw.get("track_slots"), kw.get("track_steps"),
+    )
+    for i, (ours, t) in enumerate(zip(kw["conv_dsts"], theirs)):
+        assert_bitwise_equal(ours, t, f"seed={seed} conv kind {i} vs SGLang multi-pair kernel")
+
+
+@pytest.mark.parametrize("track", [False, True], ids=["accept", "accept+track"])
+@pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int64], ids=lambda t: DTYPE_IDS[t])
+@pytest.mark.parametrize("ssm_dtype", DTYPES, ids=lambda t: "ssm-" + DTYPE_IDS[t])
+@pytest.mark.parametrize("conv_dtype", DTYPES, ids=lambda t: "conv-" + DTYPE_IDS[t])
+def test_fused_commit_dtypes_strided_destinations(conv_dtype, ssm_dtype, idx_dtype, track):
+    g, seed = new_generator()
+    kw, bigs = _case(4, 4, "dedup", conv_dtype, ssm_dtype, g, track, idx_dtype=idx_dtype, strided=True)
+    befores = [b.clone() for b in bigs]
+    exp = _expected(kw)
+    fused_commit(**kw)
+    _check(kw, exp, f"seed={seed}")
+    views = kw["conv_dsts"] + [kw["ssm_dst"]]
+    for view, big, before in zip(views, bigs, befores):
+        assert_outside_view_untouched(view, big, before, f"seed={seed}")
+
+
+@pytest.mark.parametrize("part", ["conv_only", "ssm_only", "one_conv_kind"])
+def test_fused_commit_partial(part):
+    g, seed = new_generator()
+    kw, _ = _case(3, 3, "dedup", torch.float16, torch.float32, g, True, n_conv=1 if part == "one_conv_kind" else 2)
+    if part == "conv_only":
+        kw.update(ssm_dst=None, ssm_src=None)
+    elif part == "ssm_only":
+        kw.update(conv_dsts=[], conv_srcs=[])
+    exp = dict(kw, conv_dsts=[d.clone() for d in kw["conv_dsts"]],
+               ssm_dst=None if kw["ssm_dst"] is None else kw["ssm_dst"].clone())
+    fused_commit_reference(**exp)
+    fused_commit(**kw)
+    for got, want in zip(kw["conv_dsts"], exp["conv_dsts"]):
+        assert_bitwise_equal(got, want, f"seed={seed}")
+    if kw["ssm_dst"] is not None:
+        assert_bitwise_equal(kw["ssm_dst"], exp["ssm_dst"], f"seed={seed}")
+
+
+def test_fused_commit_duplicate_destinations():
+    """Defined behaviour: each element of a contended slot holds the bytes of one of the
+    contending rows; identical sources therefore give an exact result."""
+    g, seed = new_generator()
+    kw, _ = _case(4, 4, "dense", torch.bfloat16, torch.float32, g, True)
+    kw["accept_steps"] = torch.tensor([0, 1, 2, 3, 0], device=DEVICE)
+    kw["accept_slots"] = torch.tensor([4, 4, 7, 8, 9], device=DEVICE)  # rows 0 and 1 collide
+    kw["track_steps"] = torch.tensor([-1, -1, 2, -1, 3], device=DEVICE)
+    kw["track_slots"] = torch.tensor([1, 2, 7, 3, 10], device=DEVICE)  # track row 2 collides with accept row 2
+    fused_commit(**kw)
+    for dst, src in [*zip(kw["conv_dsts"], kw["conv_srcs"]), (kw["ssm_dst"], kw["ssm_src"])]:
+        got = bits(dst[:, 4])
+        cand = (bits(src[:, 0, 0].contiguous()), bits(src[:, 1, 1].contiguous()))
+        assert ((got == cand[0]) | (got == cand[1])).all(), f"seed={seed}: element from neither contender"
+        # accept row 2 and track row 2 both copy source row 2 step 2: identical bytes, exact
+        assert torch.equal(bits(dst[:, 7]), bits(src[:, 2, 2].contiguous())), f"seed={seed}"
+
+
+def test_fused_commit_plan_cache_follows_tensors():
+    """A cached descriptor table must never be reused for different tensors."""
+    g, seed = new_generator()
+    clear_plan_cache()
+    for _ in range(2):
+        kw, _ = _case(2, 3, "dedup", torch.bfloat16, torch.float32, g, False)
+        exp = _expected(kw)
+        fused_commit(**kw)
+        _check(kw, exp, f"seed={seed}")
+        steps, slots = make_index_set(R, 2, N_SLOTS, g)
+        kw.update(accept_steps=steps, accept_slots=slots)
+        exp = _expected(kw)
+        fused_commit(**kw)  # same states, new indices: cached plan
+        _check(kw, exp, f"seed={seed} second call")
+
+
+def _bad_kw():
+    g, _ = new_generator()
+    kw, _ = _case(2, 3, "dedup", torch.bfloat16, torch.float32, g, False)
+    return kw
+
+
+@pytest.mark.parametrize(
+    "case, exc, match",
+    [
+        ("list_length", ValueError, "conv_dsts but"),
+        ("ssm_half", ValueError, "both be given"),
+        ("nothing", ValueError, "nothing to commit"),
+        ("layers", ValueError, "layer count"),
+        ("slots", ValueError, "slots, expected"),
+        ("km1", ValueError, "share K-1"),
+        ("steps_geom", ValueError, "rows/steps"),
+        ("state_shape", ValueError, "state shape mismatch"),
+        ("conv_dtype_pair", TypeError, "is torch.float16 but"),
+        ("ssm_not_dense", ValueError, "dense"),
+        ("index_dtype", TypeError, "int32 or int64"),
+        ("index_wrong_device", ValueError, "expected"),
+        ("state_wrong_device", ValueError, "expected"),
+        ("track_len", ValueError, "rows but track_slots"),
+        ("not_tensor", TypeError, "torch.Tensor"),
+    ],
+)
+def test_fused_commit_bad_arguments(case, exc, match):
+    kw = _bad_kw()
+    meta = torch.device("meta")
+    c0, s0 = kw["conv_dsts"][0], kw["conv_srcs"][0]
+    if case == "list_length":
+        kw["conv_srcs"] = kw["conv_srcs"][:1]
+    elif case == "ssm_half":
+        kw["ssm_src"] = None
+    elif case == "nothing":
+        kw.update(conv_dsts=[], conv_srcs=[], ssm_dst=None, ssm_src=None)
+    elif case == "layers":
+        kw["conv_dsts"][1] = kw["conv_dsts"][1][:1]
+    elif case == "slots":
+        kw["ssm_dst"] = kw["ssm_dst"][:, :4]
+    elif case == "km1":
+        kw["conv_dsts"][1] = kw["conv_dsts"][1][..., :1]
+        kw["conv_srcs"][1] = kw["conv_srcs"][1][..., :1]
+    elif case == "steps_geom":
+        kw["ssm_src"] = kw["ssm_src"][:, :, :1]
+    elif case == "state_shape":
+        kw["ssm_dst"] = kw["ssm_dst"][..., :2]
+    elif case == "conv_dtype_pair":
+        kw["conv_dsts"][0] = c0.half()
+    elif case == "ssm_not_dense":
+        kw["ssm_dst"] = kw["ssm_dst"].transpose(3, 4).contiguous().transpose(3, 4)
+    elif case == "index_dtype":
+        kw["accept_steps"] = kw["accept_steps"].to(torch.int16)
+    elif case == "index_wrong_device":
+        kw["accept_slots"] = torch.zeros(R, dtype=torch.int64, device=meta)
+    elif case == "state_wrong_device":
+        kw["conv_srcs"][0] = torch.empty(s0.shape, dtype=s0.dtype, device=meta)
+    elif case == "track_len":
+        kw["track_steps"] = kw["accept_steps"]
+        kw["track_slots"] = kw["accept_slots"][:2]
+    elif case == "not_tensor":
+        kw["accept_steps"] = kw["accept_steps"].tolist()
+    with pytest.raises(exc, match=match):
+        fused_commit(**kw)
+
+
+# ---------------------------------------------------------------- GPU only
+
+
+@CUDA
+def test_fused_commit_cuda_graph_capture_and_replay():
+    g, seed = new_generator()
+    kw, _ = _case(4, 4, "dedup", torch.bfloat16, torch.float32, g, True)
+    fused_commit(**kw)  # warm-up outside capture: compiles and caches the plan
+    for d in kw["conv_dsts"]:
+        poison(d)
+    poison(kw["ssm_dst"])
+    idx_names = ("accept_steps", "accept_slots", "track_steps", "track_slots")
+    static = {k: kw[k].clone() for k in idx_names}
+    kw.update(static)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            fused_commit(**kw)
+    torch.cuda.current_stream().wait_stream(stream)
+    for trial in range(3):
+        for d in kw["conv_dsts"]:
+            poison(d)
+        poison(kw["ssm_dst"])
+        steps, slots = make_index_set(R, 4, N_SLOTS, g)
+        t_steps, t_slots = make_index_set(R, 4, N_SLOTS, g, skip_every=2, taken=slots.tolist())
+        for name, new in zip(idx_names, (steps, slots, t_steps, t_slots)):
+            static[name].copy_(new)
+        exp = _expected(kw)
+        graph.replay()
+        torch.cuda.synchronize()
+        _check(kw, exp, f"seed={seed} replay {trial}")
+
+
+@CUDA
+def test_fused_commit_int64_offsets_past_2_31():
+    """Destinations whose element offsets pass 2**31 (layer and slot strides in int64)."""
+    free = torch.cuda.mem_get_info()[0]
+    if free < 24 * 2**30:
+        pytest.skip("needs ~20 GiB of free GPU memory")
+    g, seed = new_generator()
+    L2, R2, D2, dim, K = 2, 3, 4, 6144, 4
+    per = 1 << 20  # fp32 SSM entry of 4 MiB
+    n_slots = 1100  # 2 * 1100 * 2**20 elements = 2.3e9 > 2**31
+    ssm_dst = torch.full((L2, n_slots, per), 7.0, device="cuda")
+    ssm_src = rand((L2, R2, D2, per), torch.float32, g, "cuda")
+    conv_phys_big = torch.full((L2, 120_000, dim, K - 1), 3.0, dtype=torch.bfloat16, device="cuda")  # 4.4e9 elems
+    conv_src = conv_source("dedup", L2, R2, D2, K, dim, torch.bfloat16, g, "cuda")
+    steps = torch.tensor([3, 1, 2], device="cuda")
+    slots = torch.tensor([n_slots - 1, 5, n_slots - 2], device="cuda")
+    conv_slots = torch.tensor([119_999, 5, 119_998], device="cuda")
+    # conv and SSM share the index set, so use a second call for the conv slots past 2**31
+    fused_commit(conv_dsts=[], conv_srcs=[], ssm_dst=ssm_dst, ssm_src=ssm_src, accept_steps=steps, accept_slots=slots)
+    fused_commit(conv_dsts=[conv_phys_big], conv_srcs=[conv_src], ssm_dst=None, ssm_src=None,
+                 accept_steps=steps, accept_slots=conv_slots)
+    torch.cuda.synchronize()
+    assert (L2 * n_slots * per) > 2**31 and conv_phys_big.numel() > 2**32
+    for r, (s, slot, cslot) in enumerate(zip(steps.tolist(), slots.tolist(), conv_slots.tolist())):
+        for layer in range(L2):
+            assert torch.equal(bits(ssm_dst[layer, slot]), bits(ssm_src[layer, r, s])), f"seed={seed}"
+            assert torch.equal(bits(conv_phys_big[layer, cslot]), bits(conv_src[layer, r, s].contiguous()))
+    # neighbours untouched
+    assert (ssm_dst[:, n_slots - 3] == 7.0).all() and (conv_phys_big[:, 119_997] == 3.0).all()
+    assert (ssm_dst[:, 0] == 7.0).all() and (conv_phys_big[:, 0] == 3.0).all()
