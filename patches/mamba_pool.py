@@ -1,15 +1,303 @@
 """The conv-window scratch layout of ``MambaPool``.
 
 Wraps ``sglang.srt.mem_cache.memory_pool.MambaPool.__init__`` (0.5.12 ... 0.5.23).
-  * 0.5.12 ... 0.5.13.post1 (no upstream dedup): back-port, allocate the deduplicated window instead of
-    the dense one when the gate allows it;
-  * 0.5.14 ... 0.5.23 (upstream dedup): verify the layout upstream built and record it.
+
+Back-port (0.5.12 ... 0.5.13.post1, no upstream dedup), when the gate passes
+---------------------------------------------------------------------------
+The dense ``[L, S+1, D, dim, K-1]`` window must never be allocated, not even for a moment. We do not
+copy SGLang's constructor and we do not intercept ``torch.zeros``. Instead we call the original
+``__init__`` with ``speculative_num_draft_tokens=None``: that is SGLang's own non-speculative path,
+which allocates exactly the persistent conv and SSM states (and sets every attribute, the memory-saver
+adapter and the custom memory pool included) and no speculative scratch at all. We then allocate the
+speculative scratch ourselves, inside the *same* memory-saver region (``GPU_MEMORY_TYPE_KV_CACHE``)
+and custom-memory-pool context the original uses, read from the instance it just set up:
+
+  * ``intermediate_ssm [L, S+1, D, *ssm]`` exactly as SGLang would (same shape and dtype);
+  * per conv kind one physical ``[L, S+1, dim, D+K-2]`` buffer and its overlapping view
+    (:mod:`sglang_mamba_dedup.layout`), kept in ``_intermediate_conv_window_phys`` as upstream names it;
+
+and swap ``mamba_cache`` for a ``SpeculativeState`` holding them. So the peak during construction is the
+final footprint, ``mem_usage`` counts physical bytes, and our log line reports them.
+
+Take-over (0.5.14 ... 0.5.23, upstream dedup)
+---------------------------------------------
+The original runs unchanged (nothing is allocated twice). Afterwards we check that every
+``intermediate_conv_window`` is the overlapping view of its physical buffer (address math), correct
+``mem_usage`` if it counted the view's logical size, and record ``upstream`` (or ``stock`` with the
+reason when upstream built the dense window).
+
+Either way a gate 'no' keeps SGLang's stock layout, logs and records the reason, and in strict mode
+(``SGLANG_MAMBA_DEDUP=strict``) raises a RuntimeError instead. The pool is tagged with ``_smd_layout``
+and ``_smd_commit_ok`` (whether our commit kernel may serve it) for :mod:`.verify_commit`.
 Undone by ``sglang_mamba_dedup.revert()`` (restores the original ``__init__``; pools already built keep
 their layout).
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import logging
+from typing import Any, Dict, List, Optional
+
+from sglang_mamba_dedup import activation, gate, layout, report, versions
+
+logger = logging.getLogger("sglang_mamba_dedup")
+
+GB = 1 << 30
+
+_version_cache: Dict[str, Optional[str]] = {}
+
+
+def _sglang_version() -> Optional[str]:
+    if "v" not in _version_cache:
+        _version_cache["v"] = versions.installed_sglang_version()
+    return _version_cache["v"]
+
+
+def _is_backport() -> bool:
+    return versions.mode_for(_sglang_version()) == "backport"
+
 
 def mamba_pool_init(wrapped, instance, args, kwargs):
-    # Pass-through until the integration lands (issue 4).
-    return wrapped(*args, **kwargs)
+    if args or instance is None:  # MambaPool.__init__ is keyword-only; anything else is not ours to judge
+        return wrapped(*args, **kwargs)
+    if _is_backport():
+        return _backport_init(wrapped, instance, kwargs)
+    return _takeover_init(wrapped, instance, kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _topk_for(kwargs) -> Any:
+    if "speculative_eagle_topk" in kwargs:
+        return kwargs["speculative_eagle_topk"]
+    ctx = gate.pool_context()
+    return ctx.topk if ctx is not None else gate._UNSET
+
+
+def _unified() -> bool:
+    ctx = gate.pool_context()
+    return bool(ctx.unified) if ctx is not None else False
+
+
+def _dense_bytes(num_layers: int, rows: int, d: int, conv_shapes, itemsize: int) -> int:
+    return sum(layout.dense_window_bytes(num_layers, rows, d, cs, itemsize) for cs in conv_shapes)
+
+
+def _refuse_if_strict(reason: str) -> None:
+    if activation.strict():
+        raise RuntimeError(
+            f"sglang-mamba-dedup strict mode ({activation.ENV}=strict): the deduplicated conv-window cache "
+            f"cannot be used for this MambaPool: {reason}"
+        )
+
+
+def _record_stock(instance, reason: str, kwargs, *, spec: bool) -> None:
+    cache_params = kwargs.get("cache_params")
+    d = kwargs.get("speculative_num_draft_tokens")
+    dense = 0
+    if spec and cache_params is not None:
+        try:
+            dense = layout.nbytes(instance.mamba_cache.intermediate_conv_window)
+        except Exception:  # noqa: BLE001 - report only
+            dense = 0
+    instance._smd_layout = "stock"
+    instance._smd_commit_ok = bool(spec) and _commit_ok(instance, kwargs)
+    report.record_layout("stock", reason, dense, dense, release=_sglang_version(), draft_tokens=d)
+    if spec:
+        logger.warning("sglang-mamba-dedup: MambaPool keeps SGLang's dense conv-window scratch: %s", reason)
+    else:
+        logger.info("sglang-mamba-dedup: MambaPool without speculative scratch: %s", reason)
+
+
+def _commit_ok(instance, kwargs) -> bool:
+    """Whether our fused commit may serve this pool (any window layout; same semantics as SGLang's scatter)."""
+    cache_params = kwargs.get("cache_params")
+    cache = getattr(instance, "mamba_cache", None)
+    return (
+        cache is not None
+        and getattr(cache, "intermediate_ssm", None) is not None
+        and bool(getattr(cache, "intermediate_conv_window", None))
+        and gate.device_problem(kwargs.get("device")) is None
+        and gate.model_problem(cache_params) is None
+    )
+
+
+# ---------------------------------------------------------------------------------------------- back-port
+def _backport_init(wrapped, instance, kwargs):
+    d = kwargs.get("speculative_num_draft_tokens")
+    cache_params = kwargs.get("cache_params")
+    ok, reason = gate.check(
+        device=kwargs.get("device"),
+        speculative_num_draft_tokens=d,
+        cache_params=cache_params,
+        topk=_topk_for(kwargs),
+        unified=_unified(),
+        pool=instance,
+        backport=True,
+    )
+    if not ok:
+        spec = d is not None
+        if spec:
+            _refuse_if_strict(reason)
+        result = wrapped(**kwargs)
+        _record_stock(instance, reason, kwargs, spec=spec)
+        return result
+
+    # SGLang's own non-speculative construction: persistent states only, no scratch at all.
+    result = wrapped(**dict(kwargs, speculative_num_draft_tokens=None))
+    _add_dedup_scratch(wrapped, instance, kwargs)
+    return result
+
+
+def _alloc_context(wrapped, instance):
+    """The memory-saver region and custom memory pool SGLang's constructor allocates under."""
+    import torch
+
+    stack = contextlib.ExitStack()
+    tag = getattr(wrapped, "__globals__", {}).get("GPU_MEMORY_TYPE_KV_CACHE")
+    if tag is None:
+        from sglang.srt.constants import GPU_MEMORY_TYPE_KV_CACHE as tag  # noqa: N811
+    stack.enter_context(instance.memory_saver_adapter.region(tag))
+    if getattr(instance, "enable_custom_mem_pool", False):
+        stack.enter_context(torch.cuda.use_mem_pool(instance.custom_mem_pool))
+    return stack
+
+
+def _add_dedup_scratch(wrapped, instance, kwargs) -> None:
+    import torch
+
+    d = int(kwargs["speculative_num_draft_tokens"])
+    cache_params = kwargs["cache_params"]
+    spec_rows = int(kwargs["spec_state_size"]) + 1
+    state = instance.mamba_cache
+    if dataclasses.is_dataclass(state) and isinstance(state, getattr(instance, "SpeculativeState", ())):
+        raise RuntimeError("sglang-mamba-dedup: MambaPool built a speculative state with draft tokens off")
+    conv: List[torch.Tensor] = list(state.conv)
+    temporal: torch.Tensor = state.temporal
+    num_layers = int(temporal.shape[0])
+    conv_shapes = [tuple(int(x) for x in cs) for cs in cache_params.shape.conv]
+    conv_dtype = cache_params.dtype.conv
+    ssm_dtype = cache_params.dtype.temporal
+    device = instance.device
+    with _alloc_context(wrapped, instance):
+        intermediate_ssm = torch.zeros(
+            (num_layers, spec_rows, d, *tuple(int(x) for x in cache_params.shape.temporal)),
+            dtype=ssm_dtype,
+            device=device,
+        )
+        phys_list, views = [], []
+        for cs in conv_shapes:
+            phys, view = layout.allocate(
+                num_layers=num_layers, rows=spec_rows, num_draft_tokens=d, conv_shape=cs, dtype=conv_dtype, device=device
+            )
+            phys_list.append(phys)
+            views.append(view)
+    fields = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+    fields.update(intermediate_ssm=intermediate_ssm, intermediate_conv_window=views)
+    instance.mamba_cache = instance.SpeculativeState(**fields)
+    instance._intermediate_conv_window_phys = phys_list
+
+    state_bytes = layout.nbytes(conv) + layout.nbytes(temporal)
+    other = sum(
+        layout.nbytes(getattr(state, f.name))
+        for f in dataclasses.fields(state)
+        if f.name not in ("conv", "temporal") and isinstance(getattr(state, f.name), (torch.Tensor, list))
+    )
+    physical = layout.nbytes(phys_list)
+    dense = _dense_bytes(num_layers, spec_rows, d, conv_shapes, torch.empty((), dtype=conv_dtype).element_size())
+    ssm_bytes = layout.nbytes(intermediate_ssm)
+    instance.mem_usage = (state_bytes + other + ssm_bytes + physical) / GB
+    instance._smd_layout = "ours"
+    instance._smd_commit_ok = True
+    k = gate.conv_kernel_of(cache_params)
+    logger.info(
+        "sglang-mamba-dedup: Mamba speculative cache is allocated (deduplicated conv window, back-port). "
+        "max_mamba_cache_size: %s, intermediate_ssm_state_cache size: %.2fGB "
+        "intermediate_conv_window_cache size: %.2fGB physical (dense would be %.2fGB, ratio %.3f = (D+K-2)/(D*(K-1)), "
+        "D=%d K=%d); pool mem_usage %.2fGB",
+        instance.size, ssm_bytes / GB, physical / GB, dense / GB, physical / dense if dense else 0.0, d, k, instance.mem_usage,
+    )
+    report.record_layout(
+        "ours", None, dense, physical,
+        release=_sglang_version(), draft_tokens=d, conv_kernel=k, conv_kinds=len(conv_shapes),
+        mem_usage_bytes=int(round(instance.mem_usage * GB)),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- take-over
+def _phys_for(instance, index: int, view):
+    phys_list = getattr(instance, "_intermediate_conv_window_phys", None)
+    if isinstance(phys_list, (list, tuple)) and index < len(phys_list):
+        return phys_list[index]
+    # Releases that keep no handle on the buffer: rebuild it from the view's own strides.
+    if view.dim() != 5:
+        return None
+    L, S, D, dim, win = view.shape
+    s0, s1, _, s3, s4 = view.stride()
+    return view.as_strided((L, S, dim, D + win - 1), (s0, s1, s3, s4), view.storage_offset())
+
+
+def _takeover_init(wrapped, instance, kwargs):
+    result = wrapped(**kwargs)
+    d = kwargs.get("speculative_num_draft_tokens")
+    cache_params = kwargs.get("cache_params")
+    ok, reason = gate.check(
+        device=kwargs.get("device"),
+        speculative_num_draft_tokens=d,
+        cache_params=cache_params,
+        topk=_topk_for(kwargs),
+        unified=_unified(),
+        pool=instance,
+    )
+    cache = getattr(instance, "mamba_cache", None)
+    windows = list(getattr(cache, "intermediate_conv_window", None) or [])
+    if d is None or not windows:
+        _record_stock(instance, reason or "no conv-window scratch", kwargs, spec=False)
+        return result
+    problems = []
+    phys_list = []
+    for i, view in enumerate(windows):
+        phys = _phys_for(instance, i, view)
+        phys_list.append(phys)
+        problem = layout.dedup_problem(view, phys)
+        if problem:
+            problems.append(f"window {i}: {problem}")
+    if problems:
+        why = reason or "upstream built a dense window"
+        _refuse_if_strict(why)
+        _record_stock(instance, why, kwargs, spec=True)
+        return result
+
+    import torch
+
+    physical = layout.nbytes(phys_list)
+    dense = layout.nbytes(windows)  # the views' logical size is the dense size
+    # mem_usage must count the physical buffers, not the views' logical size.
+    expected = 0
+    for f in dataclasses.fields(cache):
+        v = getattr(cache, f.name)
+        if f.name == "intermediate_conv_window":
+            expected += physical
+        elif isinstance(v, (torch.Tensor, list)):
+            expected += layout.nbytes(v)
+    reported = getattr(instance, "mem_usage", None)
+    if reported is None or abs(reported * GB - expected) > 1024:
+        logger.info(
+            "sglang-mamba-dedup: MambaPool.mem_usage %s GB corrected to the physical %.4f GB",
+            reported, expected / GB,
+        )
+        instance.mem_usage = expected / GB
+    instance._smd_layout = "upstream"
+    instance._smd_commit_ok = _commit_ok(instance, kwargs)
+    note = None if ok else f"upstream dedups although our gate says no: {reason}"
+    report.record_layout(
+        "upstream", note, dense, physical,
+        release=_sglang_version(), draft_tokens=d, conv_kernel=gate.conv_kernel_of(cache_params),
+        conv_kinds=len(windows), mem_usage_bytes=int(round(instance.mem_usage * GB)),
+    )
+    logger.info(
+        "sglang-mamba-dedup: upstream deduplicated conv window verified (view aliases its physical buffer): "
+        "%.2fGB physical vs %.2fGB dense",
+        physical / GB, dense / GB,
+    )
+    return result

@@ -2,21 +2,125 @@
 
 Wraps
   * ``sglang.srt.model_executor.model_runner_kv_cache_mixin.ModelRunnerKVCacheMixin._init_pools``
-    (0.5.12 ... 0.5.13.post1): gets ``speculative_eagle_topk`` to the pool gate, which those releases
-    do not pass to ``MambaPool``;
-  * ``...ModelRunnerKVCacheMixin.handle_max_mamba_cache`` (0.5.12 ... 0.5.15.x) and
+    (0.5.12 ... 0.5.13.post1): those releases do not pass ``speculative_eagle_topk`` to ``MambaPool``.
+    For the duration of the call we publish it (and the unified-memory flag) through
+    :func:`sglang_mamba_dedup.gate.speculative_topk`, a context variable the pool patch reads. That covers
+    every pool ``_init_pools`` builds, ``HybridReqToTokenPool`` and the PD-decode
+    ``HybridMambaDecodeReqToTokenPool`` alike (both build their ``MambaPool`` inside it). Draft workers call
+    ``_init_pools`` too but share the target's ``req_to_token_pool``, so no second pool is built and
+    nothing is wrapped twice (wrapping is per class, once, by the patcher).
+  * ``...ModelRunnerKVCacheMixin.handle_max_mamba_cache`` (0.5.12 ... 0.5.16) and
     ``sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._handle_max_mamba_cache``
-    (0.5.17 ... 0.5.23): reserve the deduplicated window size instead of the dense one.
+    (0.5.17 ... 0.5.23): SGLang reserves ``mamba_cache_per_req * D`` of speculative scratch per request
+    (a dense window per draft token). When the gate would pass, we run SGLang's own estimator with the
+    draft-token count scoped to ``D_eff`` (:func:`sglang_mamba_dedup.gate.effective_draft_tokens`), for which
+    ``mamba_cache_per_req * D_eff`` is exactly the dedup scratch (dense SSM steps + ``(D+K-2)/(K-1)`` conv
+    windows). The same budget then yields more mamba slots; SGLang's arithmetic is not copied. The scope:
+    ``get_spec().override(...)`` (SGLang's own scoped override) on 0.5.17+, the ``server_args`` attribute,
+    restored in ``finally``, before. The estimator runs once, at start-up, in the scheduler process.
 Undone by ``sglang_mamba_dedup.revert()``.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
+from typing import Any, Dict, Optional, Tuple
+
+from sglang_mamba_dedup import gate, versions
+
+logger = logging.getLogger("sglang_mamba_dedup")
+
+#: The last estimator decision in this process (for tests, the doctor and the README numbers).
+last_estimate: Dict[str, Any] = {}
+
 
 def init_pools(wrapped, instance, args, kwargs):
-    # Pass-through until the integration lands (issue 4).
-    return wrapped(*args, **kwargs)
+    sa = getattr(instance, "server_args", None)
+    topk = getattr(sa, "speculative_eagle_topk", None)
+    unified = bool(getattr(sa, "enable_unified_memory", False))
+    with gate.speculative_topk(topk, unified=unified, source="ModelRunner._init_pools"):
+        return wrapped(*args, **kwargs)
+
+
+def _spec_bag(wrapped):
+    getter = getattr(wrapped, "__globals__", {}).get("get_spec")
+    return getter() if getter is not None else None
+
+
+def _inputs(wrapped, instance) -> Tuple[Optional[int], Any, bool, str]:
+    """``(draft_tokens, topk, unified, style)`` as the estimator itself sees them."""
+    bag = _spec_bag(wrapped)
+    if bag is not None:
+        g = getattr(wrapped, "__globals__", {})
+        unified = False
+        get_memory = g.get("get_memory")
+        if get_memory is not None:
+            unified = bool(getattr(get_memory(), "enable_unified_memory", False))
+        return bag.speculative_num_draft_tokens, bag.speculative_eagle_topk, unified, "runtime_context"
+    sa = instance.server_args
+    return (
+        sa.speculative_num_draft_tokens,
+        sa.speculative_eagle_topk,
+        bool(getattr(sa, "enable_unified_memory", False)),
+        "server_args",
+    )
+
+
+def estimator_decision(wrapped, instance) -> Tuple[Optional[float], Optional[str], Dict[str, Any]]:
+    """``(D_eff or None, reason, info)`` for this estimator call."""
+    spec_alg = getattr(instance, "spec_algorithm", None)
+    if spec_alg is None or spec_alg.is_none():
+        return None, "speculative decoding off", {}
+    d, topk, unified, style = _inputs(wrapped, instance)
+    if d is None:
+        return None, "speculative_num_draft_tokens unset", {}
+    fused_entry = getattr(instance, "fused_entry_bytes", None)
+    if fused_entry is not None and fused_entry("mamba") is not None:
+        return None, "fused draft state entry (unified pool)", {}
+    cache_params = instance.mambaish_config.mamba2_cache_params
+    ok, reason = gate.check(
+        device=instance.device,
+        speculative_num_draft_tokens=d,
+        cache_params=cache_params,
+        topk=topk,
+        unified=unified,
+        backport=versions.mode_for(versions.installed_sglang_version()) == "backport",
+    )
+    if not ok:
+        return None, reason, {}
+    d_eff = gate.effective_draft_tokens(cache_params, int(d))
+    return d_eff, None, {"draft_tokens": int(d), "effective_draft_tokens": d_eff, "style": style}
+
+
+@contextlib.contextmanager
+def _scoped_draft_tokens(wrapped, instance, value: float):
+    bag = _spec_bag(wrapped)
+    if bag is not None:
+        with bag.override(speculative_num_draft_tokens=value):
+            yield
+        return
+    sa = instance.server_args
+    saved = sa.speculative_num_draft_tokens
+    sa.speculative_num_draft_tokens = value
+    try:
+        yield
+    finally:
+        sa.speculative_num_draft_tokens = saved
 
 
 def handle_max_mamba_cache(wrapped, instance, args, kwargs):
-    # Pass-through until the integration lands (issue 4).
-    return wrapped(*args, **kwargs)
+    d_eff, reason, info = estimator_decision(wrapped, instance)
+    last_estimate.clear()
+    if d_eff is None:
+        last_estimate.update(applied=False, reason=reason)
+        logger.info("sglang-mamba-dedup: mamba cache estimator unchanged: %s", reason)
+        return wrapped(*args, **kwargs)
+    with _scoped_draft_tokens(wrapped, instance, d_eff):
+        result = wrapped(*args, **kwargs)
+    last_estimate.update(applied=True, reason=None, **info)
+    logger.info(
+        "sglang-mamba-dedup: mamba cache estimator reserves the deduplicated scratch "
+        "(D=%d counted as %.4f dense-equivalent draft tokens)",
+        info["draft_tokens"], d_eff,
+    )
+    return result

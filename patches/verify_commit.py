@@ -2,11 +2,119 @@
 
 Wraps ``sglang.srt.layers.attention.hybrid_linear_attn_backend.HybridLinearAttnBackend
 .update_mamba_state_after_mtp_verify`` (0.5.12 ... 0.5.23); ``HybridAttnBackend`` delegates to it.
+
+Per call we either run our single fused launch (``sglang_mamba_dedup.kernels.fused_commit``: SSM and
+every conv kind, the accept set and the optional track set together), or hand the call unchanged to
+SGLang. SGLang keeps every branch we do not own, chosen per call with the same tests it uses itself
+(0.5.23): ReplaySSM-KDA (``mamba_pool.replayssm_is_kda``), KDA fused accept
+(``linear_attn_backend.accept_lens_pool``), pipeline stable rows (``pp_spec_stable_rows_enabled()`` with
+``req_pool_indices``), ReplaySSM spec without ``intermediate_ssm``; and any pool our pool patch did not
+clear for the kernel (``_smd_commit_ok``: e.g. ``UnifiedMambaPool``, KDA, a pool built before the patch).
+On our path 0.5.23's PLE side states (``_update_ple_state_after_mtp_verify``) are still committed by
+SGLang's own method, with the same arguments as SGLang passes.
+
+Semantics are SGLang's scatter: for request row r with step ``s = last_correct_step_indices[r]``
+(negative = skip), source row r (the verify row) at step s goes to slot ``mamba_cache_indices[r]``;
+likewise for ``mamba_track_indices`` / ``mamba_steps_to_track``. No host sync: no ``.item()``, no
+``nonzero``; counting is a Python increment (:func:`sglang_mamba_dedup.report.count_commit`).
 Undone by ``sglang_mamba_dedup.revert()``.
 """
 from __future__ import annotations
 
+import sys
+from typing import Any, Callable, Optional
+
+from sglang_mamba_dedup import report
+
+_PARAMS = ("last_correct_step_indices", "mamba_track_indices", "mamba_steps_to_track", "model", "req_pool_indices")
+
+_kernel: Optional[Callable[..., Any]] = None
+_kernel_error: Optional[str] = None
+
+
+def load_fused_commit() -> Callable[..., Any]:
+    """Import the plugin's fused commit launcher (once); raises ImportError when unavailable."""
+    global _kernel, _kernel_error
+    if _kernel is None:
+        try:
+            from sglang_mamba_dedup.kernels import fused_commit
+        except Exception as exc:  # noqa: BLE001 - any import failure means 'not available'
+            _kernel_error = f"{type(exc).__name__}: {exc}"
+            raise ImportError(_kernel_error) from exc
+        _kernel, _kernel_error = fused_commit, None
+    return _kernel
+
+
+def kernel_problem() -> Optional[str]:
+    try:
+        load_fused_commit()
+    except ImportError as exc:
+        return str(exc)
+    return None
+
+
+def _bind(args, kwargs):
+    values = dict(zip(_PARAMS, args))
+    values.update(kwargs)
+    return values
+
+
+def _stock_reason(instance, wrapped, call) -> Optional[str]:
+    """None when our kernel may serve this call; else the branch SGLang keeps."""
+    lab = getattr(instance, "linear_attn_backend", None)
+    req_pool = getattr(lab, "req_to_token_pool", None)
+    pool = getattr(req_pool, "mamba_pool", None)
+    if pool is None or not getattr(pool, "_smd_commit_ok", False):
+        return "pool not cleared for the plugin's commit"
+    if getattr(pool, "replayssm_is_kda", False):
+        return "ReplaySSM-KDA"
+    if getattr(lab, "accept_lens_pool", None) is not None:
+        return "KDA fused accept"
+    if call.get("req_pool_indices") is not None:
+        module = sys.modules.get(getattr(wrapped, "__module__", ""), None)
+        stable = getattr(module, "pp_spec_stable_rows_enabled", None)
+        if stable is not None and stable():
+            return "pipeline stable rows"
+    cache = pool.mamba_cache
+    if getattr(cache, "intermediate_ssm", None) is None:
+        return "ReplaySSM spec (no intermediate_ssm)"
+    if cache.temporal.numel() == 0 or any(c.numel() == 0 for c in cache.conv):
+        return "empty state"
+    if kernel_problem() is not None:
+        return "kernel unavailable"
+    return None
+
 
 def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
-    # Pass-through until the integration lands (issue 4).
-    return wrapped(*args, **kwargs)
+    call = _bind(args, kwargs)
+    if instance is None or _stock_reason(instance, wrapped, call) is not None:
+        report.count_commit(ours=False)
+        return wrapped(*args, **kwargs)
+
+    last_correct = call["last_correct_step_indices"]
+    track_idx = call.get("mamba_track_indices")
+    track_steps = call.get("mamba_steps_to_track")
+    lab = instance.linear_attn_backend
+    n = last_correct.shape[0]
+    state_indices = lab.forward_metadata.mamba_cache_indices[:n]
+    if track_idx is not None:
+        assert track_steps is not None
+        translate = getattr(lab, "_translate_mamba_indices", None)  # 0.5.23: virtual -> physical slot ids
+        if translate is not None:
+            track_idx = translate(track_idx)
+    cache = lab.req_to_token_pool.mamba_pool.mamba_cache
+    load_fused_commit()(
+        conv_dsts=list(cache.conv),
+        conv_srcs=list(cache.intermediate_conv_window),
+        ssm_dst=cache.temporal,
+        ssm_src=cache.intermediate_ssm,
+        accept_steps=last_correct,
+        accept_slots=state_indices,
+        track_steps=track_steps if track_idx is not None else None,
+        track_slots=track_idx,
+    )
+    ple = getattr(instance, "_update_ple_state_after_mtp_verify", None)
+    if ple is not None:
+        ple(state_indices, last_correct, track_idx, track_steps, None)  # as SGLang calls it
+    report.count_commit(ours=True)
+    return None

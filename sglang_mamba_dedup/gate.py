@@ -1,0 +1,209 @@
+"""The gate: may the conv-window scratch of this pool be deduplicated?
+
+Yes only when all hold (FACTS §2):
+  * the pool is on a CUDA device (not ROCm: untested here);
+  * speculative decoding is on (the pool has a draft-window scratch at all);
+  * the draft is a linear chain: EAGLE topk <= 1 (``None`` counts as 1; NGRAM puts its BFS breadth here);
+  * every conv state is shaped ``(dim, K-1)`` (the window axis last);
+  * not KDA (Kimi linear, ``(K-1, dim)`` conv, transposed windows) and the model did not opt out
+    (``disable_conv_window_dedup`` on its state-shape class);
+  * not ``UnifiedMambaPool`` (``--enable-unified-memory`` keeps a dense window);
+  * on back-port releases (no upstream dedup) also: our commit patch is active and our kernels import,
+    because SGLang's own scatter there refuses a non-contiguous (overlapping) source.
+
+:func:`check` returns ``(ok, reason)``; reason is None when ok. No torch/SGLang import at module load.
+
+Tests only: ``SGLANG_MAMBA_DEDUP_ALLOW_CPU=1`` lets a ``cpu`` device pass the device check, so the
+Triton interpreter (``TRITON_INTERPRET=1``) can stand in for the GPU in CI. Never set it in serving.
+
+Releases 0.5.12 ... 0.5.13.post1 do not pass ``speculative_eagle_topk`` to ``MambaPool``; the
+``topk_plumbing`` patch wraps ``ModelRunnerKVCacheMixin._init_pools`` and publishes it here through
+:func:`speculative_topk` (a context variable) for the duration of the pool construction.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Sequence, Tuple
+
+ALLOW_CPU_ENV = "SGLANG_MAMBA_DEDUP_ALLOW_CPU"
+
+_UNSET = object()
+
+
+@dataclass(frozen=True)
+class PoolContext:
+    """What the model runner knows and the pool constructor does not (back-port releases)."""
+
+    topk: Optional[int]
+    unified: bool = False
+    source: str = "ModelRunner._init_pools"
+
+
+_POOL_CONTEXT: contextvars.ContextVar = contextvars.ContextVar("sglang_mamba_dedup_pool_context", default=None)
+
+
+@contextlib.contextmanager
+def speculative_topk(topk: Optional[int], *, unified: bool = False, source: str = "ModelRunner._init_pools") -> Iterator[PoolContext]:
+    """Publish the EAGLE topk (and unified-memory flag) to pools built inside this block."""
+    ctx = PoolContext(topk=topk, unified=bool(unified), source=source)
+    token = _POOL_CONTEXT.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _POOL_CONTEXT.reset(token)
+
+
+def pool_context() -> Optional[PoolContext]:
+    return _POOL_CONTEXT.get()
+
+
+def cpu_allowed() -> bool:
+    """Test-only override of the CUDA check (``SGLANG_MAMBA_DEDUP_ALLOW_CPU=1``)."""
+    return os.environ.get(ALLOW_CPU_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def device_problem(device: Any) -> Optional[str]:
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except Exception as exc:  # noqa: BLE001 - any unparsable device is a 'no'
+        return f"unparsable device {device!r}: {exc}"
+    if dev.type == "cuda":
+        if getattr(torch.version, "hip", None):
+            return "ROCm/HIP device: the plugin gates on CUDA only"
+        return None
+    if dev.type == "cpu" and cpu_allowed():
+        return None
+    return f"device {dev.type!r} is not CUDA (the CPU override {ALLOW_CPU_ENV}=1 is for tests only)"
+
+
+def conv_kernel_of(cache_params: Any) -> Optional[int]:
+    k = getattr(getattr(cache_params, "shape", None), "conv_kernel", None)
+    return int(k) if k is not None else None
+
+
+def model_problem(cache_params: Any) -> Optional[str]:
+    """Reasons that depend on the model's state shapes alone (KDA, opt-out, conv layout)."""
+    shape = getattr(cache_params, "shape", None)
+    if shape is None:
+        return "cache_params has no state shape"
+    if bool(getattr(cache_params, "is_kda", False)) or type(shape).__name__.startswith("KimiLinear"):
+        return "KDA (Kimi linear) conv state is (K-1, dim) and its windows are transposed"
+    if bool(getattr(shape, "disable_conv_window_dedup", False)):
+        return f"the model opts out ({type(shape).__name__}.disable_conv_window_dedup)"
+    k = conv_kernel_of(cache_params)
+    if k is None or k < 2:
+        return f"cannot read conv_kernel (>= 2) from {type(shape).__name__}"
+    convs = list(getattr(shape, "conv", []) or [])
+    if not convs:
+        return "no conv state"
+    for cs in convs:
+        cs = tuple(int(x) for x in cs)
+        if len(cs) != 2 or cs[1] != k - 1:
+            return f"conv state shape {cs} is not (dim, K-1) with K-1={k - 1}"
+    return None
+
+
+def topk_problem(topk: Any) -> Optional[str]:
+    if topk is _UNSET:
+        return (
+            "speculative_eagle_topk unknown (pool built outside ModelRunner._init_pools and this release's "
+            "MambaPool does not take it)"
+        )
+    t = 1 if topk is None else int(topk)
+    if t > 1:
+        return f"EAGLE topk {t} > 1: tree verify needs independent windows per node"
+    return None
+
+
+def backport_problem() -> Optional[str]:
+    """On releases without upstream dedup, SGLang's own scatter cannot read the view: ours must run."""
+    from . import patching
+    from .patches import verify_commit
+
+    if not patching.PATCHER.applied("commit") or not patching.PATCHER.is_enabled("commit"):
+        return "the plugin's commit patch is not active (SGLang's own scatter cannot read a deduplicated view)"
+    err = verify_commit.kernel_problem()
+    if err:
+        return f"the plugin's commit kernel is unavailable: {err}"
+    return None
+
+
+def check(
+    *,
+    device: Any,
+    speculative_num_draft_tokens: Optional[int],
+    cache_params: Any,
+    topk: Any = _UNSET,
+    unified: bool = False,
+    pool: Any = None,
+    backport: bool = False,
+) -> Tuple[bool, Optional[str]]:
+    """``(ok, reason)``. ``topk`` omitted = unknown (a 'no'). ``pool`` = the pool instance, if any."""
+    if speculative_num_draft_tokens is None:
+        return False, "speculative decoding off (no conv-window scratch)"
+    if int(speculative_num_draft_tokens) < 1:
+        return False, f"speculative_num_draft_tokens={speculative_num_draft_tokens}"
+    if pool is not None and type(pool).__name__.startswith("Unified"):
+        return False, f"{type(pool).__name__} (--enable-unified-memory) keeps a dense window"
+    if unified:
+        return False, "unified memory (--enable-unified-memory) keeps a dense window"
+    for problem in (device_problem(device), topk_problem(topk), model_problem(cache_params)):
+        if problem:
+            return False, problem
+    if backport:
+        problem = backport_problem()
+        if problem:
+            return False, problem
+    return True, None
+
+
+def effective_draft_tokens(cache_params: Any, num_draft_tokens: int) -> float:
+    """The draft-token count that makes ``per_req * D_eff`` equal the dedup scratch bytes per request.
+
+    SGLang's estimator reserves ``mamba_cache_per_req * D`` of scratch per request
+    (``per_req = conv + ssm`` bytes). With the dedup window the scratch is
+    ``ssm * D + conv * (D+K-2)/(K-1)``, so ``D_eff = (ssm*D + conv*(D+K-2)/(K-1)) / (ssm + conv)``.
+    """
+    import numpy as np
+
+    shape = cache_params.shape
+    k = conv_kernel_of(cache_params)
+    d = int(num_draft_tokens)
+    layers = len(cache_params.layers)
+    conv = sum(int(np.prod(cs)) for cs in shape.conv) * cache_params.dtype.conv.itemsize * layers
+    ssm = int(np.prod(shape.temporal)) * cache_params.dtype.temporal.itemsize * layers
+    scratch = ssm * d + conv * (d + k - 2) / (k - 1)
+    return scratch / (ssm + conv)
+
+
+def describe_release(version: Optional[str]) -> str:
+    """For ``doctor``: which mode the plugin uses on an SGLang release and what it patches there."""
+    from . import versions
+    from .patches import PATCHES
+
+    problem = versions.support_problem(version)
+    if problem:
+        return f"SGLang {version}: not supported ({problem}); nothing is patched."
+    mode = versions.mode_for(version)
+    targets = [f"{p.target} [{p.feature}]" for p in PATCHES if p.feature != "launch_flag" and p.applies_to(version)]
+    if mode == "backport":
+        what = (
+            "back-port mode: SGLang allocates a dense [L, S+1, D, dim, K-1] conv-window scratch; the plugin "
+            "builds MambaPool without it and allocates the deduplicated [L, S+1, dim, D+K-2] buffer + view "
+            "instead (gate permitting; topk comes from ModelRunner._init_pools), commits accepted states with "
+            "its fused kernel (SGLang's scatter cannot read the view), and sizes the mamba cache for the "
+            "dedup footprint."
+        )
+    else:
+        what = (
+            "take-over mode: SGLang already allocates the deduplicated window; the plugin checks that the view "
+            "aliases the physical buffer and records it, commits accepted states with its fused kernel (SGLang's "
+            "own code keeps the KDA, ReplaySSM and pipeline-stable-row branches), and sizes the mamba cache for "
+            "the dedup footprint (upstream still reserves the dense size)."
+        )
+    return f"SGLang {version}: {what} Patched: " + "; ".join(targets) + "."

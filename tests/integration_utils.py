@@ -1,0 +1,435 @@
+"""Helpers for the integration tests: real SGLang pools and backends on CPU (or CUDA), the
+speculative-decode simulation, and test-only stand-ins where SGLang hard-codes CUDA.
+
+Test-only pieces, never used by the plugin itself:
+  * ``SGLANG_MAMBA_DEDUP_ALLOW_CPU=1`` (set by the test modules) lets the gate accept a CPU pool;
+  * :func:`cpu_stock_paths` lets SGLang's *stock* code run on CPU: 0.5.13 allocates the speculative
+    scratch on the hard-coded device "cuda" (redirected to the pool's CPU device), and SGLang's scatter
+    wrappers refuse CPU tensors (their ``x.is_cuda`` checks are widened to ``x.is_cuda or x.is_cpu``; the
+    rest of SGLang's code runs verbatim, kernels under ``TRITON_INTERPRET=1``);
+  * :func:`reference_fused_commit`, a plain-torch stand-in used only if the plugin's Triton kernels
+    cannot be imported.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import importlib
+import inspect
+import os
+import re
+import textwrap
+import types
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from sglang_mamba_dedup import gate, patching, report, versions
+from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
+
+SGLANG_VERSION = versions.installed_sglang_version()
+BACKPORT = versions.mode_for(SGLANG_VERSION) == "backport"
+NEW_LAYOUT = versions.in_range(SGLANG_VERSION, versions.NEW_LAYOUT)
+
+
+# ------------------------------------------------------------------------------------------------ plugin
+@contextlib.contextmanager
+def plugin(on: bool, mode: str = "1"):
+    """Plugin applied (``on``) or fully reverted, with the switch env var set accordingly."""
+    old = os.environ.get("SGLANG_MAMBA_DEDUP")
+    report.reset()
+    try:
+        if on:
+            os.environ["SGLANG_MAMBA_DEDUP"] = mode
+            res = patching.apply(SWITCHED_FEATURES)
+            bad = {f: r for f, r in res.items() if r is not None}
+            assert not bad, f"plugin features skipped: {bad}"
+        else:
+            os.environ.pop("SGLANG_MAMBA_DEDUP", None)
+            patching.revert(SWITCHED_FEATURES)
+        yield
+    finally:
+        patching.revert(SWITCHED_FEATURES)
+        if old is None:
+            os.environ.pop("SGLANG_MAMBA_DEDUP", None)
+        else:
+            os.environ["SGLANG_MAMBA_DEDUP"] = old
+
+
+def reference_fused_commit(*, conv_dsts, conv_srcs, ssm_dst, ssm_src, accept_steps, accept_slots, track_steps=None, track_slots=None):
+    """Plain-torch stand-in for ``kernels.fused_commit`` (same semantics); only if the kernels do not import."""
+    sets = [(accept_steps, accept_slots)]
+    if track_slots is not None:
+        sets.append((track_steps, track_slots))
+    pairs = list(zip(conv_dsts, conv_srcs)) + ([(ssm_dst, ssm_src)] if ssm_dst is not None else [])
+    for steps, slots in sets:
+        steps = steps.long()
+        slots = slots.long()
+        for dst, src in pairs:
+            n_steps, n_slots = src.shape[2], dst.shape[1]
+            for r in range(steps.shape[0]):
+                s, d = int(steps[r]), int(slots[r])
+                if 0 <= s < n_steps and 0 <= d < n_slots:
+                    dst[:, d] = src[:, r, s]
+
+
+def ensure_commit_kernel() -> str:
+    """'triton' when the plugin's kernels import, else install the reference (tests only) and say so."""
+    if verify_commit.kernel_problem() is None:
+        return "triton"
+    verify_commit._kernel = reference_fused_commit
+    verify_commit._kernel_error = None
+    return "reference"
+
+
+# ------------------------------------------------------------------------------------------------ SGLang
+def mem_pool_module():
+    return importlib.import_module("sglang.srt.mem_cache.memory_pool")
+
+
+def backend_module():
+    return importlib.import_module("sglang.srt.layers.attention.hybrid_linear_attn_backend")
+
+
+def scatter_module():
+    name = (
+        "sglang.kernels.ops.mamba.mamba_state_scatter_triton"
+        if NEW_LAYOUT
+        else "sglang.srt.layers.attention.mamba.mamba_state_scatter_triton"
+    )
+    return importlib.import_module(name)
+
+
+def causal_conv1d_update():
+    name = (
+        "sglang.kernels.ops.mamba.causal_conv1d_triton"
+        if NEW_LAYOUT
+        else "sglang.srt.layers.attention.mamba.causal_conv1d_triton"
+    )
+    return importlib.import_module(name).causal_conv1d_update
+
+
+def make_cache_params(
+    *,
+    num_layers: int,
+    conv_dim: int,
+    conv_kernel: int,
+    num_heads: int,
+    head_dim: int,
+    state_size: int,
+    conv_dtype=torch.bfloat16,
+    ssm_dtype=torch.float32,
+    opt_out: bool = False,
+):
+    mu = importlib.import_module("sglang.srt.configs.mamba_utils")
+    fields = {f.name for f in dataclasses.fields(mu.Mamba2StateShape)}
+    kw = dict(
+        conv=[(conv_dim, conv_kernel - 1)],
+        temporal=(num_heads, head_dim, state_size),
+        intermediate_size=num_heads * head_dim,
+        conv_dim=conv_dim,
+        ssm_state_size=state_size,
+        num_heads=num_heads,
+        head_dim=head_dim,
+        state_size=state_size,
+        conv_kernel=conv_kernel,
+    )
+    shape_cls = mu.Mamba2StateShape
+    if opt_out:
+        if "disable_conv_window_dedup" in fields:
+            kw["disable_conv_window_dedup"] = True
+        else:  # 0.5.13: no field yet; a model class that opts out the way 0.5.17+ spells it
+            shape_cls = dataclasses.make_dataclass(
+                "OptOutStateShape", [("disable_conv_window_dedup", bool, dataclasses.field(default=True))],
+                bases=(mu.Mamba2StateShape,), frozen=True, kw_only=True,
+            )
+    shape = shape_cls(**{k: v for k, v in kw.items() if k in fields or k == "disable_conv_window_dedup"})
+    return mu.Mamba2CacheParams(
+        shape=shape,
+        layers=list(range(num_layers)),
+        dtype=mu.Mamba2StateDType(conv=conv_dtype, temporal=ssm_dtype),
+    )
+
+
+def _widen_is_cuda(fn):
+    """A copy of SGLang function ``fn`` whose ``x.is_cuda`` checks also accept CPU tensors (tests only)."""
+    src = textwrap.dedent(inspect.getsource(fn))
+    new = re.sub(r"(\b\w+)\.is_cuda\b", r"(\1.is_cuda or \1.is_cpu)", src)
+    ns: Dict[str, Any] = {}
+    exec(compile(new, inspect.getsourcefile(fn) or "<sglang>", "exec"), fn.__globals__, ns)
+    out = ns[fn.__name__]
+    out.__wrapped_sglang__ = fn
+    return out
+
+
+class _CudaToPoolDeviceTorch(types.ModuleType):
+    """``torch`` as seen by 0.5.13's memory_pool, with ``zeros(device="cuda")`` sent to ``device``."""
+
+    def __init__(self, device):
+        super().__init__("torch")
+        self._device = device
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def zeros(self, *args, **kwargs):
+        if kwargs.get("device") == "cuda":
+            kwargs["device"] = self._device
+        return torch.zeros(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def cpu_stock_paths(device: str = "cpu"):
+    """Let SGLang's stock pool and scatter run on ``device`` (cpu) in tests; a no-op on CUDA."""
+    if torch.device(device).type == "cuda":
+        yield
+        return
+    saved: List[Tuple[Any, str, Any]] = []
+
+    def swap(mod, name, value):
+        saved.append((mod, name, getattr(mod, name)))
+        setattr(mod, name, value)
+
+    try:
+        mp = mem_pool_module()
+        if BACKPORT:
+            swap(mp, "torch", _CudaToPoolDeviceTorch(device))
+            bk = backend_module()
+            swap(bk, "fused_mamba_state_scatter_with_mask", _widen_is_cuda(bk.fused_mamba_state_scatter_with_mask))
+        else:
+            sc = scatter_module()
+            for name in ("fused_mamba_state_scatter_with_mask", "fused_conv_window_scatter_with_mask"):
+                swap(sc, name, _widen_is_cuda(getattr(sc, name)))
+        yield
+    finally:
+        for mod, name, value in reversed(saved):
+            setattr(mod, name, value)
+
+
+def build_pool(
+    *,
+    cache_params,
+    size: int,
+    mamba_size: int,
+    draft_tokens: Optional[int],
+    topk: Optional[int] = 1,
+    device: str = "cpu",
+    via_init_pools: bool = True,
+):
+    """A real ``HybridReqToTokenPool``; on 0.5.13 the topk reaches the gate the way ``_init_pools`` does."""
+    mp = mem_pool_module()
+    sig = inspect.signature(mp.HybridReqToTokenPool.__init__).parameters
+    kw = dict(
+        size=size,
+        mamba_size=mamba_size,
+        mamba_spec_state_size=size,
+        max_context_len=64,
+        device=device,
+        enable_memory_saver=False,
+        cache_params=cache_params,
+        mamba_layer_ids=list(cache_params.layers),
+        enable_mamba_extra_buffer=False,
+        speculative_num_draft_tokens=draft_tokens,
+    )
+    if "speculative_eagle_topk" in sig:
+        kw["speculative_eagle_topk"] = topk
+    ctx = gate.speculative_topk(topk) if (via_init_pools and "speculative_eagle_topk" not in sig) else contextlib.nullcontext()
+    with ctx:
+        return mp.HybridReqToTokenPool(**kw)
+
+
+_published: Dict[str, Any] = {}
+
+
+def publish_server_args(topk: int = 1, draft_tokens: int = 4) -> None:
+    """0.5.17+: the backends read the runtime context; publish a matching ServerArgs once."""
+    if not NEW_LAYOUT or _published.get("key") == (topk, draft_tokens):
+        return
+    from sglang.srt.runtime_context import get_context
+    from sglang.srt.server_args import ServerArgs
+
+    sa = ServerArgs(
+        model_path="dummy", speculative_algorithm="NEXTN", speculative_eagle_topk=topk,
+        speculative_num_steps=draft_tokens - 1, speculative_num_draft_tokens=draft_tokens,
+        max_running_requests=64, disable_radix_cache=True,
+    )
+    get_context().set_server_args(sa)
+    _published["key"] = (topk, draft_tokens)
+
+
+class _FullAttnStub:
+    """The full-attention half of the hybrid backend; the commit never touches it."""
+
+    token_to_kv_pool = None
+    kv_index_translator = None
+    needs_cpu_seq_lens = False
+    use_captured_forward_metadata_for_breakable_cuda_graph = False
+
+    def __init__(self, req_to_token_pool):
+        self.req_to_token_pool = req_to_token_pool
+
+
+def build_backend(req_to_token_pool, *, device: str, topk: int = 1, draft_tokens: int = 4):
+    """A real ``HybridLinearAttnBackend`` over a real ``MambaAttnBackendBase``, set up by their own constructors."""
+    publish_server_args(topk, draft_tokens)
+    bk = backend_module()
+    runner = types.SimpleNamespace(
+        device=device,
+        server_args=types.SimpleNamespace(speculative_eagle_topk=topk, enable_mis=False),
+        is_draft_worker=False,
+        req_to_token_pool=req_to_token_pool,
+        token_to_kv_pool=None,
+        model_config=None,
+    )
+    lab = bk.MambaAttnBackendBase(runner)
+    full = _FullAttnStub(req_to_token_pool)
+    return bk.HybridLinearAttnBackend(full, lab, [])
+
+
+def set_forward_metadata(backend, slots: torch.Tensor, draft_tokens: int) -> None:
+    meta_mod = importlib.import_module("sglang.srt.layers.attention.mamba.mamba2_metadata")
+    bs = slots.shape[0]
+    backend.linear_attn_backend.forward_metadata = meta_mod.ForwardMetadata(
+        query_start_loc=torch.arange(0, (bs + 1) * draft_tokens, draft_tokens, dtype=torch.int32, device=slots.device),
+        mamba_cache_indices=slots,
+        is_target_verify=True,
+        draft_token_num=draft_tokens,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ checks
+def assert_bitwise_equal(a: torch.Tensor, b: torch.Tensor, what: str = "") -> None:
+    assert a.shape == b.shape and a.dtype == b.dtype, f"{what}: {a.shape}/{a.dtype} vs {b.shape}/{b.dtype}"
+    x = a.detach().contiguous().view(torch.uint8) if a.numel() else a
+    y = b.detach().contiguous().view(torch.uint8) if b.numel() else b
+    if torch.equal(x, y):
+        return
+    diff = (a.detach().float() != b.detach().float()) | (a.detach().float().isnan() != b.detach().float().isnan())
+    idx = diff.nonzero()[:8].tolist()
+    raise AssertionError(f"{what}: {int(diff.sum())} of {a.numel()} elements differ; first {idx}")
+
+
+def md5(tensors: Sequence[torch.Tensor]) -> str:
+    h = hashlib.md5()
+    for t in tensors:
+        h.update(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------ simulation
+@dataclass
+class SimConfig:
+    num_layers: int = 2
+    conv_dim: int = 40
+    conv_kernel: int = 4
+    num_heads: int = 2
+    head_dim: int = 4
+    state_size: int = 8
+    draft_tokens: int = 4
+    batch: int = 3
+    steps: int = 32
+    seed: int = 1234
+    device: str = "cpu"
+    conv_dtype: torch.dtype = torch.bfloat16
+    ssm_dtype: torch.dtype = torch.float32
+
+
+@dataclass
+class SimResult:
+    step_md5s: List[str] = field(default_factory=list)
+    outputs_md5: str = ""
+    final_md5: str = ""
+    final: List[torch.Tensor] = field(default_factory=list)
+    outputs: List[torch.Tensor] = field(default_factory=list)
+    layout: Optional[str] = None
+    accept_lens: List[List[int]] = field(default_factory=list)
+    events: Dict[str, Any] = field(default_factory=dict)
+
+
+def simulate(cfg: SimConfig) -> SimResult:
+    """A multi-step speculative decode through real SGLang components.
+
+    Per step: random draft inputs; SGLang's Triton ``causal_conv1d_update`` (the verify writer) runs every
+    layer with the pool's window scratch and per-request slots, writing the draft windows; a deterministic
+    stand-in for the SSM verify kernel writes ``intermediate_ssm`` from the committed SSM state; random
+    accepted lengths (0 = row skipped, ``D`` = all accepted, partial in between) and, on some steps, track
+    slots go through the real ``HybridLinearAttnBackend.update_mamba_state_after_mtp_verify``.
+    Returns the per-step conv outputs and the final states (conv + SSM of every slot).
+    """
+    dev = torch.device(cfg.device)
+    d, k = cfg.draft_tokens, cfg.conv_kernel
+    cp = make_cache_params(
+        num_layers=cfg.num_layers, conv_dim=cfg.conv_dim, conv_kernel=k, num_heads=cfg.num_heads,
+        head_dim=cfg.head_dim, state_size=cfg.state_size, conv_dtype=cfg.conv_dtype, ssm_dtype=cfg.ssm_dtype,
+    )
+    b = cfg.batch
+    mamba_size = 3 * b + 2
+    pool = build_pool(cache_params=cp, size=b, mamba_size=mamba_size, draft_tokens=d, topk=1, device=cfg.device)
+    backend = build_backend(pool, device=cfg.device, topk=1, draft_tokens=d)
+    mp = pool.mamba_pool
+    cache = mp.mamba_cache
+    conv1d_update = causal_conv1d_update()
+
+    g = torch.Generator().manual_seed(cfg.seed)
+
+    def rnd(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=g).to(dtype).to(dev)
+
+    # Initial persistent states (SGLang zeroes them; give them content so the commit matters).
+    for c in cache.conv:
+        c.copy_(rnd(*c.shape, dtype=c.dtype))
+    cache.temporal.copy_(rnd(*cache.temporal.shape, dtype=cache.temporal.dtype))
+    weights = [rnd(cfg.conv_dim, k, dtype=cfg.conv_dtype) for _ in range(cfg.num_layers)]
+    biases = [rnd(cfg.conv_dim, dtype=cfg.conv_dtype) for _ in range(cfg.num_layers)]
+    perm = torch.randperm(mamba_size, generator=g)[: 2 * b] + 1
+    slots = perm[:b].to(torch.int32).to(dev)
+    track_slots_all = perm[b:].to(torch.int64).to(dev)
+    inter_rows = torch.arange(b, dtype=torch.int32, device=dev)
+    set_forward_metadata(backend, slots, d)
+
+    res = SimResult(layout=getattr(mp, "_smd_layout", None))
+    outs_all: List[torch.Tensor] = []
+    for step in range(cfg.steps):
+        x_all = rnd(cfg.num_layers, b, cfg.conv_dim, d, dtype=cfg.conv_dtype)
+        outs = []
+        for layer in range(cfg.num_layers):
+            out = conv1d_update(
+                x_all[layer],
+                cache.conv[0][layer],
+                weights[layer],
+                biases[layer],
+                "silu",
+                conv_state_indices=slots,
+                intermediate_conv_window=cache.intermediate_conv_window[0][layer],
+                intermediate_state_indices=inter_rows,
+            )
+            outs.append(out)
+        # SSM verify stand-in: per-step states derived from the committed state (deterministic torch).
+        base = cache.temporal[:, slots.long()]  # [L, B, *ssm]
+        incr = rnd(cfg.num_layers, b, d, *cache.temporal.shape[2:], dtype=cache.temporal.dtype)
+        cache.intermediate_ssm[:, :b] = base.unsqueeze(2) * 0.5 + incr.cumsum(2)
+        # Accepted lengths: 0 (skip row), partial, and full; force each kind to appear early.
+        acc = torch.randint(0, d + 1, (b,), generator=g)
+        if step < 3:
+            acc[0] = (0, d, 1)[step]
+        last_correct = (acc - 1).to(torch.int64).to(dev)
+        track_idx = track_steps = None
+        if step % 3 == 1:
+            track_idx = track_slots_all[torch.randperm(b, generator=g)]
+            ts = torch.randint(-1, d, (b,), generator=g)
+            track_steps = ts.to(torch.int64).to(dev)
+        backend.update_mamba_state_after_mtp_verify(last_correct, track_idx, track_steps, None)
+        step_out = torch.stack(outs)
+        outs_all.append(step_out.clone())
+        res.step_md5s.append(md5([step_out]))
+        res.accept_lens.append(acc.tolist())
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    res.outputs = outs_all
+    res.final = [c.clone() for c in cache.conv] + [cache.temporal.clone()]
+    res.outputs_md5 = md5(outs_all)
+    res.final_md5 = md5(res.final)
+    res.events = report.events()
+    return res
