@@ -66,3 +66,21 @@ def test_patches_ship_inside_the_package():
     import sglang_mamba_dedup.patches as pkg
 
     assert pkg.__name__ == "sglang_mamba_dedup.patches"
+
+
+def test_wheel_contents(tmp_path):
+    """The wheel ships the patches inside our package, never as a top-level ``patches`` module."""
+    import subprocess
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(ROOT)], check=True, capture_output=True, timeout=300)
+    (wheel,) = tmp_path.glob("sglang_mamba_dedup-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "sglang_mamba_dedup/patches/__init__.py" in names
+    assert "sglang_mamba_dedup/patches/mamba_pool.py" in names
+    assert "sglang_mamba_dedup/kernels/__init__.py" in names
+    assert not any(n.startswith("patches/") for n in names)
+    entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[sglang.srt.plugins]" in text and "mamba_dedup = sglang_mamba_dedup.activation:register" in text

@@ -72,3 +72,16 @@ def test_sglang_plugins_allow_list_excludes_us(monkeypatch):
     out = _spawn(_child_load_plugins)
     assert not any(out["wrapped"].values())
     assert out["summary"] is None, "register() ran although SGLANG_PLUGINS did not name us"
+
+
+def test_launch_flag_reaches_spawned_children(monkeypatch):
+    """The launcher sees --enable-mamba-conv-dedup; a scheduler spawned afterwards is patched."""
+    from sglang_mamba_dedup import activation
+
+    monkeypatch.delenv("SGLANG_MAMBA_DEDUP", raising=False)
+    monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
+    monkeypatch.setattr("sys.argv", ["sglang.launch_server", "--model-path", "m", "--enable-mamba-conv-dedup"])
+    activation.register()  # the launcher's load_plugins()
+    out = _spawn(_child_load_plugins)
+    assert out["env"] == "1"
+    assert out["wrapped"]["mamba_pool.init"] and out["wrapped"]["hybrid_linear_attn.update_mamba_state_after_mtp_verify"]
