@@ -17,6 +17,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+# A device the states are not on, for the wrong-device errors ("meta" when CPU is all we have).
+OTHER_DEVICE = torch.device("cpu") if DEVICE.type == "cuda" else torch.device("meta")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 DTYPE_IDS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int32: "i32", torch.int64: "i64"}
 _INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}

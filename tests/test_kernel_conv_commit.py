@@ -1,7 +1,7 @@
 """conv_commit: bit-exact against the reference and SGLang 0.5.23's window kernels."""
 
 from kernel_utils import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
-    DEVICE, DTYPE_IDS, DTYPES, assert_bitwise_equal, assert_outside_view_untouched, conv_source, make_index_set,
+    DEVICE, OTHER_DEVICE, DTYPE_IDS, DTYPES, assert_bitwise_equal, assert_outside_view_untouched, conv_source, make_index_set,
     new_generator, poison, rand, sglang_dense_scatter, sglang_window_scatter, strided_dst,
 )
 
@@ -111,7 +111,6 @@ def _bad_args():
 def test_conv_commit_bad_arguments(case, exc, match):
     src, dst, idx = _bad_args()
     kw = dict(conv_dst=dst, conv_src=src, accept_steps=idx, accept_slots=idx)
-    meta = torch.device("meta")
     if case == "dim_mismatch":
         kw["conv_dst"] = dst[:, :, :5]
     elif case == "dtype_mismatch":
@@ -127,9 +126,9 @@ def test_conv_commit_bad_arguments(case, exc, match):
     elif case == "too_many_rows":
         kw["accept_steps"] = kw["accept_slots"] = torch.zeros(R + 1, dtype=torch.int64, device=DEVICE)
     elif case == "index_wrong_device":
-        kw["accept_slots"] = torch.zeros(3, dtype=torch.int64, device=meta)
+        kw["accept_slots"] = torch.zeros(3, dtype=torch.int64, device=OTHER_DEVICE)
     elif case == "src_wrong_device":
-        kw["conv_src"] = torch.empty(src.shape, dtype=src.dtype, device=meta)
+        kw["conv_src"] = torch.empty(src.shape, dtype=src.dtype, device=OTHER_DEVICE)
     elif case == "track_half":
         kw["track_steps"] = idx
     elif case == "int_state":

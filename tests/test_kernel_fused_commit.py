@@ -4,7 +4,7 @@ Bit-exact against the reference and against SGLang 0.5.23's own kernels
 (dense SSM scatter + conv window scatter / multi-pair conv scatter)."""
 
 from kernel_utils import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
-    DEVICE, DTYPE_IDS, DTYPES, assert_bitwise_equal, assert_outside_view_untouched, bits, conv_source,
+    DEVICE, OTHER_DEVICE, DTYPE_IDS, DTYPES, assert_bitwise_equal, assert_outside_view_untouched, bits, conv_source,
     make_index_set, new_generator, poison, rand, sglang_dense_scatter, sglang_module, sglang_window_scatter,
     strided_dst,
 )
@@ -193,7 +193,6 @@ def _bad_kw():
 )
 def test_fused_commit_bad_arguments(case, exc, match):
     kw = _bad_kw()
-    meta = torch.device("meta")
     c0, s0 = kw["conv_dsts"][0], kw["conv_srcs"][0]
     if case == "list_length":
         kw["conv_srcs"] = kw["conv_srcs"][:1]
@@ -219,9 +218,9 @@ def test_fused_commit_bad_arguments(case, exc, match):
     elif case == "index_dtype":
         kw["accept_steps"] = kw["accept_steps"].to(torch.int16)
     elif case == "index_wrong_device":
-        kw["accept_slots"] = torch.zeros(R, dtype=torch.int64, device=meta)
+        kw["accept_slots"] = torch.zeros(R, dtype=torch.int64, device=OTHER_DEVICE)
     elif case == "state_wrong_device":
-        kw["conv_srcs"][0] = torch.empty(s0.shape, dtype=s0.dtype, device=meta)
+        kw["conv_srcs"][0] = torch.empty(s0.shape, dtype=s0.dtype, device=OTHER_DEVICE)
     elif case == "track_len":
         kw["track_steps"] = kw["accept_steps"]
         kw["track_slots"] = kw["accept_slots"][:2]

@@ -1,7 +1,7 @@
 """ssm_commit: bit-exact against the reference and SGLang 0.5.23's dense scatter kernel."""
 
 from kernel_utils import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
-    DEVICE, DTYPE_IDS, DTYPES, assert_bitwise_equal, assert_outside_view_untouched,
+    DEVICE, OTHER_DEVICE, DTYPE_IDS, DTYPES, assert_bitwise_equal, assert_outside_view_untouched,
     make_index_set, new_generator, poison, rand, sglang_dense_scatter,
 )
 
@@ -92,6 +92,6 @@ def test_ssm_commit_bad_arguments(case, exc, match):
     elif case == "rank":
         kw["ssm_src"] = src[:, 0]
     elif case == "index_wrong_device":
-        kw["accept_steps"] = torch.zeros(2, dtype=torch.int64, device="meta")
+        kw["accept_steps"] = torch.zeros(2, dtype=torch.int64, device=OTHER_DEVICE)
     with pytest.raises(exc, match=match):
         ssm_commit(**kw)

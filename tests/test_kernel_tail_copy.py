@@ -1,7 +1,7 @@
 """tail_copy (vLLM's DS tail copy): dst[db, d, 0:W-b] = src[sb, d, b:W], tail untouched."""
 
 from kernel_utils import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
-    DEVICE, DTYPE_IDS, DTYPES, assert_bitwise_equal, new_generator, poison, rand,
+    DEVICE, OTHER_DEVICE, DTYPE_IDS, DTYPES, assert_bitwise_equal, new_generator, poison, rand,
 )
 
 import pytest
@@ -113,7 +113,7 @@ def test_tail_copy_bad_arguments(case, exc, match):
     elif case == "length_mismatch":
         args[3] = i[:1]
     elif case == "wrong_device":
-        args[2] = torch.zeros(2, dtype=torch.int64, device="meta")
+        args[2] = torch.zeros(2, dtype=torch.int64, device=OTHER_DEVICE)
     with pytest.raises(exc, match=match):
         tail_copy(*args)
 

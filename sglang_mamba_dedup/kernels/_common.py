@@ -81,6 +81,23 @@ def check_same_device(device: torch.device, **tensors) -> None:
 
 def check_index_pair(steps_name: str, steps, slots_name: str, slots, device: torch.device, max_rows: int) -> int:
     """Validate one (steps, slots) index set; returns its number of rows."""
+    # Fast path (every call): attribute reads only, no device work.
+    if (
+        isinstance(steps, torch.Tensor)
+        and isinstance(slots, torch.Tensor)
+        and steps.dtype in INDEX_DTYPES
+        and slots.dtype in INDEX_DTYPES
+        and steps.ndim == 1
+        and slots.ndim == 1
+        and steps.device == device
+        and slots.device == device
+        and steps.is_contiguous()
+        and slots.is_contiguous()
+    ):
+        n = steps.shape[0]
+        if slots.shape[0] == n and n <= max_rows:
+            return n
+    # Slow path: say what is wrong.
     for name, t in ((steps_name, steps), (slots_name, slots)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -90,16 +107,14 @@ def check_index_pair(steps_name: str, steps, slots_name: str, slots, device: tor
             raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
         if t.device != device:
             raise ValueError(f"{name} is on {t.device}, expected {device} (same device as the states)")
-        if t.numel() > 1 and t.stride(0) != 1:
+        if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous, got stride {t.stride()}")
     n = steps.shape[0]
     if slots.shape[0] != n:
         raise ValueError(f"{steps_name} has {n} rows but {slots_name} has {slots.shape[0]}")
-    if n > max_rows:
-        raise ValueError(
-            f"{steps_name} has {n} rows but the source has only {max_rows} rows (row r copies source row r)"
-        )
-    return n
+    raise ValueError(
+        f"{steps_name} has {n} rows but the source has only {max_rows} rows (row r copies source row r)"
+    )
 
 
 def entry_is_dense(t: torch.Tensor, start_dim: int) -> bool:

@@ -43,7 +43,7 @@ _META_COLS = 16  # src, dst, dim, s_l, s_r, s_t, s_d, s_w, d_l, d_s, d_d, d_w, t
 _CACHE_SIZE = 8
 
 
-@triton.jit(do_not_specialize=["n_acc", "n_rows"])
+@triton.jit(do_not_specialize=["n_acc"])
 def _fused_commit_kernel(
     conv_meta_ptr,
     ssm_src_ptr,
@@ -53,7 +53,6 @@ def _fused_commit_kernel(
     trk_steps_ptr,
     trk_slots_ptr,
     n_acc,
-    n_rows,
     n_steps,
     n_slots,
     ss_l,
@@ -137,6 +136,7 @@ class _Plan:
         "constexprs",
         "num_warps",
         "device",
+        "refs",
     )
 
 
@@ -144,15 +144,10 @@ _plans: "OrderedDict[tuple, _Plan]" = OrderedDict()
 
 
 def _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src) -> tuple:
-    key = [len(conv_dsts), len(conv_srcs)]
-    for t in (*conv_dsts, *conv_srcs, ssm_dst, ssm_src):
-        if t is None:
-            key.append(None)
-        elif isinstance(t, torch.Tensor):
-            key.append((t.data_ptr(), t.shape, t.stride(), t.dtype, t.device))
-        else:
-            key.append(id(t))
-    return tuple(key)
+    # Keyed on the tensor objects themselves: the plan keeps strong references to
+    # them, so an id cannot be reused while its plan is cached.  Changing a state
+    # tensor's storage in place (set_, resize_, as_strided_) needs clear_plan_cache().
+    return (id(ssm_dst), id(ssm_src), *map(id, conv_dsts), None, *map(id, conv_srcs))
 
 
 def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_commit") -> _Plan:
@@ -269,6 +264,7 @@ def get_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_commi
     plan = _plans.get(key)
     if plan is None:
         plan = build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name)
+        plan.refs = (tuple(conv_dsts), tuple(conv_srcs), ssm_dst, ssm_src)
         _plans[key] = plan
         if len(_plans) > _CACHE_SIZE:
             _plans.popitem(last=False)
@@ -304,7 +300,6 @@ def launch_plan(plan: _Plan, accept_steps, accept_slots, track_steps, track_slot
         track_steps,
         track_slots,
         n_acc,
-        n_rows,
         plan.n_steps,
         plan.n_slots,
         *plan.ssm_args,
