@@ -1,0 +1,14 @@
+#!/usr/bin/env python3
+"""Greedy md5 comparison of a real SGLang run with NEXTN, plugin off vs on.
+
+Thin wrapper around ``sglang_mamba_dedup.e2e.main`` (also ``sglang-mamba-dedup e2e``); see docs/e2e.md.
+
+    python examples/e2e_md5.py --random-weights                 # Qwen3.5-0.8B architecture, random weights
+    python examples/e2e_md5.py --model-path Qwen/Qwen3.5-0.8B   # the real checkpoint, if you have it
+"""
+import sys
+
+from sglang_mamba_dedup import e2e
+
+if __name__ == "__main__":
+    sys.exit(e2e.main(sys.argv[1:]))
