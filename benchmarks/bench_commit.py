@@ -1,0 +1,447 @@
+"""Post-verify commit benchmark: ours vs SGLang 0.5.23 vs the 0.5.13.post1-style path.
+
+Providers, on the same logical inputs (the same random SSM scratch, the same conv
+windows, the same index tensors: steps int64, slots int32, as SGLang passes them):
+
+* ``ours``            -- ``fused_commit``: one launch, dedup conv view, SSM, accept (+ track).
+* ``ours_graph``      -- the same call replayed from a CUDA graph (device time, no host overhead).
+* ``sglang_0.5.23``   -- ``scatter_mamba_states_after_mtp_verify`` over the same dedup view.
+* ``sglang_0.5.13``   -- the 0.5.13.post1 path: ``fused_mamba_state_scatter_with_mask`` (dense
+  flat copy, taken from 0.5.23 where it still exists, with a precomputed source-row
+  arange as 0.5.13 had none) for SSM and conv, accept then track: 2 or 4 launches,
+  over a dense ``[L, R, D, dim, K-1]`` conv scratch (that path cannot read the dedup view).
+
+Timing: CUDA events around the whole Python call (host overhead counts: it is paid
+every decode step), the device idle before each call, median of many after warm-up.
+Bandwidth: bytes read + written by the valid rows (SSM entry + logical conv window,
+once read and once written, per valid row and layer) over the median time, and as
+a percentage of a large ``dst.copy_(src)`` measured in the same run.
+
+Track rows: when on, every request also tracks (a distinct slot, a random step):
+the worst case, twice the bytes.
+
+Usage (on a GPU machine, SGLang 0.5.23 importable)::
+
+    python benchmarks/bench_commit.py --out benchmarks/results [--quick] [--sweep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import importlib
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from types import SimpleNamespace
+
+import torch
+
+MODELS = {
+    "qwen3.5-0.8b": dict(layers=18, conv_dim=6144, K=4, ssm=(16, 128, 128)),
+    "qwen3-next-80b": dict(layers=36, conv_dim=8192, K=4, ssm=(32, 128, 128)),
+}
+BATCHES = (1, 16, 64, 128, 256)
+STEPS = (4, 8)
+MEM_FRACTION = 0.85
+GATE_FAILURES: list = []
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+# ---------------------------------------------------------------- timing
+
+
+def time_call(fn, warmup=5, budget_s=0.25, min_reps=15, max_reps=300):
+    """Median/p20/p80 in microseconds of CUDA-event-timed calls, device idle before each."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    one = max(time.perf_counter() - t0, 1e-6)
+    reps = int(min(max_reps, max(min_reps, budget_s / one)))
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        torch.cuda.synchronize()
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    ts = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
+    q = lambda p: ts[min(len(ts) - 1, int(p * len(ts)))]  # noqa: E731
+    return statistics.median(ts), q(0.2), q(0.8), reps
+
+
+def copy_bandwidth_gbs(nbytes=4 << 30):
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    med, _, _, _ = time_call(lambda: dst.copy_(src), warmup=3, budget_s=0.5, min_reps=20)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * nbytes / (med * 1e-6) / 1e9
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def _bytes_needed(cfg, R, D):
+    L, dim, K = cfg["layers"], cfg["conv_dim"], cfg["K"]
+    ssm = 4
+    for n in cfg["ssm"]:
+        ssm *= n
+    n_slots = 2 * R + 1
+    return (
+        L * R * D * ssm  # ssm scratch
+        + L * n_slots * ssm  # ssm pool
+        + L * R * dim * (D + K - 2) * 2  # dedup conv scratch
+        + L * R * D * dim * (K - 1) * 2  # dense conv scratch (0.5.13 path)
+        + L * n_slots * dim * (K - 1) * 2  # conv pool
+    )
+
+
+def build_inputs(cfg, R, D, gen):
+    L, dim, K = cfg["layers"], cfg["conv_dim"], cfg["K"]
+    n_slots = 2 * R + 1
+    dev = "cuda"
+    ssm_src = torch.empty((L, R, D, *cfg["ssm"]), dtype=torch.float32, device=dev).normal_(generator=gen)
+    ssm_dst = torch.empty((L, n_slots, *cfg["ssm"]), dtype=torch.float32, device=dev).fill_(float("nan"))
+    phys = torch.empty((L, R, dim, D + K - 2), dtype=torch.bfloat16, device=dev).normal_(generator=gen)
+    sl, sr, sd, sw = phys.stride()
+    view = phys.as_strided((L, R, D, dim, K - 1), (sl, sr, sw, sd, sw))
+    dense = view.contiguous()  # same logical windows, dense layout (0.5.13 path)
+    conv_dst = torch.empty((L, n_slots, dim, K - 1), dtype=torch.bfloat16, device=dev).fill_(float("nan"))
+    return SimpleNamespace(ssm_src=ssm_src, ssm_dst=ssm_dst, phys=phys, view=view, dense=dense, conv_dst=conv_dst,
+                           n_slots=n_slots, R=R, D=D)
+
+
+def make_indices(B, D, R, gen):
+    perm = torch.randperm(2 * R, generator=gen, device="cuda") + 1  # slot 0 = scratch
+    steps = torch.randint(0, D, (B,), generator=gen, device="cuda", dtype=torch.int64)
+    slots = perm[:B].to(torch.int32)
+    t_steps = torch.randint(0, D, (B,), generator=gen, device="cuda", dtype=torch.int64)
+    t_slots = perm[R : R + B].to(torch.int32)
+    return steps, slots, t_steps, t_slots
+
+
+def moved_bytes(cfg, B, track):
+    ssm = 4
+    for n in cfg["ssm"]:
+        ssm *= n
+    conv = cfg["conv_dim"] * (cfg["K"] - 1) * 2
+    rows = B * (2 if track else 1)
+    return 2 * rows * cfg["layers"] * (ssm + conv)
+
+
+# ---------------------------------------------------------------- providers
+
+
+def providers(x, idx, track, sg, fused_commit):
+    steps, slots, t_steps, t_slots = idx
+    B = steps.shape[0]
+    ts, tl_ = (t_steps, t_slots) if track else (None, None)
+
+    def ours():
+        fused_commit(conv_dsts=[x.conv_dst], conv_srcs=[x.view], ssm_dst=x.ssm_dst, ssm_src=x.ssm_src,
+                     accept_steps=steps, accept_slots=slots, track_steps=ts, track_slots=tl_)
+
+    caches = SimpleNamespace(temporal=x.ssm_dst, intermediate_ssm=x.ssm_src, conv=[x.conv_dst],
+                             intermediate_conv_window=[x.view])
+
+    def sglang_0523():
+        sg.scatter_mamba_states_after_mtp_verify(caches, slots, steps, tl_, ts)
+
+    src_rows = torch.arange(B, dtype=torch.int32, device="cuda")
+
+    def sglang_0513():
+        f = sg.fused_mamba_state_scatter_with_mask
+        f(x.ssm_dst, x.ssm_src, slots, steps, src_rows)
+        f(x.conv_dst, x.dense, slots, steps, src_rows)
+        if track:
+            f(x.ssm_dst, x.ssm_src, t_slots, t_steps, src_rows)
+            f(x.conv_dst, x.dense, t_slots, t_steps, src_rows)
+
+    return {"ours": ours, "sglang_0.5.23": sglang_0523, "sglang_0.5.13": sglang_0513}
+
+
+def graph_of(fn):
+    fn()
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        with torch.cuda.graph(g, stream=s):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    return g.replay, g
+
+
+def check_same_result(x, idx, track, provs):
+    """Gate: every provider writes the same bytes into the touched slots and leaves the
+    same number of untouched (NaN-poisoned) elements in both pools."""
+    steps, slots, t_steps, t_slots = idx
+    touched = torch.cat([slots.long(), t_slots.long()]) if track else slots.long()
+    outs = {}
+    for name in ("ours", "sglang_0.5.23", "sglang_0.5.13"):
+        x.ssm_dst.fill_(float("nan"))
+        x.conv_dst.fill_(float("nan"))
+        provs[name]()
+        torch.cuda.synchronize()
+        outs[name] = (
+            x.ssm_dst[:, touched].view(torch.int32).clone(),
+            x.conv_dst[:, touched].view(torch.int16).clone(),
+            sum(int(torch.isnan(x.ssm_dst[layer]).sum()) for layer in range(x.ssm_dst.shape[0])),
+            sum(int(torch.isnan(x.conv_dst[layer]).sum()) for layer in range(x.conv_dst.shape[0])),
+        )
+    ref = outs["ours"]
+    ok = all(
+        torch.equal(ref[0], o[0]) and torch.equal(ref[1], o[1]) and ref[2:] == o[2:] for o in outs.values()
+    )
+    del outs
+    torch.cuda.empty_cache()
+    return ok
+
+
+# ---------------------------------------------------------------- sweep of tile configs
+
+
+def sweep_tiles(sg, fused_commit, gen, out_rows, meta):
+    """Try a few (SSM tile bytes, warps); keep the best at batch 64 (accept only) as the default."""
+    common = importlib.import_module("sglang_mamba_dedup.kernels._common")
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    cfg = MODELS["qwen3.5-0.8b"]
+    R, D = 128, 4
+    x = build_inputs(cfg, R, D, gen)
+    results = []
+    for tile_bytes, warps in ((8192, 4), (16384, 4), (16384, 8), (32768, 4), (32768, 8), (65536, 8)):
+        common.SSM_TILE_BYTES, common.SSM_NUM_WARPS = tile_bytes, warps
+        fc.clear_plan_cache()
+        row = {}
+        for B in (1, 64, 128):
+            idx = make_indices(B, D, R, gen)
+            p = providers(x, idx, False, sg, fused_commit)["ours"]
+            med, p20, p80, reps = time_call(p)
+            gbs = moved_bytes(cfg, B, False) / (med * 1e-6) / 1e9
+            row[B] = (med, gbs)
+            out_rows.append(dict(meta, kind="sweep", model="qwen3.5-0.8b", D=D, batch=B, mode="accept",
+                                 provider=f"ours[tile={tile_bytes},warps={warps}]", median_us=round(med, 2),
+                                 p20_us=round(p20, 2), p80_us=round(p80, 2), reps=reps,
+                                 bytes=moved_bytes(cfg, B, False), GBps=round(gbs, 1)))
+        log(f"sweep tile={tile_bytes:6d} warps={warps}: " +
+            "  ".join(f"b{B}: {m:8.1f} us {g:7.0f} GB/s" for B, (m, g) in row.items()))
+        results.append((row[64][0] + row[128][0] * 0.5, tile_bytes, warps))
+    best = min(results)
+    common.SSM_TILE_BYTES, common.SSM_NUM_WARPS = best[1], best[2]
+    fc.clear_plan_cache()
+    log(f"sweep: using SSM tile {best[1]} bytes, {best[2]} warps")
+    del x
+    torch.cuda.empty_cache()
+    return best[1], best[2]
+
+
+# ---------------------------------------------------------------- main
+
+
+def run(out_dir, quick=False, sweep=True, models=None):
+    os.makedirs(out_dir, exist_ok=True)
+    sg = importlib.import_module("sglang.kernels.ops.mamba.mamba_state_scatter_triton")
+    from importlib.metadata import version
+
+    from sglang_mamba_dedup.kernels import clear_plan_cache, fused_commit
+
+    import triton
+
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(int(time.time()))
+    props = torch.cuda.get_device_properties(0)
+    meta = dict(
+        gpu=props.name,
+        torch=torch.__version__,
+        triton=triton.__version__,
+        sglang=version("sglang"),
+        python=platform.python_version(),
+        timestamp=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    log("env:", json.dumps(meta))
+    rows = []
+    bw = copy_bandwidth_gbs()
+    log(f"device copy bandwidth (dst.copy_(src), 4 GiB fp32, read+write): {bw:.0f} GB/s")
+    rows.append(dict(meta, kind="copy", model="-", D=0, batch=0, mode="-", provider="torch_copy",
+                     median_us=0, p20_us=0, p80_us=0, reps=0, bytes=2 * (4 << 30), GBps=round(bw, 1)))
+    tile = None
+    if sweep:
+        try:
+            tile = sweep_tiles(sg, fused_commit, gen, rows, meta)
+        except Exception as e:  # keep going with the defaults
+            log("sweep failed:", repr(e))
+    free = torch.cuda.mem_get_info()[0]
+    budget = free * MEM_FRACTION
+    batches = (1, 64) if quick else BATCHES
+    for model in models or MODELS:
+        cfg = MODELS[model]
+        for D in ((4,) if quick else STEPS):
+            fits = [B for B in batches if _bytes_needed(cfg, B, D) <= budget]
+            if not fits:
+                continue
+            skipped = [B for B in batches if B not in fits]
+            if skipped:
+                log(f"{model} D={D}: batches {skipped} skipped: inputs over {budget / 2**30:.0f} GiB of GPU memory")
+            R = max(fits)
+            clear_plan_cache()
+            torch.cuda.empty_cache()
+            try:
+                bench_model(cfg, model, R, D, fits, gen, sg, fused_commit, rows, meta)
+            except torch.cuda.OutOfMemoryError as e:
+                log(f"{model} D={D}: out of memory, rest skipped: {e}")
+            clear_plan_cache()
+            torch.cuda.empty_cache()
+            write_outputs(rows, bw, out_dir, meta, tile, quiet=True)
+    write_outputs(rows, bw, out_dir, meta, tile)
+    return rows
+
+
+def bench_model(cfg, model, R, D, fits, gen, sg, fused_commit, rows, meta):
+    x = build_inputs(cfg, R, D, gen)
+    for B in fits:
+        idx = make_indices(B, D, R, gen)
+        for track in (False, True):
+            mode = "accept+track" if track else "accept"
+            provs = providers(x, idx, track, sg, fused_commit)
+            if B in (1, 16):
+                ok = check_same_result(x, idx, track, provs)
+                log(f"  gate {model} D={D} b={B} {mode}: identical pools = {ok}")
+                if not ok:
+                    log("  !!! GATE FAILED: ours and SGLang wrote different pools; timings below are suspect")
+                    GATE_FAILURES.append(f"{model} D={D} b={B} {mode}")
+            replay, graph = graph_of(provs["ours"])
+            provs = dict(provs, ours_graph=replay)
+            nbytes = moved_bytes(cfg, B, track)
+            done = []
+            for name, fn in provs.items():
+                try:
+                    med, p20, p80, reps = time_call(fn)
+                except Exception as e:  # one provider failing must not lose the others
+                    log(f"  {name} failed: {e!r}")
+                    continue
+                gbs = nbytes / (med * 1e-6) / 1e9
+                done.append(f"{name}={med:.1f}us/{gbs:.0f}GB/s")
+                rows.append(dict(meta, kind="bench", model=model, D=D, batch=B, mode=mode, provider=name,
+                                 median_us=round(med, 2), p20_us=round(p20, 2), p80_us=round(p80, 2),
+                                 reps=reps, bytes=nbytes, GBps=round(gbs, 1)))
+            log(f"{model:15s} D={D} b={B:3d} {mode:12s} " + "  ".join(done))
+            del graph, replay
+    del x
+
+
+def write_outputs(rows, bw, out_dir, meta, tile, quiet=False):
+    csv_path = os.path.join(out_dir, "commit_h200.csv")
+    fields = list(rows[0].keys())
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    md = markdown_table(rows, bw, meta, tile)
+    with open(os.path.join(out_dir, "commit_h200.md"), "w") as f:
+        f.write(md)
+    if quiet:
+        return
+    log(md)
+    try:
+        plot(rows, bw, os.path.join(out_dir, "commit_h200.png"), meta)
+    except Exception as e:  # matplotlib missing or headless trouble: skip the PNG
+        log("no PNG:", repr(e))
+
+
+def markdown_table(rows, bw, meta, tile):
+    bench = [r for r in rows if r["kind"] == "bench"]
+    key = lambda r: (r["model"], r["D"], r["batch"], r["mode"])  # noqa: E731
+    by = {}
+    for r in bench:
+        by.setdefault(key(r), {})[r["provider"]] = r
+    out = [
+        f"Post-verify commit on {meta['gpu']} (torch {meta['torch']}, triton {meta['triton']}, "
+        f"SGLang {meta['sglang']}, {meta['timestamp']}). Device copy bandwidth (read+write) measured in "
+        f"the same run: **{bw:.0f} GB/s**. Times: median of CUDA-event-timed Python calls (host overhead "
+        f"included; `ours (graph)` = the same launch replayed from a CUDA graph). %BW = bytes read+written / time "
+        f"/ copy bandwidth. bf16 conv (dedup view for ours and 0.5.23, dense scratch for 0.5.13), fp32 SSM; "
+        f"accept+track = every row also tracks (2x bytes)."
+        + (f" SSM tile {tile[0]} B, {tile[1]} warps." if tile else ""),
+        "",
+        "| model | D | batch | mode | ours us (%BW) | ours (graph) us | SGLang 0.5.23 us (%BW) | 0.5.13-style us (%BW) | speed-up vs 0.5.23 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for k in sorted(by, key=lambda k: (k[0], k[1], k[3], k[2])):
+        p = by[k]
+
+        def cell(name, pct=True):
+            r = p.get(name)
+            if r is None:
+                return "-"
+            s = f"{r['median_us']:.1f}"
+            return s + (f" ({100 * r['GBps'] / bw:.0f}%)" if pct else "")
+
+        sp = p["sglang_0.5.23"]["median_us"] / p["ours"]["median_us"] if "ours" in p and "sglang_0.5.23" in p else 0
+        out.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {cell('ours')} | {cell('ours_graph', False)} | "
+                   f"{cell('sglang_0.5.23')} | {cell('sglang_0.5.13')} | {sp:.2f}x |")
+    out.append("")
+    out.append("Correctness gate (ours vs SGLang 0.5.23 vs 0.5.13-style, bitwise, batch 1 and 16): "
+               + ("FAILED for " + ", ".join(GATE_FAILURES) if GATE_FAILURES else "identical pools everywhere"))
+    out.append("")
+    out.append("Command: `python benchmarks/gpu_check.py` (runs the GPU tests, then "
+               "`benchmarks/bench_commit.py`), on the lent H200 with SGLang 0.5.23 carried as wheels.")
+    return "\n".join(out) + "\n"
+
+
+def plot(rows, bw, path, meta):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bench = [r for r in rows if r["kind"] == "bench" and r["D"] == 4]
+    models = sorted({r["model"] for r in bench})
+    fig, axes = plt.subplots(2, len(models), figsize=(6 * len(models), 8), squeeze=False)
+    for j, model in enumerate(models):
+        for i, mode in enumerate(("accept", "accept+track")):
+            ax = axes[i][j]
+            for prov in ("ours", "ours_graph", "sglang_0.5.23", "sglang_0.5.13"):
+                pts = sorted((r["batch"], r["median_us"]) for r in bench
+                             if r["model"] == model and r["mode"] == mode and r["provider"] == prov)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=prov)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("batch")
+            ax.set_ylabel("us per commit (median)")
+            ax.set_title(f"{model}, D=4, {mode}")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend()
+    fig.suptitle(f"{meta['gpu']}  copy BW {bw:.0f} GB/s  {meta['timestamp']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
+    ap.add_argument("--quick", action="store_true", help="batches 1 and 64, D=4 only")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the SSM tile sweep")
+    ap.add_argument("--models", nargs="*", choices=sorted(MODELS))
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("bench_commit needs a CUDA GPU")
+    run(a.out, quick=a.quick, sweep=not a.no_sweep, models=a.models)
+
+
+if __name__ == "__main__":
+    main()
