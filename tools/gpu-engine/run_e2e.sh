@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Device runner of the end-to-end md5 check on the lent H200. Test infrastructure, not part of the package.
+#
+#   bash tools/gpu-engine/run_e2e.sh [MODES] [extra `sglang-mamba-dedup e2e` options ...]
+#
+# Run from the repository root through the device `run` tool with carry [".whl", ".stub"] (the 37 wheels
+# of SGLang 0.5.23 and the sgl_kernel stand-in, ../shared/gpu/README.md). It
+#   1. installs the wheels into /tmp/site (skipped on a warm machine),
+#   2. makes the plugin importable from this checkout and its `sglang.srt.plugins` entry point
+#      discoverable (a dist-info written from pyproject.toml into /tmp/smd-meta), and checks that
+#      SGLang's own entry-point lookup sees it,
+#   3. puts tools/gpu-engine/sitecustomize.py (the stand-ins of FACTS §8) on PYTHONPATH, so every SGLang
+#      process, the spawned scheduler included, applies them,
+#   4. runs the e2e driver on a random-weight Qwen3.5-0.8B-architecture model (MTP included) with NEXTN,
+#      with the Triton/torch engine options the stand-ins need; logs, results and reports go to $OUT.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+OUT=${OUT:-/tmp/e2e-out}
+mkdir -p "$OUT"
+MODES=${1:-off,on}
+shift || true
+T0=$(date +%s)
+stamp() { echo "[run_e2e +$(( $(date +%s) - T0 ))s] $*"; }
+
+if [ ! -f /tmp/site/.smd-ok ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+    >/tmp/smd-pip.log 2>&1 && touch /tmp/site/.smd-ok || { stamp "wheel install failed"; tail -20 /tmp/smd-pip.log; exit 90; }
+  stamp "wheels installed"
+fi
+
+rm -rf /tmp/smd-meta && mkdir -p /tmp/smd-meta
+python3 - <<'PY' || exit 91
+import pathlib, tomllib
+pp = tomllib.loads(pathlib.Path("pyproject.toml").read_text())
+proj = pp["project"]
+d = pathlib.Path("/tmp/smd-meta") / f"{proj['name'].replace('-', '_')}-{proj['version']}.dist-info"
+d.mkdir(parents=True)
+(d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {proj['name']}\nVersion: {proj['version']}\n")
+lines = []
+for group, eps in proj.get("entry-points", {}).items():
+    lines.append(f"[{group}]")
+    lines += [f"{k} = {v}" for k, v in eps.items()]
+(d / "entry_points.txt").write_text("\n".join(lines) + "\n")
+(d / "top_level.txt").write_text("sglang_mamba_dedup\n")
+PY
+export PYTHONPATH=/tmp/smd-meta:$root:/tmp/site:$root/.stub:$root/tools/gpu-engine
+export PYTHONUNBUFFERED=1 SGLANG_STANDINS_QUIET=${SGLANG_STANDINS_QUIET:-0}
+
+python3 - <<'PY' 2>&1 | tee "$OUT/env.txt"
+import importlib.metadata as md, sys
+print("python", sys.version.split()[0])
+for d in ("sglang", "torch", "triton", "transformers", "sglang-mamba-dedup", "wrapt", "safetensors"):
+    try: print(d, md.version(d))
+    except Exception as e: print(d, "MISSING", e)
+print("entry points sglang.srt.plugins:", [f"{e.name}={e.value}" for e in md.entry_points(group="sglang.srt.plugins")])
+import torch
+print("gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "cuda", torch.version.cuda)
+PY
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee -a "$OUT/env.txt"
+stamp "environment ready; running e2e (modes $MODES)"
+
+python3 -m sglang_mamba_dedup.e2e \
+  --random-weights --random-weights-dir /tmp/smd-model \
+  --modes "$MODES" \
+  --max-new-tokens "${E2E_MAX_NEW_TOKENS:-128}" \
+  --mem-fraction-static 0.3 \
+  --run-timeout "${E2E_RUN_TIMEOUT:-240}" \
+  --workdir "$OUT/work" --json-out "$OUT/summary.json" \
+  --engine-arg attention_backend=triton \
+  --engine-arg sampling_backend=pytorch \
+  --engine-arg grammar_backend=none \
+  --engine-arg disable_radix_cache=true \
+  --engine-arg linear_attn_prefill_backend=triton \
+  --engine-arg cuda_graph_backend_decode=disabled \
+  --engine-arg cuda_graph_backend_prefill=disabled \
+  --engine-arg tp_size=1 \
+  "$@" 2>&1 | tee "$OUT/e2e.txt"
+rc=${PIPESTATUS[0]}
+# keep what comes back small (at most 8 files): one log of all runs, one JSON of all status reports
+for f in "$OUT"/work/run-*.log; do [ -f "$f" ] && { echo "===== $(basename "$f")"; tail -c 300000 "$f"; }; done > "$OUT/runs.log"
+python3 - "$OUT" <<'PY'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+reps = {}
+for d in sorted((out / "work").glob("reports-*")):
+    for r in sorted(d.glob("status-*.json")):
+        try: reps[f"{d.name}/{r.name}"] = json.loads(r.read_text())
+        except Exception as e: reps[f"{d.name}/{r.name}"] = repr(e)
+(out / "reports.json").write_text(json.dumps(reps, indent=1))
+PY
+rm -rf "$OUT/work"
+stamp "e2e exit code $rc"
+exit "$rc"
