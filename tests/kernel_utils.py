@@ -120,25 +120,44 @@ def make_index_set(B, D, n_slots, g, idx_dtype=torch.int64, skip_every=3, device
 # ---------------------------------------------------------------- SGLang 0.5.23 kernels, called directly
 
 
+_SCATTER_MODULES = (
+    "sglang.kernels.ops.mamba.mamba_state_scatter_triton",  # 0.5.17 ... 0.5.23
+    "sglang.srt.layers.attention.mamba.mamba_state_scatter_triton",  # 0.5.11 ... 0.5.15.post1
+)
+
+
 def sglang_module():
-    """SGLang 0.5.23's scatter module (its public wrappers refuse CPU tensors, so
-    the tests launch its ``@triton.jit`` kernels directly)."""
+    """The installed SGLang's scatter module (its public wrappers refuse CPU tensors, so
+    the tests launch its ``@triton.jit`` kernels directly); skip when there is none."""
+    import importlib
+
     import pytest
 
-    return pytest.importorskip("sglang.kernels.ops.mamba.mamba_state_scatter_triton")
+    for name in _SCATTER_MODULES:
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    pytest.skip("no SGLang scatter module importable")
 
 
 def sglang_dense_scatter(dst, src, slots, steps):
-    """``_fused_mamba_state_scatter_with_mask_kernel``: dense source, src row r = request r."""
+    """``_fused_mamba_state_scatter_with_mask_kernel``: dense source, src row r = request r.
+    0.5.13.post1's kernel has no source-row argument; 0.5.23's takes one."""
+    import inspect
+
     import triton
 
     m = sglang_module()
+    kernel = m._fused_mamba_state_scatter_with_mask_kernel
     n = steps.shape[0]
     elem = dst[0, 0].numel()
-    src_rows = torch.arange(n, dtype=torch.int32, device=dst.device)
+    rows = ()
+    if "src_indices_raw_ptr" in inspect.signature(kernel.fn).parameters:
+        rows = (torch.arange(n, dtype=torch.int32, device=dst.device),)
     grid = (n, dst.shape[0], triton.cdiv(elem, 1024))
-    m._fused_mamba_state_scatter_with_mask_kernel[grid](
-        src, dst, slots.to(torch.int32), steps.to(torch.int32), src_rows, elem,
+    kernel[grid](
+        src, dst, slots.to(torch.int32), steps.to(torch.int32), *rows, elem,
         src.stride(0), src.stride(1), src.stride(2), dst.stride(0), dst.stride(1),
         src.shape[1], src.shape[2], dst.shape[1], BLOCK_SIZE=1024,
     )
@@ -149,6 +168,10 @@ def sglang_window_scatter(dst, src, slots, steps):
     import triton
 
     m = sglang_module()
+    if not hasattr(m, "_fused_conv_window_scatter_with_mask_kernel"):
+        import pytest
+
+        pytest.skip("this SGLang has no conv-window scatter kernel (no dedup before 0.5.14)")
     n = steps.shape[0]
     dim, km1 = dst.shape[2], dst.shape[3]
     src_rows = torch.arange(n, dtype=torch.int32, device=dst.device)

@@ -85,11 +85,14 @@ def test_fused_commit_matches_reference_and_sglang(D, K, src_kind, track):
 @pytest.mark.parametrize("track", [False, True], ids=["accept", "accept+track"])
 def test_fused_commit_matches_sglang_multi_pair_kernel(track):
     """SGLang's single-launch multi-pair conv scatter (bf16 only, dense dst entries)."""
+    m = sglang_module()
+    if not hasattr(m, "fused_conv_window_scatter_multi"):
+        pytest.skip("this SGLang has no multi-pair conv scatter")
     g, seed = new_generator()
     kw, _ = _case(4, 4, "dedup", torch.bfloat16, torch.float32, g, track)
     fused_commit(**kw)
     theirs = [poison(torch.empty_like(d)) for d in kw["conv_dsts"]]
-    sglang_module().fused_conv_window_scatter_multi(
+    m.fused_conv_window_scatter_multi(
         list(zip(theirs, kw["conv_srcs"])), kw["accept_slots"], kw["accept_steps"],
         kw.get("track_slots"), kw.get("track_steps"),
     )
