@@ -217,6 +217,7 @@ def build_pool(
     topk: Optional[int] = 1,
     device: str = "cpu",
     via_init_pools: bool = True,
+    unified: bool = False,
 ):
     """A real ``HybridReqToTokenPool``; on 0.5.13 the topk reaches the gate the way ``_init_pools`` does."""
     mp = mem_pool_module()
@@ -235,7 +236,11 @@ def build_pool(
     )
     if "speculative_eagle_topk" in sig:
         kw["speculative_eagle_topk"] = topk
-    ctx = gate.speculative_topk(topk) if (via_init_pools and "speculative_eagle_topk" not in sig) else contextlib.nullcontext()
+    ctx = (
+        gate.speculative_topk(topk, unified=unified)
+        if (via_init_pools and "speculative_eagle_topk" not in sig)
+        else contextlib.nullcontext()
+    )
     with ctx:
         return mp.HybridReqToTokenPool(**kw)
 
@@ -443,3 +448,56 @@ def simulate(cfg: SimConfig) -> SimResult:
     res.final_md5 = md5(res.final)
     res.events = report.events()
     return res
+
+
+# ------------------------------------------------------------------------------------------------ estimator
+QWEN35_08B = dict(num_layers=18, conv_dim=6144, conv_kernel=4, num_heads=16, head_dim=128, state_size=128)
+QWEN3_NEXT_80B = dict(num_layers=36, conv_dim=8192, conv_kernel=4, num_heads=32, head_dim=128, state_size=128)
+
+
+def run_estimator(cache_params, *, total_rest_gb: float, draft_tokens: int = 4, topk: int = 1,
+                  max_running_requests: int = 256, device: str = "cuda") -> Tuple[int, float]:
+    """Run SGLang's real mamba-cache estimator on a stand-in runner/configurator (attributes only).
+
+    Returns ``(max_mamba_cache_size, rest_memory_gb)`` for a ``total_rest_gb`` budget, radix cache on
+    (the ratio-based auto-fit path). Whatever the plugin patched is what runs.
+    """
+    from sglang.srt.server_args import ServerArgs
+
+    sa = ServerArgs(
+        model_path="dummy", speculative_algorithm="NEXTN", speculative_eagle_topk=topk,
+        speculative_num_steps=draft_tokens - 1, speculative_num_draft_tokens=draft_tokens,
+        max_running_requests=max_running_requests,
+    )
+    spec_alg = types.SimpleNamespace(is_none=lambda: False)
+    if NEW_LAYOUT:
+        from sglang.srt.mem_cache import kv_cache_configurator as kc
+        from sglang.srt.runtime_context import get_context, get_schedule
+
+        get_context().set_server_args(sa)
+        _published.pop("key", None)
+        class _Configurator(kc.KVCacheConfigurator):
+            def fused_entry_bytes(self, sub_pool_name):  # no fused draft state block
+                return None
+
+        obj = object.__new__(_Configurator)
+        for name, value in dict(
+            mambaish_config=types.SimpleNamespace(mamba2_cache_params=cache_params),
+            pp_size=1, attn_dp_size=1, hybrid_gdn_config=None, hybrid_kda_config=None,
+            extra_mamba_cache_bytes_per_req=0, spec_algorithm=spec_alg, device=device, server_args=sa,
+        ).items():
+            setattr(obj, name, value)
+        rest = obj._handle_max_mamba_cache(total_rest_gb)
+        return int(get_schedule().max_mamba_cache_size), float(rest)
+    mixin = importlib.import_module("sglang.srt.model_executor.model_runner_kv_cache_mixin")
+
+    class _Runner(mixin.ModelRunnerKVCacheMixin):
+        pass
+
+    obj = _Runner.__new__(_Runner)
+    vars(obj).update(
+        mambaish_config=types.SimpleNamespace(mamba2_cache_params=cache_params),
+        server_args=sa, spec_algorithm=spec_alg, device=device, dp_size=1,
+    )
+    rest = obj.handle_max_mamba_cache(total_rest_gb)
+    return int(sa.max_mamba_cache_size), float(rest)

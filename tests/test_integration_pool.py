@@ -1,0 +1,281 @@
+"""The pool patch on the real SGLang ``MambaPool`` / ``HybridReqToTokenPool`` (CPU; the gate's CUDA check
+is overridden for tests only with ``SGLANG_MAMBA_DEDUP_ALLOW_CPU=1``), the gate's every 'no', strict mode,
+topk plumbing, the PD decode pool and the estimator.
+
+Back-port releases (0.5.13.post1): the plugin builds the deduplicated window itself; stock is dense.
+Take-over releases (0.5.23): upstream builds it; the plugin verifies and records it.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ.setdefault("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")  # tests only: the interpreter stands in for the GPU
+
+import importlib
+import itertools
+import types
+
+import pytest
+import torch
+
+import integration_utils as iu
+from sglang_mamba_dedup import gate, layout, patching, report
+from sglang_mamba_dedup.patches import pool_config
+
+pytestmark = pytest.mark.release
+
+GB = 1 << 30
+
+
+@pytest.fixture(autouse=True)
+def _kernel():
+    iu.ensure_commit_kernel()
+
+
+def _cp(**kw):
+    base = dict(num_layers=2, conv_dim=5, conv_kernel=4, num_heads=2, head_dim=3, state_size=4)
+    base.update(kw)
+    return iu.make_cache_params(**base)
+
+
+def _pool(cp=None, *, draft_tokens=4, topk=1, size=3, mamba_size=5, **kw):
+    return iu.build_pool(cache_params=cp or _cp(), size=size, mamba_size=mamba_size, draft_tokens=draft_tokens, topk=topk, **kw)
+
+
+def _assert_dedup(mp, draft_tokens, conv_kernel):
+    windows = mp.mamba_cache.intermediate_conv_window
+    phys_list = mp._intermediate_conv_window_phys
+    assert len(windows) == len(phys_list) >= 1
+    for view, phys in zip(windows, phys_list):
+        assert layout.dedup_problem(view, phys) is None
+        L, S, D, dim, win = view.shape
+        assert (D, win) == (draft_tokens, conv_kernel - 1)
+        assert tuple(phys.shape) == (L, S, dim, D + win - 1)
+        # view[l,s,t,d,w] and phys[l,s,d,t+w] are the same memory, every index.
+        for l, s, t, d, w in itertools.product(range(L), range(S), range(D), range(dim), range(win)):
+            assert view[l, s, t, d, w].data_ptr() == phys[l, s, d, t + w].data_ptr()
+        # A write through the view lands in the buffer.
+        view[L - 1, S - 1, D - 1, dim - 1, win - 1] = 7.0
+        assert float(phys[L - 1, S - 1, dim - 1, D + win - 2]) == 7.0
+        view.zero_()
+        # Physical bytes are exactly (D+K-2)/(D*(K-1)) of dense.
+        dense = layout.nbytes(view)
+        assert layout.nbytes(phys) * D * win == dense * (D + win - 1)
+    # mem_usage counts physical bytes.
+    c = mp.mamba_cache
+    physical = layout.nbytes(c.conv) + layout.nbytes(c.temporal) + layout.nbytes(c.intermediate_ssm) + layout.nbytes(phys_list)
+    assert abs(mp.mem_usage * GB - physical) < 1
+
+
+# ------------------------------------------------------------------------------------------------ layout
+@pytest.mark.parametrize("draft_tokens,conv_kernel", [(4, 4), (1, 4), (2, 2), (5, 3), (3, 5)], ids=lambda v: str(v))
+def test_plugin_pool_is_deduplicated(draft_tokens, conv_kernel):
+    with iu.plugin(True):
+        calls0 = patching.PATCHER.calls("mamba_pool.init")
+        pool = _pool(_cp(conv_kernel=conv_kernel), draft_tokens=draft_tokens)
+        mp = pool.mamba_pool
+        _assert_dedup(mp, draft_tokens, conv_kernel)
+        ev = report.events()["dedup_layout"]
+        assert ev["state"] == ("ours" if iu.BACKPORT else "upstream")
+        assert ev["physical_bytes"] * draft_tokens * (conv_kernel - 1) == ev["dense_bytes"] * (draft_tokens + conv_kernel - 2)
+        assert abs(ev["physical_bytes"] / ev["dense_bytes"] - layout.ratio(draft_tokens, conv_kernel)) < 1e-12
+        assert patching.PATCHER.calls("mamba_pool.init") == calls0 + 1
+
+
+def test_dense_window_never_allocated(monkeypatch):
+    """CPU stand-in for the GPU peak-memory check: no allocation of the dense window's shape at all."""
+    shapes = []
+    real_zeros = torch.zeros
+
+    def spy(*args, **kwargs):
+        t = real_zeros(*args, **kwargs)
+        shapes.append(tuple(t.shape))
+        return t
+
+    cp = _cp()
+    with iu.plugin(True):
+        monkeypatch.setattr(torch, "zeros", spy)
+        pool = _pool(cp, draft_tokens=4, size=3)
+        monkeypatch.setattr(torch, "zeros", real_zeros)
+    dense_shape = (2, 4, 4, 5, 3)  # [L, S+1, D, dim, K-1]
+    if iu.BACKPORT:
+        assert dense_shape not in shapes, shapes
+        assert (2, 4, 5, 6) in shapes  # the physical [L, S+1, dim, D+K-2] buffer
+    _assert_dedup(pool.mamba_pool, 4, 4)
+
+
+def test_stock_pool_when_plugin_off():
+    with iu.cpu_stock_paths(), iu.plugin(False):
+        mp = _pool().mamba_pool
+        assert getattr(mp, "_smd_layout", None) is None
+        w = mp.mamba_cache.intermediate_conv_window[0]
+        if iu.BACKPORT:
+            assert w.is_contiguous() and tuple(w.shape) == (2, 4, 4, 5, 3)
+
+
+# ------------------------------------------------------------------------------------------------ gate 'no'
+def _stock_case(name):
+    """(pool kwargs, extra context, expected reason fragment) per gate 'no' path."""
+    if name == "topk2":
+        return dict(topk=2), None, "topk 2 > 1"
+    if name == "cpu_without_override":
+        return dict(), "no_cpu", "not CUDA"
+    if name == "speculative_off":
+        return dict(draft_tokens=None), None, "speculative decoding off"
+    if name == "opt_out":
+        return dict(cp=_cp(opt_out=True)), None, "opts out"
+    if name == "kda":
+        mu = importlib.import_module("sglang.srt.configs.mamba_utils")
+        shape = mu.KimiLinearStateShape.create(tp_world_size=1, num_heads=2, head_dim=4, conv_kernel_size=4)
+        cp = mu.KimiLinearCacheParams(shape=shape, layers=[0, 1], dtype=mu.Mamba2StateDType(conv=torch.float32, temporal=torch.float32))
+        return dict(cp=cp), None, "KDA"
+    if name == "unified":
+        return dict(unified=True), None, "unified memory"
+    if name == "topk_unknown":
+        return dict(via_init_pools=False), None, "topk unknown"
+    if name == "commit_patch_inactive":
+        return dict(), "no_commit", "commit patch is not active"
+    raise KeyError(name)
+
+
+STOCK_CASES = ["topk2", "cpu_without_override", "speculative_off", "opt_out", "kda", "unified", "topk_unknown", "commit_patch_inactive"]
+
+
+@pytest.mark.parametrize("case", STOCK_CASES)
+def test_gate_no_gives_stock_layout_and_reason(case, monkeypatch):
+    kw, extra, fragment = _stock_case(case)
+    if not iu.BACKPORT and case in ("topk_unknown", "commit_patch_inactive", "unified"):
+        pytest.skip("back-port only: 0.5.14+ pass topk to the pool, need no commit patch, build unified pools elsewhere")
+    if extra == "no_cpu":
+        monkeypatch.delenv(gate.ALLOW_CPU_ENV)
+    cp = kw.pop("cp", None)
+    with iu.cpu_stock_paths(), iu.plugin(True):
+        if extra == "no_commit":
+            patching.revert(["commit"])
+        pool = _pool(cp, **kw)
+        mp = pool.mamba_pool
+        ev = report.events()["dedup_layout"]
+        if iu.BACKPORT or case in ("topk2", "opt_out", "kda", "speculative_off"):
+            assert mp._smd_layout == "stock" and ev["state"] == "stock", ev
+            assert fragment in ev["reason"], ev
+            if kw.get("draft_tokens", 4) is not None:
+                w = mp.mamba_cache.intermediate_conv_window[0]
+                phys = getattr(mp, "_intermediate_conv_window_phys", None)
+                assert w.is_contiguous(), "stock = SGLang's dense window"
+                assert not phys or layout.dedup_problem(w, phys[0]) is not None
+        else:  # take-over, CPU without override: upstream still dedups on CPU (its gate excludes only NPU/CPU engine)
+            assert ev["state"] == "upstream" and fragment in ev["reason"], ev
+
+
+def test_gate_reasons_unit():
+    cp = _cp()
+    ok, why = gate.check(device="cpu", speculative_num_draft_tokens=4, cache_params=cp, topk=None)
+    assert ok and why is None
+    assert "not (dim, K-1)" in gate.check(device="cpu", speculative_num_draft_tokens=4, cache_params=_cp_bad_window(), topk=1)[1]
+    unified_cls = type("UnifiedMambaPool", (), {})
+    assert "UnifiedMambaPool" in gate.check(device="cpu", speculative_num_draft_tokens=4, cache_params=cp, topk=1, pool=unified_cls())[1]
+    assert "ROCm" in _with_hip(lambda: gate.device_problem("cuda"))
+    assert "unknown" in gate.check(device="cpu", speculative_num_draft_tokens=4, cache_params=cp)[1]
+
+
+def _cp_bad_window():
+    mu = importlib.import_module("sglang.srt.configs.mamba_utils")
+    cp = _cp()
+    import dataclasses
+
+    return dataclasses.replace(cp, shape=dataclasses.replace(cp.shape, conv=[(5, 5)]))
+
+
+def _with_hip(fn):
+    old = torch.version.hip
+    torch.version.hip = "6.0"
+    try:
+        return fn()
+    finally:
+        torch.version.hip = old
+
+
+def test_strict_mode_raises_instead_of_stock():
+    with iu.cpu_stock_paths(), iu.plugin(True, mode="strict"):
+        with pytest.raises(RuntimeError, match="strict mode.*topk 2 > 1"):
+            _pool(topk=2)
+        # Non-speculative pools have nothing to deduplicate: not an error.
+        _pool(draft_tokens=None)
+
+
+# ------------------------------------------------------------------------------------------------ plumbing
+def test_topk_plumbing_through_init_pools():
+    """The _init_pools wrapper publishes server_args.speculative_eagle_topk to the pool gate."""
+    built = {}
+
+    def fake_init_pools(*args, **kwargs):  # stands in for SGLang's _init_pools body: builds the pool
+        built["pool"] = iu.build_pool(cache_params=_cp(), size=2, mamba_size=4, draft_tokens=4, topk=None, via_init_pools=False)
+
+    for topk, expect in ((1, "dedup"), (3, "stock")):
+        runner = types.SimpleNamespace(server_args=types.SimpleNamespace(speculative_eagle_topk=topk, enable_unified_memory=False))
+        with iu.cpu_stock_paths(), iu.plugin(True):
+            pool_config.init_pools(fake_init_pools, runner, (), {})
+            mp = built["pool"].mamba_pool
+            if iu.BACKPORT:
+                assert (mp._smd_layout == "ours") == (expect == "dedup"), (topk, mp._smd_layout, report.events())
+    if iu.BACKPORT:
+        assert patching.PATCHER.status()["kv_cache_mixin.init_pools"]["state"] == "reverted"
+
+
+def test_patches_installed_where_expected():
+    with iu.plugin(True):
+        st = patching.status()
+        applied = {n for n, v in st.items() if v["state"] == "applied"}
+        assert {"mamba_pool.init", "hybrid_linear_attn.update_mamba_state_after_mtp_verify"} <= applied
+        assert ("kv_cache_mixin.init_pools" in applied) == iu.BACKPORT
+        assert ("kv_cache_configurator.handle_max_mamba_cache" in applied) == iu.NEW_LAYOUT
+        # A second apply wraps nothing twice; one pool construction = one wrapper call.
+        patching.apply(["dedup_layout", "commit", "topk_plumbing", "estimator"])
+        calls0 = patching.PATCHER.calls("mamba_pool.init")
+        _pool()
+        assert patching.PATCHER.calls("mamba_pool.init") == calls0 + 1
+
+
+def test_pd_decode_pool_gets_dedup():
+    dec = importlib.import_module("sglang.srt.disaggregation.decode")
+    import inspect
+
+    sig = inspect.signature(dec.HybridMambaDecodeReqToTokenPool.__init__).parameters
+    cp = _cp()
+    kw = dict(
+        size=2, max_context_len=64, device="cpu", enable_memory_saver=False, cache_params=cp,
+        mamba_layer_ids=[0, 1], speculative_num_draft_tokens=4, enable_mamba_extra_buffer=False,
+        pre_alloc_size=1, enable_overlap_schedule=True, mamba_size=4,
+    )
+    if "speculative_eagle_topk" in sig:
+        kw["speculative_eagle_topk"] = 1
+    with iu.plugin(True), gate.speculative_topk(1):  # what _init_pools publishes on 0.5.13
+        pool = dec.HybridMambaDecodeReqToTokenPool(**kw)
+    _assert_dedup(pool.mamba_pool, 4, 4)
+
+
+# ------------------------------------------------------------------------------------------------ estimator
+def test_estimator_reserves_dedup_size_qwen35_08b(capsys):
+    cp = iu.make_cache_params(**iu.QWEN35_08B, conv_dtype=torch.bfloat16)
+    budget = 40.0
+    with iu.plugin(False):
+        before, rest_before = iu.run_estimator(cp, total_rest_gb=budget, device="cpu")
+    with iu.plugin(True):
+        after, rest_after = iu.run_estimator(cp, total_rest_gb=budget, device="cpu")
+        est = dict(pool_config.last_estimate)
+    assert est["applied"] and est["draft_tokens"] == 4
+    d, k = 4, 4
+    conv = 18 * 6144 * 3 * 2
+    ssm = 18 * 16 * 128 * 128 * 4
+    assert abs(est["effective_draft_tokens"] - (ssm * d + conv * (d + k - 2) / (k - 1)) / (ssm + conv)) < 1e-12
+    assert after > before
+    with iu.plugin(True):  # topk > 1: no change
+        same, _ = iu.run_estimator(cp, total_rest_gb=budget, topk=2, device="cpu")
+    assert same == before
+    with capsys.disabled():
+        print(
+            f"\n[estimator sglang {iu.SGLANG_VERSION}] Qwen3.5-0.8B shapes, {budget} GB rest budget, D=4, radix on: "
+            f"max_mamba_cache_size {before} -> {after} (+{after - before}); rest for KV {rest_before:.3f} -> {rest_after:.3f} GB; "
+            f"D_eff={est['effective_draft_tokens']:.4f}"
+        )
