@@ -236,7 +236,8 @@ def describe_report(report: Optional[dict]) -> str:
         pct = f" ({100.0 * (dense - phys) / dense:.1f}%)" if dense else ""
         parts.append(f"dedup layout: {lay.get('state')} (reason: {lay.get('reason')}); conv-window bytes "
                      f"dense {dense:,}, physical {phys:,}, saved {dense - phys:,}{pct}")
-    parts.append(f"commit calls: {calls}, through our kernels: {ours}")
+    parts.append(f"commit calls: {calls}, through our kernels: {ours} (the report is rewritten at the 1st, 2nd, "
+                 "4th, 8th ... commit: counts are the last power of two reached)")
     patches = report.get("patches") or {}
     if patches:
         parts.append("patches: " + ", ".join(
@@ -369,10 +370,15 @@ def _worker_main(argv: List[str]) -> int:
         bs = int(spec["batch_size"]) or len(prompts)
         batches = [prompts[i:i + bs] for i in range(0, len(prompts), bs)]
         sp = dict(spec["sampling_params"])
-        if spec.get("warmup_tokens"):
-            # Compile every Triton kernel of the path before timing: both runs share the disk cache,
-            # so without a warm-up the first run would pay the compilation and the second would not.
-            engine.generate(**{key: batches[0]}, sampling_params=dict(sp, max_new_tokens=spec["warmup_tokens"]))
+        warm = int(spec.get("warmup_tokens") or 0)
+        if warm:
+            # Compile (and autotune) every Triton kernel of the path before timing: runs share the disk
+            # cache, so the first run would otherwise pay for compilation that later runs do not. A short
+            # warm-up is not enough (seen on the H200: the first run stayed 4x slower with 8 tokens), so
+            # by default the warm-up is the whole generation, untimed (-1 = max_new_tokens).
+            n = sp["max_new_tokens"] if warm < 0 else warm
+            for batch in batches:
+                engine.generate(**{key: batch}, sampling_params=dict(sp, max_new_tokens=n))
         outputs: List[dict] = []
         t0 = time.perf_counter()
         for batch in batches:
@@ -464,7 +470,9 @@ def _build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-running-requests", type=int, default=None,
                    help="concurrency cap of the scheduler (default: the batch size); fixed so that both runs "
                         "batch the same way")
-    g.add_argument("--warmup-tokens", type=int, default=8, help="untimed warm-up generation (0: none)")
+    g.add_argument("--warmup-tokens", type=int, default=-1,
+                   help="tokens of the untimed warm-up generation of every batch (default -1: max_new_tokens; "
+                        "0: no warm-up)")
 
     e = p.add_argument_group("engine")
     e.add_argument("--mem-fraction-static", type=float, default=None)
@@ -623,11 +631,19 @@ def main(argv: Optional[List[str]] = None, runner: Optional[Runner] = None) -> i
                                                   f"at prompt {d[0]}, token {d[1]}" if d else "md5 differ"))
             elif a["text_md5"] != b["text_md5"]:
                 failures.append((EXIT_MD5_DIFFER, "token ids equal but texts differ"))
-            if a["tokens_per_s"] and b["tokens_per_s"]:
-                ratio = b["tokens_per_s"] / a["tokens_per_s"]
-                summary.setdefault("throughput_ratio", ratio)
-                _print(f"throughput: {base['mode']} {_fmt_rate(a['tokens_per_s'])} tok/s, {r['mode']} "
-                       f"{_fmt_rate(b['tokens_per_s'])} tok/s, ratio {r['mode']}/{base['mode']} = {ratio:.3f}")
+        rates = {m: [r["stats"]["tokens_per_s"] for r in results if r["mode"] == m and r["stats"]["tokens_per_s"]]
+                 for m in ("off", "on")}
+        _print("throughput (tok/s, decode phase, per run): " + ", ".join(
+            f"{r['mode']} {_fmt_rate(r['stats']['tokens_per_s'])}" for r in results))
+        if rates["off"] and rates["on"]:
+            off_mean = sum(rates["off"]) / len(rates["off"])
+            on_mean = sum(rates["on"]) / len(rates["on"])
+            ratio = on_mean / off_mean
+            summary["throughput_tok_s"] = {"off": off_mean, "on": on_mean}
+            summary["throughput_ratio"] = ratio
+            _print(f"throughput: off {_fmt_rate(off_mean)} tok/s, on {_fmt_rate(on_mean)} tok/s, "
+                   f"ratio on/off = {ratio:.3f}" + (" (means over runs of the same mode)"
+                                                   if len(rates['off']) + len(rates['on']) > 2 else ""))
         summary["ids_md5"] = [r["stats"]["ids_md5"] for r in results]
         summary["text_md5"] = [r["stats"]["text_md5"] for r in results]
 

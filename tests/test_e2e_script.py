@@ -268,3 +268,19 @@ def test_example_wrapper_calls_main(monkeypatch):
         runpy.run_path(str(ROOT / "examples" / "e2e_md5.py"), run_name="__main__")
     assert exc.value.code == 0
     assert "argv" in seen
+
+
+def test_main_ratio_uses_means_per_mode(workdir, tmp_path, capsys):
+    runs = FakeRuns({"off": GOOD, "on": GOOD}, ON_REPORTS)
+    code = e2e.main(ARGS + workdir + ["--modes", "off,on,off", "--json-out", str(tmp_path / "s.json")], runner=runs)
+    assert code == e2e.EXIT_OK
+    assert [m for m, _ in runs.calls] == ["off", "on", "off"]
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["throughput_ratio"] == pytest.approx(1.25)
+    assert "means over runs of the same mode" in capsys.readouterr().out
+
+
+def test_warmup_defaults_to_the_whole_generation(workdir):
+    runs = FakeRuns({"off": GOOD, "on": GOOD}, ON_REPORTS)
+    e2e.main(ARGS + workdir, runner=runs)
+    assert runs.calls[0][1]["warmup_tokens"] == -1
