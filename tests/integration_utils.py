@@ -425,6 +425,8 @@ def simulate(cfg: SimConfig) -> SimResult:
         acc = torch.randint(0, d + 1, (b,), generator=g)
         if step < 3:
             acc[0] = (0, d, 1)[step]
+            if b > 1:
+                acc[1] = max(1, d // 2)  # partial acceptance from the first step on
         last_correct = (acc - 1).to(torch.int64).to(dev)
         track_idx = track_steps = None
         if step % 3 == 1:
