@@ -141,14 +141,20 @@ def test_engine_args_passthrough_and_defaults():
         e2e.parse_engine_args(["novalue"])
 
 
+@pytest.mark.release
 def test_engine_kwargs_are_sglang_server_args():
     """Every key the driver passes by default is a field of the installed SGLang's ServerArgs."""
-    msgspec = pytest.importorskip("msgspec")
+    import dataclasses
+
     server_args = pytest.importorskip("sglang.srt.server_args")
     args = e2e._build_parser().parse_args(["--mem-fraction-static", "0.5"])
     args.num_prompts_effective = 34
     kw = e2e.build_engine_kwargs(args, "/m", skip_tokenizer=True)
-    fields = {f.name for f in msgspec.structs.fields(server_args.ServerArgs)}
+    if dataclasses.is_dataclass(server_args.ServerArgs):  # up to 0.5.2x: a dataclass
+        fields = {f.name for f in dataclasses.fields(server_args.ServerArgs)}
+    else:  # 0.5.23: a msgspec Struct
+        msgspec = pytest.importorskip("msgspec")
+        fields = {f.name for f in msgspec.structs.fields(server_args.ServerArgs)}
     assert set(kw) <= fields, set(kw) - fields
     assert kw["speculative_algorithm"] == "NEXTN" and kw["speculative_eagle_topk"] == 1
     assert kw["speculative_num_draft_tokens"] == 4 and kw["speculative_num_steps"] == 3
