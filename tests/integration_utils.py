@@ -343,6 +343,8 @@ class SimConfig:
     ssm_dtype: torch.dtype = torch.float32
     #: Compare the conv outputs too (off for bf16 under the interpreter, see above).
     check_outputs: bool = True
+    #: The topk the *pool* is told (2 gives SGLang's dense window); the draft itself is always a chain.
+    pool_topk: int = 1
 
 
 @dataclass
@@ -377,7 +379,7 @@ def simulate(cfg: SimConfig) -> SimResult:
     )
     b = cfg.batch
     mamba_size = 3 * b + 2
-    pool = build_pool(cache_params=cp, size=b, mamba_size=mamba_size, draft_tokens=d, topk=1, device=cfg.device)
+    pool = build_pool(cache_params=cp, size=b, mamba_size=mamba_size, draft_tokens=d, topk=cfg.pool_topk, device=cfg.device)
     backend = build_backend(pool, device=cfg.device, topk=1, draft_tokens=d)
     mp = pool.mamba_pool
     cache = mp.mamba_cache
