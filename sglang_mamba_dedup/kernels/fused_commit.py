@@ -26,6 +26,7 @@ import triton
 import triton.language as tl
 
 from ._common import (
+    FastLaunch,
     _GRID_YZ_MAX,
     _INT32_MAX,
     _copy_flat_tile,
@@ -37,6 +38,7 @@ from ._common import (
     entry_is_dense,
     int_dtype_for,
     launch_config,
+    num_sms,
 )
 
 _META_COLS = 16  # src, dst, dim, s_l, s_r, s_t, s_d, s_w, d_l, d_s, d_d, d_w, tile_start, pad...
@@ -121,6 +123,14 @@ def _fused_commit_kernel(
                 )
 
 
+_CONSTEXPR_ORDER = tuple(_fused_commit_kernel.arg_names[_fused_commit_kernel.arg_names.index("conv_tiles") + 1:])
+_N_FIXED = len(_fused_commit_kernel.arg_names) - 8 - len(_CONSTEXPR_ORDER)  # runtime args after n_acc
+assert _fused_commit_kernel.arg_names[:8] == [
+    "conv_meta_ptr", "ssm_src_ptr", "ssm_dst_ptr", "acc_steps_ptr", "acc_slots_ptr", "trk_steps_ptr", "trk_slots_ptr",
+    "n_acc",
+], _fused_commit_kernel.arg_names
+
+
 class _Plan:
     __slots__ = (
         "meta",
@@ -137,6 +147,10 @@ class _Plan:
         "num_warps",
         "device",
         "refs",
+        "variants",
+        "small_below",
+        "fast",
+        "is_cuda",
     )
 
 
@@ -218,8 +232,7 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_com
     plan.conv_tiles = tile_start
     plan.meta = torch.tensor(rows, dtype=torch.int64).to(device)
 
-    ssm_tiles = 0
-    ssm_block, ssm_warps = 256, 4
+    ssm_numel = 0
     if ssm_dst is not None:
         check_src_dst("ssm_dst", ssm_dst, "ssm_src", ssm_src, 2)
         if not entry_is_dense(ssm_dst, 2) or not entry_is_dense(ssm_src, 3):
@@ -228,35 +241,52 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_com
         ssm_numel = 1
         for n in ssm_dst.shape[2:]:
             ssm_numel *= n
-        ssm_block, ssm_warps = launch_config("ssm", ssm_dst.element_size())
-        ssm_tiles = triton.cdiv(ssm_numel, ssm_block) if ssm_numel else 0
         ityp = int_dtype_for(ssm_dst.element_size())
         plan.ssm_src = ssm_src.view(ityp)
         plan.ssm_dst = ssm_dst.view(ityp)
         plan.ssm_args = (ssm_src.stride(0), ssm_src.stride(1), ssm_src.stride(2),
                          ssm_dst.stride(0), ssm_dst.stride(1), ssm_numel)
-        ssm_even = ssm_numel % ssm_block == 0
     else:
         plan.ssm_src = plan.meta
         plan.ssm_dst = plan.meta
         plan.ssm_args = (0, 0, 0, 0, 0, 0)
-        ssm_even = True
 
     plan.n_rows_src, plan.n_steps = geom
-    plan.tiles = tile_start + ssm_tiles
     if n_layers > _GRID_YZ_MAX:
         raise ValueError(f"{fn_name}: at most {_GRID_YZ_MAX} layers per launch, got {n_layers}")
-    plan.constexprs = dict(
-        NUM_CONV=len(conv_dsts),
-        CONV_ITEMSIZE=conv_itemsize or 2,
-        KM1=km1 or 1,
-        CONV_BLOCK=conv_block,
-        HAS_SSM=ssm_dst is not None,
-        SSM_BLOCK=ssm_block,
-        SSM_EVEN=ssm_even,
-    )
-    plan.num_warps = max(ssm_warps, conv_warps)
+    # Two tilings of the SSM entry: big tiles (full grids) and small tiles (few rows).
+    itemsize = ssm_dst.element_size() if ssm_dst is not None else 4
+    plan.variants = []
+    for kind in ("ssm", "ssm_small"):
+        ssm_block, ssm_warps = launch_config(kind, itemsize)
+        ssm_tiles = triton.cdiv(ssm_numel, ssm_block) if ssm_numel else 0
+        constexprs = dict(
+            NUM_CONV=len(conv_dsts),
+            CONV_ITEMSIZE=conv_itemsize or 2,
+            KM1=km1 or 1,
+            CONV_BLOCK=conv_block,
+            HAS_SSM=ssm_dst is not None,
+            SSM_BLOCK=ssm_block,
+            SSM_EVEN=ssm_numel % ssm_block == 0,
+        )
+        fixed = (plan.n_steps, n_slots, *plan.ssm_args, tile_start)
+        tails = {
+            has_track: fixed + tuple(dict(constexprs, HAS_TRACK=has_track)[n] for n in _CONSTEXPR_ORDER)
+            for has_track in (False, True)
+        }
+        plan.variants.append((tile_start + ssm_tiles, constexprs, max(ssm_warps, conv_warps), tails))
+    plan.tiles = plan.variants[0][0]
+    # grid programs (tiles * layers * rows) below which the small tiling is used
+    plan.small_below = num_sms(device) * _small_grid_per_sm()
+    plan.is_cuda = device.type == "cuda"
+    plan.fast = FastLaunch()
     return plan
+
+
+def _small_grid_per_sm() -> int:
+    from . import _common
+
+    return _common.SMALL_GRID_PER_SM
 
 
 def get_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_commit") -> _Plan:
@@ -291,23 +321,33 @@ def launch_plan(plan: _Plan, accept_steps, accept_slots, track_steps, track_slot
         return
     if n_rows > _GRID_YZ_MAX:
         raise ValueError(f"{fn_name}: at most {_GRID_YZ_MAX} rows (accept + track) per launch, got {n_rows}")
-    _fused_commit_kernel[(plan.tiles, plan.n_layers, n_rows)](
-        plan.meta,
-        plan.ssm_src,
-        plan.ssm_dst,
-        accept_steps,
-        accept_slots,
-        track_steps,
-        track_slots,
-        n_acc,
-        plan.n_steps,
-        plan.n_slots,
-        *plan.ssm_args,
-        plan.conv_tiles,
-        HAS_TRACK=n_trk > 0,
-        num_warps=plan.num_warps,
-        **plan.constexprs,
+    # Tiling chosen from shapes only (host ints, no device values).
+    small = plan.variants[0][0] * plan.n_layers * n_rows < plan.small_below
+    tiles, constexprs, num_warps, tails = plan.variants[1 if small else 0]
+    grid = (tiles, plan.n_layers, n_rows)
+    has_track = n_trk > 0
+    args = (plan.meta, plan.ssm_src, plan.ssm_dst, accept_steps, accept_slots, track_steps, track_slots, n_acc)
+    if plan.is_cuda:
+        dev = plan.fast.current_device()
+        key = (
+            dev, small, has_track,
+            accept_steps.dtype, accept_slots.dtype, track_steps.dtype, track_slots.dtype,
+            accept_steps.data_ptr() & 15, accept_slots.data_ptr() & 15,
+            track_steps.data_ptr() & 15, track_slots.data_ptr() & 15,
+        )
+        entry = plan.fast.get(key)
+        if entry is not None:
+            plan.fast.launch(entry, grid, dev, args + tails[has_track])
+            return
+    kernel = _fused_commit_kernel[grid](
+        *args,
+        *tails[has_track][: _N_FIXED],
+        HAS_TRACK=has_track,
+        num_warps=num_warps,
+        **constexprs,
     )
+    if plan.is_cuda:
+        plan.fast.remember(key, kernel)
 
 
 def fused_commit(
