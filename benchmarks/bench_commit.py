@@ -49,10 +49,25 @@ BATCHES = (1, 16, 64, 128, 256)
 STEPS = (4, 8)
 MEM_FRACTION = 0.85
 GATE_FAILURES: list = []
+SMALL_NOTE = "8 programs per SM"
 
 
 def log(*a):
     print(*a, flush=True)
+
+
+def triton_jit_lazy(fn):
+    """Decorate with ``triton.jit`` on first use (keeps ``import bench_commit`` cheap)."""
+    cache = {}
+
+    def get():
+        if "k" not in cache:
+            import triton
+
+            cache["k"] = triton.jit(fn)
+        return cache["k"]
+
+    return get
 
 
 # ---------------------------------------------------------------- timing
@@ -169,7 +184,16 @@ def providers(x, idx, track, sg, fused_commit):
             f(x.ssm_dst, x.ssm_src, t_slots, t_steps, src_rows)
             f(x.conv_dst, x.dense, t_slots, t_steps, src_rows)
 
-    return {"ours": ours, "sglang_0.5.23": sglang_0523, "sglang_0.5.13": sglang_0513}
+    common = importlib.import_module("sglang_mamba_dedup.kernels._common")
+
+    def ours_jit():  # through Triton's JIT launch every call (no cached direct launch)
+        common.FAST_LAUNCH = False
+        try:
+            ours()
+        finally:
+            common.FAST_LAUNCH = True
+
+    return {"ours": ours, "sglang_0.5.23": sglang_0523, "sglang_0.5.13": sglang_0513, "ours_jit": ours_jit}
 
 
 def graph_of(fn):
@@ -216,37 +240,85 @@ def check_same_result(x, idx, track, provs):
 
 
 def sweep_tiles(sg, fused_commit, gen, out_rows, meta):
-    """Try a few (SSM tile bytes, warps); keep the best at batch 64 (accept only) as the default."""
+    """Device time (CUDA-graph replay) of a few SSM tilings: the big tile is chosen on
+    batch 64 + 128, the small tile (used when the grid is small) on batch 1 and 1+track."""
     common = importlib.import_module("sglang_mamba_dedup.kernels._common")
     fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
     cfg = MODELS["qwen3.5-0.8b"]
     R, D = 128, 4
     x = build_inputs(cfg, R, D, gen)
-    results = []
-    for tile_bytes, warps in ((8192, 4), (16384, 4), (16384, 8), (32768, 4), (32768, 8), (65536, 8)):
-        common.SSM_TILE_BYTES, common.SSM_NUM_WARPS = tile_bytes, warps
+    configs = ((4096, 4), (8192, 4), (16384, 4), (32768, 4), (32768, 8), (65536, 8), (131072, 8))
+    cases = ((1, False), (1, True), (64, False), (128, False))
+    scores = {}
+    for tile_bytes, warps in configs:
+        # the same tiling for both variants while sweeping
+        common.SSM_TILE_BYTES = common.SSM_SMALL_TILE_BYTES = tile_bytes
+        common.SSM_NUM_WARPS = common.SSM_SMALL_NUM_WARPS = warps
         fc.clear_plan_cache()
-        row = {}
-        for B in (1, 64, 128):
+        res = {}
+        for B, track in cases:
             idx = make_indices(B, D, R, gen)
-            p = providers(x, idx, False, sg, fused_commit)["ours"]
-            med, p20, p80, reps = time_call(p)
-            gbs = moved_bytes(cfg, B, False) / (med * 1e-6) / 1e9
-            row[B] = (med, gbs)
-            out_rows.append(dict(meta, kind="sweep", model="qwen3.5-0.8b", D=D, batch=B, mode="accept",
-                                 provider=f"ours[tile={tile_bytes},warps={warps}]", median_us=round(med, 2),
-                                 p20_us=round(p20, 2), p80_us=round(p80, 2), reps=reps,
-                                 bytes=moved_bytes(cfg, B, False), GBps=round(gbs, 1)))
-        log(f"sweep tile={tile_bytes:6d} warps={warps}: " +
-            "  ".join(f"b{B}: {m:8.1f} us {g:7.0f} GB/s" for B, (m, g) in row.items()))
-        results.append((row[64][0] + row[128][0] * 0.5, tile_bytes, warps))
-    best = min(results)
-    common.SSM_TILE_BYTES, common.SSM_NUM_WARPS = best[1], best[2]
+            replay, graph = graph_of(providers(x, idx, track, sg, fused_commit)["ours"])
+            med, p20, p80, reps = time_call(replay)
+            nbytes = moved_bytes(cfg, B, track)
+            gbs = nbytes / (med * 1e-6) / 1e9
+            res[(B, track)] = med
+            out_rows.append(dict(meta, kind="sweep", model="qwen3.5-0.8b", D=D, batch=B,
+                                 mode="accept+track" if track else "accept",
+                                 provider=f"ours_graph[tile={tile_bytes},warps={warps}]", median_us=round(med, 2),
+                                 p20_us=round(p20, 2), p80_us=round(p80, 2), reps=reps, bytes=nbytes,
+                                 GBps=round(gbs, 1)))
+            del graph
+        scores[(tile_bytes, warps)] = res
+        log(f"sweep (graph) tile={tile_bytes:6d} warps={warps}: " + "  ".join(
+            f"b{B}{'+t' if t else ''}: {m:8.1f} us" for (B, t), m in res.items()))
+    big = min(scores, key=lambda c: scores[c][(64, False)] + 0.5 * scores[c][(128, False)])
+    small = min(scores, key=lambda c: scores[c][(1, False)] + scores[c][(1, True)])
+    common.SSM_TILE_BYTES, common.SSM_NUM_WARPS = big
+    common.SSM_SMALL_TILE_BYTES, common.SSM_SMALL_NUM_WARPS = small
     fc.clear_plan_cache()
-    log(f"sweep: using SSM tile {best[1]} bytes, {best[2]} warps")
+    log(f"sweep: big SSM tile {big[0]} B / {big[1]} warps, small SSM tile {small[0]} B / {small[1]} warps")
     del x
     torch.cuda.empty_cache()
-    return best[1], best[2]
+    return big, small
+
+
+@triton_jit_lazy
+def _noop_kernel(x_ptr):
+    pass
+
+
+def launch_overheads(gen, fused_commit, sg, out_rows, meta):
+    """Where batch-1 time goes: empty event pair, one tiny torch op, one empty Triton
+    launch, ours through Triton's JIT launch and through the cached direct launch."""
+    common = importlib.import_module("sglang_mamba_dedup.kernels._common")
+    t = torch.zeros(16, device="cuda")
+    cfg = MODELS["qwen3.5-0.8b"]
+    x = build_inputs(cfg, 4, 4, gen)
+    idx = make_indices(1, 4, 4, gen)
+    ours = providers(x, idx, False, sg, fused_commit)["ours"]
+    cases = [
+        ("events_only", lambda: None),
+        ("torch_add_", lambda: t.add_(1)),
+        ("triton_empty_kernel", lambda: _noop_kernel()[(1,)](t)),
+    ]
+    res = {}
+    for name, fn in cases:
+        res[name] = time_call(fn)[0]
+    for fast in (False, True):
+        common.FAST_LAUNCH = fast
+        res["ours_fast_launch" if fast else "ours_jit_launch"] = time_call(ours)[0]
+    common.FAST_LAUNCH = True
+    replay, graph = graph_of(ours)
+    res["ours_graph_replay"] = time_call(replay)[0]
+    for name, med in res.items():
+        out_rows.append(dict(meta, kind="overhead", model="qwen3.5-0.8b", D=4, batch=1, mode="accept",
+                             provider=name, median_us=round(med, 2), p20_us=0, p80_us=0, reps=0, bytes=0, GBps=0))
+    log("launch overheads (median us, events around the call): " +
+        "  ".join(f"{k}={v:.1f}" for k, v in res.items()))
+    del x, graph
+    torch.cuda.empty_cache()
+    return res
 
 
 # ---------------------------------------------------------------- main
@@ -278,12 +350,18 @@ def run(out_dir, quick=False, sweep=True, models=None):
     log(f"device copy bandwidth (dst.copy_(src), 4 GiB fp32, read+write): {bw:.0f} GB/s")
     rows.append(dict(meta, kind="copy", model="-", D=0, batch=0, mode="-", provider="torch_copy",
                      median_us=0, p20_us=0, p80_us=0, reps=0, bytes=2 * (4 << 30), GBps=round(bw, 1)))
+    try:
+        launch_overheads(gen, fused_commit, sg, rows, meta)
+    except Exception as e:
+        log("launch overheads failed:", repr(e))
+    common = importlib.import_module("sglang_mamba_dedup.kernels._common")
     tile = None
     if sweep:
         try:
-            tile = sweep_tiles(sg, fused_commit, gen, rows, meta)
+            sweep_tiles(sg, fused_commit, gen, rows, meta)
         except Exception as e:  # keep going with the defaults
             log("sweep failed:", repr(e))
+    tile = ((common.SSM_TILE_BYTES, common.SSM_NUM_WARPS), (common.SSM_SMALL_TILE_BYTES, common.SSM_SMALL_NUM_WARPS))
     free = torch.cuda.mem_get_info()[0]
     budget = free * MEM_FRACTION
     batches = (1, 64) if quick else BATCHES
@@ -328,6 +406,8 @@ def bench_model(cfg, model, R, D, fits, gen, sg, fused_commit, rows, meta):
             nbytes = moved_bytes(cfg, B, track)
             done = []
             for name, fn in provs.items():
+                if name == "ours_jit" and B > 16:
+                    continue
                 try:
                     med, p20, p80, reps = time_call(fn)
                 except Exception as e:  # one provider failing must not lose the others
@@ -375,10 +455,11 @@ def markdown_table(rows, bw, meta, tile):
         f"included; `ours (graph)` = the same launch replayed from a CUDA graph). %BW = bytes read+written / time "
         f"/ copy bandwidth. bf16 conv (dedup view for ours and 0.5.23, dense scratch for 0.5.13), fp32 SSM; "
         f"accept+track = every row also tracks (2x bytes)."
-        + (f" SSM tile {tile[0]} B, {tile[1]} warps." if tile else ""),
+        + (f" SSM tiles: big {tile[0][0]} B / {tile[0][1]} warps, small {tile[1][0]} B / {tile[1][1]} warps "
+           f"(small tiles when the grid has fewer than {SMALL_NOTE})." if tile else ""),
         "",
-        "| model | D | batch | mode | ours us (%BW) | ours (graph) us | SGLang 0.5.23 us (%BW) | 0.5.13-style us (%BW) | speed-up vs 0.5.23 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | D | batch | mode | ours us (%BW) | ours (graph) us | ours via JIT launch us | SGLang 0.5.23 us (%BW) | 0.5.13-style us (%BW) | speed-up vs 0.5.23 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for k in sorted(by, key=lambda k: (k[0], k[1], k[3], k[2])):
         p = by[k]
@@ -392,7 +473,12 @@ def markdown_table(rows, bw, meta, tile):
 
         sp = p["sglang_0.5.23"]["median_us"] / p["ours"]["median_us"] if "ours" in p and "sglang_0.5.23" in p else 0
         out.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {cell('ours')} | {cell('ours_graph', False)} | "
-                   f"{cell('sglang_0.5.23')} | {cell('sglang_0.5.13')} | {sp:.2f}x |")
+                   f"{cell('ours_jit', False)} | {cell('sglang_0.5.23')} | {cell('sglang_0.5.13')} | {sp:.2f}x |")
+    ov = {r["provider"]: r["median_us"] for r in rows if r["kind"] == "overhead"}
+    if ov:
+        out.append("")
+        out.append("Batch-1 launch overheads (median us, CUDA events around the call, Qwen3.5-0.8B D=4 accept): "
+                   + ", ".join(f"{k} {v:.1f}" for k, v in ov.items()))
     out.append("")
     out.append("Correctness gate (ours vs SGLang 0.5.23 vs 0.5.13-style, bitwise, batch 1 and 16): "
                + ("FAILED for " + ", ".join(GATE_FAILURES) if GATE_FAILURES else "identical pools everywhere"))
