@@ -67,7 +67,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpu", action="store_true", help="tiny dry run on CPU under TRITON_INTERPRET=1")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--sections", default="sim,peak,memory,commit")
+    ap.add_argument("--sections", default="peak,memory,context,commit,sim")
+    ap.add_argument("--section-timeout", type=int, default=0, help="seconds per section (SIGALRM), 0 = none")
     args = ap.parse_args()
     if args.cpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -146,23 +147,45 @@ def main() -> int:
         finally:
             bk.scatter_mamba_states_after_mtp_verify = saved
 
+    import faulthandler
+    import signal
+
+    faulthandler.dump_traceback_later(45, repeat=True, file=sys.stdout)
+
+    class SectionTimeout(Exception):
+        pass
+
+    def _alarm(signum, frame):
+        raise SectionTimeout(f"section exceeded {args.section_timeout}s")
+
+    signal.signal(signal.SIGALRM, _alarm)
+
+    registry: dict = {}
+
     def section(name):
         def deco(fn):
-            if name not in args.sections.split(","):
-                return fn
+            registry[name] = fn
+            return fn
+
+        return deco
+
+    def run_section(name, fn):
+        if True:
             t0 = time.time()
+            print(f"[{name}] start", flush=True)
             try:
+                if args.section_timeout:
+                    signal.alarm(args.section_timeout)
                 out = fn()
+                signal.alarm(0)
                 results["sections"][name] = {"ok": True, "seconds": round(time.time() - t0, 1), **(out or {})}
             except Exception as exc:  # noqa: BLE001 - report and go on
+                signal.alarm(0)
                 tb = traceback.format_exc()
                 print(tb, flush=True)
                 results["sections"][name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": tb[-3000:]}
                 md.extend([f"## {name}: FAILED", "", "```", tb[-2000:], "```", ""])
             print(f"[{name}] {time.time() - t0:.1f}s", flush=True)
-            return fn
-
-        return deco
 
     # ------------------------------------------------------------------------------------------ 1. sim
     @section("sim")
@@ -173,15 +196,17 @@ def main() -> int:
             ("small D3 K3 bs5", iu.SimConfig(device=device, conv_dtype=bf16, draft_tokens=3, conv_kernel=3, steps=48 if device == "cuda" else 3, batch=5 if device == "cuda" else 2)),
         ]
         if device == "cuda":
-            cfgs.append(("Qwen3.5-0.8B D4 bs16", iu.SimConfig(
+            cfgs.append(("Qwen3.5-0.8B D4 bs8", iu.SimConfig(
                 device=device, conv_dtype=bf16, num_layers=shapes["num_layers"], conv_dim=shapes["conv_dim"],
-                conv_kernel=4, num_heads=16, head_dim=128, state_size=128, draft_tokens=4, batch=16, steps=32, seed=35,
+                conv_kernel=4, num_heads=16, head_dim=128, state_size=128, draft_tokens=4, batch=8, steps=32, seed=35,
             )))
         for c in cfgs:
+            c[1].progress = True
             c[1].check_outputs = device == "cuda"  # the interpreter mis-computes bf16 conv outputs
         rows = []
         all_equal = True
         for name, cfg in cfgs:
+            print(f"  config {name}", flush=True)
             runs = {}
             with iu.cpu_stock_paths(device), iu.plugin(False):
                 runs["0.5.23 stock (upstream dedup + SGLang scatter)"] = iu.simulate(cfg)
@@ -359,10 +384,22 @@ def main() -> int:
         md.append("")
         return {"rows": rows}
 
-    ok = all(s.get("ok") for s in results["sections"].values())
-    md.append(f"Overall: **{'all sections passed' if ok else 'some sections FAILED'}**")
+    @section("context")
+    def _context():
+        t = time.time()
+        iu.publish_server_args(1, 4)  # the backends read SGLang's runtime context
+        return {"publish_server_args_s": round(time.time() - t, 1)}
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    for name in args.sections.split(","):
+        if name in registry:
+            run_section(name, registry[name])
+            (out / "integration_gpu.md").write_text("\n".join(md) + "\n")
+            (out / "integration_gpu.json").write_text(json.dumps(results, indent=1, default=str))
+
+    ok = all(s.get("ok") for s in results["sections"].values())
+    md.append(f"Overall: **{'all sections passed' if ok else 'some sections FAILED'}**")
     (out / "integration_gpu.md").write_text("\n".join(md) + "\n")
     (out / "integration_gpu.json").write_text(json.dumps(results, indent=1, default=str))
     print("\n".join(md), flush=True)

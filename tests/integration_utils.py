@@ -345,6 +345,7 @@ class SimConfig:
     check_outputs: bool = True
     #: The topk the *pool* is told (2 gives SGLang's dense window); the draft itself is always a chain.
     pool_topk: int = 1
+    progress: bool = False
 
 
 @dataclass
@@ -385,10 +386,11 @@ def simulate(cfg: SimConfig) -> SimResult:
     cache = mp.mamba_cache
     conv1d_update = causal_conv1d_update()
 
-    g = torch.Generator().manual_seed(cfg.seed)
+    g = torch.Generator().manual_seed(cfg.seed)  # small integer draws (host)
+    gd = torch.Generator(device=dev).manual_seed(cfg.seed) if dev.type == "cuda" else g  # tensors, on device
 
     def rnd(*shape, dtype=torch.float32):
-        return torch.randn(*shape, generator=g).to(dtype).to(dev)
+        return torch.randn(*shape, generator=gd, device=dev).to(dtype)
 
     # Initial persistent states (SGLang zeroes them; give them content so the commit matters).
     for c in cache.conv:
@@ -438,6 +440,8 @@ def simulate(cfg: SimConfig) -> SimResult:
         # What verify wrote, read through the pool's logical window view (dense or deduplicated).
         win = torch.stack([w[:, :b].clone() for w in cache.intermediate_conv_window])
         backend.update_mamba_state_after_mtp_verify(last_correct, track_idx, track_steps, None)
+        if cfg.progress and step < 2:
+            print(f"  sim step {step} done", flush=True)
         step_out = torch.stack(outs) if cfg.check_outputs else torch.zeros(0, device=dev)
         outs_all.append(step_out.clone())
         res.windows.append(win)
