@@ -49,7 +49,6 @@ BATCHES = (1, 16, 64, 128, 256)
 STEPS = (4, 8)
 MEM_FRACTION = 0.85
 GATE_FAILURES: list = []
-SMALL_NOTE = "8 programs per SM"
 
 
 def log(*a):
@@ -94,6 +93,37 @@ def time_call(fn, warmup=5, budget_s=0.25, min_reps=15, max_reps=300):
     ts = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
     q = lambda p: ts[min(len(ts) - 1, int(p * len(ts)))]  # noqa: E731
     return statistics.median(ts), q(0.2), q(0.8), reps
+
+
+def time_many(fns: dict, warmup=5, budget_s=0.8, min_reps=15, max_reps=300) -> dict:
+    """``time_call`` for several providers, interleaved call by call (round robin), so
+    that slow and fast phases of the host hit every provider alike."""
+    one = {}
+    for name, fn in fns.items():
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        one[name] = max(time.perf_counter() - t0, 1e-6)
+    reps = int(min(max_reps, max(min_reps, budget_s / sum(one.values()))))
+    ev = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+          for n in fns}
+    for i in range(reps):
+        for name, fn in fns.items():
+            s, e = ev[name][i]
+            torch.cuda.synchronize()
+            s.record()
+            fn()
+            e.record()
+    torch.cuda.synchronize()
+    out = {}
+    for name in fns:
+        ts = sorted(s.elapsed_time(e) * 1e3 for s, e in ev[name])
+        q = lambda p: ts[min(len(ts) - 1, int(p * len(ts)))]  # noqa: E731
+        out[name] = (statistics.median(ts), q(0.2), q(0.8), reps)
+    return out
 
 
 def copy_bandwidth_gbs(nbytes=4 << 30):
@@ -184,16 +214,7 @@ def providers(x, idx, track, sg, fused_commit):
             f(x.ssm_dst, x.ssm_src, t_slots, t_steps, src_rows)
             f(x.conv_dst, x.dense, t_slots, t_steps, src_rows)
 
-    common = importlib.import_module("sglang_mamba_dedup.kernels._common")
-
-    def ours_jit():  # through Triton's JIT launch every call (no cached direct launch)
-        common.FAST_LAUNCH = False
-        try:
-            ours()
-        finally:
-            common.FAST_LAUNCH = True
-
-    return {"ours": ours, "sglang_0.5.23": sglang_0523, "sglang_0.5.13": sglang_0513, "ours_jit": ours_jit}
+    return {"ours": ours, "sglang_0.5.23": sglang_0523, "sglang_0.5.13": sglang_0513}
 
 
 def graph_of(fn):
@@ -240,20 +261,18 @@ def check_same_result(x, idx, track, provs):
 
 
 def sweep_tiles(sg, fused_commit, gen, out_rows, meta):
-    """Device time (CUDA-graph replay) of a few SSM tilings: the big tile is chosen on
-    batch 64 + 128, the small tile (used when the grid is small) on batch 1 and 1+track."""
+    """Device time (CUDA-graph replay) of a few SSM tilings on Qwen3.5-0.8B, D=4; keeps
+    the fastest at batch 64 + 128 for the rest of the run (``--sweep``)."""
     common = importlib.import_module("sglang_mamba_dedup.kernels._common")
     fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
     cfg = MODELS["qwen3.5-0.8b"]
     R, D = 128, 4
     x = build_inputs(cfg, R, D, gen)
-    configs = ((4096, 4), (8192, 4), (16384, 4), (32768, 4), (32768, 8), (65536, 8), (131072, 8))
-    cases = ((1, False), (1, True), (64, False), (128, False))
+    configs = ((8192, 4), (16384, 4), (32768, 4), (32768, 8), (65536, 8), (131072, 8))
+    cases = ((1, False), (64, False), (128, False))
     scores = {}
     for tile_bytes, warps in configs:
-        # the same tiling for both variants while sweeping
-        common.SSM_TILE_BYTES = common.SSM_SMALL_TILE_BYTES = tile_bytes
-        common.SSM_NUM_WARPS = common.SSM_SMALL_NUM_WARPS = warps
+        common.SSM_TILE_BYTES, common.SSM_NUM_WARPS = tile_bytes, warps
         fc.clear_plan_cache()
         res = {}
         for B, track in cases:
@@ -261,26 +280,22 @@ def sweep_tiles(sg, fused_commit, gen, out_rows, meta):
             replay, graph = graph_of(providers(x, idx, track, sg, fused_commit)["ours"])
             med, p20, p80, reps = time_call(replay)
             nbytes = moved_bytes(cfg, B, track)
-            gbs = nbytes / (med * 1e-6) / 1e9
             res[(B, track)] = med
-            out_rows.append(dict(meta, kind="sweep", model="qwen3.5-0.8b", D=D, batch=B,
-                                 mode="accept+track" if track else "accept",
+            out_rows.append(dict(meta, kind="sweep", model="qwen3.5-0.8b", D=D, batch=B, mode="accept",
                                  provider=f"ours_graph[tile={tile_bytes},warps={warps}]", median_us=round(med, 2),
                                  p20_us=round(p20, 2), p80_us=round(p80, 2), reps=reps, bytes=nbytes,
-                                 GBps=round(gbs, 1)))
+                                 GBps=round(nbytes / (med * 1e-6) / 1e9, 1)))
             del graph
         scores[(tile_bytes, warps)] = res
         log(f"sweep (graph) tile={tile_bytes:6d} warps={warps}: " + "  ".join(
-            f"b{B}{'+t' if t else ''}: {m:8.1f} us" for (B, t), m in res.items()))
+            f"b{B}: {m:8.1f} us" for (B, _), m in res.items()))
     big = min(scores, key=lambda c: scores[c][(64, False)] + 0.5 * scores[c][(128, False)])
-    small = min(scores, key=lambda c: scores[c][(1, False)] + scores[c][(1, True)])
     common.SSM_TILE_BYTES, common.SSM_NUM_WARPS = big
-    common.SSM_SMALL_TILE_BYTES, common.SSM_SMALL_NUM_WARPS = small
     fc.clear_plan_cache()
-    log(f"sweep: big SSM tile {big[0]} B / {big[1]} warps, small SSM tile {small[0]} B / {small[1]} warps")
+    log(f"sweep: SSM tile {big[0]} B / {big[1]} warps")
     del x
     torch.cuda.empty_cache()
-    return big, small
+    return big
 
 
 @triton_jit_lazy
@@ -290,8 +305,7 @@ def _noop_kernel(x_ptr):
 
 def launch_overheads(gen, fused_commit, sg, out_rows, meta):
     """Where batch-1 time goes: empty event pair, one tiny torch op, one empty Triton
-    launch, ours through Triton's JIT launch and through the cached direct launch."""
-    common = importlib.import_module("sglang_mamba_dedup.kernels._common")
+    launch, ours, ours replayed from a CUDA graph (interleaved, same timing method)."""
     t = torch.zeros(16, device="cuda")
     cfg = MODELS["qwen3.5-0.8b"]
     x = build_inputs(cfg, 4, 4, gen)
@@ -302,15 +316,9 @@ def launch_overheads(gen, fused_commit, sg, out_rows, meta):
         ("torch_add_", lambda: t.add_(1)),
         ("triton_empty_kernel", lambda: _noop_kernel()[(1,)](t)),
     ]
-    res = {}
-    for name, fn in cases:
-        res[name] = time_call(fn)[0]
-    for fast in (False, True):
-        common.FAST_LAUNCH = fast
-        res["ours_fast_launch" if fast else "ours_jit_launch"] = time_call(ours)[0]
-    common.FAST_LAUNCH = True
     replay, graph = graph_of(ours)
-    res["ours_graph_replay"] = time_call(replay)[0]
+    cases += [("ours", ours), ("ours_graph_replay", replay)]
+    res = {name: v[0] for name, v in time_many(dict(cases), budget_s=0.5).items()}
     for name, med in res.items():
         out_rows.append(dict(meta, kind="overhead", model="qwen3.5-0.8b", D=4, batch=1, mode="accept",
                              provider=name, median_us=round(med, 2), p20_us=0, p80_us=0, reps=0, bytes=0, GBps=0))
@@ -324,7 +332,7 @@ def launch_overheads(gen, fused_commit, sg, out_rows, meta):
 # ---------------------------------------------------------------- main
 
 
-def run(out_dir, quick=False, sweep=True, models=None):
+def run(out_dir, quick=False, sweep=False, models=None):
     os.makedirs(out_dir, exist_ok=True)
     sg = importlib.import_module("sglang.kernels.ops.mamba.mamba_state_scatter_triton")
     from importlib.metadata import version
@@ -361,7 +369,7 @@ def run(out_dir, quick=False, sweep=True, models=None):
             sweep_tiles(sg, fused_commit, gen, rows, meta)
         except Exception as e:  # keep going with the defaults
             log("sweep failed:", repr(e))
-    tile = ((common.SSM_TILE_BYTES, common.SSM_NUM_WARPS), (common.SSM_SMALL_TILE_BYTES, common.SSM_SMALL_NUM_WARPS))
+    tile = (common.SSM_TILE_BYTES, common.SSM_NUM_WARPS)
     free = torch.cuda.mem_get_info()[0]
     budget = free * MEM_FRACTION
     batches = (1, 64) if quick else BATCHES
@@ -405,14 +413,12 @@ def bench_model(cfg, model, R, D, fits, gen, sg, fused_commit, rows, meta):
             provs = dict(provs, ours_graph=replay)
             nbytes = moved_bytes(cfg, B, track)
             done = []
-            for name, fn in provs.items():
-                if name == "ours_jit" and B > 16:
-                    continue
-                try:
-                    med, p20, p80, reps = time_call(fn)
-                except Exception as e:  # one provider failing must not lose the others
-                    log(f"  {name} failed: {e!r}")
-                    continue
+            try:
+                timed = time_many(provs)
+            except Exception as e:  # keep the other configurations
+                log(f"  timing failed: {e!r}")
+                timed = {}
+            for name, (med, p20, p80, reps) in timed.items():
                 gbs = nbytes / (med * 1e-6) / 1e9
                 done.append(f"{name}={med:.1f}us/{gbs:.0f}GB/s")
                 rows.append(dict(meta, kind="bench", model=model, D=D, batch=B, mode=mode, provider=name,
@@ -455,11 +461,10 @@ def markdown_table(rows, bw, meta, tile):
         f"included; `ours (graph)` = the same launch replayed from a CUDA graph). %BW = bytes read+written / time "
         f"/ copy bandwidth. bf16 conv (dedup view for ours and 0.5.23, dense scratch for 0.5.13), fp32 SSM; "
         f"accept+track = every row also tracks (2x bytes)."
-        + (f" SSM tiles: big {tile[0][0]} B / {tile[0][1]} warps, small {tile[1][0]} B / {tile[1][1]} warps "
-           f"(small tiles when the grid has fewer than {SMALL_NOTE})." if tile else ""),
+        + (f" SSM tile {tile[0]} B, {tile[1]} warps. Providers are timed interleaved (round robin)." if tile else ""),
         "",
-        "| model | D | batch | mode | ours us (%BW) | ours (graph) us | ours via JIT launch us | SGLang 0.5.23 us (%BW) | 0.5.13-style us (%BW) | speed-up vs 0.5.23 |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | D | batch | mode | ours us (%BW) | ours (graph) us | SGLang 0.5.23 us (%BW) | 0.5.13-style us (%BW) | speed-up vs 0.5.23 |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for k in sorted(by, key=lambda k: (k[0], k[1], k[3], k[2])):
         p = by[k]
@@ -473,7 +478,7 @@ def markdown_table(rows, bw, meta, tile):
 
         sp = p["sglang_0.5.23"]["median_us"] / p["ours"]["median_us"] if "ours" in p and "sglang_0.5.23" in p else 0
         out.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {cell('ours')} | {cell('ours_graph', False)} | "
-                   f"{cell('ours_jit', False)} | {cell('sglang_0.5.23')} | {cell('sglang_0.5.13')} | {sp:.2f}x |")
+                   f"{cell('sglang_0.5.23')} | {cell('sglang_0.5.13')} | {sp:.2f}x |")
     ov = {r["provider"]: r["median_us"] for r in rows if r["kind"] == "overhead"}
     if ov:
         out.append("")
@@ -521,12 +526,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     ap.add_argument("--quick", action="store_true", help="batches 1 and 64, D=4 only")
-    ap.add_argument("--no-sweep", action="store_true", help="skip the SSM tile sweep")
+    ap.add_argument("--sweep", action="store_true", help="first sweep SSM tilings and keep the fastest")
     ap.add_argument("--models", nargs="*", choices=sorted(MODELS))
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("bench_commit needs a CUDA GPU")
-    run(a.out, quick=a.quick, sweep=not a.no_sweep, models=a.models)
+    run(a.out, quick=a.quick, sweep=a.sweep, models=a.models)
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--skip-bench", action="store_true")
-    ap.add_argument("--no-sweep", action="store_true")
+    ap.add_argument("--sweep", action="store_true", help="sweep SSM tilings before the benchmark")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     sys.path.insert(0, ROOT)
@@ -63,7 +63,7 @@ def main():
         import bench_commit
 
         t0 = time.time()
-        bench_commit.run(a.out, quick=a.quick, sweep=not a.no_sweep)
+        bench_commit.run(a.out, quick=a.quick, sweep=a.sweep)
         print(f"benchmark done in {time.time() - t0:.0f} s", flush=True)
     sys.exit(rc)
 

@@ -300,79 +300,13 @@ def test_fused_commit_int64_offsets_past_2_31():
     assert (ssm_dst[:, 0] == 7.0).all() and (conv_phys_big[:, 0] == 3.0).all()
 
 
-def test_fast_launch_passes_what_the_jit_launch_passes(monkeypatch):
-    """The cached direct launch must hand the compiled kernel exactly the arguments, in
-    signature order, that ``JITFunction.run`` hands it (checked with stand-ins, no GPU)."""
-    import importlib
-    import inspect
-
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
-    common = importlib.import_module("sglang_mamba_dedup.kernels._common")
-    real = fc._fused_commit_kernel
-    sig = inspect.signature(real.fn)
-    calls = []
-
-    class FakeCompiled:
-        function, packed_metadata = "function", "packed"
-
-        def run(self, g0, g1, g2, stream, function, packed, launch_md, enter, exit_, *args):
-            calls.append(("fast", (g0, g1, g2), args))
-
-    class FakeJIT:
-        arg_names = real.arg_names
-
-        def __getitem__(self, grid):
-            def launch(*args, num_warps=None, **kwargs):
-                calls.append(("jit", grid, tuple(sig.bind(*args, **kwargs).arguments.values())))
-                return FakeCompiled()
-
-            return launch
-
-    class FakeDriver:
-        def get_current_device(self):
-            return 0
-
-        def get_current_stream(self, dev):
-            return 1234
-
-    class FakeKnobs:
-        runtime = type("R", (), {"launch_enter_hook": None, "launch_exit_hook": None})
-
-    monkeypatch.setattr(fc, "_fused_commit_kernel", FakeJIT())
-    monkeypatch.setattr(common, "FAST_LAUNCH", True)
-    monkeypatch.setattr(common.FastLaunch, "_resolve", staticmethod(lambda: (FakeDriver(), FakeKnobs())))
-    g, _ = new_generator()
-    for track in (False, True):
-        calls.clear()
-        kw, _ = _case(4, 4, "dedup", torch.bfloat16, torch.float32, g, track)
-        fc.clear_plan_cache()
-        plan = fc.get_plan(kw["conv_dsts"], kw["conv_srcs"], kw["ssm_dst"], kw["ssm_src"])
-        plan.is_cuda = True
-        idx = [kw.get(k) for k in ("accept_steps", "accept_slots", "track_steps", "track_slots")]
-        fc.launch_plan(plan, *idx, "fused_commit")
-        fc.launch_plan(plan, *idx, "fused_commit")
-        assert [c[0] for c in calls] == ["jit", "fast"]
-        (_, grid_j, args_j), (_, grid_f, args_f) = calls
-        assert tuple(grid_j) == tuple(grid_f)
-        assert len(args_j) == len(args_f) == len(real.arg_names)
-        for name, a, b in zip(real.arg_names, args_j, args_f):
-            assert (a is b) if isinstance(a, torch.Tensor) else (a == b), name
-    fc.clear_plan_cache()
-
-
-@pytest.mark.parametrize(
-    "tile_bytes, small_grid_per_sm",
-    [(16, 0), (64, 0), (64, 10**6), (1 << 16, 0)],
-    ids=["big-tiles-even", "big-tiles-ragged", "small-tiles", "one-big-tile"],
-)
-def test_fused_commit_both_tilings(monkeypatch, tile_bytes, small_grid_per_sm):
-    """The big-tile and the small-tile SSM variants (picked from the grid size) both copy exactly."""
+@pytest.mark.parametrize("tile_bytes", [16, 64, 1 << 16], ids=["tiles-even", "tiles-ragged", "one-tile"])
+def test_fused_commit_ssm_tilings(monkeypatch, tile_bytes):
+    """Several SSM tiles per entry, with and without a ragged last tile, and one tile."""
     import importlib
 
     common = importlib.import_module("sglang_mamba_dedup.kernels._common")
     monkeypatch.setattr(common, "SSM_TILE_BYTES", tile_bytes)
-    monkeypatch.setattr(common, "SSM_SMALL_TILE_BYTES", tile_bytes)
-    monkeypatch.setattr(common, "SMALL_GRID_PER_SM", small_grid_per_sm)
     clear_plan_cache()
     g, seed = new_generator()
     kw, _ = _case(2, 4, "dedup", torch.bfloat16, torch.float32, g, True)
@@ -380,6 +314,6 @@ def test_fused_commit_both_tilings(monkeypatch, tile_bytes, small_grid_per_sm):
     fused_commit(**kw)
     _check(kw, exp, f"seed={seed} tile={tile_bytes}")
     plan = next(iter(importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")._plans.values()))
-    n_ssm_tiles = plan.variants[0][0] - plan.conv_tiles
-    assert n_ssm_tiles == -(-60 * 4 // tile_bytes) if tile_bytes < 240 else n_ssm_tiles == 1
+    n_ssm_tiles = plan.tiles - plan.conv_tiles
+    assert n_ssm_tiles == max(1, -(-60 * 4 // tile_bytes)), n_ssm_tiles  # 60 fp32 elements per entry
     clear_plan_cache()

@@ -27,8 +27,6 @@ Conventions used by every kernel in this package:
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -39,116 +37,27 @@ _INT32_MAX = 2**31 - 1
 _GRID_YZ_MAX = 65535
 
 # Tile sizes and warps. The SSM tile is a flat, contiguous chunk of one state
-# entry; the conv tile a flat chunk of one [dim, K-1] window. Big SSM tiles win
-# once the grid fills the GPU; below ``SMALL_GRID_PER_SM`` programs per SM the
-# small tile (more programs, shorter tail) is used.  Chosen on an H200 with
-# benchmarks/bench_commit.py's sweep.
+# entry; the conv tile a flat chunk of one [dim, K-1] window.  64 KiB SSM tiles
+# with 8 warps were the fastest of 4..128 KiB x 4/8 warps on an H200 at batch 64
+# and 128 (benchmarks/results/gpu_check_run2.log); at batch 1 every tiling was
+# within the noise of the host-bound timing.
 SSM_TILE_BYTES = 65536
 SSM_NUM_WARPS = 8
-SSM_SMALL_TILE_BYTES = 16384
-SSM_SMALL_NUM_WARPS = 4
-SMALL_GRID_PER_SM = 8
 CONV_TILE_ELEMS = 4096
 CONV_NUM_WARPS = 4
 TAIL_BLOCK_D = 64
 TAIL_NUM_WARPS = 4
 
-# Launch a cached compiled kernel directly on later calls (skips Triton's per-call
-# argument specialisation); set SGLANG_MAMBA_DEDUP_FAST_LAUNCH=0 to always go
-# through ``kernel[grid](...)``.
-FAST_LAUNCH = os.environ.get("SGLANG_MAMBA_DEDUP_FAST_LAUNCH", "1") != "0"
-
 
 def launch_config(kind: str, itemsize: int = 4) -> tuple[int, int]:
-    """(block elements, num_warps) for one tile of ``kind`` ("ssm", "ssm_small", "conv", "tail")."""
+    """(block elements, num_warps) for one tile of ``kind`` ("ssm", "conv", "tail")."""
     if kind == "ssm":
         return max(triton.next_power_of_2(SSM_TILE_BYTES // itemsize), 4), SSM_NUM_WARPS
-    if kind == "ssm_small":
-        return max(triton.next_power_of_2(SSM_SMALL_TILE_BYTES // itemsize), 4), SSM_SMALL_NUM_WARPS
     if kind == "conv":
         return CONV_TILE_ELEMS, CONV_NUM_WARPS
     if kind == "tail":
         return TAIL_BLOCK_D, TAIL_NUM_WARPS
     raise ValueError(f"unknown tile kind {kind!r}")
-
-
-_sm_counts: dict = {}
-
-
-def num_sms(device: torch.device) -> int:
-    """Multiprocessor count of a CUDA device (132 for anything else: only sizes the grid)."""
-    if device.type != "cuda":
-        return 132
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    n = _sm_counts.get(idx)
-    if n is None:
-        n = _sm_counts[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return n
-
-
-class FastLaunch:
-    """Direct launches of an already compiled Triton kernel.
-
-    ``JITFunction.run`` re-derives the specialisation of every argument on every
-    call; for a launch whose arguments are fixed per plan that is most of the host
-    cost.  After a normal launch returns the ``CompiledKernel``, later calls with the
-    same specialisation key call its launcher directly, exactly as
-    ``JITFunction.run`` does at its end (current device's stream, launch hooks).
-    Anything unexpected (another Triton layout, launch hooks installed, CPU) falls
-    back to the normal path."""
-
-    def __init__(self):
-        self._entries: dict = {}
-        self._driver = None
-        self._knobs = None
-
-    def get(self, key):
-        if not FAST_LAUNCH:
-            return None
-        entry = self._entries.get(key)
-        if entry is None or self._knobs.runtime.launch_enter_hook is not None:
-            return None
-        return entry
-
-    def current_device(self):
-        if self._driver is None:
-            resolved = self._resolve()
-            if resolved is None:
-                return None
-            self._driver, self._knobs = resolved
-        return self._driver.get_current_device()
-
-    @staticmethod
-    def _resolve():
-        """(driver, knobs) of a Triton whose JIT launch we mirror (3.3 <= version < 3.8), else None."""
-        try:
-            major, minor = (int(x) for x in triton.__version__.split(".")[:2])
-            if not ((3, 3) <= (major, minor) < (3, 8)):
-                return None
-            import triton.knobs as knobs
-            from triton.runtime import driver
-
-            return driver.active, knobs
-        except Exception:
-            return None
-
-    def remember(self, key, kernel) -> None:
-        if not FAST_LAUNCH or kernel is None or hasattr(kernel, "result"):
-            return
-        resolved = self._resolve()
-        if resolved is None:
-            return
-        try:
-            entry = (kernel.run, kernel.function, kernel.packed_metadata)
-        except AttributeError:  # another CompiledKernel layout: keep the normal path
-            return
-        self._driver, self._knobs = resolved
-        self._entries[key] = entry
-
-    def launch(self, entry, grid, device, args) -> None:
-        run, function, packed = entry
-        run(grid[0], grid[1], grid[2], self._driver.get_current_stream(device), function, packed, None, None,
-            self._knobs.runtime.launch_exit_hook, *args)
 
 
 # ---------------------------------------------------------------- validation

@@ -26,7 +26,6 @@ import triton
 import triton.language as tl
 
 from ._common import (
-    FastLaunch,
     _GRID_YZ_MAX,
     _INT32_MAX,
     _copy_flat_tile,
@@ -38,7 +37,6 @@ from ._common import (
     entry_is_dense,
     int_dtype_for,
     launch_config,
-    num_sms,
 )
 
 _META_COLS = 16  # src, dst, dim, s_l, s_r, s_t, s_d, s_w, d_l, d_s, d_d, d_w, tile_start, pad...
@@ -123,14 +121,6 @@ def _fused_commit_kernel(
                 )
 
 
-_CONSTEXPR_ORDER = tuple(_fused_commit_kernel.arg_names[_fused_commit_kernel.arg_names.index("conv_tiles") + 1:])
-_N_FIXED = len(_fused_commit_kernel.arg_names) - 8 - len(_CONSTEXPR_ORDER)  # runtime args after n_acc
-assert _fused_commit_kernel.arg_names[:8] == [
-    "conv_meta_ptr", "ssm_src_ptr", "ssm_dst_ptr", "acc_steps_ptr", "acc_slots_ptr", "trk_steps_ptr", "trk_slots_ptr",
-    "n_acc",
-], _fused_commit_kernel.arg_names
-
-
 class _Plan:
     __slots__ = (
         "meta",
@@ -147,10 +137,7 @@ class _Plan:
         "num_warps",
         "device",
         "refs",
-        "variants",
-        "small_below",
-        "fast",
-        "is_cuda",
+        "calls",
     )
 
 
@@ -254,39 +241,23 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_com
     plan.n_rows_src, plan.n_steps = geom
     if n_layers > _GRID_YZ_MAX:
         raise ValueError(f"{fn_name}: at most {_GRID_YZ_MAX} layers per launch, got {n_layers}")
-    # Two tilings of the SSM entry: big tiles (full grids) and small tiles (few rows).
-    itemsize = ssm_dst.element_size() if ssm_dst is not None else 4
-    plan.variants = []
-    for kind in ("ssm", "ssm_small"):
-        ssm_block, ssm_warps = launch_config(kind, itemsize)
-        ssm_tiles = triton.cdiv(ssm_numel, ssm_block) if ssm_numel else 0
-        constexprs = dict(
-            NUM_CONV=len(conv_dsts),
-            CONV_ITEMSIZE=conv_itemsize or 2,
-            KM1=km1 or 1,
-            CONV_BLOCK=conv_block,
-            HAS_SSM=ssm_dst is not None,
-            SSM_BLOCK=ssm_block,
-            SSM_EVEN=ssm_numel % ssm_block == 0,
-        )
-        fixed = (plan.n_steps, n_slots, *plan.ssm_args, tile_start)
-        tails = {
-            has_track: fixed + tuple(dict(constexprs, HAS_TRACK=has_track)[n] for n in _CONSTEXPR_ORDER)
-            for has_track in (False, True)
-        }
-        plan.variants.append((tile_start + ssm_tiles, constexprs, max(ssm_warps, conv_warps), tails))
-    plan.tiles = plan.variants[0][0]
-    # grid programs (tiles * layers * rows) below which the small tiling is used
-    plan.small_below = num_sms(device) * _small_grid_per_sm()
-    plan.is_cuda = device.type == "cuda"
-    plan.fast = FastLaunch()
+    ssm_block, ssm_warps = launch_config("ssm", ssm_dst.element_size() if ssm_dst is not None else 4)
+    ssm_tiles = triton.cdiv(ssm_numel, ssm_block) if ssm_numel else 0
+    plan.tiles = tile_start + ssm_tiles
+    fixed = (plan.n_steps, n_slots, *plan.ssm_args, tile_start)
+    constexprs = dict(
+        NUM_CONV=len(conv_dsts),
+        CONV_ITEMSIZE=conv_itemsize or 2,
+        KM1=km1 or 1,
+        CONV_BLOCK=conv_block,
+        HAS_SSM=ssm_dst is not None,
+        SSM_BLOCK=ssm_block,
+        SSM_EVEN=ssm_numel % ssm_block == 0,
+        num_warps=max(ssm_warps, conv_warps),
+    )
+    # everything after n_acc, ready for each track on/off: (positional, keyword)
+    plan.calls = {has_track: (fixed, dict(constexprs, HAS_TRACK=has_track)) for has_track in (False, True)}
     return plan
-
-
-def _small_grid_per_sm() -> int:
-    from . import _common
-
-    return _common.SMALL_GRID_PER_SM
 
 
 def get_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_commit") -> _Plan:
@@ -321,33 +292,11 @@ def launch_plan(plan: _Plan, accept_steps, accept_slots, track_steps, track_slot
         return
     if n_rows > _GRID_YZ_MAX:
         raise ValueError(f"{fn_name}: at most {_GRID_YZ_MAX} rows (accept + track) per launch, got {n_rows}")
-    # Tiling chosen from shapes only (host ints, no device values).
-    small = plan.variants[0][0] * plan.n_layers * n_rows < plan.small_below
-    tiles, constexprs, num_warps, tails = plan.variants[1 if small else 0]
-    grid = (tiles, plan.n_layers, n_rows)
-    has_track = n_trk > 0
-    args = (plan.meta, plan.ssm_src, plan.ssm_dst, accept_steps, accept_slots, track_steps, track_slots, n_acc)
-    if plan.is_cuda:
-        dev = plan.fast.current_device()
-        key = (
-            dev, small, has_track,
-            accept_steps.dtype, accept_slots.dtype, track_steps.dtype, track_slots.dtype,
-            accept_steps.data_ptr() & 15, accept_slots.data_ptr() & 15,
-            track_steps.data_ptr() & 15, track_slots.data_ptr() & 15,
-        )
-        entry = plan.fast.get(key)
-        if entry is not None:
-            plan.fast.launch(entry, grid, dev, args + tails[has_track])
-            return
-    kernel = _fused_commit_kernel[grid](
-        *args,
-        *tails[has_track][: _N_FIXED],
-        HAS_TRACK=has_track,
-        num_warps=num_warps,
-        **constexprs,
+    fixed, kw = plan.calls[n_trk > 0]
+    _fused_commit_kernel[(plan.tiles, plan.n_layers, n_rows)](
+        plan.meta, plan.ssm_src, plan.ssm_dst, accept_steps, accept_slots, track_steps, track_slots, n_acc,
+        *fixed, **kw,
     )
-    if plan.is_cuda:
-        plan.fast.remember(key, kernel)
 
 
 def fused_commit(

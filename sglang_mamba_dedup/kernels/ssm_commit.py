@@ -27,7 +27,6 @@ from ._common import (
     entry_is_dense,
     int_dtype_for,
     launch_config,
-    num_sms,
 )
 
 
@@ -107,11 +106,7 @@ def ssm_commit(*, ssm_dst, ssm_src, accept_steps, accept_slots, track_steps=None
         return
     if n_rows > _GRID_YZ_MAX or L > _GRID_YZ_MAX:
         raise ValueError(f"ssm_commit: at most {_GRID_YZ_MAX} rows and layers per launch, got {n_rows} rows, {L} layers")
-    from . import _common
-
     block, warps = launch_config("ssm", ssm_dst.element_size())
-    if triton.cdiv(numel, block) * L * n_rows < num_sms(device) * _common.SMALL_GRID_PER_SM:
-        block, warps = launch_config("ssm_small", ssm_dst.element_size())
     ityp = int_dtype_for(ssm_dst.element_size())
     _ssm_commit_kernel[(triton.cdiv(numel, block), L, n_rows)](
         ssm_src.view(ityp),
