@@ -39,7 +39,11 @@ from ._common import (
     launch_config,
 )
 
-_META_COLS = 16  # src, dst, dim, s_l, s_r, s_t, s_d, s_w, d_l, d_s, d_d, d_w, tile_start, pad...
+# One int64 row per conv kind (the kernel uses the literal 16 as the row stride):
+# 0 src ptr, 1 dst ptr, 2 dim, 3-7 src strides (l, r, t, d, w), 8-11 dst strides
+# (l, slot, d, w), 12 first tile of this kind, 13-15 padding; a last row holds the
+# total conv tile count in column 12.
+_META_COLS = 16
 _CACHE_SIZE = 8
 
 
@@ -133,8 +137,6 @@ class _Plan:
         "ssm_args",
         "conv_tiles",
         "tiles",
-        "constexprs",
-        "num_warps",
         "device",
         "refs",
         "calls",
@@ -211,6 +213,7 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_com
         rows.append([src.data_ptr(), dst.data_ptr(), dim, *src.stride(), *dst.stride(), tile_start, 0, 0, 0])
         tile_start += n_tiles
     rows.append([0] * 12 + [tile_start, 0, 0, 0])  # sentinel row: end of the last kind
+    assert all(len(r) == _META_COLS for r in rows)
 
     plan = _Plan()
     plan.device = device
@@ -326,5 +329,9 @@ def fused_commit(
     same state tensors has run outside capture.  Duplicated destination slots: see
     ``sglang_mamba_dedup.kernels._common``.
     """
+    if not isinstance(conv_dsts, (list, tuple)):
+        conv_dsts = list(conv_dsts)
+    if not isinstance(conv_srcs, (list, tuple)):
+        conv_srcs = list(conv_srcs)
     plan = get_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, "fused_commit")
     launch_plan(plan, accept_steps, accept_slots, track_steps, track_slots, "fused_commit")
