@@ -279,3 +279,40 @@ def test_estimator_reserves_dedup_size_qwen35_08b(capsys):
             f"max_mamba_cache_size {before} -> {after} (+{after - before}); rest for KV {rest_before:.3f} -> {rest_after:.3f} GB; "
             f"D_eff={est['effective_draft_tokens']:.4f}"
         )
+
+
+@pytest.mark.skipif(not iu.BACKPORT, reason="take-over releases allocate with SGLang's own code")
+def test_backport_scratch_allocated_inside_sglang_memory_saver_region(monkeypatch):
+    """Our scratch is allocated under the pool's own memory-saver region with SGLang's KV-cache tag."""
+    mpm = iu.mem_pool_module()
+    active = []
+    tags = []
+
+    class Adapter:
+        @iu.contextlib.contextmanager
+        def region(self, tag, *a, **k):
+            tags.append(tag)
+            active.append(tag)
+            try:
+                yield
+            finally:
+                active.pop()
+
+    monkeypatch.setattr(mpm.TorchMemorySaverAdapter, "create", staticmethod(lambda enable=False: Adapter()))
+    seen = {}
+    real_zeros = torch.zeros
+
+    def spy(*args, **kwargs):
+        t = real_zeros(*args, **kwargs)
+        seen[tuple(t.shape)] = list(active)
+        return t
+
+    with iu.plugin(True):
+        monkeypatch.setattr(torch, "zeros", spy)
+        _pool(draft_tokens=4, size=3)
+        monkeypatch.setattr(torch, "zeros", real_zeros)
+    from sglang.srt.constants import GPU_MEMORY_TYPE_KV_CACHE
+
+    assert seen[(2, 4, 5, 6)] == [GPU_MEMORY_TYPE_KV_CACHE]  # physical window [L, S+1, dim, D+K-2]
+    assert seen[(2, 4, 4, 2, 3, 4)] == [GPU_MEMORY_TYPE_KV_CACHE]  # intermediate SSM [L, S+1, D, *ssm]
+    assert tags.count(GPU_MEMORY_TYPE_KV_CACHE) >= 2  # SGLang's own region, then ours
