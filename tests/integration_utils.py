@@ -404,6 +404,9 @@ def simulate(cfg: SimConfig) -> SimResult:
     inter_rows = torch.arange(b, dtype=torch.int32, device=dev)
     set_forward_metadata(backend, slots, d)
 
+    update = getattr(type(backend).update_mamba_state_after_mtp_verify, "__wrapped__", type(backend).update_mamba_state_after_mtp_verify)
+    takes_req_pool_indices = "req_pool_indices" in inspect.signature(update).parameters
+    req_pool_indices = torch.arange(b, dtype=torch.int64, device=dev)
     res = SimResult(layout=getattr(mp, "_smd_layout", None))
     outs_all: List[torch.Tensor] = []
     for step in range(cfg.steps):
@@ -439,7 +442,11 @@ def simulate(cfg: SimConfig) -> SimResult:
             track_steps = ts.to(torch.int64).to(dev)
         # What verify wrote, read through the pool's logical window view (dense or deduplicated).
         win = torch.stack([w[:, :b].clone() for w in cache.intermediate_conv_window])
-        backend.update_mamba_state_after_mtp_verify(last_correct, track_idx, track_steps, None)
+        # Called the way SGLang's workers call it (keywords; 0.5.17+ also pass req_pool_indices).
+        call = dict(last_correct_step_indices=last_correct, mamba_track_indices=track_idx, mamba_steps_to_track=track_steps, model=None)
+        if takes_req_pool_indices:
+            call["req_pool_indices"] = req_pool_indices
+        backend.update_mamba_state_after_mtp_verify(**call)
         if cfg.progress and step < 2:
             print(f"  sim step {step} done", flush=True)
         step_out = torch.stack(outs) if cfg.check_outputs else torch.zeros(0, device=dev)
