@@ -71,7 +71,11 @@ def _topk_for(kwargs) -> Any:
     if "speculative_eagle_topk" in kwargs:
         return kwargs["speculative_eagle_topk"]
     ctx = gate.pool_context()
-    return ctx.topk if ctx is not None else gate._UNSET
+    if ctx is not None:
+        return ctx.topk
+    # 0.5.14+ take the topk as a keyword defaulting to None (= 1, as upstream's own gate reads it);
+    # 0.5.12 ... 0.5.13.post1 have no such parameter: unknown unless _init_pools published it.
+    return gate._UNSET if _is_backport() else None
 
 
 def _unified() -> bool:
