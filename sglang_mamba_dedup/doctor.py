@@ -144,7 +144,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="sglang-mamba-dedup doctor", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    ap.add_argument("--release", metavar="VERSION",
+                    help="only say which mode the plugin would use on SGLang VERSION and what it would patch "
+                    "(nothing is imported; exit 1 when VERSION is outside the supported range)")
     args = ap.parse_args(argv)
+    if args.release:
+        from . import gate
+
+        print(gate.describe_release(args.release))
+        return 0 if versions.in_range(args.release) else 1
     info = collect()
     print(json.dumps(info, indent=1, default=str) if args.json else render(info))
     return exit_code(info)

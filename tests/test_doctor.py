@@ -85,3 +85,12 @@ def test_doctor_does_not_wrap_anything(monkeypatch):
 
     doctor.collect()
     assert patching.PATCHER.applied() == []
+
+
+@pytest.mark.parametrize("release,mode,code", [("0.5.12", "back-port", 0), ("0.5.13.post1", "back-port", 0),
+                                               ("0.5.15.post1", "take-over", 0), ("0.5.20", "take-over", 0),
+                                               ("0.5.11", "not supported", 1)])
+def test_release_mode_for_an_uninstalled_release(release, mode, code, capsys):
+    assert doctor.main(["--release", release]) == code
+    out = capsys.readouterr().out
+    assert mode in out and release in out
