@@ -87,6 +87,18 @@ def _dense_bytes(num_layers: int, rows: int, d: int, conv_shapes, itemsize: int)
     return sum(layout.dense_window_bytes(num_layers, rows, d, cs, itemsize) for cs in conv_shapes)
 
 
+def _gate(instance, kwargs, *, backport: bool = False):
+    return gate.check(
+        device=kwargs.get("device"),
+        speculative_num_draft_tokens=kwargs.get("speculative_num_draft_tokens"),
+        cache_params=kwargs.get("cache_params"),
+        topk=_topk_for(kwargs),
+        unified=_unified(),
+        pool=instance,
+        backport=backport,
+    )
+
+
 def _refuse_if_strict(reason: str) -> None:
     if activation.strict():
         raise RuntimeError(
@@ -130,15 +142,7 @@ def _commit_ok(instance, kwargs) -> bool:
 def _backport_init(wrapped, instance, kwargs):
     d = kwargs.get("speculative_num_draft_tokens")
     cache_params = kwargs.get("cache_params")
-    ok, reason = gate.check(
-        device=kwargs.get("device"),
-        speculative_num_draft_tokens=d,
-        cache_params=cache_params,
-        topk=_topk_for(kwargs),
-        unified=_unified(),
-        pool=instance,
-        backport=True,
-    )
+    ok, reason = _gate(instance, kwargs, backport=True)
     if not ok:
         spec = d is not None
         if spec:
@@ -245,14 +249,7 @@ def _takeover_init(wrapped, instance, kwargs):
     result = wrapped(**kwargs)
     d = kwargs.get("speculative_num_draft_tokens")
     cache_params = kwargs.get("cache_params")
-    ok, reason = gate.check(
-        device=kwargs.get("device"),
-        speculative_num_draft_tokens=d,
-        cache_params=cache_params,
-        topk=_topk_for(kwargs),
-        unified=_unified(),
-        pool=instance,
-    )
+    ok, reason = _gate(instance, kwargs)
     cache = getattr(instance, "mamba_cache", None)
     windows = list(getattr(cache, "intermediate_conv_window", None) or [])
     if d is None or not windows:
