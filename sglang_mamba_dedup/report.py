@@ -8,6 +8,7 @@ saw. Counting is a Python integer increment: no device work, no host sync.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
@@ -71,11 +72,21 @@ def snapshot() -> Dict[str, Any]:
     }
 
 
+_atexit_registered = False
+
+
 def write() -> Optional[str]:
-    """Write this process's report if the report directory is configured; never raises."""
+    """Write this process's report if the report directory is configured; never raises.
+
+    The first write also registers a last one at interpreter exit, so a process that ends normally leaves
+    exact counts (a process killed by a signal keeps its last power-of-two report)."""
+    global _atexit_registered
     directory = os.environ.get(REPORT_DIR_ENV)
     if not directory:
         return None
+    if not _atexit_registered:
+        _atexit_registered = True
+        atexit.register(write)
     try:
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, f"status-{os.getpid()}.json")

@@ -171,3 +171,23 @@ def test_without_the_flag_nothing_changes(monkeypatch):
     assert "--enable-mamba-conv-dedup" not in parser._option_string_actions
     assert activation.ENV not in os.environ
     assert not _wrapped_names()
+
+
+def test_report_file_is_written_with_status_and_events(monkeypatch, tmp_path):
+    import json
+
+    from sglang_mamba_dedup import report
+
+    monkeypatch.setenv(report.REPORT_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(activation.ENV, "1")
+    activation.register()
+    report.record_layout("ours", None, dense_bytes=1200, physical_bytes=700)
+    for _ in range(3):
+        report.count_commit(ours=True)
+    data = json.loads((tmp_path / f"status-{os.getpid()}.json").read_text())
+    assert data["mode"] == "on" and data["sglang_version"] == versions.installed_sglang_version()
+    assert data["events"]["dedup_layout"]["physical_bytes"] == 700
+    assert data["events"]["commit_calls"] == 2, "rewritten at the 1st, 2nd, 4th ... commit only"
+    assert data["patches"]["mamba_pool.init"]["state"] == "applied"
+    report.write()
+    assert json.loads((tmp_path / f"status-{os.getpid()}.json").read_text())["events"]["ours_commit_calls"] == 3
