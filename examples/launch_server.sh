@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Serve Qwen3.5-0.8B with MTP speculative decoding (NEXTN: 3 steps, topk 1, 4 draft tokens) and the
 # sglang-mamba-dedup plugin switched on. Needs a normal SGLang install (with its CUDA kernel package),
-# `pip install sglang-mamba-dedup`, and the model (hub id or local path).
+# this package installed (`pip install .` from a checkout), and the model (hub id or local path).
 #
 #   MODEL=/models/Qwen3.5-0.8B bash examples/launch_server.sh [more sglang options]
 #
