@@ -7,8 +7,6 @@ Test-only pieces, never used by the plugin itself:
     scratch on the hard-coded device "cuda" (redirected to the pool's CPU device), and SGLang's scatter
     wrappers refuse CPU tensors (their ``x.is_cuda`` checks are widened to ``x.is_cuda or x.is_cpu``; the
     rest of SGLang's code runs verbatim, kernels under ``TRITON_INTERPRET=1``);
-  * :func:`reference_fused_commit`, a plain-torch stand-in used only if the plugin's Triton kernels
-    cannot be imported.
 """
 from __future__ import annotations
 
@@ -28,6 +26,8 @@ import torch
 
 from sglang_mamba_dedup import gate, patching, report, versions
 from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
+
+from kernel_utils import assert_bitwise_equal  # noqa: E402,F401  (one bitwise comparison for all tests)
 
 SGLANG_VERSION = versions.installed_sglang_version()
 BACKPORT = versions.mode_for(SGLANG_VERSION) == "backport"
@@ -58,30 +58,11 @@ def plugin(on: bool, mode: str = "1"):
             os.environ["SGLANG_MAMBA_DEDUP"] = old
 
 
-def reference_fused_commit(*, conv_dsts, conv_srcs, ssm_dst, ssm_src, accept_steps, accept_slots, track_steps=None, track_slots=None):
-    """Plain-torch stand-in for ``kernels.fused_commit`` (same semantics); only if the kernels do not import."""
-    sets = [(accept_steps, accept_slots)]
-    if track_slots is not None:
-        sets.append((track_steps, track_slots))
-    pairs = list(zip(conv_dsts, conv_srcs)) + ([(ssm_dst, ssm_src)] if ssm_dst is not None else [])
-    for steps, slots in sets:
-        steps = steps.long()
-        slots = slots.long()
-        for dst, src in pairs:
-            n_steps, n_slots = src.shape[2], dst.shape[1]
-            for r in range(steps.shape[0]):
-                s, d = int(steps[r]), int(slots[r])
-                if 0 <= s < n_steps and 0 <= d < n_slots:
-                    dst[:, d] = src[:, r, s]
-
-
 def ensure_commit_kernel() -> str:
-    """'triton' when the plugin's kernels import, else install the reference (tests only) and say so."""
-    if verify_commit.kernel_problem() is None:
-        return "triton"
-    verify_commit._kernel = reference_fused_commit
-    verify_commit._kernel_error = None
-    return "reference"
+    """The plugin's Triton commit must import: these tests exercise it, never a stand-in."""
+    problem = verify_commit.kernel_problem()
+    assert problem is None, f"the plugin's commit kernel does not import: {problem}"
+    return "triton"
 
 
 # ------------------------------------------------------------------------------------------------ SGLang
@@ -305,17 +286,6 @@ def set_forward_metadata(backend, slots: torch.Tensor, draft_tokens: int) -> Non
 
 
 # ------------------------------------------------------------------------------------------------ checks
-def assert_bitwise_equal(a: torch.Tensor, b: torch.Tensor, what: str = "") -> None:
-    assert a.shape == b.shape and a.dtype == b.dtype, f"{what}: {a.shape}/{a.dtype} vs {b.shape}/{b.dtype}"
-    x = a.detach().contiguous().view(torch.uint8) if a.numel() else a
-    y = b.detach().contiguous().view(torch.uint8) if b.numel() else b
-    if torch.equal(x, y):
-        return
-    diff = (a.detach().float() != b.detach().float()) | (a.detach().float().isnan() != b.detach().float().isnan())
-    idx = diff.nonzero()[:8].tolist()
-    raise AssertionError(f"{what}: {int(diff.sum())} of {a.numel()} elements differ; first {idx}")
-
-
 def md5(tensors: Sequence[torch.Tensor]) -> str:
     h = hashlib.md5()
     for t in tensors:
