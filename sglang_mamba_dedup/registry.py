@@ -294,10 +294,7 @@ class Patcher:
         inst = self._installed[name]
         current = vars(inst.parent).get(inst.attr) if inspect.isclass(inst.parent) else getattr(inst.parent, inst.attr, None)
         if current is not inst.proxy:
-            if is_ours(current, name):
-                pass  # another proxy of ours for the same patch (should not happen); still ours to remove
-            else:
-                return f"{inst.patch.target} was re-wrapped by someone else after us; left in place"
+            return f"{inst.patch.target} was re-wrapped by someone else after us; left in place"
         setattr(inst.parent, inst.attr, inst.original)
         del self._installed[name]
         return None
