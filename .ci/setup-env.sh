@@ -1,40 +1,63 @@
 #!/usr/bin/env bash
-# Creates (or refreshes) the project's virtual environment with the real SGLang installed the way
-# ../shared/FACTS.md §5 describes for CPU machines: CPU torch 2.13.0, triton, the pure-Python packages
-# SGLang imports at module load, then SGLang itself without its dependency tree.
+# Test environments with the real SGLang, installed the way ../shared/FACTS.md §5 describes for CPU machines.
 #
-#   VENV=.venv SGLANG_VERSION=0.5.23 bash .ci/setup-env.sh
+#   bash .ci/setup-env.sh                 # the base venv .venv: CPU torch 2.13.0, triton, the pure-Python
+#                                         # packages SGLang imports at module load, SGLang $BASE_RELEASE
+#   bash .ci/setup-env.sh 0.5.16 0.5.21   # plus one overlay per release: .venv/overlays/<release>/ holds
+#                                         # that release's sglang (--no-deps) and the transformers/tokenizers
+#                                         # pins it needs; use it with .ci/with-release.sh <release> <cmd>
+#   bash .ci/setup-env.sh all             # every release in sglang_mamba_dedup.versions.RELEASES
 #
-# SGLANG_VERSION=0.5.13.post1 pins the transformers/tokenizers that release needs (FACTS §5).
-# Idempotent: a venv whose stamp matches is left alone.
+# An overlay is put in front of the base venv's site-packages through PYTHONPATH, so `import sglang` and
+# importlib.metadata both see the overlay's release. Idempotent: a venv or overlay whose stamp matches is kept.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 VENV=${VENV:-.venv}
-SGLANG_VERSION=${SGLANG_VERSION:-0.5.23}
+BASE_RELEASE=0.5.23
 PY=${PYTHON:-python3}
-stamp="$VENV/.stamp-sglang-$SGLANG_VERSION-v1"
-if [ -f "$stamp" ]; then
-  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e . >/dev/null
-  exit 0
+quiet() { grep -v -e '^WARNING: Location' -e "^WARNING: Running pip as the 'root'" -e '^WARNING: Target directory' || true; }
+
+stamp="$VENV/.stamp-base-$BASE_RELEASE-v2"
+if [ ! -f "$stamp" ]; then
+  rm -rf "$VENV"
+  "$PY" -m venv "$VENV"
+  pip="$VENV/bin/python -m pip"
+  $pip install -q --upgrade pip 2>&1 | quiet
+  # huggingface-hub 1.x: the transformers of 0.5.12 ... 0.5.19 need <2 (transformers 5.19 takes >=1.31).
+  # xgrammar: 0.5.14 ... 0.5.20 import it at module load (0.5.20 through function_call/inkling_detector.py).
+  $pip install -q torch==2.13.0 triton==3.7.1 numpy wrapt packaging pytest safetensors setuptools wheel \
+    orjson psutil pybase64 requests pillow starlette msgspec pydantic pyzmq tqdm ipython aiohttp dill \
+    transformers==5.19.0 apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 compressed-tensors==0.18.0 gguf einops \
+    openai==2.8.0 partial-json-parser uvicorn fastapi setproctitle xgrammar==0.2.1 huggingface-hub==1.33.0 2>&1 | quiet
+  $pip install -q --no-deps "sglang==$BASE_RELEASE" torchvision==0.28.0 2>&1 | quiet
+  site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  cp .ci/torchvision_cpu_fix.py "$site/_smd_torchvision_cpu_fix.py"
+  echo "import _smd_torchvision_cpu_fix" > "$site/_smd_torchvision_cpu_fix.pth"
+  "$VENV/bin/python" -c "import sglang.srt.mem_cache.memory_pool" >/dev/null \
+    || { echo "sglang $BASE_RELEASE does not import in $VENV" >&2; exit 1; }
+  touch "$stamp"
+  echo "ready: $VENV with sglang $BASE_RELEASE"
 fi
-"$PY" -m venv "$VENV"
-pip="$VENV/bin/python -m pip"
-$pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-case "$SGLANG_VERSION" in
-  0.5.1[0-3]*) tf="transformers==5.8.1 tokenizers==0.22.2"; extra="" ;;
-  0.5.1[4-7]*) tf="transformers==5.12.1 tokenizers==0.22.2"; extra="xgrammar==0.2.1" ;;
-  *)           tf="transformers==5.19.0"; extra="" ;;
-esac
-$pip install -q torch==2.13.0 triton==3.7.1 numpy wrapt packaging pytest safetensors setuptools wheel \
-  orjson psutil pybase64 requests pillow starlette msgspec pydantic pyzmq tqdm ipython aiohttp dill \
-  $tf apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 compressed-tensors==0.18.0 gguf einops openai==2.8.0 \
-  partial-json-parser uvicorn fastapi setproctitle $extra
-$pip install -q --no-deps "sglang==$SGLANG_VERSION" torchvision==0.28.0
-site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-cp .ci/torchvision_cpu_fix.py "$site/_smd_torchvision_cpu_fix.py"
-echo "import _smd_torchvision_cpu_fix" > "$site/_smd_torchvision_cpu_fix.pth"
-$pip install -q --no-deps --no-build-isolation -e .
-"$VENV/bin/python" -c "import sglang.srt.mem_cache.memory_pool" >/dev/null 2>&1 || { echo "sglang $SGLANG_VERSION does not import in $VENV" >&2; exit 1; }
-touch "$stamp"
-echo "ready: $VENV with sglang $SGLANG_VERSION"
+"$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | quiet
+
+releases=("$@")
+if [ "${1:-}" = all ]; then
+  mapfile -t releases < <("$VENV/bin/python" -c 'from sglang_mamba_dedup import versions; print("\n".join(versions.RELEASES))')
+fi
+for rel in "${releases[@]}"; do
+  [ "$rel" = "$BASE_RELEASE" ] && continue
+  dir="$VENV/overlays/$rel"
+  [ -f "$dir/.stamp-v2" ] && continue
+  # The pins each release's SGLang imports with on the CPU (FACTS §5); the rest comes from the base venv.
+  pins=$("$VENV/bin/python" -c 'import sys; from sglang_mamba_dedup import versions; print(" ".join(versions.test_pins(sys.argv[1])))' "$rel")
+  rm -rf "$dir"
+  "$VENV/bin/python" -m pip install -q --no-deps --target "$dir" "sglang==$rel" $pins 2>&1 | quiet
+  PYTHONPATH="$root/$dir" "$VENV/bin/python" -c "
+import importlib.metadata as md, sys
+import sglang.srt.mem_cache.memory_pool, sglang.srt.layers.attention.hybrid_linear_attn_backend
+assert md.version('sglang') == sys.argv[1], md.version('sglang')" "$rel" \
+    || { echo "sglang $rel does not import from $dir" >&2; exit 1; }
+  touch "$dir/.stamp-v2"
+  echo "ready: overlay $dir (sglang $rel${pins:+ + $pins})"
+done

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from typing import List
 
-from sglang_mamba_dedup.registry import Patch
+from sglang_mamba_dedup import versions
+from sglang_mamba_dedup.registry import Callee, Patch
 
 from . import mamba_pool, pool_config, server_args, verify_commit
 
-ALL = ">=0.5.12,<0.5.24"
-BACKPORT = ">=0.5.12,<0.5.14"
+# Ranges come only from the named boundaries in ``sglang_mamba_dedup.versions``.
+ALL = str(versions.SUPPORTED)
+BACKPORT = str(versions.BACKPORT)
+OLD_LAYOUT = str(versions.OLD_LAYOUT)  # pools built in model_runner_kv_cache_mixin
+NEW_LAYOUT = str(versions.NEW_LAYOUT)  # pools built in kv_cache_configurator
 
 #: Features in application order; all of them only when the plugin is switched on. ``launch_flag`` makes
 #: SGLang's parser accept ``--enable-mamba-conv-dedup`` (which switched the plugin on from ``sys.argv``).
@@ -60,6 +64,7 @@ PATCHES: List[Patch] = [
         releases=ALL,
         wrapper=verify_commit.update_mamba_state_after_mtp_verify,
         params=("last_correct_step_indices", "mamba_track_indices", "mamba_steps_to_track", "model"),
+        calls=verify_commit.CALLEES,
         doc="fused commit of accepted SSM states and conv windows",
     ),
     Patch(
@@ -77,7 +82,7 @@ PATCHES: List[Patch] = [
         feature="estimator",
         module="sglang.srt.model_executor.model_runner_kv_cache_mixin",
         attr="ModelRunnerKVCacheMixin.handle_max_mamba_cache",
-        releases=">=0.5.12,<0.5.17",
+        releases=OLD_LAYOUT,
         wrapper=pool_config.handle_max_mamba_cache,
         params=("total_rest_memory",),
         doc="reserves the deduplicated window size",
@@ -87,7 +92,7 @@ PATCHES: List[Patch] = [
         feature="estimator",
         module="sglang.srt.mem_cache.kv_cache_configurator",
         attr="KVCacheConfigurator._handle_max_mamba_cache",
-        releases=">=0.5.17,<0.5.24",
+        releases=NEW_LAYOUT,
         wrapper=pool_config.handle_max_mamba_cache,
         params=("total_rest_memory",),
         doc="reserves the deduplicated window size",

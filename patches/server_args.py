@@ -41,7 +41,10 @@ def add_cli_args(wrapped, instance, args, kwargs):
 def from_cli_args(wrapped, instance, args, kwargs):
     ns = kwargs.get("args", args[0] if args else None)
     if getattr(ns, DEST, False):
-        from sglang_mamba_dedup import activation
+        from sglang_mamba_dedup import activation, versions
+
+        if versions.support_problem(versions.installed_sglang_version()):
+            return wrapped(*args, **kwargs)  # accepted and ignored; activation has said why, once
 
         current = os.environ.get(activation.ENV, "")
         if current.strip().lower() != "strict":

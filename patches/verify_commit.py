@@ -10,7 +10,7 @@ SGLang. SGLang keeps every branch we do not own, chosen per call with the same t
 (``linear_attn_backend.accept_lens_pool``), pipeline stable rows (``pp_spec_stable_rows_enabled()`` with
 ``req_pool_indices``), ReplaySSM spec without ``intermediate_ssm``; and any pool our pool patch did not
 clear for the kernel (``_smd_commit_ok``: e.g. ``UnifiedMambaPool``, KDA, a pool built before the patch).
-On our path 0.5.23's PLE side states (``_update_ple_state_after_mtp_verify``) are still committed by
+On our path the PLE side states (0.5.20+) (``_update_ple_state_after_mtp_verify``) are still committed by
 SGLang's own method, with the same arguments as SGLang passes.
 
 Semantics are SGLang's scatter: for request row r with step ``s = last_correct_step_indices[r]``
@@ -25,6 +25,17 @@ import sys
 from typing import Any, Callable, Optional
 
 from sglang_mamba_dedup import report
+from sglang_mamba_dedup.registry import Callee
+
+_BACKEND = "sglang.srt.layers.attention.hybrid_linear_attn_backend"
+#: What our path calls in SGLang, checked against the installed signatures before the commit is wrapped.
+#: PLE side states: absent before 0.5.20; ``(state_indices, last_correct, track_idx, track_steps)`` in
+#: 0.5.20/0.5.21; 0.5.22+ add ``src_indices_raw=None`` (only set for pipeline stable rows, a branch SGLang
+#: keeps), so the 4-argument call is each release's own call on our path.
+CALLEES = (
+    Callee(_BACKEND, "HybridLinearAttnBackend._update_ple_state_after_mtp_verify", args=4, optional=True),
+    Callee(_BACKEND, "MambaAttnBackendBase._translate_mamba_indices", args=1, optional=True),
+)
 
 _PARAMS = ("last_correct_step_indices", "mamba_track_indices", "mamba_steps_to_track", "model", "req_pool_indices")
 
@@ -115,6 +126,6 @@ def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
     )
     ple = getattr(instance, "_update_ple_state_after_mtp_verify", None)
     if ple is not None:
-        ple(state_indices, last_correct, track_idx, track_steps, None)  # as SGLang calls it
+        ple(state_indices, last_correct, track_idx, track_steps)  # the call checked by CALLEES
     report.count_commit(ours=True)
     return None

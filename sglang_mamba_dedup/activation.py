@@ -121,25 +121,33 @@ def _register() -> None:
     _last = key
     head = f"sglang-mamba-dedup {__version__} (SGLang {version or 'not installed'}, pid {os.getpid()})"
 
+    flag = flag_in_argv()
     problem = versions.support_problem(version)
     if problem:
         if mode is Mode.STRICT:
             raise StrictModeError(problem)
-        level = logging.WARNING if mode is Mode.ON else logging.INFO
-        _say(level, f"{head}: nothing patched: {problem}")
+        asked = mode is Mode.ON or flag
+        if flag:
+            # The launch flag must never take a launch down: SGLang's parser still learns it, it does nothing.
+            flag_result = patching.apply(["launch_flag"], any_release=True)["launch_flag"]
+            head += f" [{FLAG} given, accepted and ignored]" if flag_result is None else f" [{FLAG} given]"
+        _say(logging.WARNING if asked else logging.INFO, f"{head}: off, nothing patched: {problem}")
         return
 
     if bad is not None:
         patching.revert()
         _say(logging.ERROR, f"{head}: {bad}")
         return
-    if mode is Mode.OFF and flag_in_argv():
+    if mode is Mode.OFF and flag:
         # ``python -m sglang.launch_server ... --enable-mamba-conv-dedup``: SGLang loads plugins before it
         # parses its arguments, so the flag is seen here; the environment carries it to the schedulers.
         os.environ[ENV] = "1"
         mode = Mode.ON
         _last = (os.environ[ENV], version)
         head += f" [{FLAG} given]"
+    untested = versions.untested_note(version)
+    if untested:
+        head += f" [{untested}]"
     if mode is Mode.OFF:
         patching.revert()
         _say(logging.INFO, f"{head}: off ({ENV} unset/0/off), nothing patched")

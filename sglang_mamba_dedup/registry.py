@@ -48,6 +48,9 @@ class Patch:
     wrapper: Callable[..., Any]
     #: Parameter names the target must accept (checked before wrapping; a changed signature skips the feature).
     params: Tuple[str, ...] = ()
+    #: SGLang callables the wrapper itself calls (see :class:`Callee`); each is resolved and its signature
+    #: bound with the arguments the wrapper passes before anything is wrapped.
+    calls: Tuple["Callee", ...] = ()
     doc: str = ""
 
     @property
@@ -55,7 +58,52 @@ class Patch:
         return f"{self.module}.{self.attr}"
 
     def applies_to(self, version: Optional[str]) -> bool:
-        return versions.in_range(version, SpecifierSet(self.releases))
+        return versions.in_range(versions.effective(version), SpecifierSet(self.releases))
+
+
+@dataclass(frozen=True)
+class Callee:
+    """A private SGLang method or function that a wrapper calls, with the call it makes.
+
+    ``args`` is the number of positional arguments the wrapper passes (``self`` not counted for a method);
+    ``optional``: the wrapper skips the call when the attribute does not exist on the installed release.
+    """
+
+    module: str
+    attr: str
+    args: int
+    optional: bool = False
+
+    @property
+    def target(self) -> str:
+        return f"{self.module}.{self.attr}"
+
+    def problem(self) -> Optional[str]:
+        """None when the installed release accepts our call, else why not."""
+        try:
+            parent: Any = importlib.import_module(self.module)
+        except Exception as exc:
+            return f"cannot import {self.module}: {type(exc).__name__}: {exc}"
+        *path, last = self.attr.split(".")
+        for part in path:
+            parent = getattr(parent, part, None)
+            if parent is None:
+                return f"{self.module} has no attribute {part}"
+        raw = inspect.getattr_static(parent, last, None)
+        if raw is None:
+            return None if self.optional else f"{self.target} does not exist"
+        func = _underlying_function(raw)
+        try:
+            sig = inspect.signature(func)
+        except (TypeError, ValueError) as exc:
+            return f"cannot read the signature of {self.target}: {exc}"
+        bound_self = inspect.isclass(parent) and not isinstance(raw, staticmethod)
+        placeholders = [None] * (self.args + (1 if bound_self else 0))
+        try:
+            sig.bind(*placeholders)
+        except TypeError as exc:
+            return f"{self.target}{sig} does not accept the {self.args}-argument call the plugin makes ({exc})"
+        return None
 
 
 @dataclass
@@ -197,13 +245,20 @@ class Patcher:
     def calls(self, name: str) -> int:
         return self._calls.get(name, 0)
 
-    def check(self, feature: str, version: Optional[str] = None) -> Tuple[List[Patch], Optional[str], Dict[str, str]]:
-        """Dry run: ``(selected patches, feature-level reason or None, per-patch reasons)``; wraps nothing."""
+    def check(
+        self, feature: str, version: Optional[str] = None, any_release: bool = False
+    ) -> Tuple[List[Patch], Optional[str], Dict[str, str]]:
+        """Dry run: ``(selected patches, feature-level reason or None, per-patch reasons)``; wraps nothing.
+
+        ``any_release``: ignore the release ranges (every patch of the feature is selected)."""
         version = self._version_getter() if version is None else version
-        problem = versions.support_problem(version)
-        if problem:
-            return [], problem, {}
-        selected = self.patches_for(feature, version)
+        if any_release:
+            selected = [p for p in self.table if p.feature == feature]
+        else:
+            problem = versions.support_problem(version)
+            if problem:
+                return [], problem, {}
+            selected = self.patches_for(feature, version)
         if not selected:
             return [], None, {}  # nothing to do on this release (e.g. a back-port-only feature)
         reasons: Dict[str, str] = {}
@@ -215,6 +270,10 @@ class Patcher:
                 if is_ours(raw):
                     raise TargetError(f"{p.target} is already wrapped by another copy of this plugin")
                 check_params(raw, p.params, p.target)
+                for callee in p.calls:
+                    trouble = callee.problem()
+                    if trouble:
+                        raise TargetError(f"{p.target} would call {trouble}")
             except TargetError as exc:
                 reasons[p.name] = str(exc)
         if reasons:
@@ -230,20 +289,26 @@ class Patcher:
     def is_enabled(self, feature: str) -> bool:
         return self._enabled.get(feature, True)
 
-    def apply(self, features: Optional[Iterable[str]] = None, version: Optional[str] = None) -> Dict[str, Optional[str]]:
+    def apply(
+        self, features: Optional[Iterable[str]] = None, version: Optional[str] = None, any_release: bool = False
+    ) -> Dict[str, Optional[str]]:
         """Apply ``features`` (default: all). Returns ``{feature: None if applied else reason}``."""
+        if isinstance(features, str):
+            raise TypeError(f"features must be a list of feature names, not the string {features!r}")
         with self._lock:
             version = self._version_getter() if version is None else version
+            wanted = list(features) if features is not None else self.features
+            unknown = [f for f in wanted if f not in self.features]
+            if unknown:
+                raise KeyError(f"unknown feature(s) {unknown}; known: {self.features}")
             result: Dict[str, Optional[str]] = {}
-            for feature in list(features) if features is not None else self.features:
-                result[feature] = self._apply_feature(feature, version)
+            for feature in wanted:
+                result[feature] = self._apply_feature(feature, version, any_release)
             return result
 
-    def _apply_feature(self, feature: str, version: Optional[str]) -> Optional[str]:
+    def _apply_feature(self, feature: str, version: Optional[str], any_release: bool = False) -> Optional[str]:
         members = [p for p in self.table if p.feature == feature]
-        if not members:
-            raise KeyError(f"unknown feature {feature!r}; known: {self.features}")
-        selected, reason, per_patch = self.check(feature, version)
+        selected, reason, per_patch = self.check(feature, version, any_release)
         if reason is not None:
             for p in members:
                 if p.name in self._installed:

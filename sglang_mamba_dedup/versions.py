@@ -1,24 +1,43 @@
-"""Which SGLang releases we support, read from package metadata without importing SGLang.
+"""Which SGLang releases we support, and where they change: the one place these facts live.
 
-The range is declared once here and mirrored in ``pyproject.toml``'s ``sglang`` extra
-(a test checks they agree).
+Every release range in the package (the patch table, the gate, the tests, ``doctor``) is built from the
+named boundaries below; ``pyproject.toml``'s ``sglang`` extra mirrors :data:`SUPPORTED` (a test checks it).
+Versions are read from package metadata, without importing SGLang.
 """
 from __future__ import annotations
 
 import importlib.metadata
-from typing import Optional
+import os
+from typing import Optional, Tuple
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-#: Every SGLang release the plugin knows how to patch (0.5.12 ... 0.5.23 and its post releases).
-SUPPORTED = SpecifierSet(">=0.5.12,<0.5.24")
+#: Every SGLang release we test (CI runs the release tests on each; the README's matrix has one row each).
+RELEASES: Tuple[str, ...] = (
+    "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16",
+    "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23",
+)
 
-#: Releases that allocate the deduplicated conv window themselves (FACTS §1). Below this we back-port it.
-UPSTREAM_DEDUP = SpecifierSet(">=0.5.14")
+# Named boundaries (each is the first release with the change).
+FIRST = "0.5.12"
+#: upstream allocates the deduplicated window itself (``conv_window_dedup_enabled``); below it we back-port.
+UPSTREAM_DEDUP_FROM = "0.5.14"
+#: ``model_runner_kv_cache_mixin`` is gone; pools built in ``mem_cache.kv_cache_configurator``; scatter
+#: kernels in ``sglang.kernels.ops.mamba`` (FACTS §1, corrected: 0.5.16, not 0.5.17).
+NEW_LAYOUT_FROM = "0.5.16"
+#: the first release we have not tested.
+UNTESTED_FROM = "0.5.24"
 
-#: Releases whose scatter kernels live in ``sglang.kernels.ops`` and pools in ``kv_cache_configurator``.
-NEW_LAYOUT = SpecifierSet(">=0.5.17")
+SUPPORTED = SpecifierSet(f">={FIRST},<{UNTESTED_FROM}")
+BACKPORT = SpecifierSet(f">={FIRST},<{UPSTREAM_DEDUP_FROM}")
+UPSTREAM_DEDUP = SpecifierSet(f">={UPSTREAM_DEDUP_FROM},<{UNTESTED_FROM}")
+OLD_LAYOUT = SpecifierSet(f">={FIRST},<{NEW_LAYOUT_FROM}")
+NEW_LAYOUT = SpecifierSet(f">={NEW_LAYOUT_FROM},<{UNTESTED_FROM}")
+
+#: ``SGLANG_MAMBA_DEDUP_ALLOW_UNTESTED=1``: try the plugin on a release newer than :data:`SUPPORTED`; its
+#: patches are selected as for the newest tested release and every target is still resolved and checked.
+ALLOW_UNTESTED_ENV = "SGLANG_MAMBA_DEDUP_ALLOW_UNTESTED"
 
 
 def installed_sglang_version() -> Optional[str]:
@@ -41,19 +60,62 @@ def in_range(version: Optional[str], spec: SpecifierSet = SUPPORTED) -> bool:
     return v is not None and spec.contains(v, prereleases=True)
 
 
+def allow_untested() -> bool:
+    return os.environ.get(ALLOW_UNTESTED_ENV, "").strip().lower() in ("1", "on", "true", "yes")
+
+
+def is_untested_newer(version: Optional[str]) -> bool:
+    """A release newer than every one we test (0.5.24, 0.6.0, ...)."""
+    v = parse(version) if version else None
+    return v is not None and v >= Version(UNTESTED_FROM)
+
+
+def effective(version: Optional[str]) -> Optional[str]:
+    """The release whose patches we select: ``version`` itself, or the newest tested release for an untested
+    newer one when :data:`ALLOW_UNTESTED_ENV` is set."""
+    if is_untested_newer(version) and allow_untested():
+        return RELEASES[-1]
+    return version
+
+
 def mode_for(version: Optional[str]) -> str:
     """How the plugin works on a release: 'backport', 'takeover' or 'unsupported'."""
+    version = effective(version)
     if not in_range(version):
         return "unsupported"
     return "takeover" if in_range(version, UPSTREAM_DEDUP) else "backport"
 
 
 def support_problem(version: Optional[str]) -> Optional[str]:
-    """None when ``version`` is supported, else a sentence saying why not."""
+    """None when ``version`` is supported (or untested but allowed), else a sentence saying why not."""
     if version is None:
         return "SGLang is not installed"
     if parse(version) is None:
         return f"SGLang reports an unparsable version {version!r}"
+    if is_untested_newer(version):
+        if allow_untested():
+            return None
+        return (
+            f"SGLang {version} is outside the supported range {SUPPORTED} (newer than every release this "
+            f"plugin is tested with; set {ALLOW_UNTESTED_ENV}=1 to try it anyway)"
+        )
     if not in_range(version):
-        return f"SGLang {version} is outside the supported range {SUPPORTED}"
+        return f"SGLang {version} is outside the supported range {SUPPORTED} (older than {FIRST})"
     return None
+
+
+def untested_note(version: Optional[str]) -> Optional[str]:
+    if is_untested_newer(version) and allow_untested():
+        return f"UNTESTED: SGLang {version} is outside {SUPPORTED}, patched as {RELEASES[-1]} ({ALLOW_UNTESTED_ENV}=1)"
+    return None
+
+
+def test_pins(release: str) -> Tuple[str, ...]:
+    """Packages a release's SGLang needs to import on a CPU test machine, beyond the base venv
+    (FACTS §5; 0.5.18/0.5.19 measured 2026-12-01: they fail with transformers 5.19's ``qwen3_asr`` clash)."""
+    v = Version(release)
+    if v < Version(UPSTREAM_DEDUP_FROM):
+        return ("transformers==5.8.1", "tokenizers==0.22.2")
+    if v < Version("0.5.20"):
+        return ("transformers==5.12.1", "tokenizers==0.22.2")
+    return ()

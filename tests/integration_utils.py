@@ -32,6 +32,16 @@ from kernel_utils import assert_bitwise_equal  # noqa: E402,F401  (one bitwise c
 SGLANG_VERSION = versions.installed_sglang_version()
 BACKPORT = versions.mode_for(SGLANG_VERSION) == "backport"
 NEW_LAYOUT = versions.in_range(SGLANG_VERSION, versions.NEW_LAYOUT)
+#: The installed release's own dedup gate takes ``is_kda`` (0.5.17+): before that upstream dedups KDA and
+#: opt-out shapes too (FACTS §1), read from the installed code, not from a version number.
+UPSTREAM_GATE_KNOWS_KDA = False
+if not BACKPORT:
+    _gate_fn = getattr(importlib.import_module("sglang.srt.mem_cache.memory_pool"), "conv_window_dedup_enabled", None)
+    if _gate_fn is None:
+        _gate_fn = getattr(importlib.import_module("sglang.srt.utils"), "conv_window_dedup_enabled", None)
+    UPSTREAM_GATE_KNOWS_KDA = _gate_fn is not None and len(inspect.signature(_gate_fn).parameters) >= 4
+#: The installed release honours a model's ``disable_conv_window_dedup`` opt-out (read from its pool code).
+UPSTREAM_KNOWS_OPT_OUT = not BACKPORT and "disable_conv_window_dedup" in inspect.getsource(importlib.import_module("sglang.srt.mem_cache.memory_pool"))
 
 
 # ------------------------------------------------------------------------------------------------ plugin
@@ -136,6 +146,7 @@ def make_cache_params(
 
 def _widen_is_cuda(fn):
     """A copy of SGLang function ``fn`` whose ``x.is_cuda`` checks also accept CPU tensors (tests only)."""
+    fn = getattr(fn, "__wrapped_sglang__", fn)
     src = textwrap.dedent(inspect.getsource(fn))
     new = re.sub(r"(\b\w+)\.is_cuda\b", r"(\1.is_cuda or \1.is_cpu)", src)
     ns: Dict[str, Any] = {}
@@ -161,9 +172,21 @@ class _CudaToPoolDeviceTorch(types.ModuleType):
         return torch.zeros(*args, **kwargs)
 
 
+_SCATTER_NAMES = (
+    "fused_mamba_state_scatter_with_mask",
+    "fused_conv_window_scatter_with_mask",
+    "scatter_mamba_states_after_mtp_verify",
+)
+
+
 @contextlib.contextmanager
 def cpu_stock_paths(device: str = "cpu"):
-    """Let SGLang's stock pool and scatter run on ``device`` (cpu) in tests; a no-op on CUDA."""
+    """Let SGLang's stock pool and scatter run on ``device`` (cpu) in tests; a no-op on CUDA.
+
+    Every release: ``memory_pool``'s ``torch.zeros(device="cuda")`` (0.5.12 ... 0.5.19 allocate the
+    speculative scratch there) goes to ``device``; SGLang's scatter wrappers, wherever the installed
+    release defines or imports them (scatter module and backend module), get their ``is_cuda`` checks widened.
+    """
     if torch.device(device).type == "cuda":
         yield
         return
@@ -174,15 +197,12 @@ def cpu_stock_paths(device: str = "cpu"):
         setattr(mod, name, value)
 
     try:
-        mp = mem_pool_module()
-        if BACKPORT:
-            swap(mp, "torch", _CudaToPoolDeviceTorch(device))
-            bk = backend_module()
-            swap(bk, "fused_mamba_state_scatter_with_mask", _widen_is_cuda(bk.fused_mamba_state_scatter_with_mask))
-        else:
-            sc = scatter_module()
-            for name in ("fused_mamba_state_scatter_with_mask", "fused_conv_window_scatter_with_mask"):
-                swap(sc, name, _widen_is_cuda(getattr(sc, name)))
+        swap(mem_pool_module(), "torch", _CudaToPoolDeviceTorch(device))
+        for mod in (scatter_module(), backend_module()):
+            for name in _SCATTER_NAMES:
+                fn = getattr(mod, name, None)
+                if inspect.isfunction(fn):
+                    swap(mod, name, _widen_is_cuda(fn))
         yield
     finally:
         for mod, name, value in reversed(saved):
@@ -227,6 +247,8 @@ def build_pool(
 
 
 _published: Dict[str, Any] = {}
+#: NEXTN is an alias of EAGLE; 0.5.19's runtime context only knows the canonical name.
+SPEC_ALGORITHM = "EAGLE"
 
 
 def publish_server_args(topk: int = 1, draft_tokens: int = 4) -> None:
@@ -237,7 +259,7 @@ def publish_server_args(topk: int = 1, draft_tokens: int = 4) -> None:
     from sglang.srt.server_args import ServerArgs
 
     sa = ServerArgs(
-        model_path="dummy", speculative_algorithm="NEXTN", speculative_eagle_topk=topk,
+        model_path="dummy", speculative_algorithm=SPEC_ALGORITHM, speculative_eagle_topk=topk,
         speculative_num_steps=draft_tokens - 1, speculative_num_draft_tokens=draft_tokens,
         max_running_requests=64, disable_radix_cache=True,
     )
@@ -263,7 +285,7 @@ def build_backend(req_to_token_pool, *, device: str, topk: int = 1, draft_tokens
     bk = backend_module()
     runner = types.SimpleNamespace(
         device=device,
-        server_args=types.SimpleNamespace(speculative_eagle_topk=topk, enable_mis=False),
+        server_args=types.SimpleNamespace(speculative_eagle_topk=topk, enable_mis=False, enable_unified_memory=False),
         is_draft_worker=False,
         req_to_token_pool=req_to_token_pool,
         token_to_kv_pool=None,
@@ -450,16 +472,16 @@ def run_estimator(cache_params, *, total_rest_gb: float, draft_tokens: int = 4, 
     from sglang.srt.server_args import ServerArgs
 
     sa = ServerArgs(
-        model_path="dummy", speculative_algorithm="NEXTN", speculative_eagle_topk=topk,
+        model_path="dummy", speculative_algorithm=SPEC_ALGORITHM, speculative_eagle_topk=topk,
         speculative_num_steps=draft_tokens - 1, speculative_num_draft_tokens=draft_tokens,
         max_running_requests=max_running_requests,
     )
     spec_alg = types.SimpleNamespace(is_none=lambda: False)
     if NEW_LAYOUT:
         from sglang.srt.mem_cache import kv_cache_configurator as kc
-        from sglang.srt.runtime_context import get_context, get_schedule
+        from sglang.srt import runtime_context
 
-        get_context().set_server_args(sa)
+        runtime_context.get_context().set_server_args(sa)
         _published.pop("key", None)
         class _Configurator(kc.KVCacheConfigurator):
             def fused_entry_bytes(self, sub_pool_name):  # no fused draft state block
@@ -468,12 +490,15 @@ def run_estimator(cache_params, *, total_rest_gb: float, draft_tokens: int = 4, 
         obj = object.__new__(_Configurator)
         for name, value in dict(
             mambaish_config=types.SimpleNamespace(mamba2_cache_params=cache_params),
-            pp_size=1, attn_dp_size=1, hybrid_gdn_config=None, hybrid_kda_config=None,
+            pp_size=1, attn_dp_size=1, ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1, tp_size=1, dp_size=1),
+            hybrid_gdn_config=None, hybrid_kda_config=None,
             extra_mamba_cache_bytes_per_req=0, spec_algorithm=spec_alg, device=device, server_args=sa,
         ).items():
             setattr(obj, name, value)
         rest = obj._handle_max_mamba_cache(total_rest_gb)
-        return int(get_schedule().max_mamba_cache_size), float(rest)
+        get_schedule = getattr(runtime_context, "get_schedule", None)  # 0.5.17+; 0.5.16 writes server_args
+        size = get_schedule().max_mamba_cache_size if get_schedule is not None else sa.max_mamba_cache_size
+        return int(size), float(rest)
     mixin = importlib.import_module("sglang.srt.model_executor.model_runner_kv_cache_mixin")
 
     class _Runner(mixin.ModelRunnerKVCacheMixin):

@@ -84,3 +84,75 @@ def test_wheel_contents(tmp_path):
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[sglang.srt.plugins]" in text and "mamba_dedup = sglang_mamba_dedup.activation:register" in text
+
+
+# -------------------------------------------------------------------------------- every release we claim
+#: What each feature must select on each release, written out by hand from the installed wheels (FACTS §1,
+#: corrected: the pool builder moved to kv_cache_configurator in 0.5.16). A change of a boundary in
+#: ``versions.py`` that does not match SGLang's history fails here.
+_OLD = ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1")
+_BACKPORT = ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1")
+
+
+def _expected(release):
+    return {
+        "launch_flag": {"server_args.add_cli_args", "server_args.from_cli_args"},
+        "dedup_layout": {"mamba_pool.init"},
+        "commit": {"hybrid_linear_attn.update_mamba_state_after_mtp_verify"},
+        "topk_plumbing": {"kv_cache_mixin.init_pools"} if release in _BACKPORT else set(),
+        "estimator": {"kv_cache_mixin.handle_max_mamba_cache"} if release in _OLD
+        else {"kv_cache_configurator.handle_max_mamba_cache"},
+    }
+
+
+@pytest.mark.parametrize("release", versions.RELEASES)
+def test_each_release_selects_the_patches_it_needs(release):
+    from sglang_mamba_dedup import patching
+
+    for feature, names in _expected(release).items():
+        got = {p.name for p in patching.PATCHER.patches_for(feature, release)}
+        assert got == names, (release, feature, got)
+    assert versions.mode_for(release) == ("backport" if release in _BACKPORT else "takeover")
+
+
+@pytest.mark.parametrize("release", versions.RELEASES)
+def test_doctor_release_lists_the_same_targets(release, capsys):
+    from sglang_mamba_dedup import doctor
+
+    assert doctor.main(["--release", release]) == 0
+    out = capsys.readouterr().out
+    names = set().union(*_expected(release).values())
+    for p in PATCHES:
+        if p.feature != "launch_flag":
+            assert (p.target in out) == (p.name in names), (release, p.name)
+
+
+def test_ranges_come_from_the_named_boundaries():
+    """Widening versions.SUPPORTED alone must move every range (no literal ranges in the table)."""
+    text = (ROOT / "patches" / "__init__.py").read_text()
+    assert "0.5." not in text, "release literals in the patch table: derive them from versions.py"
+    assert versions.RELEASES[0] == versions.FIRST
+    assert all(versions.in_range(r) for r in versions.RELEASES)
+    assert not versions.in_range(versions.UNTESTED_FROM)
+
+
+@pytest.mark.parametrize("version,allowed,problem,mode", [
+    ("0.5.24", False, "newer than every release", "unsupported"),
+    ("0.5.24", True, None, "takeover"),
+    ("0.6.0", True, None, "takeover"),
+    ("0.5.11", True, "older than 0.5.12", "unsupported"),
+    ("nonsense", True, "unparsable", "unsupported"),
+])
+def test_untested_newer_release_only_with_the_opt_in(monkeypatch, version, allowed, problem, mode):
+    if allowed:
+        monkeypatch.setenv(versions.ALLOW_UNTESTED_ENV, "1")
+    else:
+        monkeypatch.delenv(versions.ALLOW_UNTESTED_ENV, raising=False)
+    got = versions.support_problem(version)
+    assert (got is None) if problem is None else (problem in got), got
+    assert versions.mode_for(version) == mode
+    if allowed and problem is None:
+        from sglang_mamba_dedup import patching
+
+        assert {p.name for p in patching.PATCHER.patches_for("commit", version)} == _expected("0.5.23")["commit"]
+        assert "UNTESTED" in versions.untested_note(version)

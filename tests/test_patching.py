@@ -213,3 +213,46 @@ def test_real_target_with_changed_signature_is_skipped(monkeypatch):
     parent, attr, raw = registry.resolve(commit.module, commit.attr)
     assert not is_ours(raw)
     patcher.revert()
+
+
+# ------------------------------------------------------------------ calls our wrappers make into SGLang
+@pytest.mark.parametrize("ple_params,ok", [
+    (("self", "a", "b", "c", "d"), True),              # 0.5.20 / 0.5.21
+    (("self", "a", "b", "c", "d", "e=None"), True),    # 0.5.22 / 0.5.23
+    (("self", "a", "b", "c", "d", "e"), False),        # a release that makes the 5th argument required
+    (("self", "a", "b", "c"), False),                  # one that drops one
+    (None, True),                                      # absent (0.5.12 ... 0.5.19): our call is skipped
+])
+def test_callee_signature_is_checked_before_wrapping(fake_module, ple_params, ok):
+    if ple_params is not None:
+        ns = {}
+        exec(f"def ple({', '.join(ple_params)}): return 'stock-ple'", ns)
+        fake_module.Pool.ple = ns["ple"]
+    callee = registry.Callee("smd_fake_target", "Pool.ple", args=4, optional=True)
+    table = [Patch(name="fn", feature="f", module="smd_fake_target", attr="commit", releases=">=0.5.12,<0.5.24",
+                   wrapper=_tag("ours"), params=("steps", "slots"), calls=(callee,))]
+    p = Patcher(table, version_getter=lambda: SUPPORTED_FAKE)
+    reason = p.apply(["f"])["f"]
+    if ok:
+        assert reason is None and p.applied() == ["fn"]
+    else:
+        assert "does not accept the 4-argument call" in reason and p.applied() == []
+        assert not is_ours(fake_module.commit)
+    missing = registry.Callee("smd_fake_target", "Pool.nope", args=1)
+    assert "does not exist" in missing.problem()
+
+
+def test_installed_release_accepts_every_call_the_commit_makes():
+    """The PLE / translate calls of our commit path bind against the installed SGLang (fails on 0.5.20/0.5.21
+    when the plugin passes 0.5.23's arity)."""
+    from sglang_mamba_dedup.patches import verify_commit
+
+    assert verify_commit.CALLEES
+    problems = {c.target: c.problem() for c in verify_commit.CALLEES}
+    assert not any(problems.values()), problems
+
+
+def test_apply_takes_a_feature_name_or_a_list():
+    assert set(patching.apply("launch_flag")) == {"launch_flag"}
+    with pytest.raises(KeyError, match="unknown feature"):
+        patching.apply(["no_such_feature"])
