@@ -24,7 +24,7 @@ T0=$(date +%s)
 stamp() { echo "[run_e2e +$(( $(date +%s) - T0 ))s] $*"; }
 
 if [ ! -f /tmp/site/.smd-ok ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $(ls .whl/*.whl | grep -v -E "/(${SGLANG_WHEEL:+sglang|}transformers|tokenizers|huggingface_hub)-") \
     >/tmp/smd-pip.log 2>&1 && touch /tmp/site/.smd-ok || { stamp "wheel install failed"; tail -20 /tmp/smd-pip.log; exit 90; }
   stamp "wheels installed"
 fi
@@ -44,7 +44,15 @@ for group, eps in proj.get("entry-points", {}).items():
 (d / "entry_points.txt").write_text("\n".join(lines) + "\n")
 (d / "top_level.txt").write_text("sglang_mamba_dedup\n")
 PY
-export PYTHONPATH=/tmp/smd-meta:$root:/tmp/site:$root/.stub:$root/tools/gpu-engine
+# SGLANG_WHEEL=.whl/sglang-<release>-....whl: run that release instead of the one in /tmp/site (installed
+# into its own folder, first on PYTHONPATH), e.g. for the per-release e2e of the README matrix.
+overlay=""
+if [ -n "${SGLANG_WHEEL:-}" ]; then
+  overlay=/tmp/relfull/$(basename "$SGLANG_WHEEL" | cut -d- -f2)
+  [ -f "$overlay/.smd-ok" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$overlay" "$SGLANG_WHEEL" >/tmp/smd-pip.log 2>&1 && touch "$overlay/.smd-ok"; } || { stamp "install of $SGLANG_WHEEL failed"; exit 90; }
+  overlay="$overlay:"
+fi
+export PYTHONPATH=/tmp/smd-meta:$root:$overlay/tmp/site:$root/.stub:$root/tools/gpu-engine
 export PYTHONUNBUFFERED=1 SGLANG_STANDINS_QUIET=${SGLANG_STANDINS_QUIET:-0}
 
 python3 - <<'PY' 2>&1 | tee "$OUT/env.txt"
