@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import logging
+import weakref
 from typing import Any, Dict, List, Optional
 
 from sglang_mamba_dedup import activation, gate, layout, report, versions
@@ -58,12 +60,66 @@ def _is_backport() -> bool:
     return versions.mode_for(_sglang_version()) == "backport"
 
 
+#: Pools built with our back-port layout and still alive: SGLang's own scatter cannot read their view, so
+#: ``sglang_mamba_dedup.revert()`` keeps the commit patch while any exists.
+LIVE_BACKPORT_POOLS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+_warned: Dict[str, bool] = {}
+
+
+def _warn_once(key: str, msg: str, *args: Any) -> None:
+    if not _warned.get(key):
+        _warned[key] = True
+        logger.warning(msg, *args)
+
+
+def _normalise_call(wrapped, instance, args, kwargs):
+    """``(bound_init, instance, kwargs)`` for however the constructor was reached, or None.
+
+    SGLang calls ``MambaPool.__init__`` with keywords on the instance. Another plugin may call the class
+    attribute directly (``MambaPool.__dict__['__init__'](self, ...)``: wrapt then passes no instance and
+    ``self`` first in ``args``) or pass arguments positionally: bind them to the original signature."""
+    call_args = tuple(args)
+    if instance is None:
+        if not call_args:
+            return None
+        instance, call_args = call_args[0], call_args[1:]
+        func = wrapped
+        if not hasattr(instance, "__dict__"):
+            return None
+
+        def bound(**kw):
+            return func(instance, **kw)
+
+    else:
+        bound = wrapped
+    if call_args:
+        try:
+            sig = inspect.signature(getattr(wrapped, "__func__", wrapped))
+            params = list(sig.parameters)
+            if params and params[0] == "self":
+                params = params[1:]
+            ba = dict(zip(params, call_args))
+            if len(ba) != len(call_args) or set(ba) & set(kwargs):
+                return None
+            kwargs = {**ba, **kwargs}
+        except (TypeError, ValueError):
+            return None
+    return bound, instance, dict(kwargs)
+
+
 def mamba_pool_init(wrapped, instance, args, kwargs):
-    if args or instance is None:  # MambaPool.__init__ is keyword-only; anything else is not ours to judge
+    norm = _normalise_call(wrapped, instance, args, kwargs)
+    if norm is None:
+        reason = "MambaPool.__init__ was called in a form the plugin cannot read (no instance or unknown arguments)"
+        _refuse_if_strict(reason)
+        _warn_once("odd_call", "sglang-mamba-dedup: %s; this pool keeps SGLang's stock layout", reason)
+        report.record_layout("stock", reason, 0, 0, release=_sglang_version())
         return wrapped(*args, **kwargs)
+    bound, instance, kwargs = norm
     if _is_backport():
-        return _backport_init(wrapped, instance, kwargs)
-    return _takeover_init(wrapped, instance, kwargs)
+        return _backport_init(bound, instance, kwargs)
+    return _takeover_init(bound, instance, kwargs)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -125,17 +181,26 @@ def _record_stock(instance, reason: str, kwargs, *, spec: bool) -> None:
         logger.info("sglang-mamba-dedup: MambaPool without speculative scratch: %s", reason)
 
 
-def _commit_ok(instance, kwargs) -> bool:
-    """Whether our fused commit may serve this pool (any window layout; same semantics as SGLang's scatter)."""
-    cache_params = kwargs.get("cache_params")
+def _commit_problem(instance, kwargs) -> Optional[str]:
+    """None when our fused commit may serve this pool (any window layout; SGLang's scatter semantics)."""
+    from . import verify_commit
+
     cache = getattr(instance, "mamba_cache", None)
-    return (
-        cache is not None
-        and getattr(cache, "intermediate_ssm", None) is not None
-        and bool(getattr(cache, "intermediate_conv_window", None))
-        and gate.device_problem(kwargs.get("device")) is None
-        and gate.model_problem(cache_params) is None
-    )
+    if cache is None or not getattr(cache, "intermediate_conv_window", None):
+        return "no speculative conv-window scratch"
+    if getattr(cache, "intermediate_ssm", None) is None:
+        return "no intermediate_ssm (ReplaySSM speculative decoding keeps SGLang's commit)"
+    for problem in (gate.device_problem(kwargs.get("device")), gate.model_problem(kwargs.get("cache_params"))):
+        if problem:
+            return problem
+    kernel = verify_commit.kernel_problem()
+    if kernel:
+        return f"the plugin's commit kernel is unavailable: {kernel}"
+    return None
+
+
+def _commit_ok(instance, kwargs) -> bool:
+    return _commit_problem(instance, kwargs) is None
 
 
 # ---------------------------------------------------------------------------------------------- back-port
@@ -217,6 +282,7 @@ def _add_dedup_scratch(wrapped, instance, kwargs) -> None:
     instance.mem_usage = (state_bytes + other + ssm_bytes + physical) / GB
     instance._smd_layout = "ours"
     instance._smd_commit_ok = True
+    LIVE_BACKPORT_POOLS.add(instance)
     k = gate.conv_kernel_of(cache_params)
     logger.info(
         "sglang-mamba-dedup: Mamba speculative cache is allocated (deduplicated conv window, back-port). "
@@ -289,8 +355,16 @@ def _takeover_init(wrapped, instance, kwargs):
         )
         instance.mem_usage = expected / GB
     instance._smd_layout = "upstream"
-    instance._smd_commit_ok = _commit_ok(instance, kwargs)
+    commit_problem = _commit_problem(instance, kwargs)
+    instance._smd_commit_ok = commit_problem is None
     note = None if ok else f"upstream dedups although our gate says no: {reason}"
+    why_not = note or (f"our commit will not serve this pool: {commit_problem}" if commit_problem else None)
+    if why_not:
+        _refuse_if_strict(why_not)
+        _warn_once(
+            f"takeover:{why_not}",
+            "sglang-mamba-dedup: this MambaPool keeps SGLang's own commit (%s)", why_not,
+        )
     report.record_layout(
         "upstream", note, dense, physical,
         release=_sglang_version(), draft_tokens=d, conv_kernel=gate.conv_kernel_of(cache_params),

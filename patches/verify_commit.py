@@ -21,6 +21,7 @@ Undone by ``sglang_mamba_dedup.revert()``.
 """
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any, Callable, Optional
 
@@ -37,6 +38,8 @@ CALLEES = (
     Callee(_BACKEND, "MambaAttnBackendBase._translate_mamba_indices", args=1, optional=True),
 )
 
+logger = logging.getLogger("sglang_mamba_dedup")
+
 _PARAMS = ("last_correct_step_indices", "mamba_track_indices", "mamba_steps_to_track", "model", "req_pool_indices")
 
 _kernel: Optional[Callable[..., Any]] = None
@@ -44,15 +47,27 @@ _kernel_error: Optional[str] = None
 
 
 def load_fused_commit() -> Callable[..., Any]:
-    """Import the plugin's fused commit launcher (once); raises ImportError when unavailable."""
+    """Import the plugin's fused commit launcher, once per process; raises ImportError when unavailable.
+
+    A failure is remembered (the decode path never retries the import) and logged once at WARNING with
+    the exception; SGLang's own commit then serves every call (strict mode refuses the pool instead)."""
     global _kernel, _kernel_error
-    if _kernel is None:
-        try:
-            from sglang_mamba_dedup.kernels import fused_commit
-        except Exception as exc:  # noqa: BLE001 - any import failure means 'not available'
-            _kernel_error = f"{type(exc).__name__}: {exc}"
-            raise ImportError(_kernel_error) from exc
-        _kernel, _kernel_error = fused_commit, None
+    if _kernel is not None:
+        return _kernel
+    if _kernel_error is not None:
+        raise ImportError(_kernel_error)
+    try:
+        from sglang_mamba_dedup.kernels import fused_commit
+    except Exception as exc:  # noqa: BLE001 - any import failure means 'not available'
+        _kernel_error = f"{type(exc).__name__}: {exc}"
+        logger.warning(
+            "sglang-mamba-dedup: the fused commit kernel does not import (%s); SGLang's own commit is used "
+            "for every verify step in this process",
+            _kernel_error,
+            exc_info=True,
+        )
+        raise ImportError(_kernel_error) from exc
+    _kernel = fused_commit
     return _kernel
 
 
@@ -62,6 +77,12 @@ def kernel_problem() -> Optional[str]:
     except ImportError as exc:
         return str(exc)
     return None
+
+
+def reset_kernel_cache() -> None:
+    """Forget the import result (tests only)."""
+    global _kernel, _kernel_error
+    _kernel, _kernel_error = None, None
 
 
 def _bind(args, kwargs):

@@ -19,16 +19,27 @@ if not _os.path.isdir(_os.path.join(_here, "patches")) and _os.path.isfile(
 
 
 def apply(features=None):
-    """Apply the patches to the installed SGLang (all features by default); see :mod:`.patching`."""
-    from . import patching
+    """Apply the patches to the installed SGLang (all features by default, or a feature name or list of
+    names); returns ``{feature: None if applied else why not}``. See :mod:`.patching`.
 
-    return patching.apply(features)
+    Programmatic use wins over the switch: once you called ``apply()`` in a process, a later
+    ``load_plugins()`` (``sglang.Engine``, the launcher) with ``SGLANG_MAMBA_DEDUP`` unset keeps what you
+    applied and logs that it did (set ``SGLANG_MAMBA_DEDUP=0`` explicitly, or call :func:`revert`, to undo).
+    """
+    from . import activation, patching
+
+    result = patching.apply(features)
+    activation.mark_programmatic()
+    return result
 
 
-def revert(features=None):
-    from . import patching
+def revert(features=None, force=False):
+    """Undo :func:`apply`; the commit patch stays while pools with our back-port layout are alive (the
+    result says so) unless ``force=True``."""
+    from . import activation, patching
 
-    return patching.revert(features)
+    activation.mark_programmatic(False)
+    return patching.revert(features, force=force)
 
 
 def status():

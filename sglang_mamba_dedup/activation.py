@@ -54,7 +54,8 @@ def parse_mode(value: Optional[str]) -> Mode:
         return Mode.OFF
     key = value.strip().lower()
     if key not in _VALUES:
-        raise SwitchError(f"{ENV}={value!r} is not understood; accepted values: {ACCEPTED} (the plugin stays off)")
+        shown = value if len(value) <= 40 else f"{value[:40]}... ({len(value)} characters)"
+        raise SwitchError(f"{ENV}={shown!r} is not understood; accepted values: {ACCEPTED} (the plugin stays off)")
     return _VALUES[key]
 
 
@@ -79,6 +80,13 @@ def strict() -> bool:
 
 _last: Optional[Tuple[str, Optional[str]]] = None
 _last_summary: Optional[str] = None
+_programmatic = False
+
+
+def mark_programmatic(on: bool = True) -> None:
+    """``sglang_mamba_dedup.apply()`` was called in this process: an unset switch then does not revert it."""
+    global _programmatic
+    _programmatic = on
 
 
 def last_summary() -> Optional[str]:
@@ -86,10 +94,29 @@ def last_summary() -> Optional[str]:
     return _last_summary
 
 
-def _say(level: int, msg: str) -> None:
+def _say(level: int, msg: str, *, visible: bool = False) -> None:
+    """Log the activation line. ``visible``: the user asked for the plugin, so the line must reach them even
+    where logging is not configured yet (SGLang loads plugins before it sets up logging; Python's fallback
+    handler prints only WARNING and above): then it goes to stderr as well, once."""
     global _last_summary
     _last_summary = msg
-    logger.log(level, msg)
+    if level >= logging.WARNING or not visible or (logger.isEnabledFor(level) and _handled(level)):
+        logger.log(level, msg)
+    else:
+        sys.stderr.write(msg + "\n")
+        sys.stderr.flush()
+
+
+def _handled(level: int) -> bool:
+    """Whether a configured handler (not Python's last-resort one) would print a record of ``level``."""
+    lg: Optional[logging.Logger] = logger
+    while lg is not None:
+        if any(h.level <= level for h in lg.handlers):
+            return True
+        if not lg.propagate:
+            return False
+        lg = lg.parent  # type: ignore[assignment]
+    return False
 
 
 def register() -> None:
@@ -149,7 +176,14 @@ def _register() -> None:
     if untested:
         head += f" [{untested}]"
     if mode is Mode.OFF:
-        patching.revert()
+        if _programmatic and raw is None and patching.PATCHER.applied():
+            _say(logging.INFO, f"{head}: {ENV} unset, but sglang_mamba_dedup.apply() was called in this process: "
+                 f"its patches are kept ({', '.join(patching.PATCHER.applied())})", visible=True)
+            return
+        kept = {n: r for n, r in patching.revert().items() if r}
+        if kept:
+            _say(logging.WARNING, f"{head}: off ({ENV}={raw or 'unset'}), but {'; '.join(f'{n} {r}' for n, r in kept.items())}")
+            return
         _say(logging.INFO, f"{head}: off ({ENV} unset/0/off), nothing patched")
         return
 
@@ -166,7 +200,7 @@ def _register() -> None:
         parts.append("not needed on this release: " + ", ".join(idle))
     if skipped:
         parts.append("skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped.items()))
-    _say(logging.WARNING if skipped else logging.INFO, "; ".join(parts))
+    _say(logging.WARNING if skipped or untested else logging.INFO, "; ".join(parts), visible=True)
     report.write()
 
 
@@ -176,6 +210,7 @@ def flag_in_argv(argv: Optional[list] = None) -> bool:
 
 
 def reset_for_tests() -> None:
-    global _last, _last_summary
+    global _last, _last_summary, _programmatic
     _last = None
     _last_summary = None
+    _programmatic = False

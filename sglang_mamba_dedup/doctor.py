@@ -95,6 +95,12 @@ def collect() -> Dict[str, Any]:
             if reason:
                 info["problems"].append(reason)
         info["features"] = features
+        from .patches import verify_commit
+
+        kernel = verify_commit.kernel_problem()  # the import the decode path would make, tried here too
+        info["commit_kernel"] = "imports" if kernel is None else f"does not import: {kernel}"
+        if kernel:
+            info["problems"].append(f"the plugin's commit kernel does not import: {kernel}")
     if not info["entry_point_registered"]:
         info["problems"].append("the sglang.srt.plugins entry point is not registered (is the package pip-installed?)")
     if not cuda["available"]:
@@ -107,6 +113,8 @@ def render(info: Dict[str, Any]) -> str:
     say = out.append
     say(f"sglang-mamba-dedup {info['plugin']} (python {info['python']})")
     say(f"  sglang      {info['sglang'] or 'not installed'}  (supported {info['supported_range']}; mode: {info['release_mode']})")
+    if "commit_kernel" in info:
+        say(f"  commit kernel (Triton) {info['commit_kernel']}")
     if "upstream_dedup" in info:
         say(f"  upstream conv-window dedup in this release: {'yes' if info['upstream_dedup'] else 'no'}")
     if info.get("release_description"):
@@ -148,6 +156,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="only say which mode the plugin would use on SGLang VERSION and what it would patch "
                     "(nothing is imported; exit 1 when VERSION is outside the supported range)")
     args = ap.parse_args(argv)
+    if args.release is not None and versions.parse(args.release) is None:
+        ap.error(f"--release {args.release!r} is not a version (e.g. --release 0.5.13.post1)")
     if args.release:
         from . import gate
 

@@ -21,8 +21,38 @@ def apply(
     return PATCHER.apply(FEATURES if features is None else features, version=version, any_release=any_release)
 
 
-def revert(features: Optional[Iterable[str]] = None) -> Dict[str, Optional[str]]:
-    return PATCHER.revert(features)
+def live_backport_pools() -> int:
+    """Pools alive in this process with our back-port layout (their view needs our commit)."""
+    import sys
+
+    mod = sys.modules.get("sglang_mamba_dedup.patches.mamba_pool")
+    return len(mod.LIVE_BACKPORT_POOLS) if mod is not None else 0
+
+
+def revert(features: Optional[Iterable[str]] = None, force: bool = False) -> Dict[str, Optional[str]]:
+    """Undo ``apply`` (all features by default): ``{patch name: None if reverted else why it was kept}``.
+
+    While a pool built with our back-port layout is alive, the ``commit`` patch stays (SGLang's own scatter
+    cannot read a deduplicated view: reverting it would break that pool's next verify step); its entry then
+    says so. ``force=True`` reverts it anyway (tests, or a process that has dropped its pools)."""
+    if isinstance(features, str):
+        features = [features]
+    wanted = list(FEATURES) if features is None else list(features)
+    live = 0 if force else live_backport_pools()
+    kept: Dict[str, Optional[str]] = {}
+    if live and "commit" in wanted and PATCHER.applied("commit"):
+        wanted = [f for f in wanted if f != "commit"]
+        why = (
+            f"kept: {live} live MambaPool(s) use the back-ported deduplicated window, which SGLang's own "
+            "commit cannot read; drop them (or revert(force=True)) to revert this patch"
+        )
+        kept = {name: why for name in PATCHER.applied("commit")}
+        import logging
+
+        logging.getLogger("sglang_mamba_dedup").warning("sglang-mamba-dedup revert(): commit patch %s", why)
+    result = PATCHER.revert(wanted)
+    result.update(kept)
+    return result
 
 
 def status() -> Dict[str, Dict[str, Any]]:

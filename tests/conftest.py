@@ -26,11 +26,11 @@ def _plugin_clean(monkeypatch):
 
     monkeypatch.delenv(activation.ENV, raising=False)
     monkeypatch.delenv(report.REPORT_DIR_ENV, raising=False)
-    patching.revert()
+    patching.revert(force=True)
     activation.reset_for_tests()
     report.reset()
     yield
-    patching.revert()
+    patching.revert(force=True)
     for feature in patching.PATCHER.features:
         patching.PATCHER.set_enabled(feature, True)
     activation.reset_for_tests()

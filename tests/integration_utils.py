@@ -58,10 +58,10 @@ def plugin(on: bool, mode: str = "1"):
             assert not bad, f"plugin features skipped: {bad}"
         else:
             os.environ.pop("SGLANG_MAMBA_DEDUP", None)
-            patching.revert(SWITCHED_FEATURES)
+            patching.revert(SWITCHED_FEATURES, force=True)
         yield
     finally:
-        patching.revert(SWITCHED_FEATURES)
+        patching.revert(SWITCHED_FEATURES, force=True)
         if old is None:
             os.environ.pop("SGLANG_MAMBA_DEDUP", None)
         else:
