@@ -313,8 +313,12 @@ class Patcher:
             for p in members:
                 if p.name in self._installed:
                     continue
-                state = "skipped" if p in selected or not selected else "not-applicable"
-                self._status[p.name] = PatchStatus(p.name, feature, p.target, state, per_patch.get(p.name, reason))
+                if p in selected or not selected:
+                    self._status[p.name] = PatchStatus(p.name, feature, p.target, "skipped", per_patch.get(p.name, reason))
+                else:  # another release's patch of this feature: its own reason, not the feature's
+                    self._status[p.name] = PatchStatus(
+                        p.name, feature, p.target, "not-applicable", f"only for SGLang {p.releases}"
+                    )
             return reason
         done: List[str] = []
         try:

@@ -243,3 +243,23 @@ def test_foreign_wrapper_calling_the_class_attribute_still_gets_our_layout(monke
         monkeypatch.setattr(mp.MambaPool, "__init__", foreign_init)
         pool = _pool()
     assert pool.mamba_pool._smd_layout == ("ours" if iu.BACKPORT else "upstream")
+
+
+def test_status_of_another_release_patch_keeps_its_own_reason(monkeypatch):
+    """A failing target of one release's patch must not show up as the reason of another release's patch."""
+    import dataclasses
+
+    from sglang_mamba_dedup.patches import PATCHES
+    from sglang_mamba_dedup.registry import Patcher
+
+    version = versions.installed_sglang_version()
+    estimator = [p for p in PATCHES if p.feature == "estimator"]
+    active = next(p for p in estimator if p.applies_to(version))
+    broken = [dataclasses.replace(p, module="smd_no_such_module") if p is active else p for p in PATCHES]
+    monkeypatch.setattr(patching, "PATCHER", Patcher(broken))
+    assert "smd_no_such_module" in patching.apply(["estimator"])["estimator"]
+    st = patching.status()
+    assert "smd_no_such_module" in st[active.name]["reason"]
+    for p in estimator:
+        if p is not active:
+            assert st[p.name]["state"] == "not-applicable" and "smd_no_such_module" not in st[p.name]["reason"]
