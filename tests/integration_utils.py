@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from sglang_mamba_dedup import gate, patching, report, versions
+from sglang_mamba_dedup.demo import CudaToDeviceTorch
 from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
 
 from kernel_utils import assert_bitwise_equal  # noqa: E402,F401  (one bitwise comparison for all tests)
@@ -156,22 +157,6 @@ def _widen_is_cuda(fn):
     return out
 
 
-class _CudaToPoolDeviceTorch(types.ModuleType):
-    """``torch`` as seen by 0.5.13's memory_pool, with ``zeros(device="cuda")`` sent to ``device``."""
-
-    def __init__(self, device):
-        super().__init__("torch")
-        self._device = device
-
-    def __getattr__(self, name):
-        return getattr(torch, name)
-
-    def zeros(self, *args, **kwargs):
-        if kwargs.get("device") == "cuda":
-            kwargs["device"] = self._device
-        return torch.zeros(*args, **kwargs)
-
-
 _SCATTER_NAMES = (
     "fused_mamba_state_scatter_with_mask",
     "fused_conv_window_scatter_with_mask",
@@ -197,7 +182,7 @@ def cpu_stock_paths(device: str = "cpu"):
         setattr(mod, name, value)
 
     try:
-        swap(mem_pool_module(), "torch", _CudaToPoolDeviceTorch(device))
+        swap(mem_pool_module(), "torch", CudaToDeviceTorch(device))
         for mod in (scatter_module(), backend_module()):
             for name in _SCATTER_NAMES:
                 fn = getattr(mod, name, None)
