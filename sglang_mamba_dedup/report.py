@@ -11,9 +11,10 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import secrets
 import sys
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 REPORT_DIR_ENV = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
 
@@ -87,13 +88,42 @@ def write() -> Optional[str]:
     if not _atexit_registered:
         _atexit_registered = True
         atexit.register(write)
+    tmp = None
     try:
+        text = json.dumps(snapshot(), indent=1, sort_keys=True)
         os.makedirs(directory, exist_ok=True)
         path = os.path.join(directory, f"status-{os.getpid()}.json")
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(snapshot(), f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        tmp, fd = _create_temp(path)
+        try:
+            f = os.fdopen(fd, "w")
+        except BaseException:
+            os.close(fd)
+            raise
+        with f:
+            f.write(text)
+        os.replace(tmp, path)  # renames over a link at ``path`` itself, never through it
         return path
     except Exception:  # a report must never break serving
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         return None
+
+
+# A fresh file, never an existing one: O_EXCL fails on any existing name, a (dangling) symlink included.
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _create_temp(path: str) -> Tuple[str, int]:
+    """Create ``<path>.<random>.tmp`` exclusively; returns (name, open fd). Unlike ``tempfile.mkstemp``
+    the mode is 0o666 less the umask, as ``open(path, "w")`` would give, so a reader that could read the
+    report before still can. The name does not match ``status-*.json``, so readers never see a partial file."""
+    for _ in range(16):
+        tmp = f"{path}.{secrets.token_hex(8)}.tmp"
+        try:
+            return tmp, os.open(tmp, _TEMP_FLAGS, 0o666)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name next to {path}")

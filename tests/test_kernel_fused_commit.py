@@ -317,3 +317,37 @@ def test_fused_commit_ssm_tilings(monkeypatch, tile_bytes):
     n_ssm_tiles = plan.tiles - plan.conv_tiles
     assert n_ssm_tiles == max(1, -(-60 * 4 // tile_bytes)), n_ssm_tiles  # 60 fp32 elements per entry
     clear_plan_cache()
+
+
+@pytest.mark.parametrize("change", ["transpose_", "as_strided_", "set_"])
+def test_fused_commit_plan_follows_in_place_layout_changes(change):
+    """A state tensor whose strides, offset or storage change in place (same Python object)
+    gets a fresh plan: the cached one would write through the old pointers and strides."""
+    g, seed = new_generator()
+    clear_plan_cache()
+    K = 4
+    dim = K - 1  # square [dim, K-1] windows: transpose_(2, 3) keeps the shape, swaps the strides
+    conv_srcs = [conv_source("dedup", L, R, 2, K, dim, torch.bfloat16, g)]
+    conv_big = poison(torch.empty((L, N_SLOTS + 1, dim, K - 1), dtype=torch.bfloat16, device=DEVICE))
+    conv_dst = conv_big[:, 1:]
+    ssm_dst = poison(torch.empty((L, N_SLOTS, *SSM_SHAPE), dtype=torch.float32, device=DEVICE))
+    kw = dict(conv_dsts=[conv_dst], conv_srcs=conv_srcs, ssm_dst=ssm_dst,
+              ssm_src=rand((L, R, 2, *SSM_SHAPE), torch.float32, g))
+    kw["accept_steps"], kw["accept_slots"] = make_index_set(R, 2, N_SLOTS, g)
+    exp = _expected(kw)
+    fused_commit(**kw)  # builds and caches the plan
+    _check(kw, exp, f"seed={seed} first call")
+
+    if change == "transpose_":
+        conv_dst.transpose_(2, 3)
+    elif change == "as_strided_":  # one slot lower in the same buffer: same strides, another data_ptr
+        conv_dst.as_strided_(conv_dst.shape, conv_dst.stride(), conv_big.storage_offset())
+    else:  # a fresh storage under the same tensor object
+        ssm_dst.set_(torch.empty_like(ssm_dst))
+    poison(conv_big)
+    poison(ssm_dst)
+    kw["accept_steps"], kw["accept_slots"] = make_index_set(R, 2, N_SLOTS, g)
+    exp = _expected(kw)
+    fused_commit(**kw)
+    _check(kw, exp, f"seed={seed} after {change} (a stale plan writes through the old layout)")
+    clear_plan_cache()

@@ -136,3 +136,35 @@ def test_tail_copy_int64_offsets_past_2_31():
 
 def bits_(t):
     return t.contiguous().view(torch.int16)
+
+
+@pytest.mark.parametrize("layout", ["block_stride_0", "dim_stride_0", "blocks_alias_rows"])
+def test_tail_copy_rejects_self_overlapping_destination(layout):
+    """Destination rows that share memory would race (and break the in-place shift): refused up front."""
+    g, seed = new_generator()
+    src = rand((N_BLOCKS, DIM, W), torch.float32, g)
+    if layout == "block_stride_0":  # every block is the same memory
+        dst = torch.zeros((1, DIM, W), device=DEVICE).expand(N_BLOCKS, DIM, W)
+    elif layout == "dim_stride_0":  # every dim row of a block is the same memory
+        dst = torch.zeros((N_BLOCKS, 1, W), device=DEVICE).expand(N_BLOCKS, DIM, W)
+    else:  # block b + 1 starts at row 1 of block b
+        dst = torch.zeros((N_BLOCKS + DIM) * W, device=DEVICE).as_strided((N_BLOCKS, DIM, W), (W, W, 1))
+    before = dst.clone()
+    i = _idx([0, 1])
+    with pytest.raises(ValueError, match="dst overlaps itself"):
+        tail_copy(src, dst, i, _idx([2, 3]), i)
+    assert_bitwise_equal(dst, before, f"seed={seed} written before the check")
+
+
+def test_tail_copy_accepts_aliased_source_and_size_one_broadcast():
+    """Only destination rows must be distinct: a broadcast source is fine, and so is a
+    stride-0 dimension of size 1 in the destination."""
+    g, seed = new_generator()
+    row = rand((1, DIM, W), torch.float32, g)
+    src = row.expand(N_BLOCKS, DIM, W)  # block stride 0: every block reads the same memory
+    dst = poison(torch.empty((1, DIM, W), device=DEVICE)).as_strided((1, DIM, W), (0, W, 1))
+    sb, db, offs = _idx([4]), _idx([0]), _idx([2])
+    exp = dst.clone()
+    tail_copy_reference(src, exp, sb, db, offs)
+    tail_copy(src, dst, sb, db, offs)
+    assert_bitwise_equal(dst, exp, f"seed={seed}")

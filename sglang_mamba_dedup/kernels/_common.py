@@ -21,8 +21,10 @@ Conventions used by every kernel in this package:
   a device-to-host synchronisation, so it is not done; SGLang only produces
   them for padding rows aimed at the scratch slot.
 * The first call for a given set of tensors builds and caches a small int64
-  descriptor table on the device; make that first (warm-up) call outside CUDA
-  graph capture.  Later calls with the same tensors are capturable.
+  descriptor table on the device, keyed on each tensor's data_ptr, shape,
+  strides, dtype and device (so a tensor changed in place gets a new table);
+  make that first (warm-up) call outside CUDA graph capture.  Later calls with
+  the same tensors, unchanged, are capturable.
 """
 
 from __future__ import annotations
@@ -128,6 +130,21 @@ def entry_is_dense(t: torch.Tensor, start_dim: int) -> bool:
             return False
         expected *= t.shape[i]
     return True
+
+
+def may_overlap_itself(t: torch.Tensor) -> bool:
+    """False when no two elements of ``t`` can share memory, judged from shape and strides alone.
+
+    The dims of size > 1, taken by increasing stride, must each step over the whole extent of the
+    smaller ones.  Every view made by slicing, narrowing, permuting or reshaping a dense buffer
+    passes; a stride 0 (``expand``) or rows that run into each other (``as_strided``) do not, and
+    neither does a rarer interleaved layout that happens not to collide (refused as unprovable)."""
+    extent = 1  # elements spanned by the dims checked so far
+    for stride, size in sorted((t.stride(i), t.shape[i]) for i in range(t.ndim) if t.shape[i] > 1):
+        if stride < extent:
+            return True
+        extent += (size - 1) * stride
+    return False
 
 
 def int_dtype_for(itemsize: int):

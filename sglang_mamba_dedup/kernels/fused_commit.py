@@ -146,11 +146,18 @@ class _Plan:
 _plans: "OrderedDict[tuple, _Plan]" = OrderedDict()
 
 
+def _layout(t) -> tuple | None:
+    # Everything a plan reads from one tensor.  data_ptr() includes the storage offset.
+    return None if t is None else (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
+
+
 def _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src) -> tuple:
-    # Keyed on the tensor objects themselves: the plan keeps strong references to
-    # them, so an id cannot be reused while its plan is cached.  Changing a state
-    # tensor's storage in place (set_, resize_, as_strided_) needs clear_plan_cache().
-    return (id(ssm_dst), id(ssm_src), *map(id, conv_dsts), None, *map(id, conv_srcs))
+    # Keyed on the layout of every tensor the plan describes, not on the tensor objects:
+    # a tensor changed in place (transpose_, as_strided_, set_, resize_) or a new tensor
+    # under a recycled id() gets its own plan.  A plan is a function of exactly these
+    # values, so a hit is correct whichever tensors produced it.  A few attribute reads
+    # per tensor, no device work.
+    return (_layout(ssm_dst), _layout(ssm_src), len(conv_dsts), *map(_layout, conv_dsts), *map(_layout, conv_srcs))
 
 
 def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_commit") -> _Plan:
@@ -264,14 +271,21 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_com
 
 
 def get_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_commit") -> _Plan:
-    key = _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src)
+    try:
+        key = _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src)
+    except (AttributeError, TypeError):  # not a tensor: build_plan says which
+        return build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name)
     plan = _plans.get(key)
     if plan is None:
         plan = build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name)
+        # Not needed for correctness (the key is): they keep the memory the table points
+        # at allocated while the plan is cached, as the SSM views it launches with do.
         plan.refs = (tuple(conv_dsts), tuple(conv_srcs), ssm_dst, ssm_src)
         _plans[key] = plan
         if len(_plans) > _CACHE_SIZE:
             _plans.popitem(last=False)
+    else:
+        _plans.move_to_end(key)  # least recently used goes first
     return plan
 
 
@@ -326,8 +340,9 @@ def fused_commit(
     track_steps / track_slots: optional second index set, same semantics, same launch.
 
     No host synchronisation; capturable in a CUDA graph once a first call with the
-    same state tensors has run outside capture.  Duplicated destination slots: see
-    ``sglang_mamba_dedup.kernels._common``.
+    same state tensors (same pointers, shapes, strides) has run outside capture; a
+    tensor whose layout changed since, even in place, gets a fresh plan.  Duplicated
+    destination slots: see ``sglang_mamba_dedup.kernels._common``.
     """
     if not isinstance(conv_dsts, (list, tuple)):
         conv_dsts = list(conv_dsts)

@@ -30,6 +30,7 @@ from ._common import (
     check_state_tensor,
     int_dtype_for,
     launch_config,
+    may_overlap_itself,
 )
 
 _MAX_W = 4096
@@ -79,7 +80,8 @@ def tail_copy(src, dst, src_blocks, dst_blocks, offsets) -> None:
     """``dst[dst_blocks[r], :, 0:W-b] = src[src_blocks[r], :, b:W]``, ``b = offsets[r]``.
 
     src: ``[Ns, dim, W]``, dst: ``[Nd, dim, W]`` (any strides, same dtype and device,
-    may be the same tensor). src_blocks, dst_blocks, offsets: ``[N]`` int32/int64.
+    may be the same tensor; a ``dst`` that overlaps itself, e.g. a block stride of 0, is
+    refused with ValueError). src_blocks, dst_blocks, offsets: ``[N]`` int32/int64.
     """
     check_state_tensor("src", src, 3)
     check_state_tensor("dst", dst, 3)
@@ -91,6 +93,11 @@ def tail_copy(src, dst, src_blocks, dst_blocks, offsets) -> None:
         raise TypeError(f"tail_copy: src is {src.dtype} but dst is {dst.dtype}")
     if src.shape[1:] != dst.shape[1:]:
         raise ValueError(f"tail_copy: (dim, W) mismatch: src {tuple(src.shape)} vs dst {tuple(dst.shape)}")
+    if may_overlap_itself(dst):  # the source may alias itself: it is only read
+        raise ValueError(f"tail_copy: dst overlaps itself (shape {tuple(dst.shape)}, stride {tuple(dst.stride())}): "
+                         f"two destination elements share memory (or its strides cannot rule that out), so "
+                         f"their writes would race; pass a dst whose blocks and rows are distinct memory "
+                         f"(no expand()ed, zero-stride or as_strided-overlapping dims)")
     n = None
     for name, t in (("src_blocks", src_blocks), ("dst_blocks", dst_blocks), ("offsets", offsets)):
         if not isinstance(t, torch.Tensor):

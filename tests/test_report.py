@@ -1,0 +1,58 @@
+"""The status report file: written atomically, never through a planted link, never raising."""
+import json
+import os
+
+import pytest
+
+from sglang_mamba_dedup import report
+
+
+@pytest.fixture
+def report_dir(monkeypatch, tmp_path):
+    d = tmp_path / "reports"
+    d.mkdir()
+    monkeypatch.setenv(report.REPORT_DIR_ENV, str(d))
+    return d
+
+
+def _check_report(report_dir, written):
+    path = report_dir / f"status-{os.getpid()}.json"
+    assert written == str(path)
+    assert path.is_file() and not path.is_symlink(), "the report must be a regular file of its own"
+    data = json.loads(path.read_text())
+    assert data["pid"] == os.getpid() and data["events"]["commit_calls"] == 0
+    return path
+
+
+@pytest.mark.parametrize("planted", ["temp_name", "final_name"])
+def test_report_write_never_follows_a_planted_symlink(report_dir, tmp_path, planted):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    name = f"status-{os.getpid()}.json" + (".tmp" if planted == "temp_name" else "")
+    (report_dir / name).symlink_to(victim)
+    written = report.write()
+    assert victim.read_text() == "precious\n", "the report wrote through a symlink"
+    assert not victim.is_symlink()
+    _check_report(report_dir, written)
+    leftovers = {p.name for p in report_dir.iterdir()} - {f"status-{os.getpid()}.json", name}
+    assert not leftovers, f"temporary files left behind: {leftovers}"
+
+
+def test_report_write_rewrites_and_leaves_no_temp_files(report_dir):
+    path = _check_report(report_dir, report.write())
+    report.count_commit(ours=True)  # the 1st commit writes again, over the previous report
+    assert json.loads(path.read_text())["events"]["ours_commit_calls"] == 1
+    assert [p.name for p in report_dir.iterdir()] == [path.name]
+
+
+@pytest.mark.parametrize("failure", ["snapshot", "replace"])
+def test_report_write_failure_never_raises_and_cleans_up(report_dir, monkeypatch, failure):
+    def boom(*a, **k):
+        raise OSError("injected")
+
+    if failure == "snapshot":
+        monkeypatch.setattr(report, "snapshot", boom)
+    else:
+        monkeypatch.setattr(report.os, "replace", boom)
+    assert report.write() is None
+    assert list(report_dir.iterdir()) == [], "a failed write left a file behind"
