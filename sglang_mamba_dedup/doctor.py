@@ -64,6 +64,12 @@ def collect() -> Dict[str, Any]:
 
     problem = versions.support_problem(info["sglang"])
     info["release_mode"] = versions.mode_for(info["sglang"])
+    if info["sglang"] in versions.EVIDENCE:
+        cpu, gpu = versions.EVIDENCE[info["sglang"]]
+        info["tested"] = {"cpu_ci": f"{cpu} pass", "h200": gpu, "notes": versions.NOTES.get(info["sglang"], "")}
+    elif info["sglang"]:
+        info["tested"] = {"cpu_ci": "never tested", "h200": "never tested",
+                          "notes": versions.untested_note(info["sglang"]) or ""}
     if problem:
         info["problems"].append(problem)
     else:
@@ -113,6 +119,9 @@ def render(info: Dict[str, Any]) -> str:
     say = out.append
     say(f"sglang-mamba-dedup {info['plugin']} (python {info['python']})")
     say(f"  sglang      {info['sglang'] or 'not installed'}  (supported {info['supported_range']}; mode: {info['release_mode']})")
+    if info.get("tested"):
+        t = info["tested"]
+        say(f"  tested      CPU CI: {t['cpu_ci']}; H200: {t['h200']}" + (f"; {t['notes']}" if t["notes"] else ""))
     if "commit_kernel" in info:
         say(f"  commit kernel (Triton) {info['commit_kernel']}")
     if "upstream_dedup" in info:

@@ -8,9 +8,14 @@ temperature 0, a fixed seed and the fixed prompt set shipped in ``data/prompts.j
 text, prints the versions, the GPU, both md5s, each run's decode throughput and their ratio, and the
 plugin's status as the *scheduler process* reported it (``SGLANG_MAMBA_DEDUP_REPORT_DIR``).
 
-Exit status (the first that applies):
+Exit status. Before anything is built or run:
 
-* 3  a run failed (the engine did not start, crashed, or timed out);
+* 2  a usage error (argparse: one ``error:`` line on stderr);
+* 5  cannot run here: the engine needs a CUDA GPU and ``torch.cuda.is_available()`` is False.
+
+After the runs, the first that applies:
+
+* 3  a run failed (the engine did not start, crashed, or timed out; the last line names the logs);
 * 1  the md5s differ (the first differing prompt and token are printed);
 * 2  the plugin did not engage in the "on" run: no scheduler report, no dedup layout in place, no bytes
      saved, or no commit ran through our kernels;
@@ -24,6 +29,8 @@ The scheduler runs in its own spawned process either way, which is what the stat
 
 ``--random-weights`` builds a Qwen3.5-architecture checkpoint with its MTP layer and seeded random
 weights (:mod:`sglang_mamba_dedup.random_model`) into a temporary directory: no downloads are needed.
+That checkpoint is removed at exit, also after a failure; one built under ``--workdir`` or
+``--random-weights-dir`` stays (and is reused by the next call).
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 __all__ = [
     "PROMPTS_PATH",
@@ -62,6 +69,7 @@ __all__ = [
     "EXIT_NOT_ENGAGED",
     "EXIT_RUN_FAILED",
     "EXIT_OFF_NOT_OFF",
+    "EXIT_CANNOT_RUN",
 ]
 
 PROMPTS_PATH = Path(__file__).resolve().parent / "data" / "prompts.json"
@@ -74,6 +82,7 @@ EXIT_MD5_DIFFER = 1
 EXIT_NOT_ENGAGED = 2
 EXIT_RUN_FAILED = 3
 EXIT_OFF_NOT_OFF = 4
+EXIT_CANNOT_RUN = 5
 
 ENGAGED_LAYOUTS = ("ours", "upstream")
 
@@ -433,20 +442,96 @@ def _fmt_rate(x: Optional[float]) -> str:
 
 
 # ----------------------------------------------------------------------------- CLI
+EPILOG = """\
+examples:
+  sglang-mamba-dedup e2e --random-weights                        # Qwen3.5-0.8B architecture, random weights
+  sglang-mamba-dedup e2e --model-path Qwen/Qwen3.5-0.8B --num-prompts 8 --max-new-tokens 64
+  sglang-mamba-dedup e2e --random-weights --modes off,off --workdir ./e2e-work   # harness check, keeps logs
+
+exit status:
+  0  the md5s are equal and the plugin engaged
+  1  the md5s differ
+  2  the plugin did not engage in an "on" run; also any usage error (one "error:" line on stderr)
+  3  a run failed (the engine did not start, crashed or timed out; see the logs named in the last line)
+  4  an "off" run was not off
+  5  cannot run here: no CUDA GPU (checked before anything is built or run)
+after the runs the first of 3, 1, 2, 4 that applies is the exit status.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr (exit 2), without the usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _key_value(text: str) -> str:
+    """argparse type of ``--engine-arg``: ``KEY=VALUE`` with a non-empty key (kept as text)."""
+    key, sep, _ = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"must be KEY=VALUE, got {text!r}")
+    return text
+
+
+def _random_dim(text: str) -> Tuple[str, int]:
+    """argparse type of ``--random-dim``: ``FIELD=INT`` with FIELD a field of the random model's dims."""
+    import dataclasses
+
+    from .random_model import ModelDims
+
+    key, sep, val = text.partition("=")
+    key = key.strip().replace("-", "_")
+    try:
+        num = int(val)
+    except ValueError:
+        num = None
+    if not sep or not key or num is None:
+        raise argparse.ArgumentTypeError(f"must be KEY=INT, got {text!r}")
+    fields = [f.name for f in dataclasses.fields(ModelDims)]
+    if key not in fields:
+        raise argparse.ArgumentTypeError(f"unknown field {key!r}; one of {', '.join(fields)}")
+    return key, num
+
+
+def _modes(text: str) -> List[str]:
+    """argparse type of ``--modes``: a comma list of at least two of ``off``/``on``."""
+    modes = [x.strip() for x in text.split(",") if x.strip()]
+    if len(modes) < 2 or any(m not in ("off", "on") for m in modes):
+        raise argparse.ArgumentTypeError(f"must list at least two runs of 'off'/'on', got {text!r}")
+    return modes
+
+
+def _positive_int(text: str) -> int:
+    try:
+        num = int(text)
+    except ValueError:
+        num = 0
+    if num <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return num
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from .random_model import PRESETS  # no torch: the presets are plain dataclasses
+
+    p = _Parser(
         prog="sglang-mamba-dedup e2e",
-        description="Greedy md5 comparison of a real SGLang run with NEXTN, plugin off vs on.",
+        description="Greedy md5 comparison of a real SGLang run with NEXTN, plugin off vs on (needs a CUDA GPU).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     m = p.add_argument_group("model")
     m.add_argument("--model-path", default=None, help=f"checkpoint or hub id (default {DEFAULT_MODEL})")
     m.add_argument("--random-weights", action="store_true",
                    help="build a checkpoint of --random-preset with seeded random weights (MTP included) "
-                        "into a temporary directory (or --random-weights-dir) and serve it without a tokenizer")
-    m.add_argument("--random-preset", default="qwen3.5-0.8b", help="architecture of --random-weights")
+                        "into a temporary directory, removed at exit (or into --random-weights-dir / "
+                        "--workdir, kept) and serve it without a tokenizer")
+    m.add_argument("--random-preset", default="qwen3.5-0.8b", choices=sorted(PRESETS),
+                   help="architecture of --random-weights (default %(default)s)")
     m.add_argument("--random-weights-dir", default=None, help="build (or reuse) the random checkpoint here")
     m.add_argument("--weights-seed", type=int, default=0, help="seed of the random weights")
-    m.add_argument("--random-dim", action="append", default=[], metavar="FIELD=INT",
+    m.add_argument("--random-dim", action="append", default=[], metavar="FIELD=INT", type=_random_dim,
                    help="override one architecture field of the random model, e.g. num_hidden_layers=8")
     m.add_argument("--draft-model-path", default=None, help="MTP draft checkpoint (default: the model itself)")
 
@@ -458,11 +543,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
     g = p.add_argument_group("generation")
     g.add_argument("--prompts", default=None, help="prompt file (default: the shipped data/prompts.json)")
-    g.add_argument("--num-prompts", type=int, default=None, help="use the first N prompts (default all)")
+    g.add_argument("--num-prompts", type=_positive_int, default=None, help="use the first N prompts (default all)")
     g.add_argument("--prompt-format", choices=["auto", "text", "ids"], default="auto",
                    help="auto: token ids (text_to_ids) for --random-weights, text otherwise")
-    g.add_argument("--vocab-size", type=int, default=None, help="for --prompt-format ids without a local config")
-    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--vocab-size", type=_positive_int, default=None,
+                   help="for --prompt-format ids without a local config")
+    g.add_argument("--max-new-tokens", type=_positive_int, default=128)
     g.add_argument("--no-ignore-eos", action="store_true", help="stop at EOS (default: fixed lengths)")
     g.add_argument("--seed", type=int, default=0, help="SGLang random_seed (and sampling seed)")
     g.add_argument("--batch-size", type=int, default=0,
@@ -477,34 +563,105 @@ def _build_parser() -> argparse.ArgumentParser:
     e = p.add_argument_group("engine")
     e.add_argument("--mem-fraction-static", type=float, default=None)
     e.add_argument("--log-level", default="warning")
-    e.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
+    e.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE", type=_key_value,
                    help="extra sglang.Engine argument, same in both runs (repeatable), e.g. attention_backend=triton")
 
     r = p.add_argument_group("runs")
-    r.add_argument("--modes", default="off,on",
+    r.add_argument("--modes", default="off,on", type=_modes,
                    help="comma list of runs; 'off,off' checks the harness (the engagement check is skipped)")
     r.add_argument("--run-timeout", type=float, default=1200.0, help="seconds per run")
-    r.add_argument("--workdir", default=None, help="keep logs, results and reports here (default: a temp dir)")
+    r.add_argument("--workdir", default=None,
+                   help="keep logs, results, reports and the random checkpoint here (default: a temp dir)")
     r.add_argument("--json-out", default=None, help="write the summary as JSON here")
     r.add_argument("--verbose", action="store_true", help="show the engine logs instead of writing them to files")
     return p
+
+
+def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors that involve more than one option (``parser.error``: exit 2)."""
+    if not args.random_weights:
+        given = [o for o, v in (("--random-dim", args.random_dim), ("--random-weights-dir", args.random_weights_dir))
+                 if v]
+        if given:
+            parser.error(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} --random-weights")
+    if args.prompt_format == "ids" and not args.random_weights and args.vocab_size is None:
+        model = args.model_path or DEFAULT_MODEL
+        if not (Path(model) / "config.json").exists():
+            parser.error(f"--prompt-format ids needs --vocab-size (no local config.json in {model!r} to read it from)")
+
+
+def _cuda_problem(engine_kwargs: Dict[str, Any]) -> Optional[str]:
+    """Why the engine cannot run here (no CUDA GPU), or None. Not checked when the user chose a device
+    other than CUDA (``--engine-arg device=...``): that choice is theirs."""
+    device = str(engine_kwargs.get("device") or "cuda").lower()
+    if not device.startswith("cuda"):
+        return None
+    try:
+        import torch
+    except Exception as e:
+        return f"the e2e needs a CUDA GPU, and torch is not importable here ({type(e).__name__}: {e})"
+    if torch.cuda.is_available():
+        return None
+    build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a build without CUDA"
+    return (f"the e2e needs a CUDA GPU: torch.cuda.is_available() is False here (torch {torch.__version__}, "
+            f"{build})")
 
 
 def _print(*a: Any) -> None:
     print(*a, flush=True)
 
 
+def _remove_temp_checkpoint(path: Optional[Path]) -> None:
+    """Remove the random-weight checkpoint built in a temporary directory (idempotent)."""
+    if path is not None and path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+        _print(f"removed the temporary random-weight checkpoint {path} (--workdir or --random-weights-dir keep it)")
+
+
+def _failed_runs_text(results: List[Dict[str, Any]], verbose: bool) -> str:
+    """The failure line of runs that failed: what failed and where its log is, no guess at the cause."""
+    failed = [(i, r) for i, r in enumerate(results) if not r.get("ok")]
+    errors = "; ".join(dict.fromkeys(str(r.get("error")) for _, r in failed))
+    where = "see the engine output above (--verbose)" if verbose else (
+        f"see {'its log' if len(failed) == 1 else 'the logs'}: " + ", ".join(str(r.get("log")) for _, r in failed))
+    if len(failed) == len(results):
+        return f"all {len(results)} runs failed ({errors}), nothing was compared; {where}"
+    names = ", ".join(f"run {i + 1} ({r['mode']})" for i, r in failed)
+    return f"{names} failed ({errors}), nothing was compared; {where}"
+
+
 def main(argv: Optional[List[str]] = None, runner: Optional[Runner] = None) -> int:
-    args = _build_parser().parse_args(argv)
-    modes = [x.strip() for x in args.modes.split(",") if x.strip()]
-    if len(modes) < 2 or any(m not in ("off", "on") for m in modes):
-        _print(f"--modes must list at least two runs of 'off'/'on', got {args.modes!r}")
-        return EXIT_RUN_FAILED
+    """The ``e2e`` command; returns its exit status (usage errors exit 2 through argparse).
+
+    ``runner`` replaces :func:`run_in_subprocess` (tests); the CUDA check belongs to that default runner and
+    is skipped with another one.
+    """
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    _check_usage(parser, args)
+    if runner is None:
+        problem = _cuda_problem(parse_engine_args(args.engine_arg))
+        if problem:
+            print(f"{parser.prog}: cannot run here: {problem}; nothing was built or run "
+                  f"(exit {EXIT_CANNOT_RUN})", file=sys.stderr, flush=True)
+            return EXIT_CANNOT_RUN
     if args.topk != 1:
         _print(f"warning: topk {args.topk} means tree verify; the dedup layout only applies to topk 1")
 
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="smd-e2e-"))
     work.mkdir(parents=True, exist_ok=True)
+    temp_model = None
+    if args.random_weights and not args.workdir and not args.random_weights_dir:
+        temp_model = work / "random-model"
+    try:
+        return _run(args, work, runner, temp_model)
+    finally:
+        _remove_temp_checkpoint(temp_model)
+
+
+def _run(args: argparse.Namespace, work: Path, runner: Optional[Runner], temp_model: Optional[Path]) -> int:
+    """Body of :func:`main` once the options are checked: build the model, run, compare, report."""
+    modes: List[str] = args.modes
 
     # model
     random_info = None
@@ -512,13 +669,13 @@ def main(argv: Optional[List[str]] = None, runner: Optional[Runner] = None) -> i
         from . import random_model
 
         target = Path(args.random_weights_dir) if args.random_weights_dir else work / "random-model"
-        dims_over = {k: int(v) for k, v in parse_engine_args(args.random_dim).items()}
+        dims_over = dict(args.random_dim)
         if not (target / "config.json").exists():
             t0 = time.time()
             random_model.build_random_model(target, preset=args.random_preset, seed=args.weights_seed,
                                             overrides=dims_over)
             _print(f"built random-weight model {args.random_preset} (seed {args.weights_seed}) in "
-                   f"{time.time() - t0:.1f} s: {target}")
+                   f"{time.time() - t0:.1f} s: {target}" + (" (temporary: removed at exit)" if temp_model else ""))
         model_path = str(target)
         random_info = json.loads((target / "random_model.json").read_text()) \
             if (target / "random_model.json").exists() else {"preset": args.random_preset}
@@ -537,7 +694,7 @@ def main(argv: Optional[List[str]] = None, runner: Optional[Runner] = None) -> i
             cfg = json.loads(cfg_path.read_text())
             vocab = (cfg.get("text_config") or {}).get("vocab_size") or cfg.get("vocab_size")
         if not vocab:
-            _print("--prompt-format ids needs --vocab-size (no local config.json to read it from)")
+            _print(f"--prompt-format ids needs --vocab-size ({cfg_path} has no vocab_size)")
             return EXIT_RUN_FAILED
         prompts: List[Any] = [text_to_ids(t, int(vocab)) for t in texts]
         prompt_tokens = sum(len(p) for p in prompts)
@@ -583,6 +740,7 @@ def main(argv: Optional[List[str]] = None, runner: Optional[Runner] = None) -> i
             res = runner(spec, mode, rdir, log)
         res["mode"] = mode
         res["report_dir"] = str(rdir)
+        res["log"] = str(log)
         res["reports"], res["report_problems"] = read_reports(rdir)
         if res.get("ok"):
             res["stats"] = _run_stats(res)
@@ -614,7 +772,7 @@ def main(argv: Optional[List[str]] = None, runner: Optional[Runner] = None) -> i
         summary["runs"].append({k: r.get(k) for k in ("mode", "ok", "pid", "returncode", "error", "stats",
                                                      "report_problems")})
     if any(not r.get("ok") for r in results):
-        failures.append((EXIT_RUN_FAILED, "a run failed"))
+        failures.append((EXIT_RUN_FAILED, _failed_runs_text(results, args.verbose)))
     else:
         base = results[0]
         for r in results[1:]:
@@ -655,7 +813,14 @@ def main(argv: Optional[List[str]] = None, runner: Optional[Runner] = None) -> i
         sched = _scheduler_reports(reports, parent)
         _print(f"plugin status, run {i + 1} ({r['mode']}): {len(reports)} report(s), {len(sched)} from "
                f"scheduler process(es)" + (f"; unreadable: {r['report_problems']}" if r.get("report_problems") else ""))
-        if r["mode"] == "on":
+        if r["mode"] == "on" and not r.get("ok"):
+            # the run failed: a missing or partial report says nothing about the plugin
+            if sched:
+                _print("    " + describe_report(sched[0]))
+            _print("    engaged: not judged (the run failed)")
+            summary["runs"][i]["engaged"] = None
+            summary["runs"][i]["scheduler_report"] = sched[0] if sched else None
+        elif r["mode"] == "on":
             ok, reasons, rep = check_engaged(reports, parent)
             _print("    " + describe_report(rep))
             _print(f"    engaged: {'YES' if ok else 'NO'}" + ("" if ok else " -- " + "; ".join(reasons)))
@@ -669,11 +834,14 @@ def main(argv: Optional[List[str]] = None, runner: Optional[Runner] = None) -> i
             ok, reasons = check_off(reports, parent)
             if sched:
                 _print("    " + describe_report(sched[0]))
-            _print(f"    off as expected: {'yes' if ok else 'NO -- ' + '; '.join(reasons)}")
+            if ok and not r.get("ok"):
+                _print("    off as expected: not judged (the run failed)")
+            else:
+                _print(f"    off as expected: {'yes' if ok else 'NO -- ' + '; '.join(reasons)}")
             summary["runs"][i]["scheduler_report"] = sched[0] if sched else None
             if not ok:
                 failures.append((EXIT_OFF_NOT_OFF, "the off run was not off: " + "; ".join(reasons)))
-    if engaged_all is None:
+    if engaged_all is None and "on" not in modes:
         _print("plugin engagement: not checked (no 'on' run in --modes)")
 
     order = [EXIT_RUN_FAILED, EXIT_MD5_DIFFER, EXIT_NOT_ENGAGED, EXIT_OFF_NOT_OFF]
@@ -684,10 +852,11 @@ def main(argv: Optional[List[str]] = None, runner: Optional[Runner] = None) -> i
             break
     summary["failures"] = [f[1] for f in failures]
     summary["exit_code"] = code
-    _print(("RESULT: PASS" if code == EXIT_OK else "RESULT: FAIL -- " + " | ".join(f[1] for f in failures))
-           + f" (exit {code})")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summary, indent=1, default=str))
+    _remove_temp_checkpoint(temp_model)  # before the RESULT line, which stays the last one
+    _print(("RESULT: PASS" if code == EXIT_OK else "RESULT: FAIL -- " + " | ".join(f[1] for f in failures))
+           + f" (exit {code})")
     return code
 
 

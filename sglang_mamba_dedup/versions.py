@@ -40,6 +40,52 @@ NEW_LAYOUT = SpecifierSet(f">={NEW_LAYOUT_FROM},<{UNTESTED_FROM}")
 ALLOW_UNTESTED_ENV = "SGLANG_MAMBA_DEDUP_ALLOW_UNTESTED"
 
 
+#: What was run on each release (README matrix and ``doctor``; a test keeps the README in step). CPU: the
+#: ``release`` tests of ``bash .ci/test.sh`` (the whole suite on the base release), with that release's own
+#: SGLang package. GPU: ``benchmarks/release_sim_gpu.py`` (stock vs plugin speculative-decode simulation on
+#: CUDA, bf16, three configs incl. Qwen3.5-0.8B shapes, bit-identical md5s) and the e2e md5 of a real
+#: ``sglang.Engine`` (``tools/gpu-engine/run_e2e.sh``), H200, 2026-11-29 / 2026-12-01.
+_SIM = "simulation bit-identical (md5s in benchmarks/results/release_sims_h200.json)"
+EVIDENCE = {
+    "0.5.12": ("release tests", "not run"),
+    "0.5.12.post1": ("release tests", "not run"),
+    "0.5.13": ("release tests", "not run"),
+    "0.5.13.post1": ("release tests", f"{_SIM}; e2e not run (the device stand-ins cover 0.5.16+ paths only)"),
+    "0.5.14": ("release tests", _SIM),
+    "0.5.15": ("release tests", "not run"),
+    "0.5.15.post1": ("release tests", "not run"),
+    "0.5.16": ("release tests", _SIM),
+    "0.5.17": ("release tests", "not run"),
+    "0.5.18": ("release tests", "not run"),
+    "0.5.19": ("release tests", "not run"),
+    "0.5.20": ("release tests", "not run"),
+    "0.5.21": ("release tests", f"{_SIM}; e2e md5 equal off/on (f936d6df…, 64/64 commits ours)"),
+    "0.5.22": ("release tests", "not run"),
+    "0.5.23": ("all tests", "simulation, kernels, benchmarks; e2e md5 equal off/on (e54b02c6…), also with CUDA graphs, radix cache, TP=2"),
+}
+#: Release-specific behaviour worth a note in the matrix.
+NOTES = {
+    "0.5.14": "upstream also dedups KDA / opt-out shapes here: the plugin records it and keeps SGLang's commit for them",
+    "0.5.15": "as 0.5.14",
+    "0.5.15.post1": "as 0.5.14",
+    "0.5.16": "pools move to kv_cache_configurator, kernels to sglang.kernels.ops",
+    "0.5.20": "PLE side states: 4-argument call; xgrammar needed to import",
+    "0.5.21": "PLE side states: 4-argument call",
+    "0.5.22": "PLE side states: 5 arguments (src_indices_raw), pipeline stable rows kept on SGLang's path",
+}
+
+
+def matrix_row(release: str) -> str:
+    cpu, gpu = EVIDENCE[release]
+    mode = "back-port" if in_range(release, BACKPORT) else "take-over"
+    return f"| {release} | {mode} | {cpu} pass | {gpu} | {NOTES.get(release, '')} |"
+
+
+def matrix() -> str:
+    head = "| release | mode | CPU CI | lent H200 | notes |\n|---|---|---|---|---|"
+    return "\n".join([head] + [matrix_row(r) for r in RELEASES])
+
+
 def installed_sglang_version() -> Optional[str]:
     """The installed SGLang version string, or None when SGLang is not installed."""
     try:

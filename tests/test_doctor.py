@@ -94,3 +94,12 @@ def test_release_mode_for_an_uninstalled_release(release, mode, code, capsys):
     assert doctor.main(["--release", release]) == code
     out = capsys.readouterr().out
     assert mode in out and release in out
+
+
+def test_doctor_prints_the_matrix_facts_of_the_installed_release(capsys):
+    from sglang_mamba_dedup import versions
+
+    doctor.main([])
+    out = capsys.readouterr().out
+    cpu, gpu = versions.EVIDENCE[versions.installed_sglang_version()]
+    assert f"CPU CI: {cpu} pass; H200: {gpu}" in out

@@ -168,13 +168,13 @@ class FakeRuns:
     def __init__(self, outputs_by_mode, reports_by_mode=None, fail_mode=None):
         self.outputs_by_mode = outputs_by_mode
         self.reports_by_mode = reports_by_mode or {}
-        self.fail_mode = fail_mode
+        self.fail_modes = {fail_mode} if isinstance(fail_mode, str) else set(fail_mode or ())
         self.calls = []
 
     def __call__(self, spec, mode, report_dir, log_path):
         self.calls.append((mode, spec))
         parent = 1000 + len(self.calls)
-        if mode == self.fail_mode:
+        if mode in self.fail_modes:
             log_path.write_text("Traceback: boom\n")
             return {"ok": False, "pid": parent, "error": "engine process exited with 1"}
         docs = [dict(d, pid=parent + 100 + i) for i, d in enumerate(self.reports_by_mode.get(mode, []))]
@@ -290,3 +290,174 @@ def test_warmup_defaults_to_the_whole_generation(workdir):
     runs = FakeRuns({"off": GOOD, "on": GOOD}, ON_REPORTS)
     e2e.main(ARGS + workdir, runner=runs)
     assert runs.calls[0][1]["warmup_tokens"] == -1
+
+
+# ----------------------------------------------------------------------------- usage errors, no GPU, cleanup
+@pytest.fixture
+def no_build(monkeypatch):
+    """Building a checkpoint is a failure of the test: usage errors and a missing GPU must stop first."""
+    from sglang_mamba_dedup import random_model
+
+    def build(*a, **k):
+        raise AssertionError("a random-weight checkpoint was built")
+
+    monkeypatch.setattr(random_model, "build_random_model", build)
+
+
+def _stderr_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--random-weights", "--random-preset", "foo"], "invalid choice: 'foo'"),
+        (["--engine-arg", "novalue"], "KEY=VALUE"),
+        (["--engine-arg", "=1"], "KEY=VALUE"),
+        (["--random-weights", "--random-dim", "num_hidden_layers=abc"], "KEY=INT"),
+        (["--random-weights", "--random-dim", "no_such_field=3"], "no_such_field"),
+        (["--random-dim", "num_hidden_layers=2"], "needs --random-weights"),
+        (["--modes", "off"], "--modes"),
+        (["--modes", "off,maybe"], "--modes"),
+        (["--num-prompts", "0"], "--num-prompts"),
+        (["--model-path", "org/model", "--prompt-format", "ids"], "--vocab-size"),
+    ],
+    ids=["preset", "engine-arg", "engine-arg-nokey", "random-dim-int", "random-dim-field", "random-dim-alone",
+         "modes-one",
+         "modes-bad", "num-prompts", "ids-no-vocab"],
+)
+def test_usage_errors_exit_2_before_anything_runs(extra, needle, tmp_path, no_build, capsys):
+    runs = FakeRuns({"off": GOOD, "on": GOOD}, ON_REPORTS)
+    with pytest.raises(SystemExit) as exc:
+        e2e.main(["--workdir", str(tmp_path / "w")] + extra, runner=runs)
+    assert exc.value.code == 2
+    line = _stderr_line(capsys.readouterr().err)
+    assert needle in line, line
+    assert not runs.calls and not (tmp_path / "w").exists()
+
+
+def test_usage_error_from_the_command_line(tmp_path):
+    """Through the console entry point: exit 2, one line on stderr, no traceback."""
+    cmd = [sys.executable, "-m", "sglang_mamba_dedup", "e2e", "--random-weights", "--random-preset", "tiny",
+           "--workdir", str(tmp_path / "w"), "--run-timeout", "1", "--random-dim", "x=abc"]
+    r = subprocess.run(cmd,
+                       capture_output=True, text=True, cwd=ROOT, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "KEY=INT" in _stderr_line(r.stderr)
+
+
+def test_help_lists_presets_examples_and_exit_codes():
+    text = e2e._build_parser().format_help()
+    from sglang_mamba_dedup.random_model import PRESETS
+
+    assert all(name in text for name in PRESETS)
+    assert text.count("sglang-mamba-dedup e2e --") >= 2  # example command lines
+    codes = {e2e.EXIT_OK, e2e.EXIT_MD5_DIFFER, e2e.EXIT_NOT_ENGAGED, e2e.EXIT_RUN_FAILED, e2e.EXIT_OFF_NOT_OFF,
+             e2e.EXIT_CANNOT_RUN}
+    assert len(codes) == 6  # distinct
+    epilog = text[text.index("exit status"):]
+    for c in codes:
+        assert f"\n  {c} " in epilog, epilog
+    assert "CUDA" in epilog and "usage" in epilog
+
+
+def test_no_cuda_stops_before_building_the_checkpoint(monkeypatch, tmp_path, no_build, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code = e2e.main(["--random-weights", "--workdir", str(tmp_path / "w"), "--num-prompts", "2"])
+    assert code == e2e.EXIT_CANNOT_RUN
+    captured = capsys.readouterr()
+    line = _stderr_line(captured.err)
+    assert "CUDA GPU" in line and "torch.cuda.is_available()" in line
+    assert "RESULT" not in captured.out and not (tmp_path / "w").exists()
+
+
+def test_cuda_check_is_about_the_engine_device(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "CUDA GPU" in e2e._cuda_problem({})
+    assert "CUDA GPU" in e2e._cuda_problem({"device": "cuda"})
+    assert e2e._cuda_problem({"device": "cpu"}) is None  # the user picked another device: not our call
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert e2e._cuda_problem({}) is None
+
+
+def _temp_runs(monkeypatch, tmp_path):
+    """Temporary directories go under tmp_path; return where they go."""
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    return tmp
+
+
+class SeesModel(FakeRuns):
+    """FakeRuns that checks the checkpoint exists while the runs go (removed only afterwards)."""
+
+    def __init__(self, *a, raise_in=None, **k):
+        super().__init__(*a, **k)
+        self.raise_in = raise_in
+
+    def __call__(self, spec, mode, report_dir, log_path):
+        assert (Path(spec["engine_kwargs"]["model_path"]) / "config.json").exists()
+        if mode == self.raise_in:
+            raise RuntimeError("runner broke")
+        return super().__call__(spec, mode, report_dir, log_path)
+
+
+@pytest.mark.parametrize("raise_in", [None, "on"], ids=["pass", "exception"])
+def test_temporary_checkpoint_is_removed_at_exit(monkeypatch, tmp_path, capsys, raise_in):
+    tmp = _temp_runs(monkeypatch, tmp_path)
+    runs = SeesModel({"off": GOOD, "on": GOOD}, ON_REPORTS, raise_in=raise_in)
+    if raise_in:
+        with pytest.raises(RuntimeError):
+            e2e.main(ARGS, runner=runs)
+    else:
+        assert e2e.main(ARGS, runner=runs) == e2e.EXIT_OK
+    assert runs.calls or raise_in
+    (work,) = tmp.glob("smd-e2e-*")
+    assert not (work / "random-model").exists(), list(work.rglob("*"))
+    assert (work / "reports-0-off").is_dir()  # the rest of the workdir (logs, reports) stays
+    assert "removed the temporary random-weight checkpoint" in capsys.readouterr().out
+
+
+def test_temporary_checkpoint_is_removed_when_a_run_fails(monkeypatch, tmp_path):
+    tmp = _temp_runs(monkeypatch, tmp_path)
+    runs = SeesModel({"off": GOOD, "on": GOOD}, ON_REPORTS, fail_mode="on")
+    assert e2e.main(ARGS, runner=runs) == e2e.EXIT_RUN_FAILED
+    (work,) = tmp.glob("smd-e2e-*")
+    assert not (work / "random-model").exists()
+
+
+@pytest.mark.parametrize("keep", ["--workdir", "--random-weights-dir"])
+def test_user_checkpoint_stays(monkeypatch, tmp_path, keep):
+    _temp_runs(monkeypatch, tmp_path)
+    runs = SeesModel({"off": GOOD, "on": GOOD}, ON_REPORTS)
+    assert e2e.main(ARGS + [keep, str(tmp_path / "mine")], runner=runs) == e2e.EXIT_OK
+    model = tmp_path / "mine" / "random-model" if keep == "--workdir" else tmp_path / "mine"
+    assert (model / "config.json").exists() and (model / "model.safetensors").exists()
+
+
+def test_all_runs_failed_does_not_blame_the_plugin(workdir, tmp_path, capsys):
+    runs = FakeRuns({"off": GOOD, "on": GOOD}, {}, fail_mode=("off", "on"))
+    assert e2e.main(ARGS + workdir, runner=runs) == e2e.EXIT_RUN_FAILED
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("RESULT: FAIL") and last.endswith("(exit 3)"), last
+    assert "plugin" not in last and "not loaded" not in last and "engaged" not in last, last
+    assert "all 2 runs failed" in last
+    assert str(tmp_path / "w" / "run-0-off.log") in last and str(tmp_path / "w" / "run-1-on.log") in last
+
+
+def test_failed_on_run_is_not_judged_for_engagement(workdir, tmp_path, capsys):
+    runs = FakeRuns({"off": GOOD, "on": GOOD}, ON_REPORTS, fail_mode="on")
+    assert e2e.main(ARGS + workdir, runner=runs) == e2e.EXIT_RUN_FAILED
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "not loaded" not in last and "not engaged" not in last, last
+    assert "run 2 (on) failed" in last and str(tmp_path / "w" / "run-1-on.log") in last

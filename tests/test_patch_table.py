@@ -156,3 +156,11 @@ def test_untested_newer_release_only_with_the_opt_in(monkeypatch, version, allow
 
         assert {p.name for p in patching.PATCHER.patches_for("commit", version)} == _expected("0.5.23")["commit"]
         assert "UNTESTED" in versions.untested_note(version)
+
+
+def test_readme_release_matrix_is_the_one_in_versions():
+    text = (ROOT / "README.md").read_text()
+    start, end = "<!-- release-matrix:start -->\n", "\n<!-- release-matrix:end -->"
+    block = text[text.index(start) + len(start):text.index(end)]
+    assert block == versions.matrix()
+    assert set(versions.EVIDENCE) == set(versions.RELEASES)
