@@ -22,6 +22,8 @@ Sections (each one fails on its own and is reported, the others still run):
 
 Writes ``integration_gpu.md`` and ``integration_gpu.json`` into ``--out`` (default ``$OUT`` or ``.``).
 ``--cpu`` runs a tiny version on CPU under the Triton interpreter (a dry run of the script itself).
+Needs the plugin installed (``pip install -e .`` here; on the GPU machine
+``bash tools/gpu-engine/install-plugin.sh`` and ``PYTHONPATH=/tmp/smd-meta:... python3 -P benchmarks/integration_gpu.py``).
 """
 from __future__ import annotations
 
@@ -39,24 +41,7 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
-
-
-def _ensure_patches_package() -> None:
-    """``sglang_mamba_dedup.patches`` lives in ``patches/`` (package-dir); alias it when not pip-installed."""
-    try:
-        importlib.import_module("sglang_mamba_dedup.patches")
-        return
-    except ImportError:
-        pass
-    importlib.import_module("sglang_mamba_dedup")
-    spec = importlib.util.spec_from_file_location(
-        "sglang_mamba_dedup.patches", ROOT / "patches" / "__init__.py", submodule_search_locations=[str(ROOT / "patches")]
-    )
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
 
 
 GB = 1 << 30
@@ -73,7 +58,6 @@ def main() -> int:
     if args.cpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")
-    _ensure_patches_package()
 
     import torch
 

@@ -3,19 +3,10 @@
 Switch it on with ``SGLANG_MAMBA_DEDUP=1`` (or ``strict``) or SGLang's ``--enable-mamba-conv-dedup``.
 Importing this package is cheap: no torch, no SGLang.
 """
-import os as _os
-
 __version__ = "0.1.0"
 
-# ``patches/`` lives at the top of the source tree and is shipped inside the wheel as
-# ``sglang_mamba_dedup.patches`` (pyproject's package-dir mapping; an editable install maps it too).
-# Run straight from a checkout (PYTHONPATH=repo), make the same name resolve.
-_here = _os.path.dirname(_os.path.abspath(__file__))
-_root = _os.path.dirname(_here)
-if not _os.path.isdir(_os.path.join(_here, "patches")) and _os.path.isfile(
-    _os.path.join(_root, "patches", "__init__.py")
-) and _os.path.isfile(_os.path.join(_root, "pyproject.toml")):
-    __path__.append(_root)  # noqa: F821  (package __path__)
+# ``patches/`` (top of the source tree) is shipped as ``sglang_mamba_dedup.patches`` through pyproject's
+# package-dir mapping: install the package (``pip install -e .`` for development) to import it.
 
 
 def apply(features=None):

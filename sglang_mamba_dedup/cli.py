@@ -11,13 +11,28 @@ COMMANDS = {
 }
 
 
+EXAMPLES = """examples:
+  sglang-mamba-dedup doctor                      # can the plugin engage on this install? (exit 0/1/2)
+  sglang-mamba-dedup doctor --release 0.5.13.post1
+  sglang-mamba-dedup demo                        # SGLang's real MambaPool, plugin off vs on
+  sglang-mamba-dedup e2e --random-weights        # greedy md5 off vs on (CUDA GPU)
+  sglang-mamba-dedup COMMAND --help              # options and exit codes of one command"""
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: sglang-mamba-dedup {" + ",".join(COMMANDS) + "} [options]\n")
+    if argv and argv[0] in ("-V", "--version"):
+        from . import __version__, versions
+
+        print(f"sglang-mamba-dedup {__version__} (SGLang {versions.installed_sglang_version() or 'not installed'}; "
+              f"supports {versions.SUPPORTED})")
+        return 0
+    if not argv or argv[0] in ("-h", "--help", "help") or argv[0] not in COMMANDS:
+        print("usage: sglang-mamba-dedup [--version] {" + ",".join(COMMANDS) + "} [options]\n")
         for name, (_, text) in COMMANDS.items():
             print(f"  {name:<8} {text}")
-        if argv and argv[0] not in ("-h", "--help"):
+        print("\n" + EXAMPLES)
+        if argv and argv[0] not in ("-h", "--help", "help"):
             print(f"\nunknown command {argv[0]!r}", file=sys.stderr)
             return 2
         return 0

@@ -169,14 +169,14 @@ def effective_draft_tokens(cache_params: Any, num_draft_tokens: int) -> float:
     (``per_req = conv + ssm`` bytes). With the dedup window the scratch is
     ``ssm * D + conv * (D+K-2)/(K-1)``, so ``D_eff = (ssm*D + conv*(D+K-2)/(K-1)) / (ssm + conv)``.
     """
-    import numpy as np
+    import math
 
     shape = cache_params.shape
     k = conv_kernel_of(cache_params)
     d = int(num_draft_tokens)
     layers = len(cache_params.layers)
-    conv = sum(int(np.prod(cs)) for cs in shape.conv) * cache_params.dtype.conv.itemsize * layers
-    ssm = int(np.prod(shape.temporal)) * cache_params.dtype.temporal.itemsize * layers
+    conv = sum(math.prod(int(x) for x in cs) for cs in shape.conv) * cache_params.dtype.conv.itemsize * layers
+    ssm = math.prod(int(x) for x in shape.temporal) * cache_params.dtype.temporal.itemsize * layers
     scratch = ssm * d + conv * (d + k - 2) / (k - 1)
     return scratch / (ssm + conv)
 

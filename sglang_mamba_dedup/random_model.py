@@ -357,7 +357,12 @@ def build_random_model(
     ``overrides`` replaces single :class:`ModelDims` fields (e.g. ``{"num_hidden_layers": 8}``);
     ``knobs`` replaces entries of :data:`DEFAULT_KNOBS`.
     """
-    from safetensors.torch import save_file
+    try:
+        from safetensors.torch import save_file
+    except ImportError as exc:
+        raise RuntimeError(
+            "writing a random-weight checkpoint needs safetensors: pip install 'sglang-mamba-dedup[e2e]'"
+        ) from exc
 
     dims = resolve_dims(preset, overrides)
     out = Path(out_dir)

@@ -6,8 +6,8 @@
 # Run from the repository root through the device `run` tool with carry [".whl", ".stub"] (the 37 wheels
 # of SGLang 0.5.23 and the sgl_kernel stand-in, ../shared/gpu/README.md). It
 #   1. installs the wheels into /tmp/site (skipped on a warm machine),
-#   2. makes the plugin importable from this checkout and its `sglang.srt.plugins` entry point
-#      discoverable (a dist-info written from pyproject.toml into /tmp/smd-meta), and checks that
+#   2. installs the plugin from this checkout in its wheel layout with its `sglang.srt.plugins` entry point
+#      (tools/gpu-engine/install-plugin.sh, into /tmp/smd-meta), and checks that
 #      SGLang's own entry-point lookup sees it,
 #   3. puts tools/gpu-engine/sitecustomize.py (the stand-ins of FACTS §8) on PYTHONPATH, so every SGLang
 #      process, the spawned scheduler included, applies them,
@@ -29,21 +29,7 @@ if [ ! -f /tmp/site/.smd-ok ]; then
   stamp "wheels installed"
 fi
 
-rm -rf /tmp/smd-meta && mkdir -p /tmp/smd-meta
-python3 - <<'PY' || exit 91
-import pathlib, tomllib
-pp = tomllib.loads(pathlib.Path("pyproject.toml").read_text())
-proj = pp["project"]
-d = pathlib.Path("/tmp/smd-meta") / f"{proj['name'].replace('-', '_')}-{proj['version']}.dist-info"
-d.mkdir(parents=True)
-(d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {proj['name']}\nVersion: {proj['version']}\n")
-lines = []
-for group, eps in proj.get("entry-points", {}).items():
-    lines.append(f"[{group}]")
-    lines += [f"{k} = {v}" for k, v in eps.items()]
-(d / "entry_points.txt").write_text("\n".join(lines) + "\n")
-(d / "top_level.txt").write_text("sglang_mamba_dedup\n")
-PY
+bash tools/gpu-engine/install-plugin.sh || exit 91
 # SGLANG_WHEEL=.whl/sglang-<release>-....whl: run that release instead of the one in /tmp/site (installed
 # into its own folder, first on PYTHONPATH), e.g. for the per-release e2e of the README matrix.
 overlay=""
@@ -52,7 +38,7 @@ if [ -n "${SGLANG_WHEEL:-}" ]; then
   [ -f "$overlay/.smd-ok" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$overlay" "$SGLANG_WHEEL" >/tmp/smd-pip.log 2>&1 && touch "$overlay/.smd-ok"; } || { stamp "install of $SGLANG_WHEEL failed"; exit 90; }
   overlay="$overlay:"
 fi
-export PYTHONPATH=/tmp/smd-meta:$root:$overlay/tmp/site:$root/.stub:$root/tools/gpu-engine
+export PYTHONPATH=/tmp/smd-meta:$overlay/tmp/site:$root/.stub:$root/tools/gpu-engine
 export PYTHONUNBUFFERED=1 SGLANG_STANDINS_QUIET=${SGLANG_STANDINS_QUIET:-0}
 
 python3 - <<'PY' 2>&1 | tee "$OUT/env.txt"
@@ -68,7 +54,7 @@ PY
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee -a "$OUT/env.txt"
 stamp "environment ready; running e2e (modes $MODES)"
 
-python3 -m sglang_mamba_dedup.e2e \
+python3 -P -m sglang_mamba_dedup.e2e \
   --random-weights --random-weights-dir /tmp/smd-model \
   --modes "$MODES" \
   --max-new-tokens "${E2E_MAX_NEW_TOKENS:-128}" \

@@ -19,6 +19,7 @@ deps=$(ls .whl/*.whl | grep -v -E '/(sglang|transformers|tokenizers|huggingface_
 [ -f /tmp/site/.smd-ok ] || { pipi --target /tmp/site $deps && touch /tmp/site/.smd-ok; } || { tail -20 /tmp/smd-pip.log; exit 90; }
 pins=$(ls .whl/*.whl | grep -E '/(transformers|tokenizers|huggingface_hub)-' || true)
 [ -n "$pins" ] && [ ! -f /tmp/pins/.smd-ok ] && { pipi --target /tmp/pins $pins && touch /tmp/pins/.smd-ok || exit 91; }
+bash tools/gpu-engine/install-plugin.sh || exit 92
 status=0
 for whl in .whl/sglang-*.whl; do
   rel=$(basename "$whl" | cut -d- -f2)
@@ -26,7 +27,7 @@ for whl in .whl/sglang-*.whl; do
   extra=""
   python3 -c "import sys; from packaging.version import Version as V; sys.exit(0 if V(sys.argv[1]) < V('0.5.20') else 1)" "$rel" && extra=/tmp/pins:
   echo "===== SGLang $rel"
-  PYTHONPATH="/tmp/rel/$rel:$extra/tmp/site:$root/.stub:$root" timeout 420 python3 benchmarks/release_sim_gpu.py --out "$OUT" \
+  PYTHONPATH="/tmp/smd-meta:/tmp/rel/$rel:$extra/tmp/site:$root/.stub" timeout 420 python3 -P benchmarks/release_sim_gpu.py --out "$OUT" \
     2>&1 | grep -v -E 'Warning|warnings.warn' | tee "$OUT/release-sim-$rel.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 done
