@@ -29,7 +29,8 @@ if [ ! -f "$stamp" ]; then
   $pip install -q torch==2.13.0 triton==3.7.1 numpy wrapt packaging pytest safetensors setuptools wheel \
     orjson psutil pybase64 requests pillow starlette msgspec pydantic pyzmq tqdm ipython aiohttp dill \
     transformers==5.19.0 apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 compressed-tensors==0.18.0 gguf einops \
-    openai==2.8.0 partial-json-parser uvicorn fastapi setproctitle xgrammar==0.2.1 huggingface-hub==1.33.0 2>&1 | quiet
+    openai==2.8.0 partial-json-parser uvicorn fastapi setproctitle xgrammar==0.2.1 huggingface-hub==1.33.0 \
+    ruff==0.17.6 mypy==2.4.1 2>&1 | quiet
   $pip install -q --no-deps "sglang==$BASE_RELEASE" torchvision==0.28.0 2>&1 | quiet
   site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   cp .ci/torchvision_cpu_fix.py "$site/_smd_torchvision_cpu_fix.py"
@@ -40,6 +41,8 @@ if [ ! -f "$stamp" ]; then
   echo "ready: $VENV with sglang $BASE_RELEASE"
 fi
 "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | quiet
+# lint tools (also for a base venv built before they were part of it)
+[ -x "$VENV/bin/ruff" ] && [ -x "$VENV/bin/mypy" ] || "$VENV/bin/python" -m pip install -q ruff==0.17.6 mypy==2.4.1 2>&1 | quiet
 
 releases=("$@")
 if [ "${1:-}" = all ]; then

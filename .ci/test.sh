@@ -4,7 +4,7 @@
 #   * the whole suite against SGLang 0.5.23, and
 #   * the release-level tests (marker `release`) against each of the other 14 releases, with that
 #     release's real `sglang` package,
-# two jobs at a time (CI has 2 cores). Each job's log goes to .ci-logs/<release>.log and is printed when it
+# two jobs at a time (CI has 2 cores), after ruff (lint + format check) and mypy. Each job's log goes to .ci-logs/<release>.log and is printed when it
 # ends; a summary table closes the output. Extra arguments are passed to every pytest run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,11 @@ bash .ci/setup-env.sh all || { echo "environment setup failed" >&2; exit 1; }
 mapfile -t releases < <(.venv/bin/python -c 'from sglang_mamba_dedup import versions; print("\n".join(versions.RELEASES))')
 base=$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("sglang"))')
 rm -rf .ci-logs && mkdir -p .ci-logs
+lint=0
+echo "=== lint: ruff check, ruff format --check, mypy (config in pyproject.toml)"
+.venv/bin/ruff check . || lint=1
+.venv/bin/ruff format --check . || lint=1
+.venv/bin/mypy || lint=1
 
 job() {  # job RELEASE [pytest args...]
   local rel=$1; shift
@@ -36,7 +41,8 @@ printf '%s\n' "$base" "${releases[@]/$base}" | grep -v '^$' \
 
 echo
 echo "=== summary (release, exit code, pytest summary, wall time)"
-status=0
+status=$lint
+[ "$lint" = 0 ] || echo "lint	1	ruff/mypy found problems (see the top of the output)"
 for rel in "${releases[@]}"; do
   if [ -f ".ci-logs/$rel.result" ]; then cat ".ci-logs/$rel.result"; else echo "$rel	missing"; status=1; fi
   [ "$(cut -f2 ".ci-logs/$rel.result" 2>/dev/null)" = 0 ] || status=1

@@ -59,10 +59,10 @@ def main() -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")
 
+    import integration_utils as iu
     import torch
 
-    import integration_utils as iu
-    from sglang_mamba_dedup import layout, patching, report
+    from sglang_mamba_dedup import layout, report
     from sglang_mamba_dedup.patches import mamba_pool as mp_patch
 
     device = "cpu" if args.cpu else "cuda"

@@ -32,9 +32,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=48)
     args = ap.parse_args(argv)
 
-    import torch
-
     import import_standins
+    import torch
 
     import_standins.tolerate_missing_sgl_kernel_ops()
     import_standins.stub_missing_packages()

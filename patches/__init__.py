@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import List
 
 from sglang_mamba_dedup import versions
-from sglang_mamba_dedup.registry import Callee, Patch
+from sglang_mamba_dedup.registry import Patch
 
 from . import mamba_pool, pool_config, server_args, verify_commit
 

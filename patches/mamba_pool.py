@@ -206,7 +206,6 @@ def _commit_ok(instance, kwargs) -> bool:
 # ---------------------------------------------------------------------------------------------- back-port
 def _backport_init(wrapped, instance, kwargs):
     d = kwargs.get("speculative_num_draft_tokens")
-    cache_params = kwargs.get("cache_params")
     ok, reason = _gate(instance, kwargs, backport=True)
     if not ok:
         spec = d is not None

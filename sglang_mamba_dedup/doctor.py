@@ -140,7 +140,7 @@ def render(info: Dict[str, Any]) -> str:
     for feature, f in (info.get("features") or {}).items():
         state = "would apply" if f["would_apply"] else (f["reason"] or "skipped")
         say(f"  feature {feature:<14} {state}")
-        for name, t in f["targets"].items():
+        for t in f["targets"].values():
             say(f"      {t['target']}" + (f"  <- {t['problem']}" if t["problem"] else ""))
     if info["problems"]:
         say("verdict: the plugin cannot engage on this install:")

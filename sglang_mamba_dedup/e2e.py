@@ -203,7 +203,7 @@ def check_engaged(reports: List[dict], parent_pid: Optional[int]) -> Tuple[bool,
                        "event: the mamba pool was not built through the plugin"], r
     reasons: List[str] = []
     for r in with_pool:
-        lay = _layout_of(r)
+        lay = _layout_of(r) or {}
         calls, ours = _commits(r)
         tag = f"pid {r.get('pid')}"
         if r.get("mode") not in ("on", "strict"):
@@ -324,6 +324,7 @@ def run_in_subprocess(spec: Dict[str, Any], mode: str, report_dir: Path, log_pat
             [sys.executable, "-c", _WORKER_BOOT, str(spec_path), str(out_path)],
             env=env, stdout=None if verbose else log, stderr=subprocess.STDOUT if not verbose else None,
         )
+        rc: Any
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

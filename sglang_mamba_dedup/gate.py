@@ -26,7 +26,7 @@ import contextlib
 import contextvars
 import os
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence, Tuple
+from typing import Any, Iterator, Optional, Tuple
 
 ALLOW_CPU_ENV = "SGLANG_MAMBA_DEDUP_ALLOW_CPU"
 
@@ -173,6 +173,8 @@ def effective_draft_tokens(cache_params: Any, num_draft_tokens: int) -> float:
 
     shape = cache_params.shape
     k = conv_kernel_of(cache_params)
+    if k is None:
+        raise ValueError("cache params without conv_kernel")
     d = int(num_draft_tokens)
     layers = len(cache_params.layers)
     conv = sum(math.prod(int(x) for x in cs) for cs in shape.conv) * cache_params.dtype.conv.itemsize * layers

@@ -43,11 +43,10 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import sys
 import zlib
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 __all__ = [
     "ModelDims",
@@ -369,7 +368,7 @@ def build_random_model(
     out.mkdir(parents=True, exist_ok=True)
     k = dict(DEFAULT_KNOBS)
     k.update(knobs or {})
-    tensors = dict(iter_random_weights(dims, seed=seed, dtype=dtype, knobs=k))
+    tensors: Dict[str, Any] = dict(iter_random_weights(dims, seed=seed, dtype=dtype, knobs=k))
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(build_config(dims, dtype), indent=2) + "\n")
     (out / "generation_config.json").write_text(

@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from kernel_utils import assert_bitwise_equal  # noqa: E402,F401  (one bitwise comparison for all tests)
 
 from sglang_mamba_dedup import gate, patching, report, versions
 from sglang_mamba_dedup.demo import CudaToDeviceTorch
 from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
-
-from kernel_utils import assert_bitwise_equal  # noqa: E402,F401  (one bitwise comparison for all tests)
 
 SGLANG_VERSION = versions.installed_sglang_version()
 BACKPORT = versions.mode_for(SGLANG_VERSION) == "backport"
@@ -463,8 +462,8 @@ def run_estimator(cache_params, *, total_rest_gb: float, draft_tokens: int = 4, 
     )
     spec_alg = types.SimpleNamespace(is_none=lambda: False)
     if NEW_LAYOUT:
-        from sglang.srt.mem_cache import kv_cache_configurator as kc
         from sglang.srt import runtime_context
+        from sglang.srt.mem_cache import kv_cache_configurator as kc
 
         runtime_context.get_context().set_server_args(sa)
         _published.pop("key", None)

@@ -14,10 +14,9 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")  # tests only: the interpreter stands in for the GPU
 
+import integration_utils as iu
 import pytest
 import torch
-
-import integration_utils as iu
 
 pytestmark = pytest.mark.release
 

@@ -16,10 +16,10 @@ import importlib
 import itertools
 import types
 
+import integration_utils as iu
 import pytest
 import torch
 
-import integration_utils as iu
 from sglang_mamba_dedup import gate, layout, patching, report
 from sglang_mamba_dedup.patches import pool_config
 
@@ -195,7 +195,6 @@ def test_gate_reasons_unit():
 
 
 def _cp_bad_window():
-    mu = importlib.import_module("sglang.srt.configs.mamba_utils")
     cp = _cp()
     import dataclasses
 

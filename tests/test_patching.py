@@ -190,7 +190,7 @@ def test_real_sglang_targets_apply_and_revert_exactly():
             originals[p.name] = (parent, attr, raw)
     result = patching.apply()
     assert all(r is None for r in result.values()), result
-    for name, (parent, attr, raw) in originals.items():
+    for name, (parent, attr, _raw) in originals.items():
         assert is_ours(vars(parent)[attr], name), name
     patching.revert()
     for name, (parent, attr, raw) in originals.items():

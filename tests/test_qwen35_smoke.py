@@ -12,10 +12,8 @@ import os
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")  # tests only: the interpreter stands in for the GPU
 
-import pytest
-import torch
-
 import integration_utils as iu
+import pytest
 
 pytestmark = pytest.mark.release
 
