@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""The whole post-verify commit call as SGLang makes it, plugin on vs SGLang's own, in one process (CUDA).
+
+``HybridLinearAttnBackend.update_mamba_state_after_mtp_verify`` on a real pool and backend (Qwen3.5-0.8B
+shapes, bf16 conv windows, fp32 SSM, D=4), accept only and accept + track, at the given batch sizes. Per
+configuration the two providers alternate over several rounds (the plugin's ``commit`` patch applied /
+reverted between rounds on the same pool); per call: CUDA events around the Python call (device + host, as
+the decode loop pays it) and the host time of the call alone (``perf_counter``, no sync inside the loop).
+Prints a table, writes ``commit_call-<label>.csv``. Run it once per plugin build to compare builds (e.g. the
+host overhead of a change): ``--label before`` / ``--label after``.
+
+    python3 -P benchmarks/bench_commit_call.py --out "$OUT" --label after      # the plugin installed
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--label", default="current")
+    ap.add_argument("--batches", default="1,64")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--calls", type=int, default=100)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    import sglang_mamba_dedup.demo as demo
+
+    if not hasattr(demo, "CudaToDeviceTorch"):  # an older plugin build: the test helpers only need the name
+        demo.CudaToDeviceTorch = object  # type: ignore[attr-defined]
+    import integration_utils as iu
+
+    from sglang_mamba_dedup import patching, report
+
+    def toggle(on: bool) -> None:
+        if on:
+            assert patching.apply(["commit"])["commit"] is None
+        else:
+            try:
+                patching.revert(["commit"], force=True)
+            except TypeError:  # builds without force
+                patching.revert(["commit"])
+
+    os.environ["SGLANG_MAMBA_DEDUP"] = "1"
+    patching.apply(["dedup_layout", "commit"])
+    q = iu.QWEN35_08B
+    cp = iu.make_cache_params(**q, conv_dtype=torch.bfloat16)
+    rows = []
+    for bs in [int(b) for b in args.batches.split(",")]:
+        pool = iu.build_pool(cache_params=cp, size=bs, mamba_size=3 * bs + 1, draft_tokens=4, topk=1, device="cuda")
+        backend = iu.build_backend(pool, device="cuda", topk=1, draft_tokens=4)
+        slots = torch.arange(1, bs + 1, dtype=torch.int32, device="cuda")
+        iu.set_forward_metadata(backend, slots, 4)
+        g = torch.Generator(device="cuda").manual_seed(bs)
+        steps = torch.randint(0, 4, (bs,), device="cuda", dtype=torch.int64, generator=g)
+        track_idx = torch.arange(bs + 1, 2 * bs + 1, device="cuda", dtype=torch.int64)
+        track_steps = torch.randint(-1, 4, (bs,), device="cuda", dtype=torch.int64, generator=g)
+        for track in (False, True):
+            call = (steps, track_idx if track else None, track_steps if track else None, None)
+            res = {"ours": ([], []), "sglang": ([], [])}
+            for _ in range(args.rounds):
+                for name in ("sglang", "ours"):
+                    toggle(name == "ours")
+                    report.reset()
+                    for _ in range(10):
+                        backend.update_mamba_state_after_mtp_verify(*call)
+                    torch.cuda.synchronize()
+                    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(args.calls)]
+                    host = []
+                    for a, b in ev:
+                        a.record()
+                        t0 = time.perf_counter()
+                        backend.update_mamba_state_after_mtp_verify(*call)
+                        host.append((time.perf_counter() - t0) * 1e6)
+                        b.record()
+                    torch.cuda.synchronize()
+                    res[name][0].extend(a.elapsed_time(b) * 1000 for a, b in ev)
+                    res[name][1].extend(host)
+                    ours_calls = report.events().get("ours_commit_calls", 0)
+                    assert (ours_calls > 0) == (name == "ours"), (name, ours_calls)
+            row = {"label": args.label, "batch": bs, "track": track}
+            for name, (whole, host) in res.items():
+                row[f"{name}_us"] = round(statistics.median(whole), 2)
+                row[f"{name}_host_us"] = round(statistics.median(host), 2)
+            row["speedup"] = round(row["sglang_us"] / row["ours_us"], 3)
+            rows.append(row)
+            print(row, flush=True)
+        del pool, backend
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / f"commit_call-{args.label}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"\n| build | batch | track | SGLang us (host) | plugin us (host) | speed-up |\n|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['label']} | {r['batch']} | {'yes' if r['track'] else 'no'} | {r['sglang_us']} ({r['sglang_host_us']}) "
+              f"| {r['ours_us']} ({r['ours_host_us']}) | {r['speedup']}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
