@@ -446,6 +446,8 @@ def _fmt_rate(x: Optional[float]) -> str:
 EPILOG = """\
 examples:
   sglang-mamba-dedup e2e --random-weights                        # Qwen3.5-0.8B architecture, random weights
+  sglang-mamba-dedup e2e --random-weights --server               # the same through launch_server + HTTP
+  sglang-mamba-dedup e2e --base-url-off http://h:30000 --base-url-on http://h:30001 --model-path M
   sglang-mamba-dedup e2e --model-path Qwen/Qwen3.5-0.8B --num-prompts 8 --max-new-tokens 64
   sglang-mamba-dedup e2e --random-weights --modes off,off --workdir ./e2e-work   # harness check, keeps logs
 
@@ -567,6 +569,15 @@ def _build_parser() -> argparse.ArgumentParser:
     e.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE", type=_key_value,
                    help="extra sglang.Engine argument, same in both runs (repeatable), e.g. attention_backend=triton")
 
+    sv = p.add_argument_group("server route (what deployments run)")
+    sv.add_argument("--server", action="store_true",
+                    help="run `python -m sglang.launch_server` (the --engine-arg keys as its options) on a free "
+                         "local port and send the prompts over HTTP: the off run without the launch flag, the on "
+                         "run with --enable-mamba-conv-dedup (no SGLANG_MAMBA_DEDUP: the flag is what is tested)")
+    sv.add_argument("--base-url-off", default=None, metavar="URL",
+                    help="compare two servers you already run (with --base-url-on): md5 only, no status reports")
+    sv.add_argument("--base-url-on", default=None, metavar="URL")
+
     r = p.add_argument_group("runs")
     r.add_argument("--modes", default="off,on", type=_modes,
                    help="comma list of runs; 'off,off' checks the harness (the engagement check is skipped)")
@@ -580,6 +591,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors that involve more than one option (``parser.error``: exit 2)."""
+    if bool(args.base_url_off) != bool(args.base_url_on):
+        parser.error("--base-url-off and --base-url-on go together")
+    if args.base_url_off and (args.server or args.random_weights):
+        parser.error("--base-url-off/--base-url-on compare servers you run: no --server or --random-weights")
+    if args.base_url_off and args.modes != ["off", "on"]:
+        parser.error("--base-url-off/--base-url-on compare exactly one off and one on server (--modes off,on)")
     if not args.random_weights:
         given = [o for o, v in (("--random-dim", args.random_dim), ("--random-weights-dir", args.random_weights_dir))
                  if v]
@@ -640,6 +657,14 @@ def main(argv: Optional[List[str]] = None, runner: Optional[Runner] = None) -> i
     parser = _build_parser()
     args = parser.parse_args(argv)
     _check_usage(parser, args)
+    args.no_reports = False
+    if args.base_url_off and runner is None:
+        from . import e2e_server
+
+        runner = e2e_server.url_runner({"off": args.base_url_off, "on": args.base_url_on}, args.run_timeout)
+        args.no_reports = True
+        if args.prompt_format == "auto":
+            args.prompt_format = "text"
     if runner is None:
         problem = _cuda_problem(parse_engine_args(args.engine_arg))
         if problem:
@@ -734,8 +759,22 @@ def _run(args: argparse.Namespace, work: Path, runner: Optional[Runner], temp_mo
             shutil.rmtree(rdir)
         rdir.mkdir(parents=True)
         log = work / f"run-{i}-{mode}.log"
-        _print(f"-- run {i + 1}/{len(modes)}: {SWITCH_ENV}={'1' if mode == 'on' else '0'} (fresh process) ...")
-        if runner is None:
+        if args.no_reports:
+            what = f"server {args.base_url_on if mode == 'on' else args.base_url_off}"
+        elif args.server:
+            what = "launch_server " + ("with --enable-mamba-conv-dedup" if mode == "on" else "without the flag")
+        else:
+            what = f"{SWITCH_ENV}={'1' if mode == 'on' else '0'} (fresh process)"
+        _print(f"-- run {i + 1}/{len(modes)}: {what} ...")
+        if runner is None and args.server:
+            from . import e2e_server
+
+            res = e2e_server.run_server(spec, mode, rdir, log, timeout=args.run_timeout, verbose=args.verbose,
+                                        versions=_versions, gpu=_gpu_info)
+            _print("   server: " + e2e_server.describe_command(res.get("command") or []))
+            for line in res.get("plugin_log_lines") or []:
+                _print("   server log: " + line)
+        elif runner is None:
             res = run_in_subprocess(spec, mode, rdir, log, timeout=args.run_timeout, verbose=args.verbose)
         else:
             res = runner(spec, mode, rdir, log)
@@ -808,7 +847,13 @@ def _run(args: argparse.Namespace, work: Path, runner: Optional[Runner], temp_mo
 
     # plugin status, as the scheduler processes reported it
     engaged_all = None
-    for i, r in enumerate(results):
+    if args.no_reports:
+        _print("plugin status: not readable (servers you started write their status reports, if at all, into "
+               "their own SGLANG_MAMBA_DEDUP_REPORT_DIR); only the md5 is checked")
+        results_for_status: List[Dict[str, Any]] = []
+    else:
+        results_for_status = results
+    for i, r in enumerate(results_for_status):
         reports = r.get("reports") or []
         parent = r.get("pid")
         sched = _scheduler_reports(reports, parent)
@@ -842,7 +887,7 @@ def _run(args: argparse.Namespace, work: Path, runner: Optional[Runner], temp_mo
             summary["runs"][i]["scheduler_report"] = sched[0] if sched else None
             if not ok:
                 failures.append((EXIT_OFF_NOT_OFF, "the off run was not off: " + "; ".join(reasons)))
-    if engaged_all is None and "on" not in modes:
+    if engaged_all is None and "on" not in modes and not args.no_reports:
         _print("plugin engagement: not checked (no 'on' run in --modes)")
 
     order = [EXIT_RUN_FAILED, EXIT_MD5_DIFFER, EXIT_NOT_ENGAGED, EXIT_OFF_NOT_OFF]

@@ -461,3 +461,111 @@ def test_failed_on_run_is_not_judged_for_engagement(workdir, tmp_path, capsys):
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert "not loaded" not in last and "not engaged" not in last, last
     assert "run 2 (on) failed" in last and str(tmp_path / "w" / "run-1-on.log") in last
+
+
+# ------------------------------------------------------------------ server route (a fake launch_server)
+import signal  # noqa: E402
+
+from sglang_mamba_dedup import e2e_server  # noqa: E402
+
+FAKE_SERVER = str(Path(__file__).resolve().parent / "fake_launch_server.py")
+
+
+def _fake_command(engine_kwargs, port, flag):
+    cmd = e2e_server.server_command(engine_kwargs, port, flag)
+    assert cmd[1:3] == ["-m", "sglang.launch_server"] and ("--enable-mamba-conv-dedup" in cmd) == flag
+    return [sys.executable, FAKE_SERVER] + cmd[3:]
+
+
+def _server_runner(**kw):
+    def run(spec, mode, report_dir, log_path):
+        return e2e_server.run_server(spec, mode, report_dir, log_path, timeout=30, command=_fake_command, **kw)
+
+    return run
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_server_route_flag_md5_and_plugin_line(tmp_path, monkeypatch, capsys):
+    pid_file = tmp_path / "child.pid"
+    monkeypatch.setenv("FAKE_SERVER_CHILD_PID_FILE", str(pid_file))
+    monkeypatch.setenv("SGLANG_MAMBA_DEDUP", "1")  # must not reach the server: the flag is what is tested
+    code = e2e.main(["--server", "--prompt-format", "ids", "--vocab-size", "100", "--num-prompts", "3",
+                     "--max-new-tokens", "4", "--model-path", str(tmp_path), "--workdir", str(tmp_path / "w")],
+                    runner=_server_runner())
+    out = capsys.readouterr().out
+    assert code == e2e.EXIT_OK, out
+    assert "-> EQUAL" in out and "engaged: YES" in out and "off as expected: yes" in out
+    child = int(pid_file.read_text())
+    assert not _alive(child), "the server's child process was left running"
+
+
+def test_server_route_through_main_without_a_runner(tmp_path, monkeypatch, capsys):
+    """--server itself picks the server runner (the fake stands in for launch_server)."""
+    monkeypatch.setattr(e2e, "_cuda_problem", lambda kw: None)
+    monkeypatch.setattr(e2e_server.run_server, "__kwdefaults__",
+                        dict(e2e_server.run_server.__kwdefaults__, command=_fake_command))
+    code = e2e.main(["--server", "--prompt-format", "ids", "--vocab-size", "100", "--num-prompts", "2",
+                     "--max-new-tokens", "3", "--run-timeout", "30", "--model-path", str(tmp_path),
+                     "--workdir", str(tmp_path / "w")])
+    out = capsys.readouterr().out
+    assert code == e2e.EXIT_OK, out
+    assert "launch_server with --enable-mamba-conv-dedup" in out
+    assert "server log: sglang-mamba-dedup 0.1.0 (SGLang fake" in out, "the server's own plugin line is shown"
+
+
+def test_server_route_md5_differ_and_failed_start(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_SERVER_DIFFER", "1")
+    args = ["--server", "--prompt-format", "ids", "--vocab-size", "100", "--num-prompts", "2", "--max-new-tokens", "3",
+            "--model-path", str(tmp_path)]
+    assert e2e.main(args + ["--workdir", str(tmp_path / "a")], runner=_server_runner()) == e2e.EXIT_MD5_DIFFER
+    monkeypatch.delenv("FAKE_SERVER_DIFFER")
+    monkeypatch.setenv("FAKE_SERVER_FAIL", "1")
+    assert e2e.main(args + ["--workdir", str(tmp_path / "b")], runner=_server_runner()) == e2e.EXIT_RUN_FAILED
+    assert "exited with 7 before it was healthy" in capsys.readouterr().out
+
+
+def test_server_is_stopped_on_ctrl_c(tmp_path, monkeypatch):
+    pid_file = tmp_path / "child.pid"
+    monkeypatch.setenv("FAKE_SERVER_CHILD_PID_FILE", str(pid_file))
+    started = {}
+
+    def interrupted(base_url, spec, timeout):
+        started["url"] = base_url
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(e2e_server, "generate", interrupted)
+    spec = {"engine_kwargs": {}, "prompts": [[1, 2]], "prompt_format": "ids", "batch_size": 1,
+            "sampling_params": {"max_new_tokens": 2}, "warmup_tokens": 0}
+    with pytest.raises(KeyboardInterrupt):
+        e2e_server.run_server(spec, "on", tmp_path, tmp_path / "log", timeout=30, command=_fake_command)
+    assert started and not _alive(int(pid_file.read_text()))
+
+
+def test_base_urls_compare_md5_only(tmp_path, monkeypatch, capsys):
+    procs = []
+    urls = {}
+    try:
+        for mode in ("off", "on"):
+            port = e2e_server.free_port()
+            cmd = [sys.executable, FAKE_SERVER, "--port", str(port)] + (["--enable-mamba-conv-dedup"] if mode == "on" else [])
+            procs.append(subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            urls[mode] = f"http://127.0.0.1:{port}"
+        code = e2e.main(["--base-url-off", urls["off"], "--base-url-on", urls["on"], "--prompt-format", "ids",
+                         "--vocab-size", "50", "--num-prompts", "2", "--max-new-tokens", "3",
+                         "--workdir", str(tmp_path / "w")])
+    finally:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGKILL)
+    out = capsys.readouterr().out
+    assert code == e2e.EXIT_OK, out
+    assert "-> EQUAL" in out and "not readable" in out and "engaged" not in out.split("plugin status")[1]
+    with pytest.raises(SystemExit) as e:
+        e2e.main(["--base-url-off", urls["off"]])
+    assert e.value.code == 2
