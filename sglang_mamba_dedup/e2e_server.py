@@ -31,6 +31,9 @@ FLAG = "--enable-mamba-conv-dedup"
 SWITCH_ENV = "SGLANG_MAMBA_DEDUP"
 REPORT_DIR_ENV = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
 
+#: Engine keywords whose ``None`` the server's command line spells as the choice "none".
+_NONE_IS_A_CHOICE = ("grammar_backend",)
+
 CommandBuilder = Callable[[Dict[str, Any], int, bool], List[str]]
 
 
@@ -45,6 +48,8 @@ def server_command(engine_kwargs: Dict[str, Any], port: int, flag: bool) -> List
     cmd = [sys.executable, "-m", "sglang.launch_server", "--host", "127.0.0.1", "--port", str(port)]
     for key, value in engine_kwargs.items():
         opt = "--" + key.replace("_", "-")
+        if value is None and key in _NONE_IS_A_CHOICE:
+            value = "none"
         if value is None or value is False:
             continue
         if value is True:
