@@ -162,7 +162,8 @@ def run_server(spec: Dict[str, Any], mode: str, report_dir: Path, log_path: Path
     t0 = time.time()
     result: Dict[str, Any] = {"mode": mode, "ok": False, "command": cmd, "base_url": base}
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=None if verbose else log,
+        # cwd: the run's own folder, so nothing in the caller's directory shadows installed packages
+        proc = subprocess.Popen(cmd, env=env, cwd=str(log_path.parent), stdout=None if verbose else log,
                                 stderr=None if verbose else subprocess.STDOUT, start_new_session=True)
         result["pid"] = proc.pid
         try:
