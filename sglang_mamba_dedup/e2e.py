@@ -686,9 +686,21 @@ def main(argv: Optional[List[str]] = None, runner: Optional[Runner] = None) -> i
 
 
 def _run(args: argparse.Namespace, work: Path, runner: Optional[Runner], temp_model: Optional[Path]) -> int:
-    """Body of :func:`main` once the options are checked: build the model, run, compare, report."""
-    modes: List[str] = args.modes
+    """Body of :func:`main` once the options are checked: prepare, run, compare, check the plugin, verdict."""
+    prepared = _prepare(args, work, temp_model)
+    if isinstance(prepared, int):
+        return prepared
+    spec, model_path, random_info = prepared
+    _print_header(args, spec, model_path, random_info, work)
+    results = _execute(args, spec, work, runner)
+    failures: List[Tuple[int, str]] = []
+    summary = _compare(args, spec, model_path, random_info, results, failures)
+    _plugin_status(args, results, summary, failures)
+    return _verdict(args, summary, failures, temp_model)
 
+
+def _prepare(args: argparse.Namespace, work: Path, temp_model: Optional[Path]):
+    """The model (built when random) and the run spec: ``(spec, model_path, random_info)``, or an exit code."""
     # model
     random_info = None
     if args.random_weights:
@@ -723,10 +735,8 @@ def _run(args: argparse.Namespace, work: Path, runner: Optional[Runner], temp_mo
             _print(f"--prompt-format ids needs --vocab-size ({cfg_path} has no vocab_size)")
             return EXIT_RUN_FAILED
         prompts: List[Any] = [text_to_ids(t, int(vocab)) for t in texts]
-        prompt_tokens = sum(len(p) for p in prompts)
     else:
         prompts = texts
-        prompt_tokens = None
 
     sampling = {"temperature": 0.0, "max_new_tokens": args.max_new_tokens, "ignore_eos": not args.no_ignore_eos}
     spec = {
@@ -738,6 +748,14 @@ def _run(args: argparse.Namespace, work: Path, runner: Optional[Runner], temp_mo
         "warmup_tokens": args.warmup_tokens,
     }
 
+    return spec, model_path, random_info
+
+
+def _print_header(args: argparse.Namespace, spec: Dict[str, Any], model_path: str, random_info: Optional[dict],
+                  work: Path) -> None:
+    prompts = spec["prompts"]
+    fmt = spec["prompt_format"]
+    prompt_tokens = sum(len(p) for p in prompts) if fmt == "ids" else None
     _print("== sglang-mamba-dedup e2e: greedy md5, plugin off vs on ==")
     _print(f"date: {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')}; host {platform.node()}")
     _print(f"model: {model_path}" + (f" (random weights: preset {random_info.get('preset')}, seed "
@@ -752,6 +770,11 @@ def _run(args: argparse.Namespace, work: Path, runner: Optional[Runner], temp_mo
                                         sort_keys=True))
     _print(f"workdir: {work}")
 
+
+
+def _execute(args: argparse.Namespace, spec: Dict[str, Any], work: Path, runner: Optional[Runner]) -> List[Dict[str, Any]]:
+    """Every run of ``--modes``, one after the other, each in a fresh process (or server)."""
+    modes: List[str] = args.modes
     results: List[Dict[str, Any]] = []
     for i, mode in enumerate(modes):
         rdir = work / f"reports-{i}-{mode}"
@@ -796,6 +819,15 @@ def _run(args: argparse.Namespace, work: Path, runner: Optional[Runner], temp_mo
                 _print("   last lines of " + str(log) + ":\n      " + "\n      ".join(tail))
         results.append(res)
 
+    return results
+
+
+def _compare(args: argparse.Namespace, spec: Dict[str, Any], model_path: str, random_info: Optional[dict],
+             results: List[Dict[str, Any]], failures: List[Tuple[int, str]]) -> Dict[str, Any]:
+    """md5s and throughput of the runs; appends what failed to ``failures``; returns the summary."""
+    modes: List[str] = args.modes
+    prompts = spec["prompts"]
+    sampling = spec["sampling_params"]
     # versions and GPU from the first run that reports them (they are the engine's environment)
     first_ok = next((r for r in results if r.get("ok")), None)
     vers = (first_ok or {}).get("versions") or _versions()
@@ -804,7 +836,6 @@ def _run(args: argparse.Namespace, work: Path, runner: Optional[Runner], temp_mo
     _print("gpu: " + (f"{gpu.get('name')} x{gpu.get('count')} (capability {gpu.get('capability')}, CUDA "
                       f"{gpu.get('cuda')})" if gpu.get("name") else f"none ({gpu})"))
 
-    failures: List[Tuple[int, str]] = []
     summary: Dict[str, Any] = {"modes": modes, "model_path": model_path, "random_model": random_info,
                                "versions": vers, "gpu": gpu, "engine_kwargs": spec["engine_kwargs"],
                                "sampling_params": sampling, "num_prompts": len(prompts), "runs": []}
@@ -845,6 +876,13 @@ def _run(args: argparse.Namespace, work: Path, runner: Optional[Runner], temp_mo
         summary["ids_md5"] = [r["stats"]["ids_md5"] for r in results]
         summary["text_md5"] = [r["stats"]["text_md5"] for r in results]
 
+    return summary
+
+
+def _plugin_status(args: argparse.Namespace, results: List[Dict[str, Any]], summary: Dict[str, Any],
+                   failures: List[Tuple[int, str]]) -> None:
+    """The plugin's state in each run's scheduler process, from its status report."""
+    modes: List[str] = args.modes
     # plugin status, as the scheduler processes reported it
     engaged_all = None
     if args.no_reports:
@@ -890,6 +928,10 @@ def _run(args: argparse.Namespace, work: Path, runner: Optional[Runner], temp_mo
     if engaged_all is None and "on" not in modes and not args.no_reports:
         _print("plugin engagement: not checked (no 'on' run in --modes)")
 
+
+
+def _verdict(args: argparse.Namespace, summary: Dict[str, Any], failures: List[Tuple[int, str]],
+             temp_model: Optional[Path]) -> int:
     order = [EXIT_RUN_FAILED, EXIT_MD5_DIFFER, EXIT_NOT_ENGAGED, EXIT_OFF_NOT_OFF]
     code = EXIT_OK
     for c in order:
