@@ -129,7 +129,7 @@ def time_many(fns: dict, warmup=5, budget_s=0.8, min_reps=15, max_reps=300) -> d
 def copy_bandwidth_gbs(nbytes=4 << 30):
     src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").normal_()
     dst = torch.empty_like(src)
-    med, _, _, _ = time_call(lambda: dst.copy_(src), warmup=3, budget_s=0.5, min_reps=20)
+    med, _, _, _ = time_call(lambda d=dst, s=src: d.copy_(s), warmup=3, budget_s=0.5, min_reps=20)
     del src, dst
     torch.cuda.empty_cache()
     return 2 * nbytes / (med * 1e-6) / 1e9
@@ -337,9 +337,9 @@ def run(out_dir, quick=False, sweep=False, models=None):
     sg = importlib.import_module("sglang.kernels.ops.mamba.mamba_state_scatter_triton")
     from importlib.metadata import version
 
-    from sglang_mamba_dedup.kernels import clear_plan_cache, fused_commit
-
     import triton
+
+    from sglang_mamba_dedup.kernels import clear_plan_cache, fused_commit
 
     gen = torch.Generator(device="cuda")
     gen.manual_seed(int(time.time()))

@@ -351,3 +351,29 @@ def test_fused_commit_plan_follows_in_place_layout_changes(change):
     fused_commit(**kw)
     _check(kw, exp, f"seed={seed} after {change} (a stale plan writes through the old layout)")
     clear_plan_cache()
+
+
+def test_fused_commit_descriptor_table_columns():
+    """The descriptor table holds each conv kind's pointers, dim, strides and first tile in its named columns."""
+    import importlib
+
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    g, seed = new_generator()
+    clear_plan_cache()
+    kw, _ = _case(2, 4, "dedup", torch.bfloat16, torch.float32, g, False, strided=True)
+    fused_commit(**kw)
+    (plan,) = fc._plans.values()
+    meta = plan.meta.cpu().tolist()
+    assert len(meta) == len(kw["conv_dsts"]) + 1 and all(len(row) == fc.META_COLS.value for row in meta)
+    tile = 0
+    for row, dst, src in zip(meta, kw["conv_dsts"], kw["conv_srcs"]):
+        assert row[fc.COL_SRC_PTR] == src.data_ptr() and row[fc.COL_DST_PTR] == dst.data_ptr()
+        assert row[fc.COL_DIM] == dst.shape[2]
+        src_cols = (fc.COL_SRC_L, fc.COL_SRC_R, fc.COL_SRC_T, fc.COL_SRC_D, fc.COL_SRC_W)
+        dst_cols = (fc.COL_DST_L, fc.COL_DST_S, fc.COL_DST_D, fc.COL_DST_W)
+        assert tuple(row[c] for c in src_cols) == src.stride(), f"seed={seed}"
+        assert tuple(row[c] for c in dst_cols) == dst.stride(), f"seed={seed}"
+        assert row[fc.COL_TILE0] == tile
+        tile += -(-dst.shape[2] * dst.shape[3] // fc.launch_config("conv")[0])
+    assert meta[-1][fc.COL_TILE0] == tile == plan.conv_tiles
+    clear_plan_cache()

@@ -168,3 +168,39 @@ def test_tail_copy_accepts_aliased_source_and_size_one_broadcast():
     tail_copy_reference(src, exp, sb, db, offs)
     tail_copy(src, dst, sb, db, offs)
     assert_bitwise_equal(dst, exp, f"seed={seed}")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=lambda t: DTYPE_IDS[t])
+def test_tail_copy_in_place_shift_over_several_tiles(dtype):
+    """An in-place shift whose block spans several programs (tiles of whole window rows):
+    no program may read a value another one already shifted."""
+    from sglang_mamba_dedup.kernels._common import launch_config
+
+    g, seed = new_generator()
+    rows_per_tile = launch_config("conv")[0] // W
+    dim = 3 * rows_per_tile + 5  # three full tiles and a ragged one
+    state = rand((3, dim, W), dtype, g)
+    sb = db = _idx([2, 0])
+    offs = _idx([3, 1])
+    exp = state.clone()
+    tail_copy_reference(exp, exp, sb, db, offs)
+    tail_copy(state, state, sb, db, offs)
+    assert_bitwise_equal(state, exp, f"seed={seed}")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_tail_copy_more_requests_than_one_launch_takes():
+    """More than 65535 requests (the grid's row axis): several launches, every request done."""
+    g, seed = new_generator()
+    n, dim, w = 70_000, 4, 3
+    src = rand((n, dim, w), torch.float32, g)
+    dst = poison(torch.empty((n, dim, w), device=DEVICE))
+    offs = torch.arange(n, device=DEVICE) % (w + 1)
+    blocks = torch.arange(n, device=DEVICE)
+    tail_copy(src, dst, blocks.flip(0), blocks, offs)
+    exp = poison(torch.empty_like(dst))
+    rev = src.flip(0)
+    for b in range(w + 1):
+        sel = offs == b
+        exp[sel, :, : w - b] = rev[sel, :, b:]
+    assert_bitwise_equal(dst, exp, f"seed={seed}")

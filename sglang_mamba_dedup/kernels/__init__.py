@@ -1,11 +1,13 @@
-"""Triton commit kernels for the deduplicated Mamba/GDN state layout.
+"""The Triton commit kernel for the deduplicated Mamba/GDN state layout.
 
-Launchers (plain functions; references in :mod:`.reference`):
+Launchers (plain functions; references in :mod:`.reference`), all through the
+one kernel of :mod:`.fused_commit`:
 
 * :func:`fused_commit` -- all layers, all conv kinds, the SSM state, accept and
   track index sets, one launch.
 * :func:`conv_commit` / :func:`ssm_commit` -- the single-kind versions.
-* :func:`tail_copy` -- vLLM's DS tail copy ``dst[b_dst, d, 0:W-o] = src[b_src, d, o:W]``.
+* :func:`tail_copy` -- vLLM's DS tail copy ``dst[b_dst, d, 0:W-o] = src[b_src, d, o:W]``
+  (a window read at step ``o``).
 
 Index semantics, bitwise copies and duplicate-destination behaviour are
 described in :mod:`._common`.

@@ -1,16 +1,20 @@
-"""Shared launch configuration, argument validation and Triton device helpers
-for the commit kernels.
+"""Shared launch configuration and argument validation for the commit kernel
+(:mod:`.fused_commit`, the package's one Triton kernel, and the entry points
+expressed through it).
 
-Conventions used by every kernel in this package:
+Conventions:
 
 * Row ``r`` of an index set ``(steps, slots)`` copies *source row* ``r`` (the
   request's position in the verify batch, as SGLang does) at draft step
   ``s = steps[r]`` into destination slot ``slots[r]``.  A row is skipped, in the
   kernel and without any host synchronisation, when ``s < 0``, ``s >= D``,
-  ``slot < 0`` or ``slot >= slots+1`` (the destination's slot count).
+  ``slot < 0`` or ``slot >= slots+1`` (the destination's slot count).  An
+  optional source-row table (used by :func:`.tail_copy`) makes row ``r`` read
+  source row ``src_rows[r]`` instead, skipped when outside ``[0, R)``.
 * All address arithmetic that involves a layer, row, step or slot index is done
   in int64; only the element offset inside one (layer, slot) entry is int32
-  (the launchers check that an entry has fewer than 2**31 elements).
+  (the launchers check that an entry has fewer than 2**31 elements; the
+  tail-copy mode indexes whole window rows in int64 and needs no such check).
 * Copies are bitwise: every dtype is moved as an integer of the same width, so
   NaN payloads and signed zeros survive unchanged.
 * Duplicated destinations (two valid rows, in the same or in different index
@@ -20,18 +24,17 @@ Conventions used by every kernel in this package:
   bit-identical the result is therefore exact.  Detecting duplicates would need
   a device-to-host synchronisation, so it is not done; SGLang only produces
   them for padding rows aimed at the scratch slot.
-* The first call for a given set of tensors builds and caches a small int64
-  descriptor table on the device, keyed on each tensor's data_ptr, shape,
-  strides, dtype and device (so a tensor changed in place gets a new table);
-  make that first (warm-up) call outside CUDA graph capture.  Later calls with
-  the same tensors, unchanged, are capturable.
+* The first call (of any entry point) for a given set of tensors builds and
+  caches a small int64 descriptor table on the device, keyed on each tensor's
+  data_ptr, shape, strides, dtype and device (so a tensor changed in place gets
+  a new table); make that first (warm-up) call outside CUDA graph capture.
+  Later calls with the same tensors, unchanged, are capturable.
 """
 
 from __future__ import annotations
 
 import torch
 import triton
-import triton.language as tl
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 INDEX_DTYPES = (torch.int32, torch.int64)
@@ -39,7 +42,8 @@ _INT32_MAX = 2**31 - 1
 _GRID_YZ_MAX = 65535
 
 # Tile sizes and warps. The SSM tile is a flat, contiguous chunk of one state
-# entry; the conv tile a flat chunk of one [dim, K-1] window.  64 KiB SSM tiles
+# entry; the conv tile a flat chunk of one [dim, K-1] window (whole window rows
+# in the tail-copy mode).  64 KiB SSM tiles
 # with 8 warps were the fastest of 4..128 KiB x 4/8 warps on an H200 at batch 64
 # and 128 (benchmarks/results/gpu_check_run2.log); at batch 1 every tiling was
 # within the noise of the host-bound timing.
@@ -47,18 +51,14 @@ SSM_TILE_BYTES = 65536
 SSM_NUM_WARPS = 8
 CONV_TILE_ELEMS = 4096
 CONV_NUM_WARPS = 4
-TAIL_BLOCK_D = 64
-TAIL_NUM_WARPS = 4
 
 
 def launch_config(kind: str, itemsize: int = 4) -> tuple[int, int]:
-    """(block elements, num_warps) for one tile of ``kind`` ("ssm", "conv", "tail")."""
+    """(block elements, num_warps) for one tile of ``kind`` ("ssm", "conv")."""
     if kind == "ssm":
         return max(triton.next_power_of_2(SSM_TILE_BYTES // itemsize), 4), SSM_NUM_WARPS
     if kind == "conv":
         return CONV_TILE_ELEMS, CONV_NUM_WARPS
-    if kind == "tail":
-        return TAIL_BLOCK_D, TAIL_NUM_WARPS
     raise ValueError(f"unknown tile kind {kind!r}")
 
 
@@ -117,9 +117,7 @@ def check_index_pair(steps_name: str, steps, slots_name: str, slots, device: tor
     n = steps.shape[0]
     if slots.shape[0] != n:
         raise ValueError(f"{steps_name} has {n} rows but {slots_name} has {slots.shape[0]}")
-    raise ValueError(
-        f"{steps_name} has {n} rows but the source has only {max_rows} rows (row r copies source row r)"
-    )
+    raise ValueError(f"{steps_name} has {n} rows but the source has only {max_rows} rows (row r copies source row r)")
 
 
 def entry_is_dense(t: torch.Tensor, start_dim: int) -> bool:
@@ -149,76 +147,3 @@ def may_overlap_itself(t: torch.Tensor) -> bool:
 
 def int_dtype_for(itemsize: int):
     return {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[itemsize]
-
-
-# ---------------------------------------------------------------- device helpers
-
-
-@triton.jit
-def _load_row_target(
-    pid_row,
-    n_acc,
-    acc_steps_ptr,
-    acc_slots_ptr,
-    trk_steps_ptr,
-    trk_slots_ptr,
-    n_steps,
-    n_slots,
-    HAS_TRACK: tl.constexpr,
-):
-    """Map a grid row (accept rows first, then track rows) to
-    (source row, step, destination slot, valid), all int64."""
-    if HAS_TRACK:
-        is_trk = pid_row >= n_acc
-        is_acc = pid_row < n_acc
-        r = tl.where(is_trk, pid_row - n_acc, pid_row).to(tl.int64)
-        s_a = tl.load(acc_steps_ptr + r, mask=is_acc, other=-1).to(tl.int64)
-        s_t = tl.load(trk_steps_ptr + r, mask=is_trk, other=-1).to(tl.int64)
-        d_a = tl.load(acc_slots_ptr + r, mask=is_acc, other=-1).to(tl.int64)
-        d_t = tl.load(trk_slots_ptr + r, mask=is_trk, other=-1).to(tl.int64)
-        step = tl.where(is_trk, s_t, s_a)
-        slot = tl.where(is_trk, d_t, d_a)
-    else:
-        r = pid_row.to(tl.int64)
-        step = tl.load(acc_steps_ptr + r).to(tl.int64)
-        slot = tl.load(acc_slots_ptr + r).to(tl.int64)
-    valid = (step >= 0) & (step < n_steps) & (slot >= 0) & (slot < n_slots)
-    return r, step, slot, valid
-
-
-@triton.jit
-def _copy_window_tile(
-    src_ptr,
-    dst_ptr,
-    src_base,
-    dst_base,
-    tile,
-    dim,
-    s_d,
-    s_w,
-    d_d,
-    d_w,
-    KM1: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    """Copy elements [tile*BLOCK, (tile+1)*BLOCK) of one [dim, K-1] window,
-    flattened row-major, through explicit (dim, window) strides on both sides."""
-    e = tile * BLOCK + tl.arange(0, BLOCK)
-    mask = e < dim * KM1
-    d = (e // KM1).to(tl.int64)
-    w = (e % KM1).to(tl.int64)
-    vals = tl.load(src_ptr + (src_base + d * s_d + w * s_w), mask=mask)
-    tl.store(dst_ptr + (dst_base + d * d_d + w * d_w), vals, mask=mask)
-
-
-@triton.jit
-def _copy_flat_tile(src_ptr, dst_ptr, src_base, dst_base, tile, numel, BLOCK: tl.constexpr, EVEN: tl.constexpr):
-    """Copy elements [tile*BLOCK, (tile+1)*BLOCK) of one dense entry of ``numel`` elements."""
-    e = tile * BLOCK + tl.arange(0, BLOCK)
-    if EVEN:
-        vals = tl.load(src_ptr + src_base + e)
-        tl.store(dst_ptr + dst_base + e, vals)
-    else:
-        mask = e < numel
-        vals = tl.load(src_ptr + src_base + e, mask=mask)
-        tl.store(dst_ptr + dst_base + e, vals, mask=mask)

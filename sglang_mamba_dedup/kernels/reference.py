@@ -38,15 +38,29 @@ def fused_commit_reference(
 
 
 def conv_commit_reference(*, conv_dst, conv_src, accept_steps, accept_slots, track_steps=None, track_slots=None):
-    fused_commit_reference(conv_dsts=[conv_dst], conv_srcs=[conv_src], ssm_dst=None, ssm_src=None,
-                           accept_steps=accept_steps, accept_slots=accept_slots,
-                           track_steps=track_steps, track_slots=track_slots)
+    fused_commit_reference(
+        conv_dsts=[conv_dst],
+        conv_srcs=[conv_src],
+        ssm_dst=None,
+        ssm_src=None,
+        accept_steps=accept_steps,
+        accept_slots=accept_slots,
+        track_steps=track_steps,
+        track_slots=track_slots,
+    )
 
 
 def ssm_commit_reference(*, ssm_dst, ssm_src, accept_steps, accept_slots, track_steps=None, track_slots=None):
-    fused_commit_reference(conv_dsts=[], conv_srcs=[], ssm_dst=ssm_dst, ssm_src=ssm_src,
-                           accept_steps=accept_steps, accept_slots=accept_slots,
-                           track_steps=track_steps, track_slots=track_slots)
+    fused_commit_reference(
+        conv_dsts=[],
+        conv_srcs=[],
+        ssm_dst=ssm_dst,
+        ssm_src=ssm_src,
+        accept_steps=accept_steps,
+        accept_slots=accept_slots,
+        track_steps=track_steps,
+        track_slots=track_slots,
+    )
 
 
 def tail_copy_reference(src, dst, src_blocks, dst_blocks, offsets) -> None:
