@@ -25,6 +25,25 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 
+def _tooling_from_checkout() -> None:
+    """An older plugin build under test may predate the shape table and SGLang pool builder that the test
+    helpers import (``sglang_mamba_dedup.shapes`` / ``.sglang_pool``): then this checkout's are loaded. They
+    only describe models and call SGLang's constructors; the patches measured stay the installed build's."""
+    import importlib.util
+
+    import sglang_mamba_dedup as pkg
+
+    if importlib.util.find_spec("sglang_mamba_dedup.sglang_pool") is not None:
+        return
+    for name in ("shapes", "sglang_pool"):  # sglang_pool imports shapes
+        spec = importlib.util.spec_from_file_location(f"sglang_mamba_dedup.{name}", ROOT / "sglang_mamba_dedup" / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        setattr(pkg, name, mod)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -36,13 +55,12 @@ def main(argv=None) -> int:
 
     import torch
 
-    import sglang_mamba_dedup.demo as demo
-
-    if not hasattr(demo, "CudaToDeviceTorch"):  # an older plugin build: the test helpers only need the name
-        demo.CudaToDeviceTorch = object  # type: ignore[attr-defined]
+    _tooling_from_checkout()
     import integration_utils as iu
 
     from sglang_mamba_dedup import patching, report
+    from sglang_mamba_dedup.sglang_pool import build_pool
+    from sglang_mamba_dedup.shapes import QWEN35_08B
 
     def toggle(on: bool) -> None:
         if on:
@@ -55,11 +73,10 @@ def main(argv=None) -> int:
 
     os.environ["SGLANG_MAMBA_DEDUP"] = "1"
     patching.apply(["dedup_layout", "commit"])
-    q = iu.QWEN35_08B
-    cp = iu.make_cache_params(**q, conv_dtype=torch.bfloat16)
+    cp = iu.make_cache_params(**QWEN35_08B.state_dims(), conv_dtype=torch.bfloat16)
     rows = []
     for bs in [int(b) for b in args.batches.split(",")]:
-        pool = iu.build_pool(cache_params=cp, size=bs, mamba_size=3 * bs + 1, draft_tokens=4, topk=1, device="cuda")
+        pool = build_pool(cp, size=bs, mamba_size=3 * bs + 1, draft_tokens=4, topk=1, device="cuda")
         backend = iu.build_backend(pool, device="cuda", topk=1, draft_tokens=4)
         slots = torch.arange(1, bs + 1, dtype=torch.int32, device="cuda")
         iu.set_forward_metadata(backend, slots, 4)
@@ -104,7 +121,7 @@ def main(argv=None) -> int:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    print(f"\n| build | batch | track | SGLang us (host) | plugin us (host) | speed-up |\n|---|---|---|---|---|---|")
+    print("\n| build | batch | track | SGLang us (host) | plugin us (host) | speed-up |\n|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['label']} | {r['batch']} | {'yes' if r['track'] else 'no'} | {r['sglang_us']} ({r['sglang_host_us']}) "
               f"| {r['ours_us']} ({r['ours_host_us']}) | {r['speedup']}x |")

@@ -64,6 +64,8 @@ def main() -> int:
 
     from sglang_mamba_dedup import layout, report
     from sglang_mamba_dedup.patches import mamba_pool as mp_patch
+    from sglang_mamba_dedup.sglang_pool import build_pool
+    from sglang_mamba_dedup.shapes import QWEN3_NEXT_80B, QWEN35_08B
 
     device = "cpu" if args.cpu else "cuda"
     results: dict = {"env": {}, "sections": {}}
@@ -174,15 +176,13 @@ def main() -> int:
     # ------------------------------------------------------------------------------------------ 1. sim
     @section("sim")
     def _sim():
-        shapes = iu.QWEN35_08B
         cfgs = [
             ("small D4 K4 bs8", iu.SimConfig(device=device, conv_dtype=bf16, steps=64 if device == "cuda" else 4, batch=8 if device == "cuda" else 3)),
             ("small D3 K3 bs5", iu.SimConfig(device=device, conv_dtype=bf16, draft_tokens=3, conv_kernel=3, steps=48 if device == "cuda" else 3, batch=5 if device == "cuda" else 2)),
         ]
         if device == "cuda":
             cfgs.append(("Qwen3.5-0.8B D4 bs8", iu.SimConfig(
-                device=device, conv_dtype=bf16, num_layers=shapes["num_layers"], conv_dim=shapes["conv_dim"],
-                conv_kernel=4, num_heads=16, head_dim=128, state_size=128, draft_tokens=4, batch=8, steps=32, seed=35,
+                **QWEN35_08B.state_dims(), device=device, conv_dtype=bf16, draft_tokens=4, batch=8, steps=32, seed=35,
             )))
         for c in cfgs:
             c[1].progress = True
@@ -225,16 +225,16 @@ def main() -> int:
 
     # ------------------------------------------------------------------------------------------ helpers
     def build_mamba_pool(shape_kw, *, batch, size, topk, conv_dtype=bf16, draft_tokens=4):
+        """A bare ``MambaPool`` through the package's one builder (topk published to the gate where it takes none)."""
         cp = iu.make_cache_params(**shape_kw, conv_dtype=conv_dtype)
-        mpm = iu.mem_pool_module()
-        import inspect
+        return build_pool(cp, size=size, spec_state_size=batch, draft_tokens=draft_tokens, topk=topk, device=device)
 
-        kw = dict(size=size, spec_state_size=batch, cache_params=cp, mamba_layer_ids=list(cp.layers), device=device,
-                  enable_memory_saver=False, speculative_num_draft_tokens=draft_tokens)
-        if "speculative_eagle_topk" in inspect.signature(mpm.MambaPool.__init__).parameters:
-            kw["speculative_eagle_topk"] = topk
-        with iu.gate.speculative_topk(topk):
-            return mpm.MambaPool(**kw)
+    #: Model shapes (CUDA) or a tiny stand-in (the ``--cpu`` dry run) for the peak and memory sections.
+    pool_shapes = (
+        [("Qwen3.5-0.8B", QWEN35_08B.state_dims()), ("Qwen3-Next-80B", QWEN3_NEXT_80B.state_dims())]
+        if device == "cuda"
+        else [("tiny", dict(num_layers=2, conv_dim=8, conv_kernel=4, num_heads=2, head_dim=4, state_size=4))]
+    )
 
     def measured(build):
         if device != "cuda":
@@ -272,8 +272,7 @@ def main() -> int:
     @section("peak")
     def _peak():
         rows = []
-        shapes = [("Qwen3.5-0.8B", iu.QWEN35_08B), ("Qwen3-Next-80B", iu.QWEN3_NEXT_80B)] if device == "cuda" else [("tiny", dict(num_layers=2, conv_dim=8, conv_kernel=4, num_heads=2, head_dim=4, state_size=4))]
-        for sname, skw in shapes:
+        for sname, skw in pool_shapes:
             for label, on, bp, topk in paths:
                 for warm in (True, False):
                     ctx = contextlib.ExitStack()
@@ -302,8 +301,7 @@ def main() -> int:
     @section("memory")
     def _memory():
         rows = []
-        shapes = [("Qwen3.5-0.8B", iu.QWEN35_08B), ("Qwen3-Next-80B", iu.QWEN3_NEXT_80B)] if device == "cuda" else [("tiny", dict(num_layers=2, conv_dim=8, conv_kernel=4, num_heads=2, head_dim=4, state_size=4))]
-        for sname, skw in shapes:
+        for sname, skw in pool_shapes:
             for label, on, bp, topk in paths:
                 ctx = contextlib.ExitStack()
                 ctx.enter_context(iu.plugin(on))
@@ -335,7 +333,7 @@ def main() -> int:
         if device != "cuda":
             return {"skipped": "cpu"}
         rows = []
-        cp = iu.make_cache_params(**iu.QWEN35_08B, conv_dtype=bf16)
+        cp = iu.make_cache_params(**QWEN35_08B.state_dims(), conv_dtype=bf16)
         for bs in (1, 16, 64):
             res = {}
             for label, on in (("SGLang 0.5.23", False), ("plugin", True)):

@@ -39,18 +39,18 @@ def main(argv=None) -> int:
     import_standins.stub_missing_packages()
     import integration_utils as iu
 
+    from sglang_mamba_dedup.shapes import QWEN35_08B
+
     if not torch.cuda.is_available():
         print("release_sim_gpu: no CUDA device", file=sys.stderr)
         return 2
     iu.ensure_commit_kernel()
     bf16 = torch.bfloat16
-    q = iu.QWEN35_08B
     configs = {
         "D4-K4-bs8": iu.SimConfig(device="cuda", conv_dtype=bf16, steps=args.steps, batch=8),
         "D3-K3-bs5": iu.SimConfig(device="cuda", conv_dtype=bf16, draft_tokens=3, conv_kernel=3, steps=args.steps, batch=5, seed=7),
         "Qwen3.5-0.8B-D4-bs8": iu.SimConfig(
-            device="cuda", conv_dtype=bf16, num_layers=q["num_layers"], conv_dim=q["conv_dim"], conv_kernel=q["conv_kernel"],
-            num_heads=q["num_heads"], head_dim=q["head_dim"], state_size=q["state_size"], batch=8, steps=24, seed=35,
+            **QWEN35_08B.state_dims(), device="cuda", conv_dtype=bf16, batch=8, steps=24, seed=35,
         ),
     }
     expected_layout = "ours" if iu.BACKPORT else "upstream"

@@ -14,68 +14,33 @@ loads plugins before it parses its command line, so :func:`register` sees the fl
 ``SGLANG_MAMBA_DEDUP=1`` (which the spawned scheduler processes inherit) and installs the ``launch_flag``
 patches so that SGLang's parser accepts the flag and lists it in ``--help``. With ``--config`` files, use
 the environment variable instead.
+
+The switch's values and their parsing (``ENV``, ``Mode``, ``parse_mode`` ...) live in :mod:`.switch`, which
+:mod:`.report` reads too (so it needs no import of this module); they are re-exported here.
 """
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import sys
 from typing import Dict, Optional, Tuple
 
 from . import __version__, report, versions
+from .switch import ACCEPTED, ENV, Mode, SwitchError, current_mode, current_mode_name, parse_mode, safe_mode, strict
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-ENV = "SGLANG_MAMBA_DEDUP"
 FLAG = "--enable-mamba-conv-dedup"
 
-
-class Mode(str, enum.Enum):
-    OFF = "off"
-    ON = "on"
-    STRICT = "strict"
-
-
-_VALUES = {"": Mode.OFF, "0": Mode.OFF, "off": Mode.OFF, "1": Mode.ON, "on": Mode.ON, "strict": Mode.STRICT}
-ACCEPTED = "unset, 0, off, 1, on, strict"
-
-
-class SwitchError(ValueError):
-    """``SGLANG_MAMBA_DEDUP`` holds a value we do not understand."""
+__all__ = [
+    "ACCEPTED", "ENV", "FLAG", "Mode", "StrictModeError", "SwitchError", "current_mode", "current_mode_name",
+    "flag_in_argv", "last_summary", "mark_programmatic", "parse_mode", "register", "reset_for_tests", "safe_mode",
+    "strict",
+]
 
 
 class StrictModeError(RuntimeError):
     """Strict mode and the plugin cannot engage; raised to stop the launch."""
-
-
-def parse_mode(value: Optional[str]) -> Mode:
-    if value is None:
-        return Mode.OFF
-    key = value.strip().lower()
-    if key not in _VALUES:
-        shown = value if len(value) <= 40 else f"{value[:40]}... ({len(value)} characters)"
-        raise SwitchError(f"{ENV}={shown!r} is not understood; accepted values: {ACCEPTED} (the plugin stays off)")
-    return _VALUES[key]
-
-
-def safe_mode(value: Optional[str]) -> Mode:
-    try:
-        return parse_mode(value)
-    except SwitchError:
-        return Mode.OFF
-
-
-def current_mode() -> Mode:
-    return safe_mode(os.environ.get(ENV))
-
-
-def current_mode_name() -> str:
-    return current_mode().value
-
-
-def strict() -> bool:
-    return current_mode() is Mode.STRICT
 
 
 _last: Optional[Tuple[str, Optional[str]]] = None

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
+
+from .sglang_pool import CudaToDeviceTorch
+from .shapes import MODELS
 
 MiB = 1 << 20
 
@@ -49,28 +51,6 @@ def _switch(value: Optional[str]):
         activation.register()
 
 
-class CudaToDeviceTorch:
-    """``torch`` as seen by SGLang's ``memory_pool`` module, with ``zeros(device="cuda")`` sent to ``device``.
-
-    0.5.12 ... 0.5.19 allocate the speculative scratch on a hard-coded "cuda"; on a CPU-only machine the demo
-    (and the tests) put this object in place of that module's ``torch`` so SGLang's own code can run."""
-
-    def __init__(self, device):
-        self._device = device
-
-    def __getattr__(self, name):
-        import torch
-
-        return getattr(torch, name)
-
-    def zeros(self, *args, **kwargs):
-        import torch
-
-        if kwargs.get("device") == "cuda":
-            kwargs["device"] = self._device
-        return torch.zeros(*args, **kwargs)
-
-
 @contextlib.contextmanager
 def _cpu_stand_in(device: str):
     """On a CPU-only machine: SGLang's hard-coded "cuda" -> CPU, and the plugin's CUDA gate overridden."""
@@ -92,29 +72,6 @@ def _cpu_stand_in(device: str):
             os.environ.pop(gate.ALLOW_CPU_ENV, None)
         else:
             os.environ[gate.ALLOW_CPU_ENV] = saved_env
-
-
-def build_pool(model: str, slots: int, draft_tokens: int, topk: int, device: str):
-    from sglang.srt.mem_cache.memory_pool import MambaPool
-
-    from . import gate
-    from .shapes import MODELS, cache_params
-
-    params = cache_params(MODELS[model])
-    kwargs: Dict[str, Any] = dict(
-        size=slots,
-        spec_state_size=slots,
-        cache_params=params,
-        mamba_layer_ids=list(params.layers),
-        device=device,
-        speculative_num_draft_tokens=draft_tokens,
-        speculative_eagle_topk=topk,
-    )
-    accepted = inspect.signature(MambaPool.__init__).parameters
-    # 0.5.12 ... 0.5.13.post1: the pool takes no topk; publish it the way ModelRunner._init_pools does.
-    ctx = gate.speculative_topk(topk) if "speculative_eagle_topk" not in accepted else contextlib.nullcontext()
-    with ctx:
-        return MambaPool(**{k: v for k, v in kwargs.items() if k in accepted})
 
 
 def describe(pool) -> Dict[str, int]:
@@ -146,7 +103,7 @@ exit codes: 0 table printed; 1 SGLang could not build a pool here; 2 usage error
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="sglang-mamba-dedup demo", description=__doc__, epilog=EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="qwen3.5-0.8b", choices=["qwen3.5-0.8b", "qwen3-next-80b"])
+    ap.add_argument("--model", default="qwen3.5-0.8b", choices=list(MODELS))
     ap.add_argument("--slots", type=_positive, default=4, help="mamba slots (requests) of the pool (>= 1)")
     ap.add_argument("--draft-tokens", type=_positive, default=4, help="draft tokens per verify (>= 1)")
     ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
@@ -155,7 +112,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     import torch
 
     from . import activation, gate, report, versions
-    from .shapes import MODELS, cache_params
+    from .sglang_pool import build_pool, cache_params
 
     try:
         user_mode = activation.parse_mode(os.environ.get(activation.ENV))
@@ -186,7 +143,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             report.reset()
             with _switch(switch):
                 try:
-                    pool = build_pool(args.model, args.slots, args.draft_tokens, topk, device)
+                    pool = build_pool(cache_params(MODELS[args.model]), size=args.slots, draft_tokens=args.draft_tokens,
+                                      topk=topk, device=device)
                 except Exception as exc:
                     print(f"  {label}: SGLang could not build the pool here: {type(exc).__name__}: {exc}")
                     continue

@@ -15,9 +15,10 @@ No tokenizer is written: serve it with ``skip_tokenizer_init`` and token-id prom
 
 Default dimensions are Qwen3.5-0.8B's (published config / model card: 24 layers, 18 GDN + 6 full
 attention, hidden 1024, FFN 3584, 8 query / 2 KV heads of 256, GDN 16 key and 16 value heads of
-128, conv kernel 4, vocab 248320, rope theta 1e7, one MTP layer). One deliberate deviation: the
-published 0.8B ties its output head to the embedding; a *random* tied head makes greedy decoding
-repeat the last input token, so the head here is untied.
+128, conv kernel 4, vocab 248320, rope theta 1e7, one MTP layer); the layer count and the GDN state
+dimensions are read from :data:`sglang_mamba_dedup.shapes.QWEN35_08B`, the package's one shape table.
+One deliberate deviation: the published 0.8B ties its output head to the embedding; a *random* tied
+head makes greedy decoding repeat the last input token, so the head here is untied.
 
 How the random weights are shaped (so that greedy decoding is informative):
 
@@ -47,6 +48,8 @@ import sys
 import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from .shapes import QWEN35_08B
 
 __all__ = [
     "ModelDims",
@@ -95,19 +98,21 @@ class ModelDims:
 
 
 PRESETS: Dict[str, ModelDims] = {
-    # Qwen/Qwen3.5-0.8B text part (see the module docstring for the sources).
+    # Qwen/Qwen3.5-0.8B text part (see the module docstring for the sources); the layer count and the GDN
+    # state dimensions come from the shape table (sglang_mamba_dedup.shapes), the rest is the full model's.
     "qwen3.5-0.8b": ModelDims(
         vocab_size=248320,
         hidden_size=1024,
         intermediate_size=3584,
-        num_hidden_layers=24,
+        num_hidden_layers=QWEN35_08B.layers,
         num_attention_heads=8,
         num_key_value_heads=2,
         head_dim=256,
-        linear_num_key_heads=16,
-        linear_num_value_heads=16,
-        linear_key_head_dim=128,
-        linear_value_head_dim=128,
+        linear_num_key_heads=QWEN35_08B.key_heads,
+        linear_num_value_heads=QWEN35_08B.value_heads,
+        linear_key_head_dim=QWEN35_08B.head_dim,
+        linear_value_head_dim=QWEN35_08B.head_dim,
+        linear_conv_kernel_dim=QWEN35_08B.conv_kernel,
     ),
     # For CPU tests: 3 GDN layers + 1 full attention layer + MTP, a few MB in bf16.
     "tiny": ModelDims(

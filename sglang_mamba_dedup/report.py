@@ -16,6 +16,8 @@ import sys
 import threading
 from typing import Any, Dict, Optional, Tuple
 
+from .switch import current_mode_name
+
 REPORT_DIR_ENV = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
 
 _lock = threading.Lock()
@@ -58,13 +60,13 @@ def count_commit(ours: bool) -> None:
 
 
 def snapshot() -> Dict[str, Any]:
-    from . import activation, patching, versions
+    from . import patching, versions
 
     return {
         "pid": os.getpid(),
         "argv0": sys.argv[0] if sys.argv else "",
         "sglang_version": versions.installed_sglang_version(),
-        "mode": activation.current_mode_name(),
+        "mode": current_mode_name(),
         "patches": {
             name: {"feature": st["feature"], "state": st["state"], "reason": st["reason"], "calls": st["calls"]}
             for name, st in patching.status().items()

@@ -25,9 +25,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from kernel_utils import assert_bitwise_equal  # noqa: E402,F401  (one bitwise comparison for all tests)
 
-from sglang_mamba_dedup import gate, patching, report, versions
-from sglang_mamba_dedup.demo import CudaToDeviceTorch
+from sglang_mamba_dedup import patching, report, shapes, versions
 from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
+from sglang_mamba_dedup.sglang_pool import CudaToDeviceTorch, build_pool  # the package's one SGLang pool builder
 
 SGLANG_VERSION = versions.installed_sglang_version()
 BACKPORT = versions.mode_for(SGLANG_VERSION) == "backport"
@@ -191,43 +191,6 @@ def cpu_stock_paths(device: str = "cpu"):
     finally:
         for mod, name, value in reversed(saved):
             setattr(mod, name, value)
-
-
-def build_pool(
-    *,
-    cache_params,
-    size: int,
-    mamba_size: int,
-    draft_tokens: Optional[int],
-    topk: Optional[int] = 1,
-    device: str = "cpu",
-    via_init_pools: bool = True,
-    unified: bool = False,
-):
-    """A real ``HybridReqToTokenPool``; on 0.5.13 the topk reaches the gate the way ``_init_pools`` does."""
-    mp = mem_pool_module()
-    sig = inspect.signature(mp.HybridReqToTokenPool.__init__).parameters
-    kw = dict(
-        size=size,
-        mamba_size=mamba_size,
-        mamba_spec_state_size=size,
-        max_context_len=64,
-        device=device,
-        enable_memory_saver=False,
-        cache_params=cache_params,
-        mamba_layer_ids=list(cache_params.layers),
-        enable_mamba_extra_buffer=False,
-        speculative_num_draft_tokens=draft_tokens,
-    )
-    if "speculative_eagle_topk" in sig:
-        kw["speculative_eagle_topk"] = topk
-    ctx = (
-        gate.speculative_topk(topk, unified=unified)
-        if (via_init_pools and "speculative_eagle_topk" not in sig)
-        else contextlib.nullcontext()
-    )
-    with ctx:
-        return mp.HybridReqToTokenPool(**kw)
 
 
 _published: Dict[str, Any] = {}
@@ -442,8 +405,9 @@ def simulate(cfg: SimConfig) -> SimResult:
 
 
 # ------------------------------------------------------------------------------------------------ estimator
-QWEN35_08B = dict(num_layers=18, conv_dim=6144, conv_kernel=4, num_heads=16, head_dim=128, state_size=128)
-QWEN3_NEXT_80B = dict(num_layers=36, conv_dim=8192, conv_kernel=4, num_heads=32, head_dim=128, state_size=128)
+#: ``make_cache_params`` / ``SimConfig`` keywords of the models' state, from the one table in ``sglang_mamba_dedup.shapes``.
+QWEN35_08B = shapes.QWEN35_08B.state_dims()
+QWEN3_NEXT_80B = shapes.QWEN3_NEXT_80B.state_dims()
 
 
 def run_estimator(cache_params, *, total_rest_gb: float, draft_tokens: int = 4, topk: int = 1,

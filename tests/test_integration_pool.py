@@ -14,13 +14,14 @@ os.environ.setdefault("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")  # tests only: the in
 
 import importlib
 import itertools
+import math
 import types
 
 import integration_utils as iu
 import pytest
 import torch
 
-from sglang_mamba_dedup import gate, layout, patching, report
+from sglang_mamba_dedup import gate, layout, patching, report, shapes
 from sglang_mamba_dedup.patches import pool_config
 
 pytestmark = pytest.mark.release
@@ -279,9 +280,10 @@ def test_estimator_reserves_dedup_size_qwen35_08b(capsys):
         after, rest_after = iu.run_estimator(cp, total_rest_gb=budget, device="cpu")
         est = dict(pool_config.last_estimate)
     assert est["applied"] and est["draft_tokens"] == 4
-    d, k = 4, 4
-    conv = 18 * 6144 * 3 * 2
-    ssm = 18 * 16 * 128 * 128 * 4
+    q = shapes.QWEN35_08B
+    d, k = 4, q.conv_kernel
+    conv = q.gdn_layers * q.conv_dim * (k - 1) * 2  # bf16
+    ssm = q.gdn_layers * math.prod(q.ssm_shape) * 4  # fp32
     assert abs(est["effective_draft_tokens"] - (ssm * d + conv * (d + k - 2) / (k - 1)) / (ssm + conv)) < 1e-12
     assert after > before
     with iu.plugin(True):  # topk > 1: no change

@@ -22,12 +22,7 @@ STEPS = int(os.environ.get("SMD_QWEN35_SMOKE_STEPS", "2"))
 
 def test_qwen35_08b_shapes_smoke(capsys):
     kernel = iu.ensure_commit_kernel()
-    shapes = iu.QWEN35_08B
-    cfg = iu.SimConfig(
-        num_layers=shapes["num_layers"], conv_dim=shapes["conv_dim"], conv_kernel=shapes["conv_kernel"],
-        num_heads=shapes["num_heads"], head_dim=shapes["head_dim"], state_size=shapes["state_size"],
-        draft_tokens=4, batch=2, steps=STEPS, seed=35,
-    )
+    cfg = iu.SimConfig(**iu.QWEN35_08B, draft_tokens=4, batch=2, steps=STEPS, seed=35)
     with iu.cpu_stock_paths(cfg.device), iu.plugin(False):
         stock = iu.simulate(cfg)
     with iu.cpu_stock_paths(cfg.device), iu.plugin(True):

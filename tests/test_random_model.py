@@ -4,6 +4,7 @@ import json
 import pytest
 
 from sglang_mamba_dedup import random_model as rm
+from sglang_mamba_dedup import shapes
 
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
@@ -97,6 +98,8 @@ def test_default_preset_is_qwen35_08b():
     assert d.layer_types.count("linear_attention") == 18 and d.layer_types.count("full_attention") == 6
     assert (d.linear_num_key_heads, d.linear_num_value_heads, d.linear_key_head_dim) == (16, 16, 128)
     assert d.conv_dim == 6144 and d.linear_conv_kernel_dim == 4
+    q = shapes.QWEN35_08B  # the package's one shape table: the preset's GDN state is what the pools are built with
+    assert (d.layer_types.count("linear_attention"), d.conv_dim, d.linear_conv_kernel_dim) == (q.gdn_layers, q.conv_dim, q.conv_kernel)
     assert (d.num_attention_heads, d.num_key_value_heads, d.head_dim) == (8, 2, 256)
     n = sum(int(torch.Size(s).numel()) for _, s, _, _ in rm.weight_specs(d))
     assert 0.8e9 < n < 1.2e9  # ~0.75B backbone + untied head + MTP layer
