@@ -5,6 +5,7 @@ load and `import torchvision` dies with "operator torchvision::nms does not exis
 torchvision at module load. Before torchvision is first imported we try to load its library ourselves; only
 when that fails do we declare the two operator schemas its Python code registers fake kernels for.
 """
+
 import importlib.abc
 import importlib.util
 import sys
@@ -34,9 +35,7 @@ class _TorchvisionSchemaFix(importlib.abc.MetaPathFinder):
             if not loaded:
                 lib = torch.library.Library("torchvision", "DEF")
                 lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-                lib.define(
-                    "qnms(Tensor qdets, Tensor scores, float iou_threshold) -> Tensor"
-                )
+                lib.define("qnms(Tensor qdets, Tensor scores, float iou_threshold) -> Tensor")
                 _KEEP.append(lib)
         except Exception:
             pass

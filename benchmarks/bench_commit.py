@@ -108,8 +108,10 @@ def time_many(fns: dict, warmup=5, budget_s=0.8, min_reps=15, max_reps=300) -> d
         torch.cuda.synchronize()
         one[name] = max(time.perf_counter() - t0, 1e-6)
     reps = int(min(max_reps, max(min_reps, budget_s / sum(one.values()))))
-    ev = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-          for n in fns}
+    ev = {
+        n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+        for n in fns
+    }
     for i in range(reps):
         for name, fn in fns.items():
             s, e = ev[name][i]
@@ -164,8 +166,17 @@ def build_inputs(cfg, R, D, gen):
     view = phys.as_strided((L, R, D, dim, K - 1), (sl, sr, sw, sd, sw))
     dense = view.contiguous()  # same logical windows, dense layout (0.5.13 path)
     conv_dst = torch.empty((L, n_slots, dim, K - 1), dtype=torch.bfloat16, device=dev).fill_(float("nan"))
-    return SimpleNamespace(ssm_src=ssm_src, ssm_dst=ssm_dst, phys=phys, view=view, dense=dense, conv_dst=conv_dst,
-                           n_slots=n_slots, R=R, D=D)
+    return SimpleNamespace(
+        ssm_src=ssm_src,
+        ssm_dst=ssm_dst,
+        phys=phys,
+        view=view,
+        dense=dense,
+        conv_dst=conv_dst,
+        n_slots=n_slots,
+        R=R,
+        D=D,
+    )
 
 
 def make_indices(B, D, R, gen):
@@ -195,11 +206,20 @@ def providers(x, idx, track, sg, fused_commit):
     ts, tl_ = (t_steps, t_slots) if track else (None, None)
 
     def ours():
-        fused_commit(conv_dsts=[x.conv_dst], conv_srcs=[x.view], ssm_dst=x.ssm_dst, ssm_src=x.ssm_src,
-                     accept_steps=steps, accept_slots=slots, track_steps=ts, track_slots=tl_)
+        fused_commit(
+            conv_dsts=[x.conv_dst],
+            conv_srcs=[x.view],
+            ssm_dst=x.ssm_dst,
+            ssm_src=x.ssm_src,
+            accept_steps=steps,
+            accept_slots=slots,
+            track_steps=ts,
+            track_slots=tl_,
+        )
 
-    caches = SimpleNamespace(temporal=x.ssm_dst, intermediate_ssm=x.ssm_src, conv=[x.conv_dst],
-                             intermediate_conv_window=[x.view])
+    caches = SimpleNamespace(
+        temporal=x.ssm_dst, intermediate_ssm=x.ssm_src, conv=[x.conv_dst], intermediate_conv_window=[x.view]
+    )
 
     def sglang_0523():
         sg.scatter_mamba_states_after_mtp_verify(caches, slots, steps, tl_, ts)
@@ -249,9 +269,7 @@ def check_same_result(x, idx, track, provs):
             sum(int(torch.isnan(x.conv_dst[layer]).sum()) for layer in range(x.conv_dst.shape[0])),
         )
     ref = outs["ours"]
-    ok = all(
-        torch.equal(ref[0], o[0]) and torch.equal(ref[1], o[1]) and ref[2:] == o[2:] for o in outs.values()
-    )
+    ok = all(torch.equal(ref[0], o[0]) and torch.equal(ref[1], o[1]) and ref[2:] == o[2:] for o in outs.values())
     del outs
     torch.cuda.empty_cache()
     return ok
@@ -281,14 +299,29 @@ def sweep_tiles(sg, fused_commit, gen, out_rows, meta):
             med, p20, p80, reps = time_call(replay)
             nbytes = moved_bytes(cfg, B, track)
             res[(B, track)] = med
-            out_rows.append(dict(meta, kind="sweep", model="qwen3.5-0.8b", D=D, batch=B, mode="accept",
-                                 provider=f"ours_graph[tile={tile_bytes},warps={warps}]", median_us=round(med, 2),
-                                 p20_us=round(p20, 2), p80_us=round(p80, 2), reps=reps, bytes=nbytes,
-                                 GBps=round(nbytes / (med * 1e-6) / 1e9, 1)))
+            out_rows.append(
+                dict(
+                    meta,
+                    kind="sweep",
+                    model="qwen3.5-0.8b",
+                    D=D,
+                    batch=B,
+                    mode="accept",
+                    provider=f"ours_graph[tile={tile_bytes},warps={warps}]",
+                    median_us=round(med, 2),
+                    p20_us=round(p20, 2),
+                    p80_us=round(p80, 2),
+                    reps=reps,
+                    bytes=nbytes,
+                    GBps=round(nbytes / (med * 1e-6) / 1e9, 1),
+                )
+            )
             del graph
         scores[(tile_bytes, warps)] = res
-        log(f"sweep (graph) tile={tile_bytes:6d} warps={warps}: " + "  ".join(
-            f"b{B}: {m:8.1f} us" for (B, _), m in res.items()))
+        log(
+            f"sweep (graph) tile={tile_bytes:6d} warps={warps}: "
+            + "  ".join(f"b{B}: {m:8.1f} us" for (B, _), m in res.items())
+        )
     big = min(scores, key=lambda c: scores[c][(64, False)] + 0.5 * scores[c][(128, False)])
     common.SSM_TILE_BYTES, common.SSM_NUM_WARPS = big
     fc.clear_plan_cache()
@@ -320,10 +353,24 @@ def launch_overheads(gen, fused_commit, sg, out_rows, meta):
     cases += [("ours", ours), ("ours_graph_replay", replay)]
     res = {name: v[0] for name, v in time_many(dict(cases), budget_s=0.5).items()}
     for name, med in res.items():
-        out_rows.append(dict(meta, kind="overhead", model="qwen3.5-0.8b", D=4, batch=1, mode="accept",
-                             provider=name, median_us=round(med, 2), p20_us=0, p80_us=0, reps=0, bytes=0, GBps=0))
-    log("launch overheads (median us, events around the call): " +
-        "  ".join(f"{k}={v:.1f}" for k, v in res.items()))
+        out_rows.append(
+            dict(
+                meta,
+                kind="overhead",
+                model="qwen3.5-0.8b",
+                D=4,
+                batch=1,
+                mode="accept",
+                provider=name,
+                median_us=round(med, 2),
+                p20_us=0,
+                p80_us=0,
+                reps=0,
+                bytes=0,
+                GBps=0,
+            )
+        )
+    log("launch overheads (median us, events around the call): " + "  ".join(f"{k}={v:.1f}" for k, v in res.items()))
     del x, graph
     torch.cuda.empty_cache()
     return res
@@ -356,8 +403,23 @@ def run(out_dir, quick=False, sweep=False, models=None):
     rows = []
     bw = copy_bandwidth_gbs()
     log(f"device copy bandwidth (dst.copy_(src), 4 GiB fp32, read+write): {bw:.0f} GB/s")
-    rows.append(dict(meta, kind="copy", model="-", D=0, batch=0, mode="-", provider="torch_copy",
-                     median_us=0, p20_us=0, p80_us=0, reps=0, bytes=2 * (4 << 30), GBps=round(bw, 1)))
+    rows.append(
+        dict(
+            meta,
+            kind="copy",
+            model="-",
+            D=0,
+            batch=0,
+            mode="-",
+            provider="torch_copy",
+            median_us=0,
+            p20_us=0,
+            p80_us=0,
+            reps=0,
+            bytes=2 * (4 << 30),
+            GBps=round(bw, 1),
+        )
+    )
     try:
         launch_overheads(gen, fused_commit, sg, rows, meta)
     except Exception as e:
@@ -375,7 +437,7 @@ def run(out_dir, quick=False, sweep=False, models=None):
     batches = (1, 64) if quick else BATCHES
     for model in models or MODELS:
         cfg = MODELS[model]
-        for D in ((4,) if quick else STEPS):
+        for D in (4,) if quick else STEPS:
             fits = [B for B in batches if _bytes_needed(cfg, B, D) <= budget]
             if not fits:
                 continue
@@ -421,9 +483,23 @@ def bench_model(cfg, model, R, D, fits, gen, sg, fused_commit, rows, meta):
             for name, (med, p20, p80, reps) in timed.items():
                 gbs = nbytes / (med * 1e-6) / 1e9
                 done.append(f"{name}={med:.1f}us/{gbs:.0f}GB/s")
-                rows.append(dict(meta, kind="bench", model=model, D=D, batch=B, mode=mode, provider=name,
-                                 median_us=round(med, 2), p20_us=round(p20, 2), p80_us=round(p80, 2),
-                                 reps=reps, bytes=nbytes, GBps=round(gbs, 1)))
+                rows.append(
+                    dict(
+                        meta,
+                        kind="bench",
+                        model=model,
+                        D=D,
+                        batch=B,
+                        mode=mode,
+                        provider=name,
+                        median_us=round(med, 2),
+                        p20_us=round(p20, 2),
+                        p80_us=round(p80, 2),
+                        reps=reps,
+                        bytes=nbytes,
+                        GBps=round(gbs, 1),
+                    )
+                )
             log(f"{model:15s} D={D} b={B:3d} {mode:12s} " + "  ".join(done))
             del graph, replay
     del x
@@ -477,19 +553,27 @@ def markdown_table(rows, bw, meta, tile):
             return s + (f" ({100 * r['GBps'] / bw:.0f}%)" if pct else "")
 
         sp = p["sglang_0.5.23"]["median_us"] / p["ours"]["median_us"] if "ours" in p and "sglang_0.5.23" in p else 0
-        out.append(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {cell('ours')} | {cell('ours_graph', False)} | "
-                   f"{cell('sglang_0.5.23')} | {cell('sglang_0.5.13')} | {sp:.2f}x |")
+        out.append(
+            f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {cell('ours')} | {cell('ours_graph', False)} | "
+            f"{cell('sglang_0.5.23')} | {cell('sglang_0.5.13')} | {sp:.2f}x |"
+        )
     ov = {r["provider"]: r["median_us"] for r in rows if r["kind"] == "overhead"}
     if ov:
         out.append("")
-        out.append("Batch-1 launch overheads (median us, CUDA events around the call, Qwen3.5-0.8B D=4 accept): "
-                   + ", ".join(f"{k} {v:.1f}" for k, v in ov.items()))
+        out.append(
+            "Batch-1 launch overheads (median us, CUDA events around the call, Qwen3.5-0.8B D=4 accept): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in ov.items())
+        )
     out.append("")
-    out.append("Correctness gate (ours vs SGLang 0.5.23 vs 0.5.13-style, bitwise, batch 1 and 16): "
-               + ("FAILED for " + ", ".join(GATE_FAILURES) if GATE_FAILURES else "identical pools everywhere"))
+    out.append(
+        "Correctness gate (ours vs SGLang 0.5.23 vs 0.5.13-style, bitwise, batch 1 and 16): "
+        + ("FAILED for " + ", ".join(GATE_FAILURES) if GATE_FAILURES else "identical pools everywhere")
+    )
     out.append("")
-    out.append("Command: `python benchmarks/gpu_check.py` (runs the GPU tests, then "
-               "`benchmarks/bench_commit.py`), on the lent H200 with SGLang 0.5.23 carried as wheels.")
+    out.append(
+        "Command: `python benchmarks/gpu_check.py` (runs the GPU tests, then "
+        "`benchmarks/bench_commit.py`), on the lent H200 with SGLang 0.5.23 carried as wheels."
+    )
     return "\n".join(out) + "\n"
 
 
@@ -506,8 +590,11 @@ def plot(rows, bw, path, meta):
         for i, mode in enumerate(("accept", "accept+track")):
             ax = axes[i][j]
             for prov in ("ours", "ours_graph", "sglang_0.5.23", "sglang_0.5.13"):
-                pts = sorted((r["batch"], r["median_us"]) for r in bench
-                             if r["model"] == model and r["mode"] == mode and r["provider"] == prov)
+                pts = sorted(
+                    (r["batch"], r["median_us"])
+                    for r in bench
+                    if r["model"] == model and r["mode"] == mode and r["provider"] == prov
+                )
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=prov)
             ax.set_xscale("log", base=2)

@@ -11,6 +11,7 @@ host overhead of a change): ``--label before`` / ``--label after``.
 
     python3 -P benchmarks/bench_commit_call.py --out "$OUT" --label after      # the plugin installed
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,9 @@ def _tooling_from_checkout() -> None:
     if importlib.util.find_spec("sglang_mamba_dedup.sglang_pool") is not None:
         return
     for name in ("shapes", "sglang_pool"):  # sglang_pool imports shapes
-        spec = importlib.util.spec_from_file_location(f"sglang_mamba_dedup.{name}", ROOT / "sglang_mamba_dedup" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(
+            f"sglang_mamba_dedup.{name}", ROOT / "sglang_mamba_dedup" / f"{name}.py"
+        )
         assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = mod
@@ -94,7 +97,10 @@ def main(argv=None) -> int:
                     for _ in range(10):
                         backend.update_mamba_state_after_mtp_verify(*call)
                     torch.cuda.synchronize()
-                    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(args.calls)]
+                    ev = [
+                        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                        for _ in range(args.calls)
+                    ]
                     host = []
                     for a, b in ev:
                         a.record()
@@ -123,8 +129,10 @@ def main(argv=None) -> int:
         w.writerows(rows)
     print("\n| build | batch | track | SGLang us (host) | plugin us (host) | speed-up |\n|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['label']} | {r['batch']} | {'yes' if r['track'] else 'no'} | {r['sglang_us']} ({r['sglang_host_us']}) "
-              f"| {r['ours_us']} ({r['ours_host_us']}) | {r['speedup']}x |")
+        print(
+            f"| {r['label']} | {r['batch']} | {'yes' if r['track'] else 'no'} | {r['sglang_us']} ({r['sglang_host_us']}) "
+            f"| {r['ours_us']} ({r['ours_host_us']}) | {r['speedup']}x |"
+        )
     return 0
 
 

@@ -25,6 +25,7 @@ Writes ``integration_gpu.md`` and ``integration_gpu.json`` into ``--out`` (defau
 Needs the plugin installed (``pip install -e .`` here; on the GPU machine
 ``bash tools/gpu-engine/install-plugin.sh`` and ``PYTHONPATH=/tmp/smd-meta:... python3 -P benchmarks/integration_gpu.py``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -80,7 +81,12 @@ def main() -> int:
         env["triton"] = "?"
     env["device"] = torch.cuda.get_device_name() if device == "cuda" else "cpu (TRITON_INTERPRET)"
     env["commit_kernel"] = iu.ensure_commit_kernel()
-    md: list = [f"# Integration on {env['device']}", "", f"SGLang {env['sglang']}, torch {env['torch']}, triton {env['triton']}, commit kernel: {env['commit_kernel']}", ""]
+    md: list = [
+        f"# Integration on {env['device']}",
+        "",
+        f"SGLang {env['sglang']}, torch {env['torch']}, triton {env['triton']}, commit kernel: {env['commit_kernel']}",
+        "",
+    ]
     print(md[0], md[2], flush=True)
 
     bf16 = torch.bfloat16
@@ -114,7 +120,14 @@ def main() -> int:
             scatter = iu._widen_is_cuda(scatter)
         bk = iu.backend_module()
 
-        def body(mamba_caches, state_indices_tensor, last_correct_step_indices, mamba_track_indices, mamba_steps_to_track, src_indices_raw=None):
+        def body(
+            mamba_caches,
+            state_indices_tensor,
+            last_correct_step_indices,
+            mamba_track_indices,
+            mamba_steps_to_track,
+            src_indices_raw=None,
+        ):
             assert src_indices_raw is None
             conv_states = mamba_caches.conv[0]
             ssm_states = mamba_caches.temporal
@@ -169,7 +182,11 @@ def main() -> int:
                 signal.alarm(0)
                 tb = traceback.format_exc()
                 print(tb, flush=True)
-                results["sections"][name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": tb[-3000:]}
+                results["sections"][name] = {
+                    "ok": False,
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "traceback": tb[-3000:],
+                }
                 md.extend([f"## {name}: FAILED", "", "```", tb[-2000:], "```", ""])
             print(f"[{name}] {time.time() - t0:.1f}s", flush=True)
 
@@ -177,13 +194,42 @@ def main() -> int:
     @section("sim")
     def _sim():
         cfgs = [
-            ("small D4 K4 bs8", iu.SimConfig(device=device, conv_dtype=bf16, steps=64 if device == "cuda" else 4, batch=8 if device == "cuda" else 3)),
-            ("small D3 K3 bs5", iu.SimConfig(device=device, conv_dtype=bf16, draft_tokens=3, conv_kernel=3, steps=48 if device == "cuda" else 3, batch=5 if device == "cuda" else 2)),
+            (
+                "small D4 K4 bs8",
+                iu.SimConfig(
+                    device=device,
+                    conv_dtype=bf16,
+                    steps=64 if device == "cuda" else 4,
+                    batch=8 if device == "cuda" else 3,
+                ),
+            ),
+            (
+                "small D3 K3 bs5",
+                iu.SimConfig(
+                    device=device,
+                    conv_dtype=bf16,
+                    draft_tokens=3,
+                    conv_kernel=3,
+                    steps=48 if device == "cuda" else 3,
+                    batch=5 if device == "cuda" else 2,
+                ),
+            ),
         ]
         if device == "cuda":
-            cfgs.append(("Qwen3.5-0.8B D4 bs8", iu.SimConfig(
-                **QWEN35_08B.state_dims(), device=device, conv_dtype=bf16, draft_tokens=4, batch=8, steps=32, seed=35,
-            )))
+            cfgs.append(
+                (
+                    "Qwen3.5-0.8B D4 bs8",
+                    iu.SimConfig(
+                        **QWEN35_08B.state_dims(),
+                        device=device,
+                        conv_dtype=bf16,
+                        draft_tokens=4,
+                        batch=8,
+                        steps=32,
+                        seed=35,
+                    ),
+                )
+            )
         for c in cfgs:
             c[1].progress = True
             c[1].check_outputs = device == "cuda"  # the interpreter mis-computes bf16 conv outputs
@@ -200,7 +246,9 @@ def main() -> int:
                 runs["plugin back-port path (our allocation + our commit)"] = iu.simulate(cfg)
             try:
                 with iu.cpu_stock_paths(device), iu.plugin(False), commit_0513():
-                    runs["0.5.13.post1 stock (dense window + 0.5.13 scatter)"] = iu.simulate(dataclasses.replace(cfg, pool_topk=2))
+                    runs["0.5.13.post1 stock (dense window + 0.5.13 scatter)"] = iu.simulate(
+                        dataclasses.replace(cfg, pool_topk=2)
+                    )
             except FileNotFoundError as exc:
                 print(f"skip 0.5.13 commit path: {exc}")
             ref = next(iter(runs.values()))
@@ -208,17 +256,32 @@ def main() -> int:
                 same = (r.outputs_md5, r.windows_md5, r.final_md5) == (ref.outputs_md5, ref.windows_md5, ref.final_md5)
                 all_equal &= same
                 lens = [n for step in r.accept_lens for n in step]
-                rows.append({
-                    "config": name, "path": label, "layout": r.layout or "stock", "ours_commits": r.events.get("ours_commit_calls", 0),
-                    "steps": cfg.steps, "outputs_md5": r.outputs_md5, "windows_md5": r.windows_md5, "final_md5": r.final_md5,
-                    "equal_to_first": same,
-                    "accept_0/partial/full": f"{lens.count(0)}/{sum(1 for n in lens if 0 < n < cfg.draft_tokens)}/{lens.count(cfg.draft_tokens)}",
-                })
-        md.extend(["## 1. Speculative-decode simulation, stock vs plugin (bf16 conv, fp32 SSM)", "",
-                   "| config | code path | layout | our commits | steps | accepted 0/partial/full | outputs md5 | windows md5 | final states md5 | equal |",
-                   "|---|---|---|---|---|---|---|---|---|---|"])
+                rows.append(
+                    {
+                        "config": name,
+                        "path": label,
+                        "layout": r.layout or "stock",
+                        "ours_commits": r.events.get("ours_commit_calls", 0),
+                        "steps": cfg.steps,
+                        "outputs_md5": r.outputs_md5,
+                        "windows_md5": r.windows_md5,
+                        "final_md5": r.final_md5,
+                        "equal_to_first": same,
+                        "accept_0/partial/full": f"{lens.count(0)}/{sum(1 for n in lens if 0 < n < cfg.draft_tokens)}/{lens.count(cfg.draft_tokens)}",
+                    }
+                )
+        md.extend(
+            [
+                "## 1. Speculative-decode simulation, stock vs plugin (bf16 conv, fp32 SSM)",
+                "",
+                "| config | code path | layout | our commits | steps | accepted 0/partial/full | outputs md5 | windows md5 | final states md5 | equal |",
+                "|---|---|---|---|---|---|---|---|---|---|",
+            ]
+        )
         for r in rows:
-            md.append(f"| {r['config']} | {r['path']} | {r['layout']} | {r['ours_commits']} | {r['steps']} | {r['accept_0/partial/full']} | `{r['outputs_md5']}` | `{r['windows_md5']}` | `{r['final_md5']}` | {'yes' if r['equal_to_first'] else '**NO**'} |")
+            md.append(
+                f"| {r['config']} | {r['path']} | {r['layout']} | {r['ours_commits']} | {r['steps']} | {r['accept_0/partial/full']} | `{r['outputs_md5']}` | `{r['windows_md5']}` | `{r['final_md5']}` | {'yes' if r['equal_to_first'] else '**NO**'} |"
+            )
         md.extend(["", f"All paths bit-identical: **{'yes' if all_equal else 'NO'}**", ""])
         assert all_equal, "code paths differ"
         return {"rows": rows, "all_equal": all_equal}
@@ -283,14 +346,32 @@ def main() -> int:
                         ctx.enter_context(no_warmup())
                     with ctx:
                         pool, peak, final = measured(lambda: build_mamba_pool(skw, batch=64, size=64, topk=topk))
-                        rows.append({"shapes": sname, "path": label, "warmup": warm, "peak": peak, "final": final,
-                                     "peak_minus_final": peak - final, "layout": getattr(pool, "_smd_layout", None) or "stock"})
+                        rows.append(
+                            {
+                                "shapes": sname,
+                                "path": label,
+                                "warmup": warm,
+                                "peak": peak,
+                                "final": final,
+                                "peak_minus_final": peak - final,
+                                "layout": getattr(pool, "_smd_layout", None) or "stock",
+                            }
+                        )
                         del pool
-        md.extend(["## 2. Peak device memory during MambaPool construction (batch 64, 64 slots, D=4)", "",
-                   "`torch.cuda.max_memory_allocated()` during the constructor minus the allocation before it, vs the allocation after it.", "",
-                   "| shapes | path | 0.5.23 copy-kernel warm-up | peak (MiB) | final (MiB) | peak - final (bytes) |", "|---|---|---|---|---|---|"])
+        md.extend(
+            [
+                "## 2. Peak device memory during MambaPool construction (batch 64, 64 slots, D=4)",
+                "",
+                "`torch.cuda.max_memory_allocated()` during the constructor minus the allocation before it, vs the allocation after it.",
+                "",
+                "| shapes | path | 0.5.23 copy-kernel warm-up | peak (MiB) | final (MiB) | peak - final (bytes) |",
+                "|---|---|---|---|---|---|",
+            ]
+        )
         for r in rows:
-            md.append(f"| {r['shapes']} | {r['path']} | {'on' if r['warmup'] else 'off'} | {r['peak'] / MB:.2f} | {r['final'] / MB:.2f} | {r['peak_minus_final']} |")
+            md.append(
+                f"| {r['shapes']} | {r['path']} | {'on' if r['warmup'] else 'off'} | {r['peak'] / MB:.2f} | {r['final'] / MB:.2f} | {r['peak_minus_final']} |"
+            )
         md.append("")
         bp_rows = [r for r in rows if r["path"] == "plugin back-port allocation" and not r["warmup"]]
         if device == "cuda":
@@ -311,19 +392,33 @@ def main() -> int:
                     pool, peak, final = measured(lambda: build_mamba_pool(skw, batch=64, size=64, topk=topk))
                     c = pool.mamba_cache
                     phys = getattr(pool, "_intermediate_conv_window_phys", None) or c.intermediate_conv_window
-                    rows.append({
-                        "shapes": sname, "path": label, "layout": getattr(pool, "_smd_layout", None) or "stock",
-                        "conv_state": layout.nbytes(c.conv), "ssm_state": layout.nbytes(c.temporal),
-                        "intermediate_ssm": layout.nbytes(c.intermediate_ssm),
-                        "window_logical": layout.nbytes(c.intermediate_conv_window), "window_physical": layout.nbytes(phys),
-                        "mem_usage": pool.mem_usage * GB, "allocated": final,
-                    })
+                    rows.append(
+                        {
+                            "shapes": sname,
+                            "path": label,
+                            "layout": getattr(pool, "_smd_layout", None) or "stock",
+                            "conv_state": layout.nbytes(c.conv),
+                            "ssm_state": layout.nbytes(c.temporal),
+                            "intermediate_ssm": layout.nbytes(c.intermediate_ssm),
+                            "window_logical": layout.nbytes(c.intermediate_conv_window),
+                            "window_physical": layout.nbytes(phys),
+                            "mem_usage": pool.mem_usage * GB,
+                            "allocated": final,
+                        }
+                    )
                     del pool, c, phys
-        md.extend(["## 3. MambaPool memory, dense vs dedup, batch 64 (64 slots + 1, 65 verify rows, D=4, bf16 conv, fp32 SSM)", "",
-                   "| shapes | path | conv-window scratch (MiB) | window dense-equivalent (MiB) | intermediate SSM (MiB) | conv + SSM state (MiB) | pool mem_usage (MiB) | measured allocation (MiB) |",
-                   "|---|---|---|---|---|---|---|---|"])
+        md.extend(
+            [
+                "## 3. MambaPool memory, dense vs dedup, batch 64 (64 slots + 1, 65 verify rows, D=4, bf16 conv, fp32 SSM)",
+                "",
+                "| shapes | path | conv-window scratch (MiB) | window dense-equivalent (MiB) | intermediate SSM (MiB) | conv + SSM state (MiB) | pool mem_usage (MiB) | measured allocation (MiB) |",
+                "|---|---|---|---|---|---|---|---|",
+            ]
+        )
         for r in rows:
-            md.append(f"| {r['shapes']} | {r['path']} | {r['window_physical'] / MB:.2f} | {r['window_logical'] / MB:.2f} | {r['intermediate_ssm'] / MB:.1f} | {(r['conv_state'] + r['ssm_state']) / MB:.1f} | {r['mem_usage'] / MB:.1f} | {r['allocated'] / MB:.1f} |")
+            md.append(
+                f"| {r['shapes']} | {r['path']} | {r['window_physical'] / MB:.2f} | {r['window_logical'] / MB:.2f} | {r['intermediate_ssm'] / MB:.1f} | {(r['conv_state'] + r['ssm_state']) / MB:.1f} | {r['mem_usage'] / MB:.1f} | {r['allocated'] / MB:.1f} |"
+            )
         md.append("")
         return {"rows": rows}
 
@@ -338,7 +433,9 @@ def main() -> int:
             res = {}
             for label, on in (("SGLang 0.5.23", False), ("plugin", True)):
                 with iu.plugin(on):
-                    pool = iu.build_pool(cache_params=cp, size=bs, mamba_size=2 * bs + 1, draft_tokens=4, topk=1, device=device)
+                    pool = iu.build_pool(
+                        cache_params=cp, size=bs, mamba_size=2 * bs + 1, draft_tokens=4, topk=1, device=device
+                    )
                     backend = iu.build_backend(pool, device=device, topk=1, draft_tokens=4)
                     slots = torch.arange(1, bs + 1, dtype=torch.int32, device=device)
                     iu.set_forward_metadata(backend, slots, 4)
@@ -358,11 +455,20 @@ def main() -> int:
                     assert (ours > 0) == on
                     del pool, backend
             rows.append({"batch": bs, **res})
-        md.extend(["## 4. Post-verify commit through `update_mamba_state_after_mtp_verify` (Qwen3.5-0.8B shapes, accept only, D=4)", "",
-                   "CUDA events around the Python call, median of 50 after 5 warm-up calls.", "",
-                   "| batch | SGLang 0.5.23 (us) | plugin (us) | speed-up |", "|---|---|---|---|"])
+        md.extend(
+            [
+                "## 4. Post-verify commit through `update_mamba_state_after_mtp_verify` (Qwen3.5-0.8B shapes, accept only, D=4)",
+                "",
+                "CUDA events around the Python call, median of 50 after 5 warm-up calls.",
+                "",
+                "| batch | SGLang 0.5.23 (us) | plugin (us) | speed-up |",
+                "|---|---|---|---|",
+            ]
+        )
         for r in rows:
-            md.append(f"| {r['batch']} | {r['SGLang 0.5.23']:.1f} | {r['plugin']:.1f} | {r['SGLang 0.5.23'] / r['plugin']:.2f}x |")
+            md.append(
+                f"| {r['batch']} | {r['SGLang 0.5.23']:.1f} | {r['plugin']:.1f} | {r['SGLang 0.5.23'] / r['plugin']:.2f}x |"
+            )
         md.append("")
         return {"rows": rows}
 

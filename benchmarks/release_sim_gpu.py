@@ -12,6 +12,7 @@ difference or when the plugin did not engage.
 
     python benchmarks/release_sim_gpu.py --out "$OUT"          # on the GPU, one release per process
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,9 +49,16 @@ def main(argv=None) -> int:
     bf16 = torch.bfloat16
     configs = {
         "D4-K4-bs8": iu.SimConfig(device="cuda", conv_dtype=bf16, steps=args.steps, batch=8),
-        "D3-K3-bs5": iu.SimConfig(device="cuda", conv_dtype=bf16, draft_tokens=3, conv_kernel=3, steps=args.steps, batch=5, seed=7),
+        "D3-K3-bs5": iu.SimConfig(
+            device="cuda", conv_dtype=bf16, draft_tokens=3, conv_kernel=3, steps=args.steps, batch=5, seed=7
+        ),
         "Qwen3.5-0.8B-D4-bs8": iu.SimConfig(
-            **QWEN35_08B.state_dims(), device="cuda", conv_dtype=bf16, batch=8, steps=24, seed=35,
+            **QWEN35_08B.state_dims(),
+            device="cuda",
+            conv_dtype=bf16,
+            batch=8,
+            steps=24,
+            seed=35,
         ),
     }
     expected_layout = "ours" if iu.BACKPORT else "upstream"
@@ -61,16 +69,27 @@ def main(argv=None) -> int:
             stock = iu.simulate(cfg)
         with iu.plugin(True):
             ours = iu.simulate(cfg)
-        same = (stock.outputs_md5, stock.windows_md5, stock.final_md5) == (ours.outputs_md5, ours.windows_md5, ours.final_md5)
+        same = (stock.outputs_md5, stock.windows_md5, stock.final_md5) == (
+            ours.outputs_md5,
+            ours.windows_md5,
+            ours.final_md5,
+        )
         engaged = ours.layout == expected_layout and ours.events.get("ours_commit_calls") == cfg.steps
         lens = [n for step in ours.accept_lens for n in step]
         row = {
-            "sglang": iu.SGLANG_VERSION, "config": name, "steps": cfg.steps, "device": torch.cuda.get_device_name(),
-            "layout": ours.layout, "ours_commit_calls": ours.events.get("ours_commit_calls"),
-            "stock_layout": stock.layout or "stock", "partial_accepts": sum(0 < n < cfg.draft_tokens for n in lens),
+            "sglang": iu.SGLANG_VERSION,
+            "config": name,
+            "steps": cfg.steps,
+            "device": torch.cuda.get_device_name(),
+            "layout": ours.layout,
+            "ours_commit_calls": ours.events.get("ours_commit_calls"),
+            "stock_layout": stock.layout or "stock",
+            "partial_accepts": sum(0 < n < cfg.draft_tokens for n in lens),
             "stock_md5": [stock.outputs_md5, stock.windows_md5, stock.final_md5],
             "plugin_md5": [ours.outputs_md5, ours.windows_md5, ours.final_md5],
-            "bit_identical": same, "plugin_engaged": engaged, "seconds": round(time.time() - t0, 1),
+            "bit_identical": same,
+            "plugin_engaged": engaged,
+            "seconds": round(time.time() - t0, 1),
         }
         ok &= same and engaged
         rows.append(row)

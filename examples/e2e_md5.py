@@ -6,6 +6,7 @@ Thin wrapper around ``sglang_mamba_dedup.e2e.main`` (also ``sglang-mamba-dedup e
     python examples/e2e_md5.py --random-weights                 # Qwen3.5-0.8B architecture, random weights
     python examples/e2e_md5.py --model-path Qwen/Qwen3.5-0.8B   # the real checkpoint, if you have it
 """
+
 import sys
 
 from sglang_mamba_dedup import e2e

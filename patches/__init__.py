@@ -5,6 +5,7 @@ and the parameters the target must accept. Features are applied all-or-nothing b
 :class:`sglang_mamba_dedup.registry.Patcher`; ``tests/test_patch_table.py`` checks that every wrapper
 function in this package appears here exactly once.
 """
+
 from __future__ import annotations
 
 from typing import List

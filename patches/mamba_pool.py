@@ -32,6 +32,7 @@ and ``_smd_commit_ok`` (whether our commit kernel may serve it) for :mod:`.verif
 Undone by ``sglang_mamba_dedup.revert()`` (restores the original ``__init__``; pools already built keep
 their layout).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -260,7 +261,12 @@ def _add_dedup_scratch(wrapped, instance, kwargs) -> None:
         phys_list, views = [], []
         for cs in conv_shapes:
             phys, view = layout.allocate(
-                num_layers=num_layers, rows=spec_rows, num_draft_tokens=d, conv_shape=cs, dtype=conv_dtype, device=device
+                num_layers=num_layers,
+                rows=spec_rows,
+                num_draft_tokens=d,
+                conv_shape=cs,
+                dtype=conv_dtype,
+                device=device,
             )
             phys_list.append(phys)
             views.append(view)
@@ -288,11 +294,24 @@ def _add_dedup_scratch(wrapped, instance, kwargs) -> None:
         "max_mamba_cache_size: %s, intermediate_ssm_state_cache size: %.2fGB "
         "intermediate_conv_window_cache size: %.2fGB physical (dense would be %.2fGB, ratio %.3f = (D+K-2)/(D*(K-1)), "
         "D=%d K=%d); pool mem_usage %.2fGB",
-        instance.size, ssm_bytes / GB, physical / GB, dense / GB, physical / dense if dense else 0.0, d, k, instance.mem_usage,
+        instance.size,
+        ssm_bytes / GB,
+        physical / GB,
+        dense / GB,
+        physical / dense if dense else 0.0,
+        d,
+        k,
+        instance.mem_usage,
     )
     report.record_layout(
-        "ours", None, dense, physical,
-        release=_sglang_version(), draft_tokens=d, conv_kernel=k, conv_kinds=len(conv_shapes),
+        "ours",
+        None,
+        dense,
+        physical,
+        release=_sglang_version(),
+        draft_tokens=d,
+        conv_kernel=k,
+        conv_kinds=len(conv_shapes),
         mem_usage_bytes=int(round(instance.mem_usage * GB)),
     )
 
@@ -350,7 +369,8 @@ def _takeover_init(wrapped, instance, kwargs):
     if reported is None or abs(reported * GB - expected) > 1024:
         logger.info(
             "sglang-mamba-dedup: MambaPool.mem_usage %s GB corrected to the physical %.4f GB",
-            reported, expected / GB,
+            reported,
+            expected / GB,
         )
         instance.mem_usage = expected / GB
     instance._smd_layout = "upstream"
@@ -362,16 +382,24 @@ def _takeover_init(wrapped, instance, kwargs):
         _refuse_if_strict(why_not)
         _warn_once(
             f"takeover:{why_not}",
-            "sglang-mamba-dedup: this MambaPool keeps SGLang's own commit (%s)", why_not,
+            "sglang-mamba-dedup: this MambaPool keeps SGLang's own commit (%s)",
+            why_not,
         )
     report.record_layout(
-        "upstream", note, dense, physical,
-        release=_sglang_version(), draft_tokens=d, conv_kernel=gate.conv_kernel_of(cache_params),
-        conv_kinds=len(windows), mem_usage_bytes=int(round(instance.mem_usage * GB)),
+        "upstream",
+        note,
+        dense,
+        physical,
+        release=_sglang_version(),
+        draft_tokens=d,
+        conv_kernel=gate.conv_kernel_of(cache_params),
+        conv_kinds=len(windows),
+        mem_usage_bytes=int(round(instance.mem_usage * GB)),
     )
     logger.info(
         "sglang-mamba-dedup: upstream deduplicated conv window verified (view aliases its physical buffer): "
         "%.2fGB physical vs %.2fGB dense",
-        physical / GB, dense / GB,
+        physical / GB,
+        dense / GB,
     )
     return result

@@ -20,6 +20,7 @@ Wraps
     restored in ``finally``, before. The estimator runs once, at start-up, in the scheduler process.
 Undone by ``sglang_mamba_dedup.revert()``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -121,6 +122,7 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
     logger.info(
         "sglang-mamba-dedup: mamba cache estimator reserves the deduplicated scratch "
         "(D=%d counted as %.4f dense-equivalent draft tokens)",
-        info["draft_tokens"], d_eff,
+        info["draft_tokens"],
+        d_eff,
     )
     return result

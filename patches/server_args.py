@@ -12,6 +12,7 @@ Installed only when the plugin is switched on (the flag on the command line swit
 ServerArgs has no field for the flag, so SGLang's own arguments are untouched.
 Undone by ``sglang_mamba_dedup.revert()`` (restores both original descriptors).
 """
+
 from __future__ import annotations
 
 import logging

@@ -19,6 +19,7 @@ likewise for ``mamba_track_indices`` / ``mamba_steps_to_track``. No host sync: n
 ``nonzero``; counting is a Python increment (:func:`sglang_mamba_dedup.report.count_commit`).
 Undone by ``sglang_mamba_dedup.revert()``.
 """
+
 from __future__ import annotations
 
 import logging

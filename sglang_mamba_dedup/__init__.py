@@ -3,6 +3,7 @@
 Switch it on with ``SGLANG_MAMBA_DEDUP=1`` (or ``strict``) or SGLang's ``--enable-mamba-conv-dedup``.
 Importing this package is cheap: no torch, no SGLang.
 """
+
 __version__ = "0.1.0"
 
 # ``patches/`` (top of the source tree) is shipped as ``sglang_mamba_dedup.patches`` through pyproject's

@@ -18,6 +18,7 @@ the environment variable instead.
 The switch's values and their parsing (``ENV``, ``Mode``, ``parse_mode`` ...) live in :mod:`.switch`, which
 :mod:`.report` reads too (so it needs no import of this module); they are re-exported here.
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,8 +34,21 @@ logger = logging.getLogger("sglang_mamba_dedup")
 FLAG = "--enable-mamba-conv-dedup"
 
 __all__ = [
-    "ACCEPTED", "ENV", "FLAG", "Mode", "StrictModeError", "SwitchError", "current_mode", "current_mode_name",
-    "flag_in_argv", "last_summary", "mark_programmatic", "parse_mode", "register", "reset_for_tests", "safe_mode",
+    "ACCEPTED",
+    "ENV",
+    "FLAG",
+    "Mode",
+    "StrictModeError",
+    "SwitchError",
+    "current_mode",
+    "current_mode_name",
+    "flag_in_argv",
+    "last_summary",
+    "mark_programmatic",
+    "parse_mode",
+    "register",
+    "reset_for_tests",
+    "safe_mode",
     "strict",
 ]
 
@@ -142,12 +156,19 @@ def _register() -> None:
         head += f" [{untested}]"
     if mode is Mode.OFF:
         if _programmatic and raw is None and patching.PATCHER.applied():
-            _say(logging.INFO, f"{head}: {ENV} unset, but sglang_mamba_dedup.apply() was called in this process: "
-                 f"its patches are kept ({', '.join(patching.PATCHER.applied())})", visible=True)
+            _say(
+                logging.INFO,
+                f"{head}: {ENV} unset, but sglang_mamba_dedup.apply() was called in this process: "
+                f"its patches are kept ({', '.join(patching.PATCHER.applied())})",
+                visible=True,
+            )
             return
         kept = {n: r for n, r in patching.revert().items() if r}
         if kept:
-            _say(logging.WARNING, f"{head}: off ({ENV}={raw or 'unset'}), but {'; '.join(f'{n} {r}' for n, r in kept.items())}")
+            _say(
+                logging.WARNING,
+                f"{head}: off ({ENV}={raw or 'unset'}), but {'; '.join(f'{n} {r}' for n, r in kept.items())}",
+            )
             return
         _say(logging.INFO, f"{head}: off ({ENV} unset/0/off), nothing patched")
         return
@@ -158,7 +179,9 @@ def _register() -> None:
         patching.revert()
         raise StrictModeError("; ".join(f"{f}: {r}" for f, r in skipped.items()))
     st = patching.status()
-    applied = sorted({v["feature"] for v in st.values() if v["state"] == "applied" and v["feature"] in SWITCHED_FEATURES})
+    applied = sorted(
+        {v["feature"] for v in st.values() if v["state"] == "applied" and v["feature"] in SWITCHED_FEATURES}
+    )
     idle = sorted(f for f in SWITCHED_FEATURES if f not in applied and f not in skipped)
     parts = [f"{head}: {mode.value}, {versions.mode_for(version)} mode", "applied " + (", ".join(applied) or "nothing")]
     if idle:

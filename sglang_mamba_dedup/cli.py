@@ -1,4 +1,5 @@
 """Command line: ``sglang-mamba-dedup {doctor,demo,e2e}`` (also ``python -m sglang_mamba_dedup``)."""
+
 from __future__ import annotations
 
 import sys
@@ -24,8 +25,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if argv and argv[0] in ("-V", "--version"):
         from . import __version__, versions
 
-        print(f"sglang-mamba-dedup {__version__} (SGLang {versions.installed_sglang_version() or 'not installed'}; "
-              f"supports {versions.SUPPORTED})")
+        print(
+            f"sglang-mamba-dedup {__version__} (SGLang {versions.installed_sglang_version() or 'not installed'}; "
+            f"supports {versions.SUPPORTED})"
+        )
         return 0
     if not argv or argv[0] in ("-h", "--help", "help") or argv[0] not in COMMANDS:
         print("usage: sglang-mamba-dedup [--version] {" + ",".join(COMMANDS) + "} [options]\n")

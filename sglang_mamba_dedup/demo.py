@@ -1,5 +1,6 @@
 """``sglang-mamba-dedup demo``: build the real SGLang ``MambaPool`` with the plugin off and on and
 print the bytes of every buffer (the GPU-less main job; on a CUDA machine it builds on the GPU)."""
+
 from __future__ import annotations
 
 import argparse
@@ -101,8 +102,12 @@ exit codes: 0 table printed; 1 SGLang could not build a pool here; 2 usage error
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="sglang-mamba-dedup demo", description=__doc__, epilog=EPILOG,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="sglang-mamba-dedup demo",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--model", default="qwen3.5-0.8b", choices=list(MODELS))
     ap.add_argument("--slots", type=_positive, default=4, help="mamba slots (requests) of the pool (>= 1)")
     ap.add_argument("--draft-tokens", type=_positive, default=4, help="draft tokens per verify (>= 1)")
@@ -132,19 +137,28 @@ def main(argv: Optional[List[str]] = None) -> int:
         (f"plugin on (topk=1{', strict' if on_value == 'strict' else ''})", on_value, 1),
     ]
     mode = versions.mode_for(release)
-    print(f"SGLang {release} ({mode} mode): MambaPool of {args.model}, {args.slots} slots, "
-          f"{args.draft_tokens} draft tokens, device {device}")
+    print(
+        f"SGLang {release} ({mode} mode): MambaPool of {args.model}, {args.slots} slots, "
+        f"{args.draft_tokens} draft tokens, device {device}"
+    )
     rows = []
     with _cpu_stand_in(device) as stand_in:
         if stand_in:
-            print("  (CPU machine: SGLang's hard-coded \"cuda\" scratch is redirected to the CPU and the plugin's "
-                  "CUDA-only gate is overridden for this demonstration; a real CPU server keeps SGLang's stock path)")
+            print(
+                "  (CPU machine: SGLang's hard-coded \"cuda\" scratch is redirected to the CPU and the plugin's "
+                "CUDA-only gate is overridden for this demonstration; a real CPU server keeps SGLang's stock path)"
+            )
         for label, switch, topk in runs:
             report.reset()
             with _switch(switch):
                 try:
-                    pool = build_pool(cache_params(MODELS[args.model]), size=args.slots, draft_tokens=args.draft_tokens,
-                                      topk=topk, device=device)
+                    pool = build_pool(
+                        cache_params(MODELS[args.model]),
+                        size=args.slots,
+                        draft_tokens=args.draft_tokens,
+                        topk=topk,
+                        device=device,
+                    )
                 except Exception as exc:
                     print(f"  {label}: SGLang could not build the pool here: {type(exc).__name__}: {exc}")
                     continue
@@ -168,9 +182,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     d = args.draft_tokens
     d_eff = gate.effective_draft_tokens(params, d)
     per_req = sum(describe_per_request(params).values())
-    print(f"mamba-cache estimator: SGLang reserves {per_req * d / MiB:.2f} MiB of verify scratch per request "
-          f"(D={d} dense windows); with the plugin {per_req * d_eff / MiB:.2f} MiB (D counted as {d_eff:.3f}), "
-          f"so the same memory holds {d / d_eff:.3f}x as many requests' scratch")
+    print(
+        f"mamba-cache estimator: SGLang reserves {per_req * d / MiB:.2f} MiB of verify scratch per request "
+        f"(D={d} dense windows); with the plugin {per_req * d_eff / MiB:.2f} MiB (D counted as {d_eff:.3f}), "
+        f"so the same memory holds {d / d_eff:.3f}x as many requests' scratch"
+    )
     return 0
 
 

@@ -3,6 +3,7 @@
 Exit codes: 0 the plugin can engage on this install; 1 it cannot (SGLang missing or outside the supported
 range, a target missing or changed, no CUDA device); 2 ``SGLANG_MAMBA_DEDUP`` holds a bad value.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,8 +69,11 @@ def collect() -> Dict[str, Any]:
         cpu, gpu = versions.EVIDENCE[info["sglang"]]
         info["tested"] = {"cpu_ci": f"{cpu} pass", "h200": gpu, "notes": versions.NOTES.get(info["sglang"], "")}
     elif info["sglang"]:
-        info["tested"] = {"cpu_ci": "never tested", "h200": "never tested",
-                          "notes": versions.untested_note(info["sglang"]) or ""}
+        info["tested"] = {
+            "cpu_ci": "never tested",
+            "h200": "never tested",
+            "notes": versions.untested_note(info["sglang"]) or "",
+        }
     if problem:
         info["problems"].append(problem)
     else:
@@ -94,9 +98,7 @@ def collect() -> Dict[str, Any]:
             features[feature] = {
                 "would_apply": reason is None and bool(selected),
                 "reason": reason if reason else (None if selected else "not needed on this release"),
-                "targets": {
-                    p.name: {"target": p.target, "problem": per_patch.get(p.name)} for p in selected
-                },
+                "targets": {p.name: {"target": p.target, "problem": per_patch.get(p.name)} for p in selected},
             }
             if reason:
                 info["problems"].append(reason)
@@ -110,7 +112,9 @@ def collect() -> Dict[str, Any]:
     if not info["entry_point_registered"]:
         info["problems"].append("the sglang.srt.plugins entry point is not registered (is the package pip-installed?)")
     if not cuda["available"]:
-        info["problems"].append("no CUDA device: the dedup layout and our commit are CUDA-only, SGLang keeps its stock path here")
+        info["problems"].append(
+            "no CUDA device: the dedup layout and our commit are CUDA-only, SGLang keeps its stock path here"
+        )
     return info
 
 
@@ -118,7 +122,9 @@ def render(info: Dict[str, Any]) -> str:
     out: List[str] = []
     say = out.append
     say(f"sglang-mamba-dedup {info['plugin']} (python {info['python']})")
-    say(f"  sglang      {info['sglang'] or 'not installed'}  (supported {info['supported_range']}; mode: {info['release_mode']})")
+    say(
+        f"  sglang      {info['sglang'] or 'not installed'}  (supported {info['supported_range']}; mode: {info['release_mode']})"
+    )
     if info.get("tested"):
         t = info["tested"]
         say(f"  tested      CPU CI: {t['cpu_ci']}; H200: {t['h200']}" + (f"; {t['notes']}" if t["notes"] else ""))
@@ -130,7 +136,10 @@ def render(info: Dict[str, Any]) -> str:
         say(f"  {info['release_description']}")
     say(f"  torch {info['torch']}, triton {info['triton']}, wrapt {info['wrapt']}")
     cuda = info["cuda"]
-    say("  CUDA        " + (f"{cuda['device']} (sm {cuda['capability']}, CUDA {cuda['cuda']})" if cuda["available"] else "none"))
+    say(
+        "  CUDA        "
+        + (f"{cuda['device']} (sm {cuda['capability']}, CUDA {cuda['cuda']})" if cuda["available"] else "none")
+    )
     say(f"  entry point sglang.srt.plugins: {'registered' if info['entry_point_registered'] else 'MISSING'}")
     sw = info["switch"]
     if sw.get("error"):
@@ -158,12 +167,16 @@ def exit_code(info: Dict[str, Any]) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="sglang-mamba-dedup doctor", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="sglang-mamba-dedup doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
-    ap.add_argument("--release", metavar="VERSION",
-                    help="only say which mode the plugin would use on SGLang VERSION and what it would patch "
-                    "(nothing is imported; exit 1 when VERSION is outside the supported range)")
+    ap.add_argument(
+        "--release",
+        metavar="VERSION",
+        help="only say which mode the plugin would use on SGLang VERSION and what it would patch "
+        "(nothing is imported; exit 1 when VERSION is outside the supported range)",
+    )
     args = ap.parse_args(argv)
     if args.release is not None and versions.parse(args.release) is None:
         ap.error(f"--release {args.release!r} is not a version (e.g. --release 0.5.13.post1)")

@@ -190,17 +190,32 @@ def check_engaged(reports: List[dict], parent_pid: Optional[int]) -> Tuple[bool,
     scheduler report with a pool must pass (one per TP/PP rank).
     """
     if not reports:
-        return False, ["no status report was written by any process (plugin not loaded? "
-                       f"{REPORT_DIR_ENV} not passed on?)"], None
+        return (
+            False,
+            [f"no status report was written by any process (plugin not loaded? {REPORT_DIR_ENV} not passed on?)"],
+            None,
+        )
     sched = _scheduler_reports(reports, parent_pid)
     if not sched:
-        return False, [f"only the engine's own process (pid {parent_pid}) wrote a report; no scheduler "
-                       "process did (the plugin was not loaded there)"], None
+        return (
+            False,
+            [
+                f"only the engine's own process (pid {parent_pid}) wrote a report; no scheduler "
+                "process did (the plugin was not loaded there)"
+            ],
+            None,
+        )
     with_pool = [r for r in sched if _layout_of(r) is not None]
     if not with_pool:
         r = sched[0]
-        return False, [f"scheduler report {r.get('_file')} (mode {r.get('mode')!r}) has no dedup_layout "
-                       "event: the mamba pool was not built through the plugin"], r
+        return (
+            False,
+            [
+                f"scheduler report {r.get('_file')} (mode {r.get('mode')!r}) has no dedup_layout "
+                "event: the mamba pool was not built through the plugin"
+            ],
+            r,
+        )
     reasons: List[str] = []
     for r in with_pool:
         lay = _layout_of(r) or {}
@@ -209,11 +224,14 @@ def check_engaged(reports: List[dict], parent_pid: Optional[int]) -> Tuple[bool,
         if r.get("mode") not in ("on", "strict"):
             reasons.append(f"{tag}: mode is {r.get('mode')!r}, not on/strict")
         if lay.get("state") not in ENGAGED_LAYOUTS:
-            reasons.append(f"{tag}: conv-window layout is {lay.get('state')!r} (reason: {lay.get('reason')}), "
-                           f"not one of {'/'.join(ENGAGED_LAYOUTS)}")
+            reasons.append(
+                f"{tag}: conv-window layout is {lay.get('state')!r} (reason: {lay.get('reason')}), "
+                f"not one of {'/'.join(ENGAGED_LAYOUTS)}"
+            )
         if _saved(lay) <= 0:
-            reasons.append(f"{tag}: no bytes saved (dense {lay.get('dense_bytes')} B, physical "
-                           f"{lay.get('physical_bytes')} B)")
+            reasons.append(
+                f"{tag}: no bytes saved (dense {lay.get('dense_bytes')} B, physical {lay.get('physical_bytes')} B)"
+            )
         if ours <= 0:
             reasons.append(f"{tag}: no commit ran through our kernels ({calls} commit calls, 0 ours)")
     return (not reasons), reasons, with_pool[0]
@@ -236,22 +254,32 @@ def describe_report(report: Optional[dict]) -> str:
         return "no scheduler report"
     lay = _layout_of(report)
     calls, ours = _commits(report)
-    parts = [f"pid {report.get('pid')} ({report.get('_file')}), argv0 {report.get('argv0')!r}, "
-             f"mode {report.get('mode')!r}, sglang {report.get('sglang_version')}"]
+    parts = [
+        f"pid {report.get('pid')} ({report.get('_file')}), argv0 {report.get('argv0')!r}, "
+        f"mode {report.get('mode')!r}, sglang {report.get('sglang_version')}"
+    ]
     if lay is None:
         parts.append("dedup layout: none recorded")
     else:
         dense, phys = int(lay.get("dense_bytes", 0) or 0), int(lay.get("physical_bytes", 0) or 0)
         pct = f" ({100.0 * (dense - phys) / dense:.1f}%)" if dense else ""
-        parts.append(f"dedup layout: {lay.get('state')} (reason: {lay.get('reason')}); conv-window bytes "
-                     f"dense {dense:,}, physical {phys:,}, saved {dense - phys:,}{pct}")
-    parts.append(f"commit calls: {calls}, through our kernels: {ours} (the report is rewritten at the 1st, 2nd, "
-                 "4th, 8th ... commit: counts are the last power of two reached)")
+        parts.append(
+            f"dedup layout: {lay.get('state')} (reason: {lay.get('reason')}); conv-window bytes "
+            f"dense {dense:,}, physical {phys:,}, saved {dense - phys:,}{pct}"
+        )
+    parts.append(
+        f"commit calls: {calls}, through our kernels: {ours} (the report is rewritten at the 1st, 2nd, "
+        "4th, 8th ... commit: counts are the last power of two reached)"
+    )
     patches = report.get("patches") or {}
     if patches:
-        parts.append("patches: " + ", ".join(
-            f"{name}={(st or {}).get('state')}" + (f" ({st.get('reason')})" if (st or {}).get("reason") else "")
-            for name, st in sorted(patches.items())))
+        parts.append(
+            "patches: "
+            + ", ".join(
+                f"{name}={(st or {}).get('state')}" + (f" ({st.get('reason')})" if (st or {}).get("reason") else "")
+                for name, st in sorted(patches.items())
+            )
+        )
     return "\n    ".join(parts)
 
 
@@ -305,8 +333,14 @@ Runner = Callable[[Dict[str, Any], str, Path, Path], Dict[str, Any]]
 _WORKER_BOOT = "import sys; from sglang_mamba_dedup.e2e import _worker_main; sys.exit(_worker_main(sys.argv[1:]))"
 
 
-def run_in_subprocess(spec: Dict[str, Any], mode: str, report_dir: Path, log_path: Path,
-                      timeout: Optional[float] = None, verbose: bool = False) -> Dict[str, Any]:
+def run_in_subprocess(
+    spec: Dict[str, Any],
+    mode: str,
+    report_dir: Path,
+    log_path: Path,
+    timeout: Optional[float] = None,
+    verbose: bool = False,
+) -> Dict[str, Any]:
     """Run one generation in a fresh Python process with ``SGLANG_MAMBA_DEDUP`` set for ``mode``."""
     work = log_path.parent
     spec_path = work / f"spec-{log_path.stem}.json"
@@ -322,7 +356,9 @@ def run_in_subprocess(spec: Dict[str, Any], mode: str, report_dir: Path, log_pat
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-c", _WORKER_BOOT, str(spec_path), str(out_path)],
-            env=env, stdout=None if verbose else log, stderr=subprocess.STDOUT if not verbose else None,
+            env=env,
+            stdout=None if verbose else log,
+            stderr=subprocess.STDOUT if not verbose else None,
         )
         rc: Any
         try:
@@ -361,8 +397,12 @@ def _gpu_info() -> Dict[str, Any]:
         if not torch.cuda.is_available():
             return {"name": None, "count": 0, "cuda": torch.version.cuda}
         cap = torch.cuda.get_device_capability(0)
-        return {"name": torch.cuda.get_device_name(0), "count": torch.cuda.device_count(),
-                "capability": f"{cap[0]}.{cap[1]}", "cuda": torch.version.cuda}
+        return {
+            "name": torch.cuda.get_device_name(0),
+            "count": torch.cuda.device_count(),
+            "capability": f"{cap[0]}.{cap[1]}",
+            "cuda": torch.version.cuda,
+        }
     except Exception as e:  # pragma: no cover
         return {"name": None, "error": repr(e)}
 
@@ -378,7 +418,7 @@ def _worker_main(argv: List[str]) -> int:
         prompts = spec["prompts"]
         key = "input_ids" if spec["prompt_format"] == "ids" else "prompt"
         bs = int(spec["batch_size"]) or len(prompts)
-        batches = [prompts[i:i + bs] for i in range(0, len(prompts), bs)]
+        batches = [prompts[i : i + bs] for i in range(0, len(prompts), bs)]
         sp = dict(spec["sampling_params"])
         warm = int(spec.get("warmup_tokens") or 0)
         if warm:
@@ -401,9 +441,18 @@ def _worker_main(argv: List[str]) -> int:
         "gen_seconds": seconds,
         "outputs": [{"output_ids": list(o.get("output_ids") or []), "text": o.get("text")} for o in outputs],
         "meta": [
-            {k: o.get("meta_info", {}).get(k) for k in (
-                "prompt_tokens", "completion_tokens", "spec_verify_ct", "spec_accept_length",
-                "spec_num_correct_drafts", "spec_correct_drafts_histogram", "finish_reason")}
+            {
+                k: o.get("meta_info", {}).get(k)
+                for k in (
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "spec_verify_ct",
+                    "spec_accept_length",
+                    "spec_num_correct_drafts",
+                    "spec_correct_drafts_histogram",
+                    "finish_reason",
+                )
+            }
             for o in outputs
         ],
         "versions": _versions(),
@@ -526,16 +575,29 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     m = p.add_argument_group("model")
     m.add_argument("--model-path", default=None, help=f"checkpoint or hub id (default {DEFAULT_MODEL})")
-    m.add_argument("--random-weights", action="store_true",
-                   help="build a checkpoint of --random-preset with seeded random weights (MTP included) "
-                        "into a temporary directory, removed at exit (or into --random-weights-dir / "
-                        "--workdir, kept) and serve it without a tokenizer")
-    m.add_argument("--random-preset", default="qwen3.5-0.8b", choices=sorted(PRESETS),
-                   help="architecture of --random-weights (default %(default)s)")
+    m.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="build a checkpoint of --random-preset with seeded random weights (MTP included) "
+        "into a temporary directory, removed at exit (or into --random-weights-dir / "
+        "--workdir, kept) and serve it without a tokenizer",
+    )
+    m.add_argument(
+        "--random-preset",
+        default="qwen3.5-0.8b",
+        choices=sorted(PRESETS),
+        help="architecture of --random-weights (default %(default)s)",
+    )
     m.add_argument("--random-weights-dir", default=None, help="build (or reuse) the random checkpoint here")
     m.add_argument("--weights-seed", type=int, default=0, help="seed of the random weights")
-    m.add_argument("--random-dim", action="append", default=[], metavar="FIELD=INT", type=_random_dim,
-                   help="override one architecture field of the random model, e.g. num_hidden_layers=8")
+    m.add_argument(
+        "--random-dim",
+        action="append",
+        default=[],
+        metavar="FIELD=INT",
+        type=_random_dim,
+        help="override one architecture field of the random model, e.g. num_hidden_layers=8",
+    )
     m.add_argument("--draft-model-path", default=None, help="MTP draft checkpoint (default: the model itself)")
 
     s = p.add_argument_group("speculative decoding")
@@ -547,43 +609,75 @@ def _build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("generation")
     g.add_argument("--prompts", default=None, help="prompt file (default: the shipped data/prompts.json)")
     g.add_argument("--num-prompts", type=_positive_int, default=None, help="use the first N prompts (default all)")
-    g.add_argument("--prompt-format", choices=["auto", "text", "ids"], default="auto",
-                   help="auto: token ids (text_to_ids) for --random-weights, text otherwise")
-    g.add_argument("--vocab-size", type=_positive_int, default=None,
-                   help="for --prompt-format ids without a local config")
+    g.add_argument(
+        "--prompt-format",
+        choices=["auto", "text", "ids"],
+        default="auto",
+        help="auto: token ids (text_to_ids) for --random-weights, text otherwise",
+    )
+    g.add_argument(
+        "--vocab-size", type=_positive_int, default=None, help="for --prompt-format ids without a local config"
+    )
     g.add_argument("--max-new-tokens", type=_positive_int, default=128)
     g.add_argument("--no-ignore-eos", action="store_true", help="stop at EOS (default: fixed lengths)")
     g.add_argument("--seed", type=int, default=0, help="SGLang random_seed (and sampling seed)")
-    g.add_argument("--batch-size", type=int, default=0,
-                   help="prompts per Engine.generate call (default 0: all at once)")
-    g.add_argument("--max-running-requests", type=int, default=None,
-                   help="concurrency cap of the scheduler (default: the batch size); fixed so that both runs "
-                        "batch the same way")
-    g.add_argument("--warmup-tokens", type=int, default=-1,
-                   help="tokens of the untimed warm-up generation of every batch (default -1: max_new_tokens; "
-                        "0: no warm-up)")
+    g.add_argument(
+        "--batch-size", type=int, default=0, help="prompts per Engine.generate call (default 0: all at once)"
+    )
+    g.add_argument(
+        "--max-running-requests",
+        type=int,
+        default=None,
+        help="concurrency cap of the scheduler (default: the batch size); fixed so that both runs batch the same way",
+    )
+    g.add_argument(
+        "--warmup-tokens",
+        type=int,
+        default=-1,
+        help="tokens of the untimed warm-up generation of every batch (default -1: max_new_tokens; 0: no warm-up)",
+    )
 
     e = p.add_argument_group("engine")
     e.add_argument("--mem-fraction-static", type=float, default=None)
     e.add_argument("--log-level", default="warning")
-    e.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE", type=_key_value,
-                   help="extra sglang.Engine argument, same in both runs (repeatable), e.g. attention_backend=triton")
+    e.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=_key_value,
+        help="extra sglang.Engine argument, same in both runs (repeatable), e.g. attention_backend=triton",
+    )
 
     sv = p.add_argument_group("server route (what deployments run)")
-    sv.add_argument("--server", action="store_true",
-                    help="run `python -m sglang.launch_server` (the --engine-arg keys as its options) on a free "
-                         "local port and send the prompts over HTTP: the off run without the launch flag, the on "
-                         "run with --enable-mamba-conv-dedup (no SGLANG_MAMBA_DEDUP: the flag is what is tested)")
-    sv.add_argument("--base-url-off", default=None, metavar="URL",
-                    help="compare two servers you already run (with --base-url-on): md5 only, no status reports")
+    sv.add_argument(
+        "--server",
+        action="store_true",
+        help="run `python -m sglang.launch_server` (the --engine-arg keys as its options) on a free "
+        "local port and send the prompts over HTTP: the off run without the launch flag, the on "
+        "run with --enable-mamba-conv-dedup (no SGLANG_MAMBA_DEDUP: the flag is what is tested)",
+    )
+    sv.add_argument(
+        "--base-url-off",
+        default=None,
+        metavar="URL",
+        help="compare two servers you already run (with --base-url-on): md5 only, no status reports",
+    )
     sv.add_argument("--base-url-on", default=None, metavar="URL")
 
     r = p.add_argument_group("runs")
-    r.add_argument("--modes", default="off,on", type=_modes,
-                   help="comma list of runs; 'off,off' checks the harness (the engagement check is skipped)")
+    r.add_argument(
+        "--modes",
+        default="off,on",
+        type=_modes,
+        help="comma list of runs; 'off,off' checks the harness (the engagement check is skipped)",
+    )
     r.add_argument("--run-timeout", type=float, default=1200.0, help="seconds per run")
-    r.add_argument("--workdir", default=None,
-                   help="keep logs, results, reports and the random checkpoint here (default: a temp dir)")
+    r.add_argument(
+        "--workdir",
+        default=None,
+        help="keep logs, results, reports and the random checkpoint here (default: a temp dir)",
+    )
     r.add_argument("--json-out", default=None, help="write the summary as JSON here")
     r.add_argument("--verbose", action="store_true", help="show the engine logs instead of writing them to files")
     return p
@@ -598,8 +692,9 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     if args.base_url_off and args.modes != ["off", "on"]:
         parser.error("--base-url-off/--base-url-on compare exactly one off and one on server (--modes off,on)")
     if not args.random_weights:
-        given = [o for o, v in (("--random-dim", args.random_dim), ("--random-weights-dir", args.random_weights_dir))
-                 if v]
+        given = [
+            o for o, v in (("--random-dim", args.random_dim), ("--random-weights-dir", args.random_weights_dir)) if v
+        ]
         if given:
             parser.error(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} --random-weights")
     if args.prompt_format == "ids" and not args.random_weights and args.vocab_size is None:
@@ -621,8 +716,7 @@ def _cuda_problem(engine_kwargs: Dict[str, Any]) -> Optional[str]:
     if torch.cuda.is_available():
         return None
     build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a build without CUDA"
-    return (f"the e2e needs a CUDA GPU: torch.cuda.is_available() is False here (torch {torch.__version__}, "
-            f"{build})")
+    return f"the e2e needs a CUDA GPU: torch.cuda.is_available() is False here (torch {torch.__version__}, {build})"
 
 
 def _print(*a: Any) -> None:
@@ -640,8 +734,13 @@ def _failed_runs_text(results: List[Dict[str, Any]], verbose: bool) -> str:
     """The failure line of runs that failed: what failed and where its log is, no guess at the cause."""
     failed = [(i, r) for i, r in enumerate(results) if not r.get("ok")]
     errors = "; ".join(dict.fromkeys(str(r.get("error")) for _, r in failed))
-    where = "see the engine output above (--verbose)" if verbose else (
-        f"see {'its log' if len(failed) == 1 else 'the logs'}: " + ", ".join(str(r.get("log")) for _, r in failed))
+    where = (
+        "see the engine output above (--verbose)"
+        if verbose
+        else (
+            f"see {'its log' if len(failed) == 1 else 'the logs'}: " + ", ".join(str(r.get("log")) for _, r in failed)
+        )
+    )
     if len(failed) == len(results):
         return f"all {len(results)} runs failed ({errors}), nothing was compared; {where}"
     names = ", ".join(f"run {i + 1} ({r['mode']})" for i, r in failed)
@@ -668,8 +767,11 @@ def main(argv: Optional[List[str]] = None, runner: Optional[Runner] = None) -> i
     if runner is None:
         problem = _cuda_problem(parse_engine_args(args.engine_arg))
         if problem:
-            print(f"{parser.prog}: cannot run here: {problem}; nothing was built or run "
-                  f"(exit {EXIT_CANNOT_RUN})", file=sys.stderr, flush=True)
+            print(
+                f"{parser.prog}: cannot run here: {problem}; nothing was built or run (exit {EXIT_CANNOT_RUN})",
+                file=sys.stderr,
+                flush=True,
+            )
             return EXIT_CANNOT_RUN
     if args.topk != 1:
         _print(f"warning: topk {args.topk} means tree verify; the dedup layout only applies to topk 1")
@@ -710,13 +812,19 @@ def _prepare(args: argparse.Namespace, work: Path, temp_model: Optional[Path]):
         dims_over = dict(args.random_dim)
         if not (target / "config.json").exists():
             t0 = time.time()
-            random_model.build_random_model(target, preset=args.random_preset, seed=args.weights_seed,
-                                            overrides=dims_over)
-            _print(f"built random-weight model {args.random_preset} (seed {args.weights_seed}) in "
-                   f"{time.time() - t0:.1f} s: {target}" + (" (temporary: removed at exit)" if temp_model else ""))
+            random_model.build_random_model(
+                target, preset=args.random_preset, seed=args.weights_seed, overrides=dims_over
+            )
+            _print(
+                f"built random-weight model {args.random_preset} (seed {args.weights_seed}) in "
+                f"{time.time() - t0:.1f} s: {target}" + (" (temporary: removed at exit)" if temp_model else "")
+            )
         model_path = str(target)
-        random_info = json.loads((target / "random_model.json").read_text()) \
-            if (target / "random_model.json").exists() else {"preset": args.random_preset}
+        random_info = (
+            json.loads((target / "random_model.json").read_text())
+            if (target / "random_model.json").exists()
+            else {"preset": args.random_preset}
+        )
     else:
         model_path = args.model_path or DEFAULT_MODEL
 
@@ -751,28 +859,44 @@ def _prepare(args: argparse.Namespace, work: Path, temp_model: Optional[Path]):
     return spec, model_path, random_info
 
 
-def _print_header(args: argparse.Namespace, spec: Dict[str, Any], model_path: str, random_info: Optional[dict],
-                  work: Path) -> None:
+def _print_header(
+    args: argparse.Namespace, spec: Dict[str, Any], model_path: str, random_info: Optional[dict], work: Path
+) -> None:
     prompts = spec["prompts"]
     fmt = spec["prompt_format"]
     prompt_tokens = sum(len(p) for p in prompts) if fmt == "ids" else None
     _print("== sglang-mamba-dedup e2e: greedy md5, plugin off vs on ==")
     _print(f"date: {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')}; host {platform.node()}")
-    _print(f"model: {model_path}" + (f" (random weights: preset {random_info.get('preset')}, seed "
-                                     f"{random_info.get('seed')}, {random_info.get('num_parameters', 0):,} "
-                                     "parameters)" if random_info else ""))
-    _print(f"speculative: {args.speculative_algorithm}, steps {args.num_steps}, topk {args.topk}, "
-           f"draft tokens {args.num_draft_tokens}; temperature 0; seed {args.seed}")
-    _print(f"prompts: {len(prompts)} ({fmt}" + (f", {prompt_tokens} prompt tokens" if prompt_tokens else "")
-           + f"); max_new_tokens {args.max_new_tokens}; batch {spec['batch_size']}; "
-           f"max_running_requests {spec['engine_kwargs'].get('max_running_requests')}")
-    _print("engine args: " + json.dumps({k: v for k, v in spec["engine_kwargs"].items() if k != "model_path"},
-                                        sort_keys=True))
+    _print(
+        f"model: {model_path}"
+        + (
+            f" (random weights: preset {random_info.get('preset')}, seed "
+            f"{random_info.get('seed')}, {random_info.get('num_parameters', 0):,} "
+            "parameters)"
+            if random_info
+            else ""
+        )
+    )
+    _print(
+        f"speculative: {args.speculative_algorithm}, steps {args.num_steps}, topk {args.topk}, "
+        f"draft tokens {args.num_draft_tokens}; temperature 0; seed {args.seed}"
+    )
+    _print(
+        f"prompts: {len(prompts)} ({fmt}"
+        + (f", {prompt_tokens} prompt tokens" if prompt_tokens else "")
+        + f"); max_new_tokens {args.max_new_tokens}; batch {spec['batch_size']}; "
+        f"max_running_requests {spec['engine_kwargs'].get('max_running_requests')}"
+    )
+    _print(
+        "engine args: "
+        + json.dumps({k: v for k, v in spec["engine_kwargs"].items() if k != "model_path"}, sort_keys=True)
+    )
     _print(f"workdir: {work}")
 
 
-
-def _execute(args: argparse.Namespace, spec: Dict[str, Any], work: Path, runner: Optional[Runner]) -> List[Dict[str, Any]]:
+def _execute(
+    args: argparse.Namespace, spec: Dict[str, Any], work: Path, runner: Optional[Runner]
+) -> List[Dict[str, Any]]:
     """Every run of ``--modes``, one after the other, each in a fresh process (or server)."""
     modes: List[str] = args.modes
     results: List[Dict[str, Any]] = []
@@ -792,8 +916,9 @@ def _execute(args: argparse.Namespace, spec: Dict[str, Any], work: Path, runner:
         if runner is None and args.server:
             from . import e2e_server
 
-            res = e2e_server.run_server(spec, mode, rdir, log, timeout=args.run_timeout, verbose=args.verbose,
-                                        versions=_versions, gpu=_gpu_info)
+            res = e2e_server.run_server(
+                spec, mode, rdir, log, timeout=args.run_timeout, verbose=args.verbose, versions=_versions, gpu=_gpu_info
+            )
             _print("   server: " + e2e_server.describe_command(res.get("command") or []))
             for line in res.get("plugin_log_lines") or []:
                 _print("   server log: " + line)
@@ -808,10 +933,12 @@ def _execute(args: argparse.Namespace, spec: Dict[str, Any], work: Path, runner:
         if res.get("ok"):
             res["stats"] = _run_stats(res)
             st = res["stats"]
-            _print(f"   done: {st['completion_tokens']} tokens in {st['seconds']:.2f} s = "
-                   f"{_fmt_rate(st['tokens_per_s'])} tok/s; accept length "
-                   f"{'n/a' if st['accept_length'] is None else format(st['accept_length'], '.3f')}; "
-                   f"accepted-drafts histogram {st['accepted_drafts_histogram']}")
+            _print(
+                f"   done: {st['completion_tokens']} tokens in {st['seconds']:.2f} s = "
+                f"{_fmt_rate(st['tokens_per_s'])} tok/s; accept length "
+                f"{'n/a' if st['accept_length'] is None else format(st['accept_length'], '.3f')}; "
+                f"accepted-drafts histogram {st['accepted_drafts_histogram']}"
+            )
         else:
             _print(f"   FAILED: {res.get('error')}")
             if log.exists():
@@ -822,8 +949,14 @@ def _execute(args: argparse.Namespace, spec: Dict[str, Any], work: Path, runner:
     return results
 
 
-def _compare(args: argparse.Namespace, spec: Dict[str, Any], model_path: str, random_info: Optional[dict],
-             results: List[Dict[str, Any]], failures: List[Tuple[int, str]]) -> Dict[str, Any]:
+def _compare(
+    args: argparse.Namespace,
+    spec: Dict[str, Any],
+    model_path: str,
+    random_info: Optional[dict],
+    results: List[Dict[str, Any]],
+    failures: List[Tuple[int, str]],
+) -> Dict[str, Any]:
     """md5s and throughput of the runs; appends what failed to ``failures``; returns the summary."""
     modes: List[str] = args.modes
     prompts = spec["prompts"]
@@ -833,15 +966,30 @@ def _compare(args: argparse.Namespace, spec: Dict[str, Any], model_path: str, ra
     vers = (first_ok or {}).get("versions") or _versions()
     gpu = (first_ok or {}).get("gpu") or {}
     _print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
-    _print("gpu: " + (f"{gpu.get('name')} x{gpu.get('count')} (capability {gpu.get('capability')}, CUDA "
-                      f"{gpu.get('cuda')})" if gpu.get("name") else f"none ({gpu})"))
+    _print(
+        "gpu: "
+        + (
+            f"{gpu.get('name')} x{gpu.get('count')} (capability {gpu.get('capability')}, CUDA {gpu.get('cuda')})"
+            if gpu.get("name")
+            else f"none ({gpu})"
+        )
+    )
 
-    summary: Dict[str, Any] = {"modes": modes, "model_path": model_path, "random_model": random_info,
-                               "versions": vers, "gpu": gpu, "engine_kwargs": spec["engine_kwargs"],
-                               "sampling_params": sampling, "num_prompts": len(prompts), "runs": []}
+    summary: Dict[str, Any] = {
+        "modes": modes,
+        "model_path": model_path,
+        "random_model": random_info,
+        "versions": vers,
+        "gpu": gpu,
+        "engine_kwargs": spec["engine_kwargs"],
+        "sampling_params": sampling,
+        "num_prompts": len(prompts),
+        "runs": [],
+    }
     for r in results:
-        summary["runs"].append({k: r.get(k) for k in ("mode", "ok", "pid", "returncode", "error", "stats",
-                                                     "report_problems")})
+        summary["runs"].append(
+            {k: r.get(k) for k in ("mode", "ok", "pid", "returncode", "error", "stats", "report_problems")}
+        )
     if any(not r.get("ok") for r in results):
         failures.append((EXIT_RUN_FAILED, _failed_runs_text(results, args.verbose)))
     else:
@@ -849,45 +997,65 @@ def _compare(args: argparse.Namespace, spec: Dict[str, Any], model_path: str, ra
         for r in results[1:]:
             a, b = base["stats"], r["stats"]
             same = a["ids_md5"] == b["ids_md5"]
-            _print(f"md5 token ids: {base['mode']} {a['ids_md5']} | {r['mode']} {b['ids_md5']} -> "
-                   f"{'EQUAL' if same else 'DIFFERENT'}")
-            _print(f"md5 text:      {base['mode']} {a['text_md5']} | {r['mode']} {b['text_md5']}"
-                   + ("  (no text: skip_tokenizer_init)" if a["text_md5"] is None else ""))
+            _print(
+                f"md5 token ids: {base['mode']} {a['ids_md5']} | {r['mode']} {b['ids_md5']} -> "
+                f"{'EQUAL' if same else 'DIFFERENT'}"
+            )
+            _print(
+                f"md5 text:      {base['mode']} {a['text_md5']} | {r['mode']} {b['text_md5']}"
+                + ("  (no text: skip_tokenizer_init)" if a["text_md5"] is None else "")
+            )
             if not same:
-                d = first_difference([o["output_ids"] for o in base["outputs"]],
-                                     [o["output_ids"] for o in r["outputs"]])
-                failures.append((EXIT_MD5_DIFFER, f"md5 differ ({base['mode']} vs {r['mode']}); first difference "
-                                                  f"at prompt {d[0]}, token {d[1]}" if d else "md5 differ"))
+                d = first_difference(
+                    [o["output_ids"] for o in base["outputs"]], [o["output_ids"] for o in r["outputs"]]
+                )
+                failures.append(
+                    (
+                        EXIT_MD5_DIFFER,
+                        f"md5 differ ({base['mode']} vs {r['mode']}); first difference at prompt {d[0]}, token {d[1]}"
+                        if d
+                        else "md5 differ",
+                    )
+                )
             elif a["text_md5"] != b["text_md5"]:
                 failures.append((EXIT_MD5_DIFFER, "token ids equal but texts differ"))
-        rates = {m: [r["stats"]["tokens_per_s"] for r in results if r["mode"] == m and r["stats"]["tokens_per_s"]]
-                 for m in ("off", "on")}
-        _print("throughput (tok/s, decode phase, per run): " + ", ".join(
-            f"{r['mode']} {_fmt_rate(r['stats']['tokens_per_s'])}" for r in results))
+        rates = {
+            m: [r["stats"]["tokens_per_s"] for r in results if r["mode"] == m and r["stats"]["tokens_per_s"]]
+            for m in ("off", "on")
+        }
+        _print(
+            "throughput (tok/s, decode phase, per run): "
+            + ", ".join(f"{r['mode']} {_fmt_rate(r['stats']['tokens_per_s'])}" for r in results)
+        )
         if rates["off"] and rates["on"]:
             off_mean = sum(rates["off"]) / len(rates["off"])
             on_mean = sum(rates["on"]) / len(rates["on"])
             ratio = on_mean / off_mean
             summary["throughput_tok_s"] = {"off": off_mean, "on": on_mean}
             summary["throughput_ratio"] = ratio
-            _print(f"throughput: off {_fmt_rate(off_mean)} tok/s, on {_fmt_rate(on_mean)} tok/s, "
-                   f"ratio on/off = {ratio:.3f}" + (" (means over runs of the same mode)"
-                                                   if len(rates['off']) + len(rates['on']) > 2 else ""))
+            _print(
+                f"throughput: off {_fmt_rate(off_mean)} tok/s, on {_fmt_rate(on_mean)} tok/s, "
+                f"ratio on/off = {ratio:.3f}"
+                + (" (means over runs of the same mode)" if len(rates["off"]) + len(rates["on"]) > 2 else "")
+            )
         summary["ids_md5"] = [r["stats"]["ids_md5"] for r in results]
         summary["text_md5"] = [r["stats"]["text_md5"] for r in results]
 
     return summary
 
 
-def _plugin_status(args: argparse.Namespace, results: List[Dict[str, Any]], summary: Dict[str, Any],
-                   failures: List[Tuple[int, str]]) -> None:
+def _plugin_status(
+    args: argparse.Namespace, results: List[Dict[str, Any]], summary: Dict[str, Any], failures: List[Tuple[int, str]]
+) -> None:
     """The plugin's state in each run's scheduler process, from its status report."""
     modes: List[str] = args.modes
     # plugin status, as the scheduler processes reported it
     engaged_all = None
     if args.no_reports:
-        _print("plugin status: not readable (servers you started write their status reports, if at all, into "
-               "their own SGLANG_MAMBA_DEDUP_REPORT_DIR); only the md5 is checked")
+        _print(
+            "plugin status: not readable (servers you started write their status reports, if at all, into "
+            "their own SGLANG_MAMBA_DEDUP_REPORT_DIR); only the md5 is checked"
+        )
         results_for_status: List[Dict[str, Any]] = []
     else:
         results_for_status = results
@@ -895,8 +1063,10 @@ def _plugin_status(args: argparse.Namespace, results: List[Dict[str, Any]], summ
         reports = r.get("reports") or []
         parent = r.get("pid")
         sched = _scheduler_reports(reports, parent)
-        _print(f"plugin status, run {i + 1} ({r['mode']}): {len(reports)} report(s), {len(sched)} from "
-               f"scheduler process(es)" + (f"; unreadable: {r['report_problems']}" if r.get("report_problems") else ""))
+        _print(
+            f"plugin status, run {i + 1} ({r['mode']}): {len(reports)} report(s), {len(sched)} from "
+            f"scheduler process(es)" + (f"; unreadable: {r['report_problems']}" if r.get("report_problems") else "")
+        )
         if r["mode"] == "on" and not r.get("ok"):
             # the run failed: a missing or partial report says nothing about the plugin
             if sched:
@@ -929,9 +1099,9 @@ def _plugin_status(args: argparse.Namespace, results: List[Dict[str, Any]], summ
         _print("plugin engagement: not checked (no 'on' run in --modes)")
 
 
-
-def _verdict(args: argparse.Namespace, summary: Dict[str, Any], failures: List[Tuple[int, str]],
-             temp_model: Optional[Path]) -> int:
+def _verdict(
+    args: argparse.Namespace, summary: Dict[str, Any], failures: List[Tuple[int, str]], temp_model: Optional[Path]
+) -> int:
     order = [EXIT_RUN_FAILED, EXIT_MD5_DIFFER, EXIT_NOT_ENGAGED, EXIT_OFF_NOT_OFF]
     code = EXIT_OK
     for c in order:
@@ -943,8 +1113,10 @@ def _verdict(args: argparse.Namespace, summary: Dict[str, Any], failures: List[T
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summary, indent=1, default=str))
     _remove_temp_checkpoint(temp_model)  # before the RESULT line, which stays the last one
-    _print(("RESULT: PASS" if code == EXIT_OK else "RESULT: FAIL -- " + " | ".join(f[1] for f in failures))
-           + f" (exit {code})")
+    _print(
+        ("RESULT: PASS" if code == EXIT_OK else "RESULT: FAIL -- " + " | ".join(f[1] for f in failures))
+        + f" (exit {code})"
+    )
     return code
 
 

@@ -13,6 +13,7 @@ nothing is started and no status report can be read, only the md5 is compared.
 Both return what :func:`sglang_mamba_dedup.e2e.run_in_subprocess` returns, so the driver compares them the
 same way.
 """
+
 from __future__ import annotations
 
 import json
@@ -88,7 +89,7 @@ def generate(base_url: str, spec: Dict[str, Any], timeout: float) -> Dict[str, A
     key = "input_ids" if spec["prompt_format"] == "ids" else "text"
     prompts = spec["prompts"]
     bs = int(spec["batch_size"]) or len(prompts)
-    batches = [prompts[i:i + bs] for i in range(0, len(prompts), bs)]
+    batches = [prompts[i : i + bs] for i in range(0, len(prompts), bs)]
     sp = dict(spec["sampling_params"])
     warm = int(spec.get("warmup_tokens") or 0)
     if warm:
@@ -105,9 +106,18 @@ def generate(base_url: str, spec: Dict[str, Any], timeout: float) -> Dict[str, A
         "gen_seconds": seconds,
         "outputs": [{"output_ids": list(o.get("output_ids") or []), "text": o.get("text")} for o in outputs],
         "meta": [
-            {k: (o.get("meta_info") or {}).get(k) for k in (
-                "prompt_tokens", "completion_tokens", "spec_verify_ct", "spec_accept_length",
-                "spec_num_correct_drafts", "spec_correct_drafts_histogram", "finish_reason")}
+            {
+                k: (o.get("meta_info") or {}).get(k)
+                for k in (
+                    "prompt_tokens",
+                    "completion_tokens",
+                    "spec_verify_ct",
+                    "spec_accept_length",
+                    "spec_num_correct_drafts",
+                    "spec_correct_drafts_histogram",
+                    "finish_reason",
+                )
+            }
             for o in outputs
         ],
     }
@@ -147,10 +157,18 @@ def plugin_lines(log_path: Path) -> List[str]:
     return [ln.rstrip() for ln in log_path.read_text(errors="replace").splitlines() if "sglang-mamba-dedup" in ln]
 
 
-def run_server(spec: Dict[str, Any], mode: str, report_dir: Path, log_path: Path, *, timeout: float = 1200.0,
-               verbose: bool = False, command: CommandBuilder = server_command,
-               versions: Callable[[], Dict[str, Any]] = dict, gpu: Callable[[], Dict[str, Any]] = dict
-               ) -> Dict[str, Any]:
+def run_server(
+    spec: Dict[str, Any],
+    mode: str,
+    report_dir: Path,
+    log_path: Path,
+    *,
+    timeout: float = 1200.0,
+    verbose: bool = False,
+    command: CommandBuilder = server_command,
+    versions: Callable[[], Dict[str, Any]] = dict,
+    gpu: Callable[[], Dict[str, Any]] = dict,
+) -> Dict[str, Any]:
     """One run through a fresh ``launch_server``; ``mode`` "on" adds the launch flag."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -163,8 +181,14 @@ def run_server(spec: Dict[str, Any], mode: str, report_dir: Path, log_path: Path
     result: Dict[str, Any] = {"mode": mode, "ok": False, "command": cmd, "base_url": base}
     with open(log_path, "w") as log:
         # cwd: the run's own folder, so nothing in the caller's directory shadows installed packages
-        proc = subprocess.Popen(cmd, env=env, cwd=str(log_path.parent), stdout=None if verbose else log,
-                                stderr=None if verbose else subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=str(log_path.parent),
+            stdout=None if verbose else log,
+            stderr=None if verbose else subprocess.STDOUT,
+            start_new_session=True,
+        )
         result["pid"] = proc.pid
         try:
             problem = wait_healthy(base, proc, timeout)

@@ -20,6 +20,7 @@ Releases 0.5.12 ... 0.5.13.post1 do not pass ``speculative_eagle_topk`` to ``Mam
 ``topk_plumbing`` patch wraps ``ModelRunnerKVCacheMixin._init_pools`` and publishes it here through
 :func:`speculative_topk` (a context variable) for the duration of the pool construction.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,7 +47,9 @@ _POOL_CONTEXT: contextvars.ContextVar = contextvars.ContextVar("sglang_mamba_ded
 
 
 @contextlib.contextmanager
-def speculative_topk(topk: Optional[int], *, unified: bool = False, source: str = "ModelRunner._init_pools") -> Iterator[PoolContext]:
+def speculative_topk(
+    topk: Optional[int], *, unified: bool = False, source: str = "ModelRunner._init_pools"
+) -> Iterator[PoolContext]:
     """Publish the EAGLE topk (and unified-memory flag) to pools built inside this block."""
     ctx = PoolContext(topk=topk, unified=bool(unified), source=source)
     token = _POOL_CONTEXT.set(ctx)

@@ -13,6 +13,7 @@ Correct only for a linear draft chain (EAGLE topk <= 1): see :mod:`sglang_mamba_
 This module needs torch only for :func:`allocate` / :func:`view_of` / :func:`is_dedup_view`; the
 byte math is plain integers.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence, Tuple
@@ -26,19 +27,25 @@ def ratio(num_draft_tokens: int, conv_kernel: int) -> float:
     return (d + k - 2) / (d * (k - 1))
 
 
-def dense_window_bytes(num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int], itemsize: int) -> int:
+def dense_window_bytes(
+    num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int], itemsize: int
+) -> int:
     """Bytes of SGLang's dense ``[L, rows, D, dim, K-1]`` window scratch for one conv kind."""
     dim, win = int(conv_shape[0]), int(conv_shape[1])
     return int(num_layers) * int(rows) * int(num_draft_tokens) * dim * win * int(itemsize)
 
 
-def dedup_window_bytes(num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int], itemsize: int) -> int:
+def dedup_window_bytes(
+    num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int], itemsize: int
+) -> int:
     """Bytes of the deduplicated ``[L, rows, dim, D+K-2]`` physical buffer for one conv kind."""
     dim, win = int(conv_shape[0]), int(conv_shape[1])
     return int(num_layers) * int(rows) * dim * (int(num_draft_tokens) + win - 1) * int(itemsize)
 
 
-def phys_shape(num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int]) -> Tuple[int, int, int, int]:
+def phys_shape(
+    num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int]
+) -> Tuple[int, int, int, int]:
     dim, win = int(conv_shape[0]), int(conv_shape[1])
     return (int(num_layers), int(rows), dim, int(num_draft_tokens) + win - 1)
 
@@ -108,8 +115,15 @@ def dedup_problem(view: Any, phys: Any) -> Optional[str]:
         return "view starts elsewhere in the storage"
     item = phys.element_size()
     # Corner elements: view[l,s,t,d,w] vs phys[l,s,d,t+w], by address only.
-    for l, s, t, d, w in {(0, 0, 0, 0, 0), (L - 1, S - 1, D - 1, dim - 1, win - 1), (L - 1, 0, D - 1, 0, 0), (0, S - 1, 0, dim - 1, win - 1)}:
-        a = view.data_ptr() + item * (l * view.stride(0) + s * view.stride(1) + t * view.stride(2) + d * view.stride(3) + w * view.stride(4))
+    for l, s, t, d, w in {
+        (0, 0, 0, 0, 0),
+        (L - 1, S - 1, D - 1, dim - 1, win - 1),
+        (L - 1, 0, D - 1, 0, 0),
+        (0, S - 1, 0, dim - 1, win - 1),
+    }:
+        a = view.data_ptr() + item * (
+            l * view.stride(0) + s * view.stride(1) + t * view.stride(2) + d * view.stride(3) + w * view.stride(4)
+        )
         b = phys.data_ptr() + item * (l * s0 + s * s1 + d * s2 + (t + w) * s3)
         if a != b:
             return f"view[{l},{s},{t},{d},{w}] and phys[{l},{s},{d},{t + w}] are different memory"

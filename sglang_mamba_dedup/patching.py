@@ -1,4 +1,5 @@
 """The process-wide patcher over :data:`sglang_mamba_dedup.patches.PATCHES`."""
+
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Optional

@@ -412,14 +412,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--preset", default="qwen3.5-0.8b", choices=sorted(PRESETS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    p.add_argument("--dim", action="append", default=[], metavar="FIELD=INT",
-                   help="override one ModelDims field, e.g. --dim num_hidden_layers=8")
-    p.add_argument("--knob", action="append", default=[], metavar="NAME=FLOAT",
-                   help=f"override a weight knob ({', '.join(DEFAULT_KNOBS)})")
+    p.add_argument(
+        "--dim",
+        action="append",
+        default=[],
+        metavar="FIELD=INT",
+        help="override one ModelDims field, e.g. --dim num_hidden_layers=8",
+    )
+    p.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="NAME=FLOAT",
+        help=f"override a weight knob ({', '.join(DEFAULT_KNOBS)})",
+    )
     a = p.parse_args(argv)
     out = build_random_model(
-        a.out_dir, preset=a.preset, seed=a.seed, dtype=a.dtype,
-        knobs=_parse_kv(a.knob, float), overrides=_parse_kv(a.dim, int),
+        a.out_dir,
+        preset=a.preset,
+        seed=a.seed,
+        dtype=a.dtype,
+        knobs=_parse_kv(a.knob, float),
+        overrides=_parse_kv(a.dim, int),
     )
     info = json.loads((out / "random_model.json").read_text())
     print(f"wrote {out} ({info['num_parameters']:,} parameters, preset {a.preset}, seed {a.seed})")

@@ -14,6 +14,7 @@ feature it belongs to and the wrapper (wrapt signature ``wrapper(wrapped, instan
 wrapt 1.x and 2.x both work: we build ``wrapt.FunctionWrapper`` ourselves and set the attribute, so
 neither ``wrap_function_wrapper`` keywords nor ``wrapt.unwrap`` (absent in wrapt 2) are needed.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -203,7 +204,9 @@ class _Installed:
 class Patcher:
     """Applies and reverts a table of patches; one instance per process (see :mod:`.patching`)."""
 
-    def __init__(self, table: Iterable[Patch], version_getter: Callable[[], Optional[str]] = versions.installed_sglang_version):
+    def __init__(
+        self, table: Iterable[Patch], version_getter: Callable[[], Optional[str]] = versions.installed_sglang_version
+    ):
         self.table: List[Patch] = list(table)
         names = [p.name for p in self.table]
         dupes = {n for n in names if names.count(n) > 1}
@@ -314,7 +317,9 @@ class Patcher:
                 if p.name in self._installed:
                     continue
                 if p in selected or not selected:
-                    self._status[p.name] = PatchStatus(p.name, feature, p.target, "skipped", per_patch.get(p.name, reason))
+                    self._status[p.name] = PatchStatus(
+                        p.name, feature, p.target, "skipped", per_patch.get(p.name, reason)
+                    )
                 else:  # another release's patch of this feature: its own reason, not the feature's
                     self._status[p.name] = PatchStatus(
                         p.name, feature, p.target, "not-applicable", f"only for SGLang {p.releases}"
@@ -361,7 +366,9 @@ class Patcher:
 
     def _uninstall(self, name: str) -> Optional[str]:
         inst = self._installed[name]
-        current = vars(inst.parent).get(inst.attr) if inspect.isclass(inst.parent) else getattr(inst.parent, inst.attr, None)
+        current = (
+            vars(inst.parent).get(inst.attr) if inspect.isclass(inst.parent) else getattr(inst.parent, inst.attr, None)
+        )
         if current is not inst.proxy:
             return f"{inst.patch.target} was re-wrapped by someone else after us; left in place"
         setattr(inst.parent, inst.attr, inst.original)

@@ -6,6 +6,7 @@ window layout the pool got (and its bytes) and how many commits ran through our 
 changes (pool built; 1st, 2nd, 4th, 8th ... commit), so a driver can read what the *scheduler* process
 saw. Counting is a Python integer increment: no device work, no host sync.
 """
+
 from __future__ import annotations
 
 import atexit

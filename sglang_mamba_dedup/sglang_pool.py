@@ -11,6 +11,7 @@ demo, the tests and the benchmarks use (never the plugin's serving path).
 
 No torch or SGLang import at module load.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -3,6 +3,7 @@ benchmarks read (FACTS §6–7, the models' published configs).
 
 Plain data, no torch or SGLang import; :mod:`.sglang_pool` builds SGLang's cache params and pools from it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,9 +43,13 @@ class ModelShape:
 
 
 #: 24 layers, 18 of them Gated DeltaNet; 16 key + 16 value heads of 128; conv kernel 4 -> conv dim 6144, SSM 16x128x128.
-QWEN35_08B = ModelShape("Qwen3.5-0.8B", layers=24, gdn_layers=18, key_heads=16, value_heads=16, head_dim=128, conv_kernel=4)
+QWEN35_08B = ModelShape(
+    "Qwen3.5-0.8B", layers=24, gdn_layers=18, key_heads=16, value_heads=16, head_dim=128, conv_kernel=4
+)
 #: 48 layers, 36 GDN; 16 key + 32 value heads of 128; conv kernel 4 -> conv dim 8192, SSM 32x128x128.
-QWEN3_NEXT_80B = ModelShape("Qwen3-Next-80B-A3B", layers=48, gdn_layers=36, key_heads=16, value_heads=32, head_dim=128, conv_kernel=4)
+QWEN3_NEXT_80B = ModelShape(
+    "Qwen3-Next-80B-A3B", layers=48, gdn_layers=36, key_heads=16, value_heads=32, head_dim=128, conv_kernel=4
+)
 
 MODELS: Dict[str, ModelShape] = {
     "qwen3.5-0.8b": QWEN35_08B,

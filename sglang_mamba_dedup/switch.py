@@ -4,6 +4,7 @@ Shared by :mod:`.activation` (which acts on the mode) and :mod:`.report` (which 
 nothing of the package, so neither of them needs the other for it. :mod:`.activation` re-exports these
 names, so ``activation.ENV``, ``activation.parse_mode`` ... keep working.
 """
+
 from __future__ import annotations
 
 import enum

@@ -4,6 +4,7 @@ Every release range in the package (the patch table, the gate, the tests, ``doct
 named boundaries below; ``pyproject.toml``'s ``sglang`` extra mirrors :data:`SUPPORTED` (a test checks it).
 Versions are read from package metadata, without importing SGLang.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -15,8 +16,21 @@ from packaging.version import InvalidVersion, Version
 
 #: Every SGLang release we test (CI runs the release tests on each; the README's matrix has one row each).
 RELEASES: Tuple[str, ...] = (
-    "0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16",
-    "0.5.17", "0.5.18", "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23",
+    "0.5.12",
+    "0.5.12.post1",
+    "0.5.13",
+    "0.5.13.post1",
+    "0.5.14",
+    "0.5.15",
+    "0.5.15.post1",
+    "0.5.16",
+    "0.5.17",
+    "0.5.18",
+    "0.5.19",
+    "0.5.20",
+    "0.5.21",
+    "0.5.22",
+    "0.5.23",
 )
 
 # Named boundaries (each is the first release with the change).
@@ -61,7 +75,10 @@ EVIDENCE = {
     "0.5.20": ("release tests", "not run"),
     "0.5.21": ("release tests", f"{_SIM}; e2e md5 equal off/on (f936d6df…, 64/64 commits ours)"),
     "0.5.22": ("release tests", "not run"),
-    "0.5.23": ("all tests", "simulation, kernels, benchmarks; e2e md5 equal off/on (e54b02c6…), also with CUDA graphs, radix cache, TP=2"),
+    "0.5.23": (
+        "all tests",
+        "simulation, kernels, benchmarks; e2e md5 equal off/on (e54b02c6…), also with CUDA graphs, radix cache, TP=2",
+    ),
 }
 #: Release-specific behaviour worth a note in the matrix.
 NOTES = {

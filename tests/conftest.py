@@ -6,6 +6,7 @@
   0.5.13.post1); ``gpu`` = needs CUDA.
 * Every test starts with the plugin switched off and nothing wrapped, and ends the same way.
 """
+
 import os
 import shutil
 

@@ -6,6 +6,7 @@ with and without the flag unless FAKE_SERVER_DIFFER=1), prints an activation lin
 into SGLANG_MAMBA_DEDUP_REPORT_DIR, so the driver's stop must take the whole process group down.
 FAKE_SERVER_FAIL=1 exits before it is healthy.
 """
+
 import argparse
 import json
 import os
@@ -41,8 +42,12 @@ def main():
         sys.exit(7)
     flag = args.enable_mamba_conv_dedup
     if flag:
-        print(f"sglang-mamba-dedup 0.1.0 (SGLang fake, pid {os.getpid()}) [--enable-mamba-conv-dedup given]: on, "
-              "takeover mode; applied commit, dedup_layout, estimator", file=sys.stderr, flush=True)
+        print(
+            f"sglang-mamba-dedup 0.1.0 (SGLang fake, pid {os.getpid()}) [--enable-mamba-conv-dedup given]: on, "
+            "takeover mode; applied commit, dedup_layout, estimator",
+            file=sys.stderr,
+            flush=True,
+        )
     pid_file = os.environ.get("FAKE_SERVER_CHILD_PID_FILE", "/dev/null")
     subprocess.Popen([sys.executable, "-c", CHILD, "1" if flag else "0", pid_file])
     shift = 1 if (flag and os.environ.get("FAKE_SERVER_DIFFER") == "1") else 0
@@ -70,8 +75,13 @@ def main():
             for item in items:
                 ids = item if isinstance(item, list) else [ord(c) for c in item]
                 gen = [(sum(ids) * (i + 7) + shift) % 1000 for i in range(n)]
-                out.append({"output_ids": gen, "text": None,
-                            "meta_info": {"completion_tokens": n, "spec_verify_ct": max(1, n // 2)}})
+                out.append(
+                    {
+                        "output_ids": gen,
+                        "text": None,
+                        "meta_info": {"completion_tokens": n, "spec_verify_ct": max(1, n // 2)},
+                    }
+                )
             self._send(200, out)
 
     time.sleep(0.5)  # not healthy at once, as a real server

@@ -8,6 +8,7 @@ Test-only pieces, never used by the plugin itself:
     wrappers refuse CPU tensors (their ``x.is_cuda`` checks are widened to ``x.is_cuda or x.is_cpu``; the
     rest of SGLang's code runs verbatim, kernels under ``TRITON_INTERPRET=1``);
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,7 +42,9 @@ if not BACKPORT:
         _gate_fn = getattr(importlib.import_module("sglang.srt.utils"), "conv_window_dedup_enabled", None)
     UPSTREAM_GATE_KNOWS_KDA = _gate_fn is not None and len(inspect.signature(_gate_fn).parameters) >= 4
 #: The installed release honours a model's ``disable_conv_window_dedup`` opt-out (read from its pool code).
-UPSTREAM_KNOWS_OPT_OUT = not BACKPORT and "disable_conv_window_dedup" in inspect.getsource(importlib.import_module("sglang.srt.mem_cache.memory_pool"))
+UPSTREAM_KNOWS_OPT_OUT = not BACKPORT and "disable_conv_window_dedup" in inspect.getsource(
+    importlib.import_module("sglang.srt.mem_cache.memory_pool")
+)
 
 
 # ------------------------------------------------------------------------------------------------ plugin
@@ -133,8 +136,11 @@ def make_cache_params(
             kw["disable_conv_window_dedup"] = True
         else:  # 0.5.13: no field yet; a model class that opts out the way 0.5.17+ spells it
             shape_cls = dataclasses.make_dataclass(
-                "OptOutStateShape", [("disable_conv_window_dedup", bool, dataclasses.field(default=True))],
-                bases=(mu.Mamba2StateShape,), frozen=True, kw_only=True,
+                "OptOutStateShape",
+                [("disable_conv_window_dedup", bool, dataclasses.field(default=True))],
+                bases=(mu.Mamba2StateShape,),
+                frozen=True,
+                kw_only=True,
             )
     shape = shape_cls(**{k: v for k, v in kw.items() if k in fields or k == "disable_conv_window_dedup"})
     return mu.Mamba2CacheParams(
@@ -206,9 +212,13 @@ def publish_server_args(topk: int = 1, draft_tokens: int = 4) -> None:
     from sglang.srt.server_args import ServerArgs
 
     sa = ServerArgs(
-        model_path="dummy", speculative_algorithm=SPEC_ALGORITHM, speculative_eagle_topk=topk,
-        speculative_num_steps=draft_tokens - 1, speculative_num_draft_tokens=draft_tokens,
-        max_running_requests=64, disable_radix_cache=True,
+        model_path="dummy",
+        speculative_algorithm=SPEC_ALGORITHM,
+        speculative_eagle_topk=topk,
+        speculative_num_steps=draft_tokens - 1,
+        speculative_num_draft_tokens=draft_tokens,
+        max_running_requests=64,
+        disable_radix_cache=True,
     )
     get_context().set_server_args(sa)
     _published["key"] = (topk, draft_tokens)
@@ -314,12 +324,20 @@ def simulate(cfg: SimConfig) -> SimResult:
     dev = torch.device(cfg.device)
     d, k = cfg.draft_tokens, cfg.conv_kernel
     cp = make_cache_params(
-        num_layers=cfg.num_layers, conv_dim=cfg.conv_dim, conv_kernel=k, num_heads=cfg.num_heads,
-        head_dim=cfg.head_dim, state_size=cfg.state_size, conv_dtype=cfg.conv_dtype, ssm_dtype=cfg.ssm_dtype,
+        num_layers=cfg.num_layers,
+        conv_dim=cfg.conv_dim,
+        conv_kernel=k,
+        num_heads=cfg.num_heads,
+        head_dim=cfg.head_dim,
+        state_size=cfg.state_size,
+        conv_dtype=cfg.conv_dtype,
+        ssm_dtype=cfg.ssm_dtype,
     )
     b = cfg.batch
     mamba_size = 3 * b + 2
-    pool = build_pool(cache_params=cp, size=b, mamba_size=mamba_size, draft_tokens=d, topk=cfg.pool_topk, device=cfg.device)
+    pool = build_pool(
+        cache_params=cp, size=b, mamba_size=mamba_size, draft_tokens=d, topk=cfg.pool_topk, device=cfg.device
+    )
     backend = build_backend(pool, device=cfg.device, topk=1, draft_tokens=d)
     mp = pool.mamba_pool
     cache = mp.mamba_cache
@@ -343,7 +361,11 @@ def simulate(cfg: SimConfig) -> SimResult:
     inter_rows = torch.arange(b, dtype=torch.int32, device=dev)
     set_forward_metadata(backend, slots, d)
 
-    update = getattr(type(backend).update_mamba_state_after_mtp_verify, "__wrapped__", type(backend).update_mamba_state_after_mtp_verify)
+    update = getattr(
+        type(backend).update_mamba_state_after_mtp_verify,
+        "__wrapped__",
+        type(backend).update_mamba_state_after_mtp_verify,
+    )
     takes_req_pool_indices = "req_pool_indices" in inspect.signature(update).parameters
     req_pool_indices = torch.arange(b, dtype=torch.int64, device=dev)
     res = SimResult(layout=getattr(mp, "_smd_layout", None))
@@ -382,7 +404,12 @@ def simulate(cfg: SimConfig) -> SimResult:
         # What verify wrote, read through the pool's logical window view (dense or deduplicated).
         win = torch.stack([w[:, :b].clone() for w in cache.intermediate_conv_window])
         # Called the way SGLang's workers call it (keywords; 0.5.17+ also pass req_pool_indices).
-        call = dict(last_correct_step_indices=last_correct, mamba_track_indices=track_idx, mamba_steps_to_track=track_steps, model=None)
+        call = dict(
+            last_correct_step_indices=last_correct,
+            mamba_track_indices=track_idx,
+            mamba_steps_to_track=track_steps,
+            model=None,
+        )
         if takes_req_pool_indices:
             call["req_pool_indices"] = req_pool_indices
         backend.update_mamba_state_after_mtp_verify(**call)
@@ -410,8 +437,15 @@ QWEN35_08B = shapes.QWEN35_08B.state_dims()
 QWEN3_NEXT_80B = shapes.QWEN3_NEXT_80B.state_dims()
 
 
-def run_estimator(cache_params, *, total_rest_gb: float, draft_tokens: int = 4, topk: int = 1,
-                  max_running_requests: int = 256, device: str = "cuda") -> Tuple[int, float]:
+def run_estimator(
+    cache_params,
+    *,
+    total_rest_gb: float,
+    draft_tokens: int = 4,
+    topk: int = 1,
+    max_running_requests: int = 256,
+    device: str = "cuda",
+) -> Tuple[int, float]:
     """Run SGLang's real mamba-cache estimator on a stand-in runner/configurator (attributes only).
 
     Returns ``(max_mamba_cache_size, rest_memory_gb)`` for a ``total_rest_gb`` budget, radix cache on
@@ -420,8 +454,11 @@ def run_estimator(cache_params, *, total_rest_gb: float, draft_tokens: int = 4, 
     from sglang.srt.server_args import ServerArgs
 
     sa = ServerArgs(
-        model_path="dummy", speculative_algorithm=SPEC_ALGORITHM, speculative_eagle_topk=topk,
-        speculative_num_steps=draft_tokens - 1, speculative_num_draft_tokens=draft_tokens,
+        model_path="dummy",
+        speculative_algorithm=SPEC_ALGORITHM,
+        speculative_eagle_topk=topk,
+        speculative_num_steps=draft_tokens - 1,
+        speculative_num_draft_tokens=draft_tokens,
         max_running_requests=max_running_requests,
     )
     spec_alg = types.SimpleNamespace(is_none=lambda: False)
@@ -431,6 +468,7 @@ def run_estimator(cache_params, *, total_rest_gb: float, draft_tokens: int = 4, 
 
         runtime_context.get_context().set_server_args(sa)
         _published.pop("key", None)
+
         class _Configurator(kc.KVCacheConfigurator):
             def fused_entry_bytes(self, sub_pool_name):  # no fused draft state block
                 return None
@@ -438,9 +476,15 @@ def run_estimator(cache_params, *, total_rest_gb: float, draft_tokens: int = 4, 
         obj = object.__new__(_Configurator)
         for name, value in dict(
             mambaish_config=types.SimpleNamespace(mamba2_cache_params=cache_params),
-            pp_size=1, attn_dp_size=1, ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1, tp_size=1, dp_size=1),
-            hybrid_gdn_config=None, hybrid_kda_config=None,
-            extra_mamba_cache_bytes_per_req=0, spec_algorithm=spec_alg, device=device, server_args=sa,
+            pp_size=1,
+            attn_dp_size=1,
+            ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1, tp_size=1, dp_size=1),
+            hybrid_gdn_config=None,
+            hybrid_kda_config=None,
+            extra_mamba_cache_bytes_per_req=0,
+            spec_algorithm=spec_alg,
+            device=device,
+            server_args=sa,
         ).items():
             setattr(obj, name, value)
         rest = obj._handle_max_mamba_cache(total_rest_gb)
@@ -455,7 +499,10 @@ def run_estimator(cache_params, *, total_rest_gb: float, draft_tokens: int = 4, 
     obj = _Runner.__new__(_Runner)
     vars(obj).update(
         mambaish_config=types.SimpleNamespace(mamba2_cache_params=cache_params),
-        server_args=sa, spec_algorithm=spec_alg, device=device, dp_size=1,
+        server_args=sa,
+        spec_algorithm=spec_alg,
+        device=device,
+        dp_size=1,
     )
     rest = obj.handle_max_mamba_cache(total_rest_gb)
     return int(sa.max_mamba_cache_size), float(rest)

@@ -20,7 +20,13 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 # A device the states are not on, for the wrong-device errors ("meta" when CPU is all we have).
 OTHER_DEVICE = torch.device("cpu") if DEVICE.type == "cuda" else torch.device("meta")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-DTYPE_IDS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.int32: "i32", torch.int64: "i64"}
+DTYPE_IDS = {
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.float32: "fp32",
+    torch.int32: "i32",
+    torch.int64: "i64",
+}
 _INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -157,9 +163,21 @@ def sglang_dense_scatter(dst, src, slots, steps):
         rows = (torch.arange(n, dtype=torch.int32, device=dst.device),)
     grid = (n, dst.shape[0], triton.cdiv(elem, 1024))
     kernel[grid](
-        src, dst, slots.to(torch.int32), steps.to(torch.int32), *rows, elem,
-        src.stride(0), src.stride(1), src.stride(2), dst.stride(0), dst.stride(1),
-        src.shape[1], src.shape[2], dst.shape[1], BLOCK_SIZE=1024,
+        src,
+        dst,
+        slots.to(torch.int32),
+        steps.to(torch.int32),
+        *rows,
+        elem,
+        src.stride(0),
+        src.stride(1),
+        src.stride(2),
+        dst.stride(0),
+        dst.stride(1),
+        src.shape[1],
+        src.shape[2],
+        dst.shape[1],
+        BLOCK_SIZE=1024,
     )
 
 
@@ -177,13 +195,26 @@ def sglang_window_scatter(dst, src, slots, steps):
     src_rows = torch.arange(n, dtype=torch.int32, device=dst.device)
     grid = (n, dst.shape[0], triton.cdiv(dim * km1, 1024))
     m._fused_conv_window_scatter_with_mask_kernel[grid](
-        src, dst, slots.to(torch.int32), steps.to(torch.int32), src_rows, dim * km1, km1,
-        *src.stride(), dst.stride(0), dst.stride(1),
-        src.shape[1], src.shape[2], dst.shape[1], BLOCK_SIZE=1024,
+        src,
+        dst,
+        slots.to(torch.int32),
+        steps.to(torch.int32),
+        src_rows,
+        dim * km1,
+        km1,
+        *src.stride(),
+        dst.stride(0),
+        dst.stride(1),
+        src.shape[1],
+        src.shape[2],
+        dst.shape[1],
+        BLOCK_SIZE=1024,
     )
 
 
-def assert_outside_view_untouched(view: torch.Tensor, big: torch.Tensor, big_before: torch.Tensor, msg: str = "") -> None:
+def assert_outside_view_untouched(
+    view: torch.Tensor, big: torch.Tensor, big_before: torch.Tensor, msg: str = ""
+) -> None:
     """Every element of ``big`` that ``view`` does not cover kept its bytes."""
     covered = torch.zeros(big.shape, dtype=torch.bool, device=big.device)
     covered.as_strided(view.shape, view.stride(), view.storage_offset()).fill_(True)

@@ -1,4 +1,5 @@
 """The switch, the entry point function and the launch flag, in this process."""
+
 import argparse
 import logging
 import os
@@ -32,8 +33,18 @@ def _switched_patch_names():
 
 @pytest.mark.parametrize(
     "raw,mode",
-    [(None, Mode.OFF), ("", Mode.OFF), ("0", Mode.OFF), ("off", Mode.OFF), ("OFF", Mode.OFF), (" 1 ", Mode.ON),
-     ("on", Mode.ON), ("On", Mode.ON), ("strict", Mode.STRICT), ("STRICT", Mode.STRICT)],
+    [
+        (None, Mode.OFF),
+        ("", Mode.OFF),
+        ("0", Mode.OFF),
+        ("off", Mode.OFF),
+        ("OFF", Mode.OFF),
+        (" 1 ", Mode.ON),
+        ("on", Mode.ON),
+        ("On", Mode.ON),
+        ("strict", Mode.STRICT),
+        ("STRICT", Mode.STRICT),
+    ],
     ids=lambda x: repr(x),
 )
 def test_accepted_values(raw, mode):
@@ -109,8 +120,9 @@ def test_strict_with_a_skipped_feature_stops_and_leaves_nothing_wrapped(monkeypa
 
     from sglang_mamba_dedup.registry import Patcher
 
-    broken = [dataclasses.replace(p, attr="MambaPool.no_such_method") if p.name == "mamba_pool.init" else p
-              for p in PATCHES]
+    broken = [
+        dataclasses.replace(p, attr="MambaPool.no_such_method") if p.name == "mamba_pool.init" else p for p in PATCHES
+    ]
     monkeypatch.setattr(patching, "PATCHER", Patcher(broken))
     monkeypatch.setenv(activation.ENV, "strict")
     with pytest.raises(SystemExit) as e:

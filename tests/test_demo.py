@@ -1,4 +1,5 @@
 """``sglang-mamba-dedup demo``: shows what the plugin changes on the installed release, on this CPU machine."""
+
 import pytest
 
 from sglang_mamba_dedup import activation, demo, versions

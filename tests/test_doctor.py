@@ -1,4 +1,5 @@
 """``sglang-mamba-dedup doctor``: its report and its exit codes."""
+
 import json
 import subprocess
 import sys
@@ -11,8 +12,9 @@ pytestmark = pytest.mark.release
 
 
 def test_cli_report_on_this_machine():
-    proc = subprocess.run([sys.executable, "-m", "sglang_mamba_dedup", "doctor", "--json"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_mamba_dedup", "doctor", "--json"], capture_output=True, text=True, timeout=120
+    )
     info = json.loads(proc.stdout)
     assert info["sglang"] == versions.installed_sglang_version()
     assert info["entry_point_registered"] is True
@@ -65,8 +67,10 @@ def test_exit_one_when_a_target_changed(monkeypatch, capsys):
     from sglang_mamba_dedup.registry import Patcher
 
     _fake_cuda(monkeypatch)
-    broken = [dataclasses.replace(p, params=("renamed_arg",)) if p.name == "mamba_pool.init" else p
-              for p in patching.PATCHER.table]
+    broken = [
+        dataclasses.replace(p, params=("renamed_arg",)) if p.name == "mamba_pool.init" else p
+        for p in patching.PATCHER.table
+    ]
     monkeypatch.setattr(patching, "PATCHER", Patcher(broken))
     assert doctor.main([]) == 1
     out = capsys.readouterr().out
@@ -87,9 +91,16 @@ def test_doctor_does_not_wrap_anything(monkeypatch):
     assert patching.PATCHER.applied() == []
 
 
-@pytest.mark.parametrize("release,mode,code", [("0.5.12", "back-port", 0), ("0.5.13.post1", "back-port", 0),
-                                               ("0.5.15.post1", "take-over", 0), ("0.5.20", "take-over", 0),
-                                               ("0.5.11", "not supported", 1)])
+@pytest.mark.parametrize(
+    "release,mode,code",
+    [
+        ("0.5.12", "back-port", 0),
+        ("0.5.13.post1", "back-port", 0),
+        ("0.5.15.post1", "take-over", 0),
+        ("0.5.20", "take-over", 0),
+        ("0.5.11", "not supported", 1),
+    ],
+)
 def test_release_mode_for_an_uninstalled_release(release, mode, code, capsys):
     assert doctor.main(["--release", release]) == code
     out = capsys.readouterr().out

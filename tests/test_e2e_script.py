@@ -1,4 +1,5 @@
 """The e2e md5 driver without a GPU: prompts, hashing, report parsing, exit codes (runs are faked)."""
+
 import json
 import os
 import subprocess
@@ -62,15 +63,21 @@ def _report(pid, mode="on", state="ours", dense=4096, physical=2048, calls=10, o
         "argv0": "-c",
         "sglang_version": "0.5.23",
         "mode": mode,
-        "patches": patches if patches is not None else {
+        "patches": patches
+        if patches is not None
+        else {
             "pool": {"feature": "dedup_pool", "state": "applied", "reason": None},
             "commit": {"feature": "fused_commit", "state": "applied", "reason": None},
         },
         "events": {"commit_calls": calls, "ours_commit_calls": ours},
     }
     if state is not None:
-        doc["events"]["dedup_layout"] = {"state": state, "reason": None, "dense_bytes": dense,
-                                         "physical_bytes": physical}
+        doc["events"]["dedup_layout"] = {
+            "state": state,
+            "reason": None,
+            "dense_bytes": dense,
+            "physical_bytes": physical,
+        }
     return doc
 
 
@@ -136,7 +143,13 @@ def test_describe_report():
 # ----------------------------------------------------------------------------- engine arguments
 def test_engine_args_passthrough_and_defaults():
     assert e2e.parse_engine_args(["a=1", "b=true", "c=triton", "d=0.5", "e=none", "f-g=[1,2]"]) == {
-        "a": 1, "b": True, "c": "triton", "d": 0.5, "e": None, "f_g": [1, 2]}
+        "a": 1,
+        "b": True,
+        "c": "triton",
+        "d": 0.5,
+        "e": None,
+        "f_g": [1, 2],
+    }
     with pytest.raises(ValueError):
         e2e.parse_engine_args(["novalue"])
 
@@ -181,11 +194,20 @@ class FakeRuns:
         _write_reports(report_dir, docs)
         outs = self.outputs_by_mode[mode]
         return {
-            "ok": True, "pid": parent, "gen_seconds": 2.0 if mode == "off" else 1.6,
+            "ok": True,
+            "pid": parent,
+            "gen_seconds": 2.0 if mode == "off" else 1.6,
             "outputs": [{"output_ids": o, "text": None} for o in outs],
-            "meta": [{"completion_tokens": len(o), "spec_verify_ct": max(1, len(o) // 2),
-                      "spec_correct_drafts_histogram": [1, 2, 0, 1]} for o in outs],
-            "versions": {"sglang": "0.5.23", "torch": "x"}, "gpu": {"name": "FakeGPU", "count": 1},
+            "meta": [
+                {
+                    "completion_tokens": len(o),
+                    "spec_verify_ct": max(1, len(o) // 2),
+                    "spec_correct_drafts_histogram": [1, 2, 0, 1],
+                }
+                for o in outs
+            ],
+            "versions": {"sglang": "0.5.23", "torch": "x"},
+            "gpu": {"name": "FakeGPU", "count": 1},
         }
 
 
@@ -255,12 +277,20 @@ def test_main_harness_mode_off_off(workdir, capsys):
 
 def test_cli_help_runs_without_sglang_import():
     """`python -m sglang_mamba_dedup.e2e --help` is cheap: no torch, no SGLang."""
-    code = ("import sys, runpy; sys.argv=['e2e','--help']\n"
-            "try: runpy.run_module('sglang_mamba_dedup.e2e', run_name='__main__')\n"
-            "except SystemExit: pass\n"
-            "print('MODS', 'torch' in sys.modules, 'sglang' in sys.modules)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    code = (
+        "import sys, runpy; sys.argv=['e2e','--help']\n"
+        "try: runpy.run_module('sglang_mamba_dedup.e2e', run_name='__main__')\n"
+        "except SystemExit: pass\n"
+        "print('MODS', 'torch' in sys.modules, 'sglang' in sys.modules)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert "--random-weights" in r.stdout and "MODS False False" in r.stdout, r.stderr
 
 
@@ -325,9 +355,18 @@ def _stderr_line(err: str) -> str:
         (["--num-prompts", "0"], "--num-prompts"),
         (["--model-path", "org/model", "--prompt-format", "ids"], "--vocab-size"),
     ],
-    ids=["preset", "engine-arg", "engine-arg-nokey", "random-dim-int", "random-dim-field", "random-dim-alone",
-         "modes-one",
-         "modes-bad", "num-prompts", "ids-no-vocab"],
+    ids=[
+        "preset",
+        "engine-arg",
+        "engine-arg-nokey",
+        "random-dim-int",
+        "random-dim-field",
+        "random-dim-alone",
+        "modes-one",
+        "modes-bad",
+        "num-prompts",
+        "ids-no-vocab",
+    ],
 )
 def test_usage_errors_exit_2_before_anything_runs(extra, needle, tmp_path, no_build, capsys):
     runs = FakeRuns({"off": GOOD, "on": GOOD}, ON_REPORTS)
@@ -341,11 +380,24 @@ def test_usage_errors_exit_2_before_anything_runs(extra, needle, tmp_path, no_bu
 
 def test_usage_error_from_the_command_line(tmp_path):
     """Through the console entry point: exit 2, one line on stderr, no traceback."""
-    cmd = [sys.executable, "-m", "sglang_mamba_dedup", "e2e", "--random-weights", "--random-preset", "tiny",
-           "--workdir", str(tmp_path / "w"), "--run-timeout", "1", "--random-dim", "x=abc"]
-    r = subprocess.run(cmd,
-                       capture_output=True, text=True, cwd=ROOT, timeout=60,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglang_mamba_dedup",
+        "e2e",
+        "--random-weights",
+        "--random-preset",
+        "tiny",
+        "--workdir",
+        str(tmp_path / "w"),
+        "--run-timeout",
+        "1",
+        "--random-dim",
+        "x=abc",
+    ]
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=ROOT, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT))
+    )
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "KEY=INT" in _stderr_line(r.stderr)
 
@@ -356,10 +408,16 @@ def test_help_lists_presets_examples_and_exit_codes():
 
     assert all(name in text for name in PRESETS)
     assert text.count("sglang-mamba-dedup e2e --") >= 2  # example command lines
-    codes = {e2e.EXIT_OK, e2e.EXIT_MD5_DIFFER, e2e.EXIT_NOT_ENGAGED, e2e.EXIT_RUN_FAILED, e2e.EXIT_OFF_NOT_OFF,
-             e2e.EXIT_CANNOT_RUN}
+    codes = {
+        e2e.EXIT_OK,
+        e2e.EXIT_MD5_DIFFER,
+        e2e.EXIT_NOT_ENGAGED,
+        e2e.EXIT_RUN_FAILED,
+        e2e.EXIT_OFF_NOT_OFF,
+        e2e.EXIT_CANNOT_RUN,
+    }
     assert len(codes) == 6  # distinct
-    epilog = text[text.index("exit status"):]
+    epilog = text[text.index("exit status") :]
     for c in codes:
         assert f"\n  {c} " in epilog, epilog
     assert "CUDA" in epilog and "usage" in epilog
@@ -496,9 +554,24 @@ def test_server_route_flag_md5_and_plugin_line(tmp_path, monkeypatch, capsys):
     pid_file = tmp_path / "child.pid"
     monkeypatch.setenv("FAKE_SERVER_CHILD_PID_FILE", str(pid_file))
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP", "1")  # must not reach the server: the flag is what is tested
-    code = e2e.main(["--server", "--prompt-format", "ids", "--vocab-size", "100", "--num-prompts", "3",
-                     "--max-new-tokens", "4", "--model-path", str(tmp_path), "--workdir", str(tmp_path / "w")],
-                    runner=_server_runner())
+    code = e2e.main(
+        [
+            "--server",
+            "--prompt-format",
+            "ids",
+            "--vocab-size",
+            "100",
+            "--num-prompts",
+            "3",
+            "--max-new-tokens",
+            "4",
+            "--model-path",
+            str(tmp_path),
+            "--workdir",
+            str(tmp_path / "w"),
+        ],
+        runner=_server_runner(),
+    )
     out = capsys.readouterr().out
     assert code == e2e.EXIT_OK, out
     assert "-> EQUAL" in out and "engaged: YES" in out and "off as expected: yes" in out
@@ -509,11 +582,28 @@ def test_server_route_flag_md5_and_plugin_line(tmp_path, monkeypatch, capsys):
 def test_server_route_through_main_without_a_runner(tmp_path, monkeypatch, capsys):
     """--server itself picks the server runner (the fake stands in for launch_server)."""
     monkeypatch.setattr(e2e, "_cuda_problem", lambda kw: None)
-    monkeypatch.setattr(e2e_server.run_server, "__kwdefaults__",
-                        dict(e2e_server.run_server.__kwdefaults__, command=_fake_command))
-    code = e2e.main(["--server", "--prompt-format", "ids", "--vocab-size", "100", "--num-prompts", "2",
-                     "--max-new-tokens", "3", "--run-timeout", "30", "--model-path", str(tmp_path),
-                     "--workdir", str(tmp_path / "w")])
+    monkeypatch.setattr(
+        e2e_server.run_server, "__kwdefaults__", dict(e2e_server.run_server.__kwdefaults__, command=_fake_command)
+    )
+    code = e2e.main(
+        [
+            "--server",
+            "--prompt-format",
+            "ids",
+            "--vocab-size",
+            "100",
+            "--num-prompts",
+            "2",
+            "--max-new-tokens",
+            "3",
+            "--run-timeout",
+            "30",
+            "--model-path",
+            str(tmp_path),
+            "--workdir",
+            str(tmp_path / "w"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == e2e.EXIT_OK, out
     assert "launch_server with --enable-mamba-conv-dedup" in out
@@ -522,8 +612,19 @@ def test_server_route_through_main_without_a_runner(tmp_path, monkeypatch, capsy
 
 def test_server_route_md5_differ_and_failed_start(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_SERVER_DIFFER", "1")
-    args = ["--server", "--prompt-format", "ids", "--vocab-size", "100", "--num-prompts", "2", "--max-new-tokens", "3",
-            "--model-path", str(tmp_path)]
+    args = [
+        "--server",
+        "--prompt-format",
+        "ids",
+        "--vocab-size",
+        "100",
+        "--num-prompts",
+        "2",
+        "--max-new-tokens",
+        "3",
+        "--model-path",
+        str(tmp_path),
+    ]
     assert e2e.main(args + ["--workdir", str(tmp_path / "a")], runner=_server_runner()) == e2e.EXIT_MD5_DIFFER
     monkeypatch.delenv("FAKE_SERVER_DIFFER")
     monkeypatch.setenv("FAKE_SERVER_FAIL", "1")
@@ -541,8 +642,14 @@ def test_server_is_stopped_on_ctrl_c(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(e2e_server, "generate", interrupted)
-    spec = {"engine_kwargs": {}, "prompts": [[1, 2]], "prompt_format": "ids", "batch_size": 1,
-            "sampling_params": {"max_new_tokens": 2}, "warmup_tokens": 0}
+    spec = {
+        "engine_kwargs": {},
+        "prompts": [[1, 2]],
+        "prompt_format": "ids",
+        "batch_size": 1,
+        "sampling_params": {"max_new_tokens": 2},
+        "warmup_tokens": 0,
+    }
     with pytest.raises(KeyboardInterrupt):
         e2e_server.run_server(spec, "on", tmp_path, tmp_path / "log", timeout=30, command=_fake_command)
     assert started and not _alive(int(pid_file.read_text()))
@@ -554,12 +661,31 @@ def test_base_urls_compare_md5_only(tmp_path, monkeypatch, capsys):
     try:
         for mode in ("off", "on"):
             port = e2e_server.free_port()
-            cmd = [sys.executable, FAKE_SERVER, "--port", str(port)] + (["--enable-mamba-conv-dedup"] if mode == "on" else [])
-            procs.append(subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            cmd = [sys.executable, FAKE_SERVER, "--port", str(port)] + (
+                ["--enable-mamba-conv-dedup"] if mode == "on" else []
+            )
+            procs.append(
+                subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
             urls[mode] = f"http://127.0.0.1:{port}"
-        code = e2e.main(["--base-url-off", urls["off"], "--base-url-on", urls["on"], "--prompt-format", "ids",
-                         "--vocab-size", "50", "--num-prompts", "2", "--max-new-tokens", "3",
-                         "--workdir", str(tmp_path / "w")])
+        code = e2e.main(
+            [
+                "--base-url-off",
+                urls["off"],
+                "--base-url-on",
+                urls["on"],
+                "--prompt-format",
+                "ids",
+                "--vocab-size",
+                "50",
+                "--num-prompts",
+                "2",
+                "--max-new-tokens",
+                "3",
+                "--workdir",
+                str(tmp_path / "w"),
+            ]
+        )
     finally:
         for p in procs:
             os.killpg(p.pid, signal.SIGKILL)

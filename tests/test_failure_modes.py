@@ -1,4 +1,5 @@
 """What happens when... (README table): each case of the failure-modes issue, checked by its effect."""
+
 import argparse
 import gc
 import logging
@@ -57,8 +58,9 @@ def test_newer_release_is_off_with_one_warning_and_can_be_allowed(monkeypatch, c
     monkeypatch.setenv(versions.ALLOW_UNTESTED_ENV, "1")
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         activation.register()
-    assert "commit" in {patching.PATCHER.table[0].feature} | {p.feature for p in patching.PATCHER.table
-                                                               if p.name in patching.PATCHER.applied()}
+    assert "commit" in {patching.PATCHER.table[0].feature} | {
+        p.feature for p in patching.PATCHER.table if p.name in patching.PATCHER.applied()
+    }
     assert patching.PATCHER.applied("commit") and patching.PATCHER.applied("dedup_layout")
     (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "UNTESTED" in line.getMessage()
@@ -72,7 +74,9 @@ def test_kernel_import_failure_is_remembered_logged_once_and_seen_by_doctor(monk
     attempts = []
 
     def broken(name, *args, **kwargs):
-        if name == "sglang_mamba_dedup.kernels" or (name == "sglang_mamba_dedup" and args and args[2] and "kernels" in args[2]):
+        if name == "sglang_mamba_dedup.kernels" or (
+            name == "sglang_mamba_dedup" and args and args[2] and "kernels" in args[2]
+        ):
             attempts.append(name)
             raise ImportError("simulated broken triton")
         return real_import(name, *args, **kwargs)

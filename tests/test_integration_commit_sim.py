@@ -7,6 +7,7 @@ random accepted lengths (0, partial and full), track slots on some steps. Stock 
 bit-identical per-step outputs, window contents and final conv + SSM states. On CPU the Triton kernels run
 under ``TRITON_INTERPRET=1``.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,9 +49,15 @@ def _compare(stock, ours, cfg):
     [(4, 4, 3, torch.float32), (3, 3, 2, torch.float32), (4, 4, 3, torch.bfloat16)],
     ids=["D4-K4-bs3-fp32", "D3-K3-bs2-fp32", "D4-K4-bs3-bf16"],
 )
-def test_speculative_decode_simulation_stock_vs_plugin(kernel_impl, draft_tokens, conv_kernel, batch, conv_dtype, capsys):
+def test_speculative_decode_simulation_stock_vs_plugin(
+    kernel_impl, draft_tokens, conv_kernel, batch, conv_dtype, capsys
+):
     cfg = iu.SimConfig(
-        draft_tokens=draft_tokens, conv_kernel=conv_kernel, batch=batch, steps=32, conv_dtype=conv_dtype,
+        draft_tokens=draft_tokens,
+        conv_kernel=conv_kernel,
+        batch=batch,
+        steps=32,
+        conv_dtype=conv_dtype,
         check_outputs=conv_dtype != torch.bfloat16,
     )
     stock = _run(cfg, on=False)
@@ -108,6 +115,7 @@ def test_our_path_commits_and_runs_ple(kernel_impl):
         real = getattr(type(backend), "_update_ple_state_after_mtp_verify", None)
         calls = []
         if real is not None:
+
             def spy(*args, **kwargs):
                 calls.append(len(args) + len(kwargs))
                 return real(backend, *args, **kwargs)
@@ -137,7 +145,9 @@ def _stock_scatter_name(bk):
     pytest.fail("cannot find the stock commit's scatter in the installed release")
 
 
-@pytest.mark.parametrize("branch", ["kda_fused_accept", "replayssm_kda", "pp_stable_rows", "replayssm_spec_no_ssm", "unified_pool"])
+@pytest.mark.parametrize(
+    "branch", ["kda_fused_accept", "replayssm_kda", "pp_stable_rows", "replayssm_spec_no_ssm", "unified_pool"]
+)
 def test_branches_we_do_not_own_stay_on_sglang(kernel_impl, branch):
     """Each branch is exercised on every release whose own commit has it (read from the installed code)."""
     import importlib

@@ -5,6 +5,7 @@ topk plumbing, the PD decode pool and the estimator.
 Back-port releases (0.5.13.post1): the plugin builds the deduplicated window itself; stock is dense.
 Take-over releases (0.5.23): upstream builds it; the plugin verifies and records it.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,9 @@ def _cp(**kw):
 
 
 def _pool(cp=None, *, draft_tokens=4, topk=1, size=3, mamba_size=5, **kw):
-    return iu.build_pool(cache_params=cp or _cp(), size=size, mamba_size=mamba_size, draft_tokens=draft_tokens, topk=topk, **kw)
+    return iu.build_pool(
+        cache_params=cp or _cp(), size=size, mamba_size=mamba_size, draft_tokens=draft_tokens, topk=topk, **kw
+    )
 
 
 def _assert_dedup(mp, draft_tokens, conv_kernel):
@@ -72,7 +75,9 @@ def _assert_dedup(mp, draft_tokens, conv_kernel):
         assert layout.nbytes(phys) * D * win == dense * (D + win - 1)
     # mem_usage counts physical bytes.
     c = mp.mamba_cache
-    physical = layout.nbytes(c.conv) + layout.nbytes(c.temporal) + layout.nbytes(c.intermediate_ssm) + layout.nbytes(phys_list)
+    physical = (
+        layout.nbytes(c.conv) + layout.nbytes(c.temporal) + layout.nbytes(c.intermediate_ssm) + layout.nbytes(phys_list)
+    )
     assert abs(mp.mem_usage * GB - physical) < 1
 
 
@@ -86,7 +91,9 @@ def test_plugin_pool_is_deduplicated(draft_tokens, conv_kernel):
         _assert_dedup(mp, draft_tokens, conv_kernel)
         ev = report.events()["dedup_layout"]
         assert ev["state"] == ("ours" if iu.BACKPORT else "upstream")
-        assert ev["physical_bytes"] * draft_tokens * (conv_kernel - 1) == ev["dense_bytes"] * (draft_tokens + conv_kernel - 2)
+        assert ev["physical_bytes"] * draft_tokens * (conv_kernel - 1) == ev["dense_bytes"] * (
+            draft_tokens + conv_kernel - 2
+        )
         assert abs(ev["physical_bytes"] / ev["dense_bytes"] - layout.ratio(draft_tokens, conv_kernel)) < 1e-12
         assert patching.PATCHER.calls("mamba_pool.init") == calls0 + 1
 
@@ -136,7 +143,9 @@ def _stock_case(name):
     if name == "kda":
         mu = importlib.import_module("sglang.srt.configs.mamba_utils")
         shape = mu.KimiLinearStateShape.create(tp_world_size=1, num_heads=2, head_dim=4, conv_kernel_size=4)
-        cp = mu.KimiLinearCacheParams(shape=shape, layers=[0, 1], dtype=mu.Mamba2StateDType(conv=torch.float32, temporal=torch.float32))
+        cp = mu.KimiLinearCacheParams(
+            shape=shape, layers=[0, 1], dtype=mu.Mamba2StateDType(conv=torch.float32, temporal=torch.float32)
+        )
         return dict(cp=cp), None, "KDA"
     if name == "unified":
         return dict(unified=True), None, "unified memory"
@@ -147,14 +156,25 @@ def _stock_case(name):
     raise KeyError(name)
 
 
-STOCK_CASES = ["topk2", "cpu_without_override", "speculative_off", "opt_out", "kda", "unified", "topk_unknown", "commit_patch_inactive"]
+STOCK_CASES = [
+    "topk2",
+    "cpu_without_override",
+    "speculative_off",
+    "opt_out",
+    "kda",
+    "unified",
+    "topk_unknown",
+    "commit_patch_inactive",
+]
 
 
 @pytest.mark.parametrize("case", STOCK_CASES)
 def test_gate_no_gives_stock_layout_and_reason(case, monkeypatch):
     kw, extra, fragment = _stock_case(case)
     if not iu.BACKPORT and case in ("topk_unknown", "commit_patch_inactive", "unified"):
-        pytest.skip("back-port only: 0.5.14+ pass topk to the pool, need no commit patch, build unified pools elsewhere")
+        pytest.skip(
+            "back-port only: 0.5.14+ pass topk to the pool, need no commit patch, build unified pools elsewhere"
+        )
     if extra == "no_cpu":
         monkeypatch.delenv(gate.ALLOW_CPU_ENV)
     cp = kw.pop("cp", None)
@@ -188,9 +208,15 @@ def test_gate_reasons_unit():
     cp = _cp()
     ok, why = gate.check(device="cpu", speculative_num_draft_tokens=4, cache_params=cp, topk=None)
     assert ok and why is None
-    assert "not (dim, K-1)" in gate.check(device="cpu", speculative_num_draft_tokens=4, cache_params=_cp_bad_window(), topk=1)[1]
+    assert (
+        "not (dim, K-1)"
+        in gate.check(device="cpu", speculative_num_draft_tokens=4, cache_params=_cp_bad_window(), topk=1)[1]
+    )
     unified_cls = type("UnifiedMambaPool", (), {})
-    assert "UnifiedMambaPool" in gate.check(device="cpu", speculative_num_draft_tokens=4, cache_params=cp, topk=1, pool=unified_cls())[1]
+    assert (
+        "UnifiedMambaPool"
+        in gate.check(device="cpu", speculative_num_draft_tokens=4, cache_params=cp, topk=1, pool=unified_cls())[1]
+    )
     assert "ROCm" in _with_hip(lambda: gate.device_problem("cuda"))
     assert "unknown" in gate.check(device="cpu", speculative_num_draft_tokens=4, cache_params=cp)[1]
 
@@ -225,10 +251,14 @@ def test_topk_plumbing_through_init_pools():
     built = {}
 
     def fake_init_pools(*args, **kwargs):  # stands in for SGLang's _init_pools body: builds the pool
-        built["pool"] = iu.build_pool(cache_params=_cp(), size=2, mamba_size=4, draft_tokens=4, topk=None, via_init_pools=False)
+        built["pool"] = iu.build_pool(
+            cache_params=_cp(), size=2, mamba_size=4, draft_tokens=4, topk=None, via_init_pools=False
+        )
 
     for topk, expect in ((1, "dedup"), (3, "stock")):
-        runner = types.SimpleNamespace(server_args=types.SimpleNamespace(speculative_eagle_topk=topk, enable_unified_memory=False))
+        runner = types.SimpleNamespace(
+            server_args=types.SimpleNamespace(speculative_eagle_topk=topk, enable_unified_memory=False)
+        )
         with iu.cpu_stock_paths(), iu.plugin(True):
             pool_config.init_pools(fake_init_pools, runner, (), {})
             mp = built["pool"].mamba_pool
@@ -259,9 +289,17 @@ def test_pd_decode_pool_gets_dedup():
     sig = inspect.signature(dec.HybridMambaDecodeReqToTokenPool.__init__).parameters
     cp = _cp()
     kw = dict(
-        size=2, max_context_len=64, device="cpu", enable_memory_saver=False, cache_params=cp,
-        mamba_layer_ids=[0, 1], speculative_num_draft_tokens=4, enable_mamba_extra_buffer=False,
-        pre_alloc_size=1, enable_overlap_schedule=True, mamba_size=4,
+        size=2,
+        max_context_len=64,
+        device="cpu",
+        enable_memory_saver=False,
+        cache_params=cp,
+        mamba_layer_ids=[0, 1],
+        speculative_num_draft_tokens=4,
+        enable_mamba_extra_buffer=False,
+        pre_alloc_size=1,
+        enable_overlap_schedule=True,
+        mamba_size=4,
     )
     if "speculative_eagle_topk" in sig:
         kw["speculative_eagle_topk"] = 1

@@ -1,8 +1,20 @@
 """conv_commit: bit-exact against the reference and SGLang 0.5.23's window kernels."""
 
 from kernel_utils import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
-    DEVICE, OTHER_DEVICE, DTYPE_IDS, DTYPES, assert_bitwise_equal, assert_outside_view_untouched, conv_source, make_index_set,
-    new_generator, poison, rand, sglang_dense_scatter, sglang_window_scatter, strided_dst,
+    DEVICE,
+    OTHER_DEVICE,
+    DTYPE_IDS,
+    DTYPES,
+    assert_bitwise_equal,
+    assert_outside_view_untouched,
+    conv_source,
+    make_index_set,
+    new_generator,
+    poison,
+    rand,
+    sglang_dense_scatter,
+    sglang_window_scatter,
+    strided_dst,
 )
 
 import pytest

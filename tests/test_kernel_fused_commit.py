@@ -4,8 +4,21 @@ Bit-exact against the reference and against SGLang 0.5.23's own kernels
 (dense SSM scatter + conv window scatter / multi-pair conv scatter)."""
 
 from kernel_utils import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
-    DEVICE, OTHER_DEVICE, DTYPE_IDS, DTYPES, assert_bitwise_equal, assert_outside_view_untouched, bits, conv_source,
-    make_index_set, new_generator, poison, rand, sglang_dense_scatter, sglang_module, sglang_window_scatter,
+    DEVICE,
+    OTHER_DEVICE,
+    DTYPE_IDS,
+    DTYPES,
+    assert_bitwise_equal,
+    assert_outside_view_untouched,
+    bits,
+    conv_source,
+    make_index_set,
+    new_generator,
+    poison,
+    rand,
+    sglang_dense_scatter,
+    sglang_module,
+    sglang_window_scatter,
     strided_dst,
 )
 
@@ -28,14 +41,20 @@ def _case(D, K, src_kind, conv_dtype, ssm_dtype, g, track, idx_dtype=torch.int64
         big = poison(torch.empty((L + 1, N_SLOTS + 3, *SSM_SHAPE), dtype=ssm_dtype, device=DEVICE))
         ssm_dst, ssm_big = big[1:, 3:], big
     else:
-        pairs = [(poison(torch.empty((L, N_SLOTS, dim, K - 1), dtype=conv_dtype, device=DEVICE)), None)
-                 for dim in DIMS[:n_conv]]
+        pairs = [
+            (poison(torch.empty((L, N_SLOTS, dim, K - 1), dtype=conv_dtype, device=DEVICE)), None)
+            for dim in DIMS[:n_conv]
+        ]
         ssm_dst = poison(torch.empty((L, N_SLOTS, *SSM_SHAPE), dtype=ssm_dtype, device=DEVICE))
         ssm_big = None
     steps, slots = make_index_set(R, D, N_SLOTS, g, idx_dtype=idx_dtype)
     kw = dict(
-        conv_dsts=[p[0] for p in pairs], conv_srcs=conv_srcs, ssm_dst=ssm_dst,
-        ssm_src=rand((L, R, D, *SSM_SHAPE), ssm_dtype, g), accept_steps=steps, accept_slots=slots,
+        conv_dsts=[p[0] for p in pairs],
+        conv_srcs=conv_srcs,
+        ssm_dst=ssm_dst,
+        ssm_src=rand((L, R, D, *SSM_SHAPE), ssm_dtype, g),
+        accept_steps=steps,
+        accept_slots=slots,
     )
     if track:
         t_steps, t_slots = make_index_set(R, D, N_SLOTS, g, idx_dtype=idx_dtype, skip_every=2, taken=slots.tolist())
@@ -93,8 +112,11 @@ def test_fused_commit_matches_sglang_multi_pair_kernel(track):
     fused_commit(**kw)
     theirs = [poison(torch.empty_like(d)) for d in kw["conv_dsts"]]
     m.fused_conv_window_scatter_multi(
-        list(zip(theirs, kw["conv_srcs"])), kw["accept_slots"], kw["accept_steps"],
-        kw.get("track_slots"), kw.get("track_steps"),
+        list(zip(theirs, kw["conv_srcs"])),
+        kw["accept_slots"],
+        kw["accept_steps"],
+        kw.get("track_slots"),
+        kw.get("track_steps"),
     )
     for i, (ours, t) in enumerate(zip(kw["conv_dsts"], theirs)):
         assert_bitwise_equal(ours, t, f"seed={seed} conv kind {i} vs SGLang multi-pair kernel")
@@ -124,8 +146,11 @@ def test_fused_commit_partial(part):
         kw.update(ssm_dst=None, ssm_src=None)
     elif part == "ssm_only":
         kw.update(conv_dsts=[], conv_srcs=[])
-    exp = dict(kw, conv_dsts=[d.clone() for d in kw["conv_dsts"]],
-               ssm_dst=None if kw["ssm_dst"] is None else kw["ssm_dst"].clone())
+    exp = dict(
+        kw,
+        conv_dsts=[d.clone() for d in kw["conv_dsts"]],
+        ssm_dst=None if kw["ssm_dst"] is None else kw["ssm_dst"].clone(),
+    )
     fused_commit_reference(**exp)
     fused_commit(**kw)
     for got, want in zip(kw["conv_dsts"], exp["conv_dsts"]):
@@ -287,8 +312,14 @@ def test_fused_commit_int64_offsets_past_2_31():
     conv_slots = torch.tensor([119_999, 5, 119_998], device="cuda")
     # conv and SSM share the index set, so use a second call for the conv slots past 2**31
     fused_commit(conv_dsts=[], conv_srcs=[], ssm_dst=ssm_dst, ssm_src=ssm_src, accept_steps=steps, accept_slots=slots)
-    fused_commit(conv_dsts=[conv_phys_big], conv_srcs=[conv_src], ssm_dst=None, ssm_src=None,
-                 accept_steps=steps, accept_slots=conv_slots)
+    fused_commit(
+        conv_dsts=[conv_phys_big],
+        conv_srcs=[conv_src],
+        ssm_dst=None,
+        ssm_src=None,
+        accept_steps=steps,
+        accept_slots=conv_slots,
+    )
     torch.cuda.synchronize()
     assert (L2 * n_slots * per) > 2**31 and conv_phys_big.numel() > 2**32
     for r, (s, slot, cslot) in enumerate(zip(steps.tolist(), slots.tolist(), conv_slots.tolist())):
@@ -331,8 +362,12 @@ def test_fused_commit_plan_follows_in_place_layout_changes(change):
     conv_big = poison(torch.empty((L, N_SLOTS + 1, dim, K - 1), dtype=torch.bfloat16, device=DEVICE))
     conv_dst = conv_big[:, 1:]
     ssm_dst = poison(torch.empty((L, N_SLOTS, *SSM_SHAPE), dtype=torch.float32, device=DEVICE))
-    kw = dict(conv_dsts=[conv_dst], conv_srcs=conv_srcs, ssm_dst=ssm_dst,
-              ssm_src=rand((L, R, 2, *SSM_SHAPE), torch.float32, g))
+    kw = dict(
+        conv_dsts=[conv_dst],
+        conv_srcs=conv_srcs,
+        ssm_dst=ssm_dst,
+        ssm_src=rand((L, R, 2, *SSM_SHAPE), torch.float32, g),
+    )
     kw["accept_steps"], kw["accept_slots"] = make_index_set(R, 2, N_SLOTS, g)
     exp = _expected(kw)
     fused_commit(**kw)  # builds and caches the plan

@@ -1,8 +1,17 @@
 """ssm_commit: bit-exact against the reference and SGLang 0.5.23's dense scatter kernel."""
 
 from kernel_utils import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
-    DEVICE, OTHER_DEVICE, DTYPE_IDS, DTYPES, assert_bitwise_equal, assert_outside_view_untouched,
-    make_index_set, new_generator, poison, rand, sglang_dense_scatter,
+    DEVICE,
+    OTHER_DEVICE,
+    DTYPE_IDS,
+    DTYPES,
+    assert_bitwise_equal,
+    assert_outside_view_untouched,
+    make_index_set,
+    new_generator,
+    poison,
+    rand,
+    sglang_dense_scatter,
 )
 
 import pytest

@@ -1,7 +1,14 @@
 """tail_copy (vLLM's DS tail copy): dst[db, d, 0:W-b] = src[sb, d, b:W], tail untouched."""
 
 from kernel_utils import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
-    DEVICE, OTHER_DEVICE, DTYPE_IDS, DTYPES, assert_bitwise_equal, new_generator, poison, rand,
+    DEVICE,
+    OTHER_DEVICE,
+    DTYPE_IDS,
+    DTYPES,
+    assert_bitwise_equal,
+    new_generator,
+    poison,
+    rand,
 )
 
 import pytest
@@ -30,7 +37,12 @@ def test_tail_copy_matches_reference(offset, blocks, dtype, idx_dtype):
     elif blocks == "other_block":
         src, dst, sb, db = state, state, [1, 4], [2, 0]
     else:
-        src, dst, sb, db = state, poison(torch.empty((N_BLOCKS + 1, DIM, W), dtype=dtype, device=DEVICE)), [1, 4], [6, 0]
+        src, dst, sb, db = (
+            state,
+            poison(torch.empty((N_BLOCKS + 1, DIM, W), dtype=dtype, device=DEVICE)),
+            [1, 4],
+            [6, 0],
+        )
     offs = [offset, 4 - offset]
     exp_src = src.clone()
     exp_dst = exp_src if dst is src else dst.clone()

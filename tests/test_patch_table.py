@@ -1,4 +1,5 @@
 """The patch table is complete and consistent (in the spirit of Liger's mapping test)."""
+
 import importlib
 import inspect
 import pathlib
@@ -73,8 +74,23 @@ def test_wheel_contents(tmp_path):
     import subprocess
     import zipfile
 
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), str(ROOT)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = tmp_path.glob("sglang_mamba_dedup-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "sglang_mamba_dedup/patches/__init__.py" in names
@@ -100,7 +116,8 @@ def _expected(release):
         "dedup_layout": {"mamba_pool.init"},
         "commit": {"hybrid_linear_attn.update_mamba_state_after_mtp_verify"},
         "topk_plumbing": {"kv_cache_mixin.init_pools"} if release in _BACKPORT else set(),
-        "estimator": {"kv_cache_mixin.handle_max_mamba_cache"} if release in _OLD
+        "estimator": {"kv_cache_mixin.handle_max_mamba_cache"}
+        if release in _OLD
         else {"kv_cache_configurator.handle_max_mamba_cache"},
     }
 
@@ -136,13 +153,16 @@ def test_ranges_come_from_the_named_boundaries():
     assert not versions.in_range(versions.UNTESTED_FROM)
 
 
-@pytest.mark.parametrize("version,allowed,problem,mode", [
-    ("0.5.24", False, "newer than every release", "unsupported"),
-    ("0.5.24", True, None, "takeover"),
-    ("0.6.0", True, None, "takeover"),
-    ("0.5.11", True, "older than 0.5.12", "unsupported"),
-    ("nonsense", True, "unparsable", "unsupported"),
-])
+@pytest.mark.parametrize(
+    "version,allowed,problem,mode",
+    [
+        ("0.5.24", False, "newer than every release", "unsupported"),
+        ("0.5.24", True, None, "takeover"),
+        ("0.6.0", True, None, "takeover"),
+        ("0.5.11", True, "older than 0.5.12", "unsupported"),
+        ("nonsense", True, "unparsable", "unsupported"),
+    ],
+)
 def test_untested_newer_release_only_with_the_opt_in(monkeypatch, version, allowed, problem, mode):
     if allowed:
         monkeypatch.setenv(versions.ALLOW_UNTESTED_ENV, "1")
@@ -161,6 +181,6 @@ def test_untested_newer_release_only_with_the_opt_in(monkeypatch, version, allow
 def test_readme_release_matrix_is_the_one_in_versions():
     text = (ROOT / "README.md").read_text()
     start, end = "<!-- release-matrix:start -->\n", "\n<!-- release-matrix:end -->"
-    block = text[text.index(start) + len(start):text.index(end)]
+    block = text[text.index(start) + len(start) : text.index(end)]
     assert block == versions.matrix()
     assert set(versions.EVIDENCE) == set(versions.RELEASES)

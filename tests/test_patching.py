@@ -1,4 +1,5 @@
 """The patch machinery: idempotent apply, exact revert, all-or-nothing features, ours-vs-theirs."""
+
 import sys
 import types
 
@@ -100,8 +101,16 @@ def test_apply_twice_is_apply_once_and_revert_twice_is_harmless(fake_module):
 
 
 def test_missing_target_skips_the_whole_feature(fake_module):
-    table = _table() + [Patch(name="gone", feature="f", module="smd_fake_target", attr="Pool.vanished",
-                              releases=">=0.5.12,<0.5.24", wrapper=_tag("x"))]
+    table = _table() + [
+        Patch(
+            name="gone",
+            feature="f",
+            module="smd_fake_target",
+            attr="Pool.vanished",
+            releases=">=0.5.12,<0.5.24",
+            wrapper=_tag("x"),
+        )
+    ]
     before = _raw(fake_module)
     p = Patcher(table, version_getter=lambda: SUPPORTED_FAKE)
     reason = p.apply()["f"]
@@ -113,8 +122,17 @@ def test_missing_target_skips_the_whole_feature(fake_module):
 
 
 def test_changed_signature_skips_the_feature(fake_module):
-    table = [Patch(name="fn", feature="f", module="smd_fake_target", attr="commit", releases=">=0.5.12,<0.5.24",
-                   wrapper=_tag("x"), params=("steps", "track_slots"))]
+    table = [
+        Patch(
+            name="fn",
+            feature="f",
+            module="smd_fake_target",
+            attr="commit",
+            releases=">=0.5.12,<0.5.24",
+            wrapper=_tag("x"),
+            params=("steps", "track_slots"),
+        )
+    ]
     p = Patcher(table, version_getter=lambda: SUPPORTED_FAKE)
     reason = p.apply()["f"]
     assert "changed signature" in reason and "track_slots" in reason
@@ -122,7 +140,9 @@ def test_changed_signature_skips_the_feature(fake_module):
 
 
 def test_unimportable_module_skips_the_feature():
-    table = [Patch(name="x", feature="f", module="smd_no_such_module", attr="f", releases=">=0.5.12", wrapper=_tag("x"))]
+    table = [
+        Patch(name="x", feature="f", module="smd_no_such_module", attr="f", releases=">=0.5.12", wrapper=_tag("x"))
+    ]
     p = Patcher(table, version_getter=lambda: SUPPORTED_FAKE)
     assert "cannot import smd_no_such_module" in p.apply()["f"]
 
@@ -203,7 +223,9 @@ def test_real_target_with_changed_signature_is_skipped(monkeypatch):
 
     import sglang_mamba_dedup.patching as sp
 
-    bad = [dataclasses.replace(p, params=p.params + ("no_such_param",)) if p.feature == "commit" else p for p in PATCHES]
+    bad = [
+        dataclasses.replace(p, params=p.params + ("no_such_param",)) if p.feature == "commit" else p for p in PATCHES
+    ]
     patcher = Patcher(bad)
     monkeypatch.setattr(sp, "PATCHER", patcher)
     result = patcher.apply(SWITCHED_FEATURES)
@@ -216,21 +238,34 @@ def test_real_target_with_changed_signature_is_skipped(monkeypatch):
 
 
 # ------------------------------------------------------------------ calls our wrappers make into SGLang
-@pytest.mark.parametrize("ple_params,ok", [
-    (("self", "a", "b", "c", "d"), True),              # 0.5.20 / 0.5.21
-    (("self", "a", "b", "c", "d", "e=None"), True),    # 0.5.22 / 0.5.23
-    (("self", "a", "b", "c", "d", "e"), False),        # a release that makes the 5th argument required
-    (("self", "a", "b", "c"), False),                  # one that drops one
-    (None, True),                                      # absent (0.5.12 ... 0.5.19): our call is skipped
-])
+@pytest.mark.parametrize(
+    "ple_params,ok",
+    [
+        (("self", "a", "b", "c", "d"), True),  # 0.5.20 / 0.5.21
+        (("self", "a", "b", "c", "d", "e=None"), True),  # 0.5.22 / 0.5.23
+        (("self", "a", "b", "c", "d", "e"), False),  # a release that makes the 5th argument required
+        (("self", "a", "b", "c"), False),  # one that drops one
+        (None, True),  # absent (0.5.12 ... 0.5.19): our call is skipped
+    ],
+)
 def test_callee_signature_is_checked_before_wrapping(fake_module, ple_params, ok):
     if ple_params is not None:
         ns = {}
         exec(f"def ple({', '.join(ple_params)}): return 'stock-ple'", ns)
         fake_module.Pool.ple = ns["ple"]
     callee = registry.Callee("smd_fake_target", "Pool.ple", args=4, optional=True)
-    table = [Patch(name="fn", feature="f", module="smd_fake_target", attr="commit", releases=">=0.5.12,<0.5.24",
-                   wrapper=_tag("ours"), params=("steps", "slots"), calls=(callee,))]
+    table = [
+        Patch(
+            name="fn",
+            feature="f",
+            module="smd_fake_target",
+            attr="commit",
+            releases=">=0.5.12,<0.5.24",
+            wrapper=_tag("ours"),
+            params=("steps", "slots"),
+            calls=(callee,),
+        )
+    ]
     p = Patcher(table, version_getter=lambda: SUPPORTED_FAKE)
     reason = p.apply(["f"])["f"]
     if ok:

@@ -1,4 +1,5 @@
 """SGLang's own plugin loader, in fresh *spawned* processes (as SGLang starts its schedulers)."""
+
 import importlib.metadata
 import multiprocessing
 import os
@@ -84,4 +85,6 @@ def test_launch_flag_reaches_spawned_children(monkeypatch):
     activation.register()  # the launcher's load_plugins()
     out = _spawn(_child_load_plugins)
     assert out["env"] == "1"
-    assert out["wrapped"]["mamba_pool.init"] and out["wrapped"]["hybrid_linear_attn.update_mamba_state_after_mtp_verify"]
+    assert (
+        out["wrapped"]["mamba_pool.init"] and out["wrapped"]["hybrid_linear_attn.update_mamba_state_after_mtp_verify"]
+    )

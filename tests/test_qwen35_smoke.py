@@ -5,6 +5,7 @@ On CPU the Triton kernels run under the interpreter, so it is a few steps (fp32 
 mis-computes SGLang's bf16 conv *outputs*); the >= 32-step run is in test_integration_commit_sim.py and
 the bf16 CUDA run in benchmarks/integration_gpu.py.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The random-weight Qwen3.5 checkpoint builder (tiny preset; CPU)."""
+
 import json
 
 import pytest
@@ -25,9 +26,15 @@ def test_writes_config_weights_and_provenance(tiny):
     info = json.loads((tiny / "random_model.json").read_text())
     assert info["preset"] == "tiny" and info["seed"] == 0 and info["tokenizer"] is None
     names = set(safetensors_torch.load_file(str(tiny / "model.safetensors")))
-    assert {"mtp.fc.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight",
-            "mtp.layers.0.self_attn.q_proj.weight", "mtp.norm.weight", "lm_head.weight",
-            "model.language_model.layers.0.linear_attn.conv1d.weight"} <= names
+    assert {
+        "mtp.fc.weight",
+        "mtp.pre_fc_norm_embedding.weight",
+        "mtp.pre_fc_norm_hidden.weight",
+        "mtp.layers.0.self_attn.q_proj.weight",
+        "mtp.norm.weight",
+        "lm_head.weight",
+        "model.language_model.layers.0.linear_attn.conv1d.weight",
+    } <= names
     assert not (tiny / "tokenizer.json").exists()  # tokenizer-free: served with skip_tokenizer_init
 
 
@@ -53,13 +60,16 @@ def test_names_and_shapes_match_transformers(tiny):
     cfg.pop("model_type")
     with torch.device("meta"):
         model = Qwen3_5ForCausalLM(Qwen3_5TextConfig(**cfg))
-    ours = {n.replace("model.language_model.", "model."): tuple(s)
-            for n, s, _, _ in rm.weight_specs(rm.PRESETS["tiny"]) if not n.startswith("mtp.")}
+    ours = {
+        n.replace("model.language_model.", "model."): tuple(s)
+        for n, s, _, _ in rm.weight_specs(rm.PRESETS["tiny"])
+        if not n.startswith("mtp.")
+    }
     theirs = {n: tuple(p.shape) for n, p in model.named_parameters()}
     assert ours == theirs
     # the MTP layer is a full-attention decoder layer with the same parameter set
-    mtp = {n[len("mtp.layers.0."):] for n, *_ in rm.weight_specs(rm.PRESETS["tiny"]) if n.startswith("mtp.layers.0.")}
-    att = {n[len("model.layers.3."):] for n in theirs if n.startswith("model.layers.3.")}
+    mtp = {n[len("mtp.layers.0.") :] for n, *_ in rm.weight_specs(rm.PRESETS["tiny"]) if n.startswith("mtp.layers.0.")}
+    att = {n[len("model.layers.3.") :] for n in theirs if n.startswith("model.layers.3.")}
     assert mtp == att
     assert transformers  # noqa
 
@@ -99,15 +109,18 @@ def test_default_preset_is_qwen35_08b():
     assert (d.linear_num_key_heads, d.linear_num_value_heads, d.linear_key_head_dim) == (16, 16, 128)
     assert d.conv_dim == 6144 and d.linear_conv_kernel_dim == 4
     q = shapes.QWEN35_08B  # the package's one shape table: the preset's GDN state is what the pools are built with
-    assert (d.layer_types.count("linear_attention"), d.conv_dim, d.linear_conv_kernel_dim) == (q.gdn_layers, q.conv_dim, q.conv_kernel)
+    assert (d.layer_types.count("linear_attention"), d.conv_dim, d.linear_conv_kernel_dim) == (
+        q.gdn_layers,
+        q.conv_dim,
+        q.conv_kernel,
+    )
     assert (d.num_attention_heads, d.num_key_value_heads, d.head_dim) == (8, 2, 256)
     n = sum(int(torch.Size(s).numel()) for _, s, _, _ in rm.weight_specs(d))
     assert 0.8e9 < n < 1.2e9  # ~0.75B backbone + untied head + MTP layer
 
 
 def test_cli(tmp_path, capsys):
-    assert rm.main([str(tmp_path / "m"), "--preset", "tiny", "--dim", "num_hidden_layers=8",
-                    "--knob", "mix=0.1"]) == 0
+    assert rm.main([str(tmp_path / "m"), "--preset", "tiny", "--dim", "num_hidden_layers=8", "--knob", "mix=0.1"]) == 0
     cfg = json.loads((tmp_path / "m" / "config.json").read_text())
     assert cfg["text_config"]["num_hidden_layers"] == 8
     assert json.loads((tmp_path / "m" / "random_model.json").read_text())["knobs"]["mix"] == 0.1

@@ -1,4 +1,5 @@
 """The status report file: written atomically, never through a planted link, never raising."""
+
 import json
 import os
 

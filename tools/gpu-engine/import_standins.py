@@ -2,6 +2,7 @@
 infrastructure, never shipped). Used by benchmarks/release_sim_gpu.py and, with
 SGLANG_STANDINS_FLASHINFER=1, by sitecustomize.py for releases whose modules import flashinfer at load
 (0.5.13.post1 ... 0.5.21 on CUDA)."""
+
 import sys
 
 
@@ -74,7 +75,9 @@ def stub_missing_packages(names=("flashinfer",)) -> None:
                 if frame is None:
                     break
                 code = frame.f_code
-                if code.co_name == "find_spec" and code.co_filename.replace("\\", "/").endswith(("importlib/util.py", "<frozen importlib.util>")):
+                if code.co_name == "find_spec" and code.co_filename.replace("\\", "/").endswith(
+                    ("importlib/util.py", "<frozen importlib.util>")
+                ):
                     return None
                 frame = frame.f_back
             if fullname.split(".")[0] in missing:
