@@ -77,7 +77,7 @@ EVIDENCE = {
     "0.5.22": ("release tests", "not run"),
     "0.5.23": (
         "all tests",
-        "simulation, kernels, benchmarks; e2e md5 equal off/on (e54b02c6…), also with CUDA graphs, radix cache, TP=2",
+        "simulation, kernels, benchmarks; e2e md5 equal off/on (e54b02c6…), also with CUDA graphs, radix cache, TP=2; launch_server route (e2e --server, flag only) md5 equal (8f106bdc…)",
     ),
 }
 #: Release-specific behaviour worth a note in the matrix.
