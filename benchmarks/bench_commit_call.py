@@ -61,21 +61,21 @@ def main(argv=None) -> int:
     _tooling_from_checkout()
     import integration_utils as iu
 
-    from sglang_mamba_dedup import patching, report
+    from sglang_mamba_dedup import patch_state, report
     from sglang_mamba_dedup.sglang_pool import build_pool
     from sglang_mamba_dedup.shapes import QWEN35_08B
 
     def toggle(on: bool) -> None:
         if on:
-            assert patching.apply(["commit"])["commit"] is None
+            assert patch_state.apply(["commit"])["commit"] is None
         else:
             try:
-                patching.revert(["commit"], force=True)
+                patch_state.revert(["commit"], force=True)
             except TypeError:  # builds without force
-                patching.revert(["commit"])
+                patch_state.revert(["commit"])
 
     os.environ["SGLANG_MAMBA_DEDUP"] = "1"
-    patching.apply(["dedup_layout", "commit"])
+    patch_state.apply(["dedup_layout", "commit"])
     cp = iu.make_cache_params(**QWEN35_08B.state_dims(), conv_dtype=torch.bfloat16)
     rows = []
     for bs in [int(b) for b in args.batches.split(",")]:

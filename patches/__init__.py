@@ -2,7 +2,7 @@
 
 Each entry: name, feature, target module + attribute, the SGLang releases it is valid for, the wrapper,
 and the parameters the target must accept. Features are applied all-or-nothing by
-:class:`sglang_mamba_dedup.registry.Patcher`; ``tests/test_patch_table.py`` checks that every wrapper
+:class:`sglang_mamba_dedup.patcher.Patcher`; ``tests/test_patch_table.py`` checks that every wrapper
 function in this package appears here exactly once.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import List
 
 from sglang_mamba_dedup import versions
-from sglang_mamba_dedup.registry import Patch
+from sglang_mamba_dedup.patcher import Patch
 
 from . import mamba_pool, pool_config, server_args, verify_commit
 

@@ -27,7 +27,7 @@ import sys
 from typing import Any, Callable, Optional
 
 from sglang_mamba_dedup import report
-from sglang_mamba_dedup.registry import Callee
+from sglang_mamba_dedup.patcher import Callee
 
 _BACKEND = "sglang.srt.layers.attention.hybrid_linear_attn_backend"
 #: What our path calls in SGLang, checked against the installed signatures before the commit is wrapped.

@@ -12,15 +12,15 @@ __version__ = "0.1.0"
 
 def apply(features=None):
     """Apply the patches to the installed SGLang (all features by default, or a feature name or list of
-    names); returns ``{feature: None if applied else why not}``. See :mod:`.patching`.
+    names); returns ``{feature: None if applied else why not}``. See :mod:`.patch_state`.
 
     Programmatic use wins over the switch: once you called ``apply()`` in a process, a later
     ``load_plugins()`` (``sglang.Engine``, the launcher) with ``SGLANG_MAMBA_DEDUP`` unset keeps what you
     applied and logs that it did (set ``SGLANG_MAMBA_DEDUP=0`` explicitly, or call :func:`revert`, to undo).
     """
-    from . import activation, patching
+    from . import activation, patch_state
 
-    result = patching.apply(features)
+    result = patch_state.apply(features)
     activation.mark_programmatic()
     return result
 
@@ -28,14 +28,14 @@ def apply(features=None):
 def revert(features=None, force=False):
     """Undo :func:`apply`; the commit patch stays while pools with our back-port layout are alive (the
     result says so) unless ``force=True``."""
-    from . import activation, patching
+    from . import activation, patch_state
 
     activation.mark_programmatic(False)
-    return patching.revert(features, force=force)
+    return patch_state.revert(features, force=force)
 
 
 def status():
     """Per patch: ``{"feature", "target", "state", "reason", "calls"}``."""
-    from . import patching
+    from . import patch_state
 
-    return patching.status()
+    return patch_state.status()

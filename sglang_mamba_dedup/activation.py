@@ -111,7 +111,7 @@ def register() -> None:
 
 def _register() -> None:
     global _last
-    from . import patching
+    from . import patch_state
     from .patches import FEATURES, SWITCHED_FEATURES
 
     version = versions.installed_sglang_version()
@@ -135,13 +135,13 @@ def _register() -> None:
         asked = mode is Mode.ON or flag
         if flag:
             # The launch flag must never take a launch down: SGLang's parser still learns it, it does nothing.
-            flag_result = patching.apply(["launch_flag"], any_release=True)["launch_flag"]
+            flag_result = patch_state.apply(["launch_flag"], any_release=True)["launch_flag"]
             head += f" [{FLAG} given, accepted and ignored]" if flag_result is None else f" [{FLAG} given]"
         _say(logging.WARNING if asked else logging.INFO, f"{head}: off, nothing patched: {problem}")
         return
 
     if bad is not None:
-        patching.revert()
+        patch_state.revert()
         _say(logging.ERROR, f"{head}: {bad}")
         return
     if mode is Mode.OFF and flag:
@@ -155,15 +155,15 @@ def _register() -> None:
     if untested:
         head += f" [{untested}]"
     if mode is Mode.OFF:
-        if _programmatic and raw is None and patching.PATCHER.applied():
+        if _programmatic and raw is None and patch_state.PATCHER.applied():
             _say(
                 logging.INFO,
                 f"{head}: {ENV} unset, but sglang_mamba_dedup.apply() was called in this process: "
-                f"its patches are kept ({', '.join(patching.PATCHER.applied())})",
+                f"its patches are kept ({', '.join(patch_state.PATCHER.applied())})",
                 visible=True,
             )
             return
-        kept = {n: r for n, r in patching.revert().items() if r}
+        kept = {n: r for n, r in patch_state.revert().items() if r}
         if kept:
             _say(
                 logging.WARNING,
@@ -173,12 +173,12 @@ def _register() -> None:
         _say(logging.INFO, f"{head}: off ({ENV} unset/0/off), nothing patched")
         return
 
-    results: Dict[str, Optional[str]] = patching.apply(FEATURES)
+    results: Dict[str, Optional[str]] = patch_state.apply(FEATURES)
     skipped = {f: r for f, r in results.items() if r is not None}
     if mode is Mode.STRICT and skipped:
-        patching.revert()
+        patch_state.revert()
         raise StrictModeError("; ".join(f"{f}: {r}" for f, r in skipped.items()))
-    st = patching.status()
+    st = patch_state.status()
     applied = sorted(
         {v["feature"] for v in st.values() if v["state"] == "applied" and v["feature"] in SWITCHED_FEATURES}
     )

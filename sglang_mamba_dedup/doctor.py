@@ -90,11 +90,11 @@ def collect() -> Dict[str, Any]:
             info["release_description"] = gate.describe_release(info["sglang"])
         except Exception:
             pass
-        from . import patching
+        from . import patch_state
 
         features: Dict[str, Any] = {}
-        for feature in patching.PATCHER.features:
-            selected, reason, per_patch = patching.PATCHER.check(feature)
+        for feature in patch_state.PATCHER.features:
+            selected, reason, per_patch = patch_state.PATCHER.check(feature)
             features[feature] = {
                 "would_apply": reason is None and bool(selected),
                 "reason": reason if reason else (None if selected else "not needed on this release"),

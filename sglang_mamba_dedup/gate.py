@@ -125,10 +125,10 @@ def topk_problem(topk: Any) -> Optional[str]:
 
 def backport_problem() -> Optional[str]:
     """On releases without upstream dedup, SGLang's own scatter cannot read the view: ours must run."""
-    from . import patching
+    from . import patch_state
     from .patches import verify_commit
 
-    if not patching.PATCHER.applied("commit") or not patching.PATCHER.is_enabled("commit"):
+    if not patch_state.PATCHER.applied("commit") or not patch_state.PATCHER.is_enabled("commit"):
         return "the plugin's commit patch is not active (SGLang's own scatter cannot read a deduplicated view)"
     err = verify_commit.kernel_problem()
     if err:

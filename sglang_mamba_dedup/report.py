@@ -1,6 +1,6 @@
 """Process-local events and the optional status report file.
 
-``status()`` in :mod:`.patching` says what was wrapped; this module records what *happened*: which conv
+``status()`` in :mod:`.patch_state` says what was wrapped; this module records what *happened*: which conv
 window layout the pool got (and its bytes) and how many commits ran through our kernels. When
 ``SGLANG_MAMBA_DEDUP_REPORT_DIR`` is set, each process writes ``status-<pid>.json`` there whenever that
 changes (pool built; 1st, 2nd, 4th, 8th ... commit), so a driver can read what the *scheduler* process
@@ -61,7 +61,7 @@ def count_commit(ours: bool) -> None:
 
 
 def snapshot() -> Dict[str, Any]:
-    from . import patching, versions
+    from . import patch_state, versions
 
     return {
         "pid": os.getpid(),
@@ -70,7 +70,7 @@ def snapshot() -> Dict[str, Any]:
         "mode": current_mode_name(),
         "patches": {
             name: {"feature": st["feature"], "state": st["state"], "reason": st["reason"], "calls": st["calls"]}
-            for name, st in patching.status().items()
+            for name, st in patch_state.status().items()
         },
         "events": events(),
     }

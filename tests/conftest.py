@@ -23,17 +23,17 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _plugin_clean(monkeypatch):
-    from sglang_mamba_dedup import activation, patching, report
+    from sglang_mamba_dedup import activation, patch_state, report
 
     monkeypatch.delenv(activation.ENV, raising=False)
     monkeypatch.delenv(report.REPORT_DIR_ENV, raising=False)
-    patching.revert(force=True)
+    patch_state.revert(force=True)
     activation.reset_for_tests()
     report.reset()
     yield
-    patching.revert(force=True)
-    for feature in patching.PATCHER.features:
-        patching.PATCHER.set_enabled(feature, True)
+    patch_state.revert(force=True)
+    for feature in patch_state.PATCHER.features:
+        patch_state.PATCHER.set_enabled(feature, True)
     activation.reset_for_tests()
     report.reset()
 

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 from kernel_utils import assert_bitwise_equal  # noqa: E402,F401  (one bitwise comparison for all tests)
 
-from sglang_mamba_dedup import patching, report, shapes, versions
+from sglang_mamba_dedup import patch_state, report, shapes, versions
 from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
 from sglang_mamba_dedup.sglang_pool import CudaToDeviceTorch, build_pool  # the package's one SGLang pool builder
 
@@ -56,15 +56,15 @@ def plugin(on: bool, mode: str = "1"):
     try:
         if on:
             os.environ["SGLANG_MAMBA_DEDUP"] = mode
-            res = patching.apply(SWITCHED_FEATURES)
+            res = patch_state.apply(SWITCHED_FEATURES)
             bad = {f: r for f, r in res.items() if r is not None}
             assert not bad, f"plugin features skipped: {bad}"
         else:
             os.environ.pop("SGLANG_MAMBA_DEDUP", None)
-            patching.revert(SWITCHED_FEATURES, force=True)
+            patch_state.revert(SWITCHED_FEATURES, force=True)
         yield
     finally:
-        patching.revert(SWITCHED_FEATURES, force=True)
+        patch_state.revert(SWITCHED_FEATURES, force=True)
         if old is None:
             os.environ.pop("SGLANG_MAMBA_DEDUP", None)
         else:

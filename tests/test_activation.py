@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from sglang_mamba_dedup import activation, patching, versions
+from sglang_mamba_dedup import activation, patch_state, versions
 from sglang_mamba_dedup.activation import Mode, SwitchError, parse_mode
+from sglang_mamba_dedup.patcher import is_ours, resolve
 from sglang_mamba_dedup.patches import PATCHES, SWITCHED_FEATURES
-from sglang_mamba_dedup.registry import is_ours, resolve
 
 pytestmark = pytest.mark.release
 
@@ -118,24 +118,24 @@ def test_strict_on_unsupported_release_stops_the_launch(monkeypatch):
 def test_strict_with_a_skipped_feature_stops_and_leaves_nothing_wrapped(monkeypatch):
     import dataclasses
 
-    from sglang_mamba_dedup.registry import Patcher
+    from sglang_mamba_dedup.patcher import Patcher
 
     broken = [
         dataclasses.replace(p, attr="MambaPool.no_such_method") if p.name == "mamba_pool.init" else p for p in PATCHES
     ]
-    monkeypatch.setattr(patching, "PATCHER", Patcher(broken))
+    monkeypatch.setattr(patch_state, "PATCHER", Patcher(broken))
     monkeypatch.setenv(activation.ENV, "strict")
     with pytest.raises(SystemExit) as e:
         activation.register()
     assert "dedup_layout" in str(e.value) and "no_such_method" in str(e.value)
-    assert not patching.PATCHER.applied(feature="commit"), "strict failure left features wrapped"
+    assert not patch_state.PATCHER.applied(feature="commit"), "strict failure left features wrapped"
     # the same breakage with plain "on": logged, the other features stay applied
     activation.reset_for_tests()
     monkeypatch.setenv(activation.ENV, "on")
     activation.register()
     assert "skipped: dedup_layout" in activation.last_summary()
-    assert patching.PATCHER.applied(feature="commit")
-    patching.PATCHER.revert()
+    assert patch_state.PATCHER.applied(feature="commit")
+    patch_state.PATCHER.revert()
 
 
 def test_launch_flag_on_the_command_line_switches_on(monkeypatch):

@@ -63,15 +63,15 @@ def test_exit_one_when_sglang_is_missing(monkeypatch, capsys):
 def test_exit_one_when_a_target_changed(monkeypatch, capsys):
     import dataclasses
 
-    from sglang_mamba_dedup import patching
-    from sglang_mamba_dedup.registry import Patcher
+    from sglang_mamba_dedup import patch_state
+    from sglang_mamba_dedup.patcher import Patcher
 
     _fake_cuda(monkeypatch)
     broken = [
         dataclasses.replace(p, params=("renamed_arg",)) if p.name == "mamba_pool.init" else p
-        for p in patching.PATCHER.table
+        for p in patch_state.PATCHER.table
     ]
-    monkeypatch.setattr(patching, "PATCHER", Patcher(broken))
+    monkeypatch.setattr(patch_state, "PATCHER", Patcher(broken))
     assert doctor.main([]) == 1
     out = capsys.readouterr().out
     assert "renamed_arg" in out and "dedup_layout" in out
@@ -85,10 +85,10 @@ def test_exit_two_on_bad_switch_value(monkeypatch, capsys):
 
 
 def test_doctor_does_not_wrap_anything(monkeypatch):
-    from sglang_mamba_dedup import patching
+    from sglang_mamba_dedup import patch_state
 
     doctor.collect()
-    assert patching.PATCHER.applied() == []
+    assert patch_state.PATCHER.applied() == []
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import sglang_mamba_dedup
-from sglang_mamba_dedup import activation, patching, versions
+from sglang_mamba_dedup import activation, patch_state, versions
 from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
 
 pytestmark = pytest.mark.release
@@ -41,7 +41,7 @@ def test_flag_with_a_release_outside_the_range_is_accepted_and_said_once(monkeyp
             pass
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "off, nothing patched" in warnings[0] and "accepted and ignored" in warnings[0]
-    assert set(patching.PATCHER.applied()) == {"server_args.add_cli_args", "server_args.from_cli_args"}
+    assert set(patch_state.PATCHER.applied()) == {"server_args.add_cli_args", "server_args.from_cli_args"}
 
 
 def test_newer_release_is_off_with_one_warning_and_can_be_allowed(monkeypatch, caplog):
@@ -49,7 +49,7 @@ def test_newer_release_is_off_with_one_warning_and_can_be_allowed(monkeypatch, c
     monkeypatch.setenv(activation.ENV, "1")
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         activation.register()
-    assert not patching.PATCHER.applied()
+    assert not patch_state.PATCHER.applied()
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
     assert versions.ALLOW_UNTESTED_ENV in caplog.records[0].getMessage()
     # opted in: patched as the newest tested release, every target checked, said to be untested
@@ -58,10 +58,10 @@ def test_newer_release_is_off_with_one_warning_and_can_be_allowed(monkeypatch, c
     monkeypatch.setenv(versions.ALLOW_UNTESTED_ENV, "1")
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         activation.register()
-    assert "commit" in {patching.PATCHER.table[0].feature} | {
-        p.feature for p in patching.PATCHER.table if p.name in patching.PATCHER.applied()
+    assert "commit" in {patch_state.PATCHER.table[0].feature} | {
+        p.feature for p in patch_state.PATCHER.table if p.name in patch_state.PATCHER.applied()
     }
-    assert patching.PATCHER.applied("commit") and patching.PATCHER.applied("dedup_layout")
+    assert patch_state.PATCHER.applied("commit") and patch_state.PATCHER.applied("dedup_layout")
     (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "UNTESTED" in line.getMessage()
 
@@ -125,14 +125,14 @@ def test_manual_apply_survives_load_plugins_with_the_switch_unset(monkeypatch):
 
     load_plugins()
     activation.register()  # what load_plugins calls (even where the entry point is filtered)
-    assert patching.PATCHER.applied("commit"), "a later load_plugins() undid the manual apply"
+    assert patch_state.PATCHER.applied("commit"), "a later load_plugins() undid the manual apply"
     assert "apply() was called in this process" in activation.last_summary()
     # an explicit off does revert it
     activation.reset_for_tests()
     sglang_mamba_dedup.apply(["commit"])
     monkeypatch.setenv(activation.ENV, "0")
     activation.register()
-    assert not patching.PATCHER.applied("commit")
+    assert not patch_state.PATCHER.applied("commit")
 
 
 def test_apply_rejects_unknown_features_with_a_message():
@@ -208,12 +208,12 @@ def test_revert_keeps_the_commit_while_a_backport_pool_lives(monkeypatch):
     with iu.cpu_stock_paths():
         os.environ[activation.ENV] = "1"
         try:
-            patching.apply(SWITCHED_FEATURES)
+            patch_state.apply(SWITCHED_FEATURES)
             pool = _pool()
             assert pool.mamba_pool._smd_layout == "ours"
             result = sglang_mamba_dedup.revert()
             assert any("kept" in (r or "") for r in result.values()), result
-            assert patching.PATCHER.applied("commit")
+            assert patch_state.PATCHER.applied("commit")
             backend = iu.build_backend(pool, device="cpu")
             iu.set_forward_metadata(backend, torch.tensor([1, 2, 3], dtype=torch.int32), 4)
             report.reset()
@@ -221,9 +221,9 @@ def test_revert_keeps_the_commit_while_a_backport_pool_lives(monkeypatch):
             assert report.events()["ours_commit_calls"] == 1
             del pool, backend
             gc.collect()
-            assert patching.live_backport_pools() == 0
+            assert patch_state.live_backport_pools() == 0
             assert all(r is None for r in sglang_mamba_dedup.revert().values())
-            assert not patching.PATCHER.applied("commit")
+            assert not patch_state.PATCHER.applied("commit")
         finally:
             os.environ.pop(activation.ENV, None)
 
@@ -253,16 +253,16 @@ def test_status_of_another_release_patch_keeps_its_own_reason(monkeypatch):
     """A failing target of one release's patch must not show up as the reason of another release's patch."""
     import dataclasses
 
+    from sglang_mamba_dedup.patcher import Patcher
     from sglang_mamba_dedup.patches import PATCHES
-    from sglang_mamba_dedup.registry import Patcher
 
     version = versions.installed_sglang_version()
     estimator = [p for p in PATCHES if p.feature == "estimator"]
     active = next(p for p in estimator if p.applies_to(version))
     broken = [dataclasses.replace(p, module="smd_no_such_module") if p is active else p for p in PATCHES]
-    monkeypatch.setattr(patching, "PATCHER", Patcher(broken))
-    assert "smd_no_such_module" in patching.apply(["estimator"])["estimator"]
-    st = patching.status()
+    monkeypatch.setattr(patch_state, "PATCHER", Patcher(broken))
+    assert "smd_no_such_module" in patch_state.apply(["estimator"])["estimator"]
+    st = patch_state.status()
     assert "smd_no_such_module" in st[active.name]["reason"]
     for p in estimator:
         if p is not active:

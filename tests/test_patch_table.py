@@ -124,10 +124,10 @@ def _expected(release):
 
 @pytest.mark.parametrize("release", versions.RELEASES)
 def test_each_release_selects_the_patches_it_needs(release):
-    from sglang_mamba_dedup import patching
+    from sglang_mamba_dedup import patch_state
 
     for feature, names in _expected(release).items():
-        got = {p.name for p in patching.PATCHER.patches_for(feature, release)}
+        got = {p.name for p in patch_state.PATCHER.patches_for(feature, release)}
         assert got == names, (release, feature, got)
     assert versions.mode_for(release) == ("backport" if release in _BACKPORT else "takeover")
 
@@ -172,9 +172,9 @@ def test_untested_newer_release_only_with_the_opt_in(monkeypatch, version, allow
     assert (got is None) if problem is None else (problem in got), got
     assert versions.mode_for(version) == mode
     if allowed and problem is None:
-        from sglang_mamba_dedup import patching
+        from sglang_mamba_dedup import patch_state
 
-        assert {p.name for p in patching.PATCHER.patches_for("commit", version)} == _expected("0.5.23")["commit"]
+        assert {p.name for p in patch_state.PATCHER.patches_for("commit", version)} == _expected("0.5.23")["commit"]
         assert "UNTESTED" in versions.untested_note(version)
 
 

@@ -13,9 +13,9 @@ def _child_load_plugins():
     """Runs in a spawned child: what SGLang's scheduler does first, then report what is wrapped."""
     from sglang.srt.plugins import load_plugins
 
-    from sglang_mamba_dedup import activation, patching
+    from sglang_mamba_dedup import activation, patch_state
+    from sglang_mamba_dedup.patcher import is_ours, resolve
     from sglang_mamba_dedup.patches import PATCHES
-    from sglang_mamba_dedup.registry import is_ours, resolve
 
     load_plugins()
     wrapped = {}
@@ -28,7 +28,7 @@ def _child_load_plugins():
     return {
         "env": os.environ.get("SGLANG_MAMBA_DEDUP"),
         "wrapped": wrapped,
-        "status": patching.status(),
+        "status": patch_state.status(),
         "summary": activation.last_summary(),
     }
 

@@ -202,7 +202,7 @@ class _Installed:
 
 
 class Patcher:
-    """Applies and reverts a table of patches; one instance per process (see :mod:`.patching`)."""
+    """Applies and reverts a table of patches; one instance per process (see :mod:`.patch_state`)."""
 
     def __init__(
         self, table: Iterable[Patch], version_getter: Callable[[], Optional[str]] = versions.installed_sglang_version

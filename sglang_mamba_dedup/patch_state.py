@@ -1,11 +1,11 @@
-"""The process-wide patcher over :data:`sglang_mamba_dedup.patches.PATCHES`."""
+"""This process's patch state: the one :class:`~sglang_mamba_dedup.patcher.Patcher` over :data:`sglang_mamba_dedup.patches.PATCHES`, and apply / revert / status on it."""
 
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Optional
 
+from .patcher import Patcher
 from .patches import FEATURES, PATCHES
-from .registry import Patcher
 
 PATCHER = Patcher(PATCHES)
 

@@ -6,9 +6,9 @@ import types
 import pytest
 import wrapt
 
-from sglang_mamba_dedup import patching, registry
+from sglang_mamba_dedup import patch_state, patcher
+from sglang_mamba_dedup.patcher import Patch, Patcher, is_ours
 from sglang_mamba_dedup.patches import PATCHES, SWITCHED_FEATURES
-from sglang_mamba_dedup.registry import Patch, Patcher, is_ours
 
 pytestmark = pytest.mark.release
 
@@ -205,14 +205,14 @@ def test_real_sglang_targets_apply_and_revert_exactly():
     """The production table on the installed SGLang: every feature applies, revert restores the originals."""
     originals = {}
     for p in PATCHES:
-        if p.applies_to(patching.PATCHER._version_getter()):
-            parent, attr, raw = registry.resolve(p.module, p.attr)
+        if p.applies_to(patch_state.PATCHER._version_getter()):
+            parent, attr, raw = patcher.resolve(p.module, p.attr)
             originals[p.name] = (parent, attr, raw)
-    result = patching.apply()
+    result = patch_state.apply()
     assert all(r is None for r in result.values()), result
     for name, (parent, attr, _raw) in originals.items():
         assert is_ours(vars(parent)[attr], name), name
-    patching.revert()
+    patch_state.revert()
     for name, (parent, attr, raw) in originals.items():
         assert vars(parent)[attr] is raw, name
 
@@ -221,20 +221,20 @@ def test_real_target_with_changed_signature_is_skipped(monkeypatch):
     """A release whose commit method lost a parameter: the feature is skipped, nothing of it wrapped."""
     import dataclasses
 
-    import sglang_mamba_dedup.patching as sp
+    import sglang_mamba_dedup.patch_state as sp
 
     bad = [
         dataclasses.replace(p, params=p.params + ("no_such_param",)) if p.feature == "commit" else p for p in PATCHES
     ]
-    patcher = Patcher(bad)
-    monkeypatch.setattr(sp, "PATCHER", patcher)
-    result = patcher.apply(SWITCHED_FEATURES)
+    bad_patcher = Patcher(bad)
+    monkeypatch.setattr(sp, "PATCHER", bad_patcher)
+    result = bad_patcher.apply(SWITCHED_FEATURES)
     assert "no_such_param" in result["commit"]
     assert result["dedup_layout"] is None
     commit = next(p for p in bad if p.feature == "commit")
-    parent, attr, raw = registry.resolve(commit.module, commit.attr)
+    parent, attr, raw = patcher.resolve(commit.module, commit.attr)
     assert not is_ours(raw)
-    patcher.revert()
+    bad_patcher.revert()
 
 
 # ------------------------------------------------------------------ calls our wrappers make into SGLang
@@ -253,7 +253,7 @@ def test_callee_signature_is_checked_before_wrapping(fake_module, ple_params, ok
         ns = {}
         exec(f"def ple({', '.join(ple_params)}): return 'stock-ple'", ns)
         fake_module.Pool.ple = ns["ple"]
-    callee = registry.Callee("smd_fake_target", "Pool.ple", args=4, optional=True)
+    callee = patcher.Callee("smd_fake_target", "Pool.ple", args=4, optional=True)
     table = [
         Patch(
             name="fn",
@@ -273,7 +273,7 @@ def test_callee_signature_is_checked_before_wrapping(fake_module, ple_params, ok
     else:
         assert "does not accept the 4-argument call" in reason and p.applied() == []
         assert not is_ours(fake_module.commit)
-    missing = registry.Callee("smd_fake_target", "Pool.nope", args=1)
+    missing = patcher.Callee("smd_fake_target", "Pool.nope", args=1)
     assert "does not exist" in missing.problem()
 
 
@@ -288,6 +288,6 @@ def test_installed_release_accepts_every_call_the_commit_makes():
 
 
 def test_apply_takes_a_feature_name_or_a_list():
-    assert set(patching.apply("launch_flag")) == {"launch_flag"}
+    assert set(patch_state.apply("launch_flag")) == {"launch_flag"}
     with pytest.raises(KeyError, match="unknown feature"):
-        patching.apply(["no_such_feature"])
+        patch_state.apply(["no_such_feature"])
