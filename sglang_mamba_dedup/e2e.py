@@ -407,6 +407,25 @@ def _gpu_info() -> Dict[str, Any]:
         return {"name": None, "error": repr(e)}
 
 
+_META_KEYS = (
+    "prompt_tokens",
+    "completion_tokens",
+    "spec_verify_ct",
+    "spec_accept_length",
+    "spec_num_correct_drafts",
+    "spec_correct_drafts_histogram",
+    "finish_reason",
+)
+
+
+def outputs_and_meta(outputs: Sequence[dict]) -> Dict[str, Any]:
+    """The ``outputs`` and ``meta`` fields of a run's result from SGLang's generate answers (Engine or HTTP)."""
+    return {
+        "outputs": [{"output_ids": list(o.get("output_ids") or []), "text": o.get("text")} for o in outputs],
+        "meta": [{k: (o.get("meta_info") or {}).get(k) for k in _META_KEYS} for o in outputs],
+    }
+
+
 def _worker_main(argv: List[str]) -> int:
     """Body of the engine process: build the Engine, warm up, generate, write the result JSON."""
     spec_path, out_path = argv[0], argv[1]
@@ -439,22 +458,7 @@ def _worker_main(argv: List[str]) -> int:
     res = {
         "pid": os.getpid(),
         "gen_seconds": seconds,
-        "outputs": [{"output_ids": list(o.get("output_ids") or []), "text": o.get("text")} for o in outputs],
-        "meta": [
-            {
-                k: o.get("meta_info", {}).get(k)
-                for k in (
-                    "prompt_tokens",
-                    "completion_tokens",
-                    "spec_verify_ct",
-                    "spec_accept_length",
-                    "spec_num_correct_drafts",
-                    "spec_correct_drafts_histogram",
-                    "finish_reason",
-                )
-            }
-            for o in outputs
-        ],
+        **outputs_and_meta(outputs),
         "versions": _versions(),
         "gpu": _gpu_info(),
     }

@@ -102,25 +102,9 @@ def generate(base_url: str, spec: Dict[str, Any], timeout: float) -> Dict[str, A
         out = _request(base_url + "/generate", {key: batch, "sampling_params": sp}, timeout)
         outputs.extend(out if isinstance(out, list) else [out])
     seconds = time.perf_counter() - t0
-    return {
-        "gen_seconds": seconds,
-        "outputs": [{"output_ids": list(o.get("output_ids") or []), "text": o.get("text")} for o in outputs],
-        "meta": [
-            {
-                k: (o.get("meta_info") or {}).get(k)
-                for k in (
-                    "prompt_tokens",
-                    "completion_tokens",
-                    "spec_verify_ct",
-                    "spec_accept_length",
-                    "spec_num_correct_drafts",
-                    "spec_correct_drafts_histogram",
-                    "finish_reason",
-                )
-            }
-            for o in outputs
-        ],
-    }
+    from .e2e import outputs_and_meta
+
+    return {"gen_seconds": seconds, **outputs_and_meta(outputs)}
 
 
 def stop(proc: subprocess.Popen, grace: float = 30.0) -> None:
