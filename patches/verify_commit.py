@@ -87,27 +87,50 @@ def reset_kernel_cache() -> None:
 
 
 def _bind(args, kwargs):
+    if not kwargs and len(args) == 4:  # SGLang's own call: the four positional arguments
+        return dict(zip(_PARAMS, args))
     values = dict(zip(_PARAMS, args))
     values.update(kwargs)
     return values
 
 
-def _stock_reason(instance, wrapped, call) -> Optional[str]:
-    """None when our kernel may serve this call; else the branch SGLang keeps."""
-    lab = getattr(instance, "linear_attn_backend", None)
-    req_pool = getattr(lab, "req_to_token_pool", None)
-    pool = getattr(req_pool, "mamba_pool", None)
+class _Route:
+    """What one backend's commit decided for its current pool: built on the first call and reused while
+    the backend still has that pool, cache and state tensors (identity checks only), so the per-call
+    cost of the checks below is a few attribute reads.  ``reason`` None: our kernel serves the call."""
+
+    __slots__ = ("lab", "pool", "cache", "conv", "windows", "temporal", "ssm", "reason", "conv_list", "window_list")
+
+    def __init__(self, lab, pool, cache, reason):
+        self.lab, self.pool, self.cache, self.reason = lab, pool, cache, reason
+        self.conv = getattr(cache, "conv", None)
+        self.windows = getattr(cache, "intermediate_conv_window", None)
+        self.temporal = getattr(cache, "temporal", None)
+        self.ssm = getattr(cache, "intermediate_ssm", None)
+        self.conv_list = list(self.conv) if reason is None else []
+        self.window_list = list(self.windows) if reason is None else []
+
+    def still_valid(self, lab) -> bool:
+        cache = self.cache
+        return (
+            lab is self.lab
+            and lab.req_to_token_pool.mamba_pool is self.pool
+            and self.pool.mamba_cache is cache
+            and cache.conv is self.conv
+            and cache.intermediate_conv_window is self.windows
+            and cache.temporal is self.temporal
+            and cache.intermediate_ssm is self.ssm
+        )
+
+
+def _static_reason(lab, pool) -> Optional[str]:
+    """The branches SGLang keeps that depend only on the backend and its pool (fixed once built)."""
     if pool is None or not getattr(pool, "_smd_commit_ok", False):
         return "pool not cleared for the plugin's commit"
     if getattr(pool, "replayssm_is_kda", False):
         return "ReplaySSM-KDA"
     if getattr(lab, "accept_lens_pool", None) is not None:
         return "KDA fused accept"
-    if call.get("req_pool_indices") is not None:
-        module = sys.modules.get(getattr(wrapped, "__module__", ""), None)
-        stable = getattr(module, "pp_spec_stable_rows_enabled", None)
-        if stable is not None and stable():
-            return "pipeline stable rows"
     cache = pool.mamba_cache
     if getattr(cache, "intermediate_ssm", None) is None:
         return "ReplaySSM spec (no intermediate_ssm)"
@@ -118,16 +141,52 @@ def _stock_reason(instance, wrapped, call) -> Optional[str]:
     return None
 
 
+def _route(instance) -> _Route:
+    """This backend's cached route (rebuilt when its pool or state tensors changed)."""
+    lab = getattr(instance, "linear_attn_backend", None)
+    route = getattr(instance, "_smd_route", None)
+    try:
+        if route is not None and route.still_valid(lab):
+            return route
+    except AttributeError:
+        pass
+    pool = getattr(getattr(lab, "req_to_token_pool", None), "mamba_pool", None)
+    cache = getattr(pool, "mamba_cache", None)
+    route = _Route(lab, pool, cache, _static_reason(lab, pool))
+    if pool is not None and cache is not None:
+        try:
+            instance._smd_route = route
+        except AttributeError:  # a backend with __slots__: decide per call
+            pass
+    return route
+
+
+def _decide(instance, wrapped, call) -> tuple[Optional[_Route], Optional[str]]:
+    """(route, None) when our kernel may serve this call; else (route or None, the branch SGLang keeps)."""
+    route = _route(instance)
+    if route is None:
+        return None, "pool not cleared for the plugin's commit"
+    if route.reason is not None:
+        return route, route.reason
+    if call.get("req_pool_indices") is not None:
+        module = sys.modules.get(getattr(wrapped, "__module__", ""), None)
+        stable = getattr(module, "pp_spec_stable_rows_enabled", None)
+        if stable is not None and stable():
+            return route, "pipeline stable rows"
+    return route, None
+
+
 def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
     call = _bind(args, kwargs)
-    if instance is None or _stock_reason(instance, wrapped, call) is not None:
-        report.count_commit(ours=False)
+    route, reason = _decide(instance, wrapped, call) if instance is not None else (None, "unbound call")
+    if reason is not None or route is None:
+        report.count_commit(ours=False, track=call.get("mamba_track_indices") is not None)
         return wrapped(*args, **kwargs)
 
     last_correct = call["last_correct_step_indices"]
     track_idx = call.get("mamba_track_indices")
     track_steps = call.get("mamba_steps_to_track")
-    lab = instance.linear_attn_backend
+    lab = route.lab
     n = last_correct.shape[0]
     state_indices = lab.forward_metadata.mamba_cache_indices[:n]
     if track_idx is not None:
@@ -135,12 +194,11 @@ def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
         translate = getattr(lab, "_translate_mamba_indices", None)  # 0.5.23: virtual -> physical slot ids
         if translate is not None:
             track_idx = translate(track_idx)
-    cache = lab.req_to_token_pool.mamba_pool.mamba_cache
     load_fused_commit()(
-        conv_dsts=list(cache.conv),
-        conv_srcs=list(cache.intermediate_conv_window),
-        ssm_dst=cache.temporal,
-        ssm_src=cache.intermediate_ssm,
+        conv_dsts=route.conv_list,
+        conv_srcs=route.window_list,
+        ssm_dst=route.temporal,
+        ssm_src=route.ssm,
         accept_steps=last_correct,
         accept_slots=state_indices,
         track_steps=track_steps if track_idx is not None else None,
@@ -149,5 +207,5 @@ def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
     ple = getattr(instance, "_update_ple_state_after_mtp_verify", None)
     if ple is not None:
         ple(state_indices, last_correct, track_idx, track_steps)  # the call checked by CALLEES
-    report.count_commit(ours=True)
+    report.count_commit(ours=True, track=track_idx is not None)
     return None

@@ -1,12 +1,32 @@
 """End-to-end check: the same greedy generation with the plugin off and on, compared by md5.
 
 ``sglang-mamba-dedup e2e [options]`` (or ``python examples/e2e_md5.py``) runs SGLang's offline
-``sglang.Engine`` twice, each time in a fresh Python process started by this driver, with identical
+``sglang.Engine`` several times, each time in a fresh Python process started by this driver, with identical
 arguments: the model, ``--speculative-algorithm NEXTN`` with topk 1 and 4 draft tokens (3 steps),
-temperature 0, a fixed seed and the fixed prompt set shipped in ``data/prompts.json``. The first run has
-``SGLANG_MAMBA_DEDUP=0``, the second ``SGLANG_MAMBA_DEDUP=1``. It hashes the output token ids and the
-text, prints the versions, the GPU, both md5s, each run's decode throughput and their ratio, and the
-plugin's status as the *scheduler process* reported it (``SGLANG_MAMBA_DEDUP_REPORT_DIR``).
+temperature 0, a fixed seed and the fixed prompt set shipped in ``data/prompts.json``. An "off" run has
+``SGLANG_MAMBA_DEDUP=0``, an "on" run ``SGLANG_MAMBA_DEDUP=1`` (``--server``: ``launch_server`` without and
+with ``--enable-mamba-conv-dedup``). It hashes the output token ids and the text, prints the versions, the
+GPU, the md5s, each run's rates, the commit counts of the plugin's status report as the *scheduler process*
+wrote it (``SGLANG_MAMBA_DEDUP_REPORT_DIR``), and with ``--throughput-runs`` a throughput table.
+
+Deployment settings by default (:func:`deployment_defaults`): decode CUDA graphs on
+(``cuda_graph_backend_decode=full``), the radix (prefix) cache on, overlap scheduling as SGLang decides, prefill
+CUDA graphs off (``cuda_graph_backend_prefill=disabled``: SGLang's prefill capture crashed on our machine, with
+and without the plugin). ``--no-cuda-graph`` and ``--no-radix-cache`` give the old settings; an ``--engine-arg``
+always wins over a default. A default the installed SGLang's ``ServerArgs`` has no field for is dropped (the
+header names it), so older releases run with their own defaults.
+
+Every run generates two rounds (:func:`run_plan`), after an untimed warm-up and an emptied prefix cache:
+round 1 is the prompts; round 2 is every round-1 prompt followed by its round-1 output and a short new suffix
+(:func:`round2_prompts`), so SGLang reads the mamba states it saved in round 1 back from the radix cache. The
+md5 covers both rounds. With the radix cache on, SGLang >= 0.5.14 passes track slots with every verify commit
+(see :func:`track_expectation` for what triggers it); the "on" run must then show commits with track slots
+through our kernel (``--expect-track``, the default where SGLang tracks).
+
+``--throughput-runs N``: one untimed throwaway engine start, then N runs per mode alternating off, on, off,
+on, ...; every run also times one request of ``--batch1-tokens`` (batch 1), and round 1 is the full batch.
+Per mode and phase the median and min-max of the tok/s over the runs are printed, "within noise" when the
+off and on ranges overlap (:func:`compare_spreads`); no ratio of single runs is printed.
 
 Exit status. Before anything is built or run:
 
@@ -16,14 +36,14 @@ Exit status. Before anything is built or run:
 After the runs, the first that applies:
 
 * 3  a run failed (the engine did not start, crashed, or timed out; the last line names the logs);
-* 1  the md5s differ (the first differing prompt and token are printed);
-* 2  the plugin did not engage in the "on" run: no scheduler report, no dedup layout in place, no bytes
-     saved, or no commit ran through our kernels;
-* 4  the "off" run was not off (a scheduler report shows our commit ran, or the mode was not "off");
+* 1  the md5s differ (the first differing round, prompt and token are printed);
+* 2  the plugin did not engage in an "on" run: no scheduler report, no dedup layout in place, no bytes
+     saved, no commit ran through our kernels, or (``--expect-track``) no commit with track slots did;
+* 4  an "off" run was not off (a scheduler report shows our commit ran, or the mode was not "off");
 * 0  the md5s are equal and the plugin engaged.
 
-Why the offline Engine, not ``launch_server`` + HTTP: it needs no port and no HTTP client, starts and
-stops with the process (nothing left listening between the two runs), takes token ids directly (a
+Why the offline Engine by default, not ``launch_server`` + HTTP: it needs no port and no HTTP client, starts
+and stops with the process (nothing left listening between the runs), takes token ids directly (a
 random-weight model has no tokenizer), and returns the speculative-decoding counters in ``meta_info``.
 The scheduler runs in its own spawned process either way, which is what the status report checks.
 
@@ -37,19 +57,33 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import hashlib
 import json
 import os
 import platform
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import zlib
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Collection,
+    Dict,
+    FrozenSet,
+    List,
+    Mapping,
+    NoReturn,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 __all__ = [
     "PROMPTS_PATH",
@@ -58,11 +92,24 @@ __all__ = [
     "md5_of_ids",
     "md5_of_texts",
     "first_difference",
+    "round2_suffixes",
+    "round2_prompts",
     "read_reports",
+    "commit_counts",
     "check_engaged",
     "check_off",
+    "deployment_defaults",
+    "describe_settings",
+    "track_expectation",
     "build_engine_kwargs",
+    "run_plan",
+    "flush_with_retry",
     "run_in_subprocess",
+    "spread",
+    "compare_spreads",
+    "throughput_stats",
+    "throughput_table",
+    "run_schedule",
     "main",
     "EXIT_OK",
     "EXIT_MD5_DIFFER",
@@ -83,8 +130,14 @@ EXIT_NOT_ENGAGED = 2
 EXIT_RUN_FAILED = 3
 EXIT_OFF_NOT_OFF = 4
 EXIT_CANNOT_RUN = 5
+EXIT_USAGE = 2
 
 ENGAGED_LAYOUTS = ("ours", "upstream")
+
+#: Fewer runs per mode than this: the throughput table shows medians and ranges but compares nothing.
+MIN_RUNS_TO_COMPARE = 3
+#: The throughput phases of a run: batch 1 (one request of --batch1-tokens) and the full batch (round 1).
+PHASES = ("batch1", "full")
 
 
 # ----------------------------------------------------------------------------- prompts, hashing
@@ -136,6 +189,45 @@ def first_difference(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> 
     return None
 
 
+# ----------------------------------------------------------------------------- round 2: prefixes of round 1
+_ROUND2_SUFFIX = " Now continue, part {n}: say more."
+
+
+def round2_suffixes(num_prompts: int, prompt_format: str, vocab_size: Optional[int] = None) -> List[Any]:
+    """The short new ending of every round-2 prompt: a different text per prompt (ids for ``"ids"``)."""
+    texts = [_ROUND2_SUFFIX.format(n=i + 2) for i in range(num_prompts)]
+    if prompt_format != "ids":
+        return list(texts)
+    if not vocab_size:
+        raise ValueError("prompt format 'ids' needs the vocabulary size")
+    return [text_to_ids(t, int(vocab_size)) for t in texts]
+
+
+def round2_prompts(
+    prompts: Sequence[Any], outputs: Sequence[Mapping[str, Any]], suffixes: Sequence[Any], prompt_format: str
+) -> List[Any]:
+    """Round 2: each round-1 prompt, then its round-1 output, then its suffix.
+
+    The whole round-1 sequence (prompt + output) is the prefix of the new prompt, so the radix cache holds
+    it, mamba states included at the positions SGLang tracked, and round 2 starts from those cached states
+    instead of prefilling them again. Token ids for ``"ids"``; text otherwise (prompt + output text +
+    suffix: the tokenizer sees the same text again, so the prefix matches up to where the output's own
+    tokenization differs, which is at most a token or two at the seams).
+    """
+    if len(outputs) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(outputs)} outputs")
+    if suffixes and len(suffixes) != len(prompts):
+        raise ValueError(f"{len(prompts)} prompts but {len(suffixes)} round-2 suffixes")
+    res: List[Any] = []
+    for i, (prompt, out) in enumerate(zip(prompts, outputs)):
+        suffix = suffixes[i] if suffixes else ([] if prompt_format == "ids" else "")
+        if prompt_format == "ids":
+            res.append([int(t) for t in prompt] + [int(t) for t in out.get("output_ids") or []] + list(suffix))
+        else:
+            res.append(str(prompt) + (out.get("text") or "") + str(suffix))
+    return res
+
+
 # ----------------------------------------------------------------------------- status reports
 def read_reports(report_dir: Optional[os.PathLike]) -> Tuple[List[dict], List[str]]:
     """All ``status-<pid>.json`` reports in ``report_dir`` and the problems met reading them."""
@@ -168,12 +260,21 @@ def _saved(lay: dict) -> int:
         return 0
 
 
-def _commits(report: dict) -> Tuple[int, int]:
-    ev = report.get("events") or {}
-    try:
-        return int(ev.get("commit_calls", 0) or 0), int(ev.get("ours_commit_calls", 0) or 0)
-    except (TypeError, ValueError):
-        return 0, 0
+#: The commit counters of a status report (``report.count_commit``): all verify commits, those our kernel
+#: served, and the same two for commits that carried a track set (SGLang saving states for the prefix cache).
+COMMIT_COUNTERS = ("commit_calls", "ours_commit_calls", "track_commit_calls", "ours_track_commit_calls")
+
+
+def commit_counts(report: Optional[dict]) -> Dict[str, int]:
+    """The four commit counters of a report (0 where missing or unreadable)."""
+    ev = (report or {}).get("events") or {}
+    res: Dict[str, int] = {}
+    for key in COMMIT_COUNTERS:
+        try:
+            res[key] = int(ev.get(key, 0) or 0)
+        except (TypeError, ValueError):
+            res[key] = 0
+    return res
 
 
 def _scheduler_reports(reports: List[dict], parent_pid: Optional[int]) -> List[dict]:
@@ -181,13 +282,16 @@ def _scheduler_reports(reports: List[dict], parent_pid: Optional[int]) -> List[d
     return [r for r in reports if parent_pid is None or r.get("pid") != parent_pid]
 
 
-def check_engaged(reports: List[dict], parent_pid: Optional[int]) -> Tuple[bool, List[str], Optional[dict]]:
+def check_engaged(
+    reports: List[dict], parent_pid: Optional[int], expect_track: bool = False
+) -> Tuple[bool, List[str], Optional[dict]]:
     """Did the plugin engage in a scheduler process? Returns (engaged, reasons/evidence, report).
 
     Engaged means: a report written by a process other than ``parent_pid`` (the process that created
     the ``Engine``) whose pool has the dedup layout in place ("ours" or "upstream"), saves bytes
-    (dense > physical), and whose commits ran through our kernels (``ours_commit_calls`` > 0). Every
-    scheduler report with a pool must pass (one per TP/PP rank).
+    (dense > physical), and whose commits ran through our kernels (``ours_commit_calls`` > 0); with
+    ``expect_track`` also commits with track slots (``ours_track_commit_calls`` > 0). Every scheduler
+    report with a pool must pass (one per TP/PP rank).
     """
     if not reports:
         return (
@@ -219,7 +323,7 @@ def check_engaged(reports: List[dict], parent_pid: Optional[int]) -> Tuple[bool,
     reasons: List[str] = []
     for r in with_pool:
         lay = _layout_of(r) or {}
-        calls, ours = _commits(r)
+        counts = commit_counts(r)
         tag = f"pid {r.get('pid')}"
         if r.get("mode") not in ("on", "strict"):
             reasons.append(f"{tag}: mode is {r.get('mode')!r}, not on/strict")
@@ -232,8 +336,13 @@ def check_engaged(reports: List[dict], parent_pid: Optional[int]) -> Tuple[bool,
             reasons.append(
                 f"{tag}: no bytes saved (dense {lay.get('dense_bytes')} B, physical {lay.get('physical_bytes')} B)"
             )
-        if ours <= 0:
-            reasons.append(f"{tag}: no commit ran through our kernels ({calls} commit calls, 0 ours)")
+        if counts["ours_commit_calls"] <= 0:
+            reasons.append(f"{tag}: no commit ran through our kernels ({counts['commit_calls']} commit calls, 0 ours)")
+        elif expect_track and counts["ours_track_commit_calls"] <= 0:
+            reasons.append(
+                f"{tag}: no commit with track slots ran through our kernel ({counts['track_commit_calls']} "
+                "commits with track slots, 0 ours; --expect-track)"
+            )
     return (not reasons), reasons, with_pool[0]
 
 
@@ -241,7 +350,7 @@ def check_off(reports: List[dict], parent_pid: Optional[int]) -> Tuple[bool, Lis
     """Was the "off" run really off? No scheduler report may show mode on or a commit of ours."""
     reasons = []
     for r in _scheduler_reports(reports, parent_pid):
-        _, ours = _commits(r)
+        ours = commit_counts(r)["ours_commit_calls"]
         if r.get("mode") not in (None, "off"):
             reasons.append(f"pid {r.get('pid')}: mode {r.get('mode')!r} in the off run")
         if ours > 0:
@@ -249,11 +358,21 @@ def check_off(reports: List[dict], parent_pid: Optional[int]) -> Tuple[bool, Lis
     return (not reasons), reasons
 
 
+def describe_commits(report: Optional[dict]) -> str:
+    """One line: the commits with and without track slots, each as ours / total."""
+    c = commit_counts(report)
+    track, ours_track = c["track_commit_calls"], c["ours_track_commit_calls"]
+    plain, ours_plain = c["commit_calls"] - track, c["ours_commit_calls"] - ours_track
+    return (
+        f"commits through our kernel / all: {c['ours_commit_calls']}/{c['commit_calls']}; "
+        f"with track slots {ours_track}/{track}, without {ours_plain}/{plain}"
+    )
+
+
 def describe_report(report: Optional[dict]) -> str:
     if report is None:
         return "no scheduler report"
     lay = _layout_of(report)
-    calls, ours = _commits(report)
     parts = [
         f"pid {report.get('pid')} ({report.get('_file')}), argv0 {report.get('argv0')!r}, "
         f"mode {report.get('mode')!r}, sglang {report.get('sglang_version')}"
@@ -267,10 +386,7 @@ def describe_report(report: Optional[dict]) -> str:
             f"dedup layout: {lay.get('state')} (reason: {lay.get('reason')}); conv-window bytes "
             f"dense {dense:,}, physical {phys:,}, saved {dense - phys:,}{pct}"
         )
-    parts.append(
-        f"commit calls: {calls}, through our kernels: {ours} (the report is rewritten at the 1st, 2nd, "
-        "4th, 8th ... commit: counts are the last power of two reached)"
-    )
+    parts.append(describe_commits(report))
     patches = report.get("patches") or {}
     if patches:
         parts.append(
@@ -307,8 +423,144 @@ def parse_engine_args(items: Sequence[str]) -> Dict[str, Any]:
     return res
 
 
-def build_engine_kwargs(args: argparse.Namespace, model_path: str, skip_tokenizer: bool) -> Dict[str, Any]:
-    """The ``sglang.Engine(**kwargs)`` of both runs (identical by construction)."""
+@functools.lru_cache(maxsize=1)
+def server_arg_fields() -> Optional[FrozenSet[str]]:
+    """The field names of the installed SGLang's ``ServerArgs`` (a dataclass up to 0.5.2x, a msgspec Struct
+    in 0.5.23), or None when SGLang cannot be imported here (then every default is passed)."""
+    try:
+        import dataclasses
+
+        from sglang.srt.server_args import ServerArgs
+
+        if dataclasses.is_dataclass(ServerArgs):
+            return frozenset(f.name for f in dataclasses.fields(ServerArgs))
+        import msgspec
+
+        return frozenset(f.name for f in msgspec.structs.fields(ServerArgs))
+    except Exception:  # noqa: BLE001 - not importable here: unknown
+        return None
+
+
+def deployment_defaults(
+    cuda_graph: bool = True, radix_cache: bool = True, fields: Optional[Collection[str]] = None
+) -> Tuple[Dict[str, Any], List[str]]:
+    """The engine settings deployments run, as ``(kwargs, notes)``; ``notes`` name what was dropped.
+
+    Decode CUDA graphs ``full`` (``--no-cuda-graph``: ``disabled``), prefill CUDA graphs ``disabled`` (SGLang
+    0.5.23's prefill capture died on our machine, with and without the plugin), the radix cache on
+    (``--no-radix-cache``: off), overlap scheduling not set (SGLang's default). With ``fields`` (the
+    installed ``ServerArgs`` fields) a key it does not have is dropped and named in ``notes``; releases
+    before the per-phase graph switches (<= 0.5.13.post1) get ``disable_cuda_graph`` /
+    ``disable_piecewise_cuda_graph`` instead where those exist.
+    """
+    wanted: Dict[str, Any] = {
+        "cuda_graph_backend_decode": "full" if cuda_graph else "disabled",
+        "cuda_graph_backend_prefill": "disabled",
+        "disable_radix_cache": not radix_cache,
+    }
+    if fields is None:
+        return wanted, []
+    kept = {k: v for k, v in wanted.items() if k in fields}
+    notes: List[str] = []
+    fallbacks = {
+        "cuda_graph_backend_decode": ("disable_cuda_graph", True) if not cuda_graph else None,
+        "cuda_graph_backend_prefill": ("disable_piecewise_cuda_graph", True),
+    }
+    for key, value in wanted.items():
+        if key in fields:
+            continue
+        alt = fallbacks.get(key)
+        if alt is not None and alt[0] in fields:
+            kept[alt[0]] = alt[1]
+            notes.append(f"{key}={_show(value)} (not a ServerArgs field here; {alt[0]}={_show(alt[1])} instead)")
+        else:
+            why = "; its default: decode CUDA graphs on" if key == "cuda_graph_backend_decode" else ""
+            notes.append(f"{key}={_show(value)} (not a ServerArgs field here{why})")
+    return kept, notes
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def describe_settings(kw: Mapping[str, Any]) -> str:
+    """The deployment-relevant settings of engine keywords in words (graphs, radix cache, overlap)."""
+    dec = kw.get("cuda_graph_backend_decode")
+    if dec is None:
+        decode = "off (disable_cuda_graph)" if kw.get("disable_cuda_graph") else "on (SGLang's default)"
+    else:
+        decode = "off" if dec == "disabled" else f"on ({dec})"
+    pre = kw.get("cuda_graph_backend_prefill")
+    if pre is None:
+        prefill = "off (disable_piecewise_cuda_graph)" if kw.get("disable_piecewise_cuda_graph") else "SGLang's default"
+    else:
+        prefill = "off" if pre == "disabled" else f"on ({pre})"
+    radix = "off" if kw.get("disable_radix_cache") else "on"
+    overlap = "off" if kw.get("disable_overlap_schedule") else "SGLang's default"
+    return (
+        f"decode CUDA graphs {decode}; prefill CUDA graphs {prefill}; radix cache {radix}; overlap scheduling {overlap}"
+    )
+
+
+def track_expectation(kw: Mapping[str, Any], fields: Optional[Collection[str]]) -> Tuple[bool, str]:
+    """Will SGLang pass track slots to the post-verify commit with these engine keywords? ``(yes, why)``.
+
+    What triggers it in SGLang 0.5.23 (``sglang/srt/...``):
+
+    * ``arg_groups/overrides.py:454-483`` (``_mamba_radix_cache_resolution``): with the radix cache on, the
+      strategy ``auto`` becomes ``extra_buffer`` when overlap scheduling is on (the default) or page_size > 1,
+      and the model supports it (``supports_mamba_cache_extra_buffer``: Qwen3.5 / Qwen3-Next / Nemotron-H ...
+      with ``linear_attn_backend == "triton"``, the default); otherwise ``no_buffer`` (no tracking).
+      ``arg_groups/model_override_base.py:260`` (``mamba_extra_buffer_of``): extra buffer = radix cache on
+      and strategy ``extra_buffer``/``extra_buffer_lazy``.
+    * ``speculative/eagle_utils.py:372`` -> ``speculative/spec_utils.py:913-936``
+      (``prepare_mamba_track_for_verify``) -> ``managers/schedule_batch.py:2322``
+      (``set_mamba_track_indices_from_reqs``): with the extra buffer, every verify batch gets
+      ``mamba_track_indices`` (each request's ping-pong track slot), and ``spec_utils.py:1240`` passes them
+      to ``update_mamba_state_after_mtp_verify``: so every verify commit has track slots.
+    * ``spec_utils.py:943-995`` (``_verify_commit_step_indices``): a request's ``mamba_steps_to_track`` is the
+      accepted step at which its length crosses a multiple of ``mamba_track_grid`` (``runtime_context.py:1974``:
+      lcm(max(FLA chunk 64, page_size), ``mamba_track_interval`` 256 from ``arg_groups/fields/exec_.py:530``)
+      = 256), else -1 (no copy). With the shipped prompts as ids (2 ... 2464 tokens) and 128 new tokens, 6 of
+      the 34 requests cross a multiple of 256 in round 1 and 28 in round 2 (prompt + 128-token output + a
+      9-token suffix, then 128 more), and the batch-1 request (2 + 256 tokens) crosses 256: states are
+      really snapshotted through the track slots, not only passed along.
+    * Prefill saves states at chunk-aligned (64) positions when an extend is >= 64 tokens
+      (``managers/schedule_batch.py:3137``); round 2's prompts match those and the decode-time snapshots in
+      the radix tree and start from a copy of the cached state (``schedule_batch.py:3240``).
+
+    SGLang <= 0.5.13.post1 has ``mamba_scheduler_strategy`` whose ``auto`` is always ``no_buffer``.
+    """
+    if kw.get("disable_radix_cache"):
+        return False, "the radix cache is off: SGLang saves no mamba states, no track slots"
+    strategy = kw.get("mamba_radix_cache_strategy") or kw.get("mamba_scheduler_strategy") or "auto"
+    if strategy in ("extra_buffer", "extra_buffer_lazy"):
+        return True, f"radix cache on, mamba strategy {strategy!r}: every verify commit carries track slots"
+    if strategy != "auto":
+        return False, f"mamba strategy {strategy!r}: no track slots"
+    if fields is not None and "mamba_radix_cache_strategy" not in fields:
+        return False, "this SGLang resolves mamba strategy 'auto' to no_buffer (<= 0.5.13.post1): no track slots"
+    if kw.get("disable_overlap_schedule") and int(kw.get("page_size") or 1) <= 1:
+        return False, "mamba strategy 'auto' is no_buffer without overlap scheduling at page size 1: no track slots"
+    if kw.get("linear_attn_backend") not in (None, "triton"):
+        return False, f"linear_attn_backend {kw.get('linear_attn_backend')!r}: SGLang keeps no extra buffer"
+    return True, (
+        "radix cache on, mamba strategy 'auto' -> extra_buffer (overlap scheduling on, Triton linear attention): "
+        "every verify commit carries track slots"
+    )
+
+
+def build_engine_kwargs(
+    args: argparse.Namespace,
+    model_path: str,
+    skip_tokenizer: bool,
+    defaults: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """The ``sglang.Engine(**kwargs)`` of every run (identical by construction).
+
+    Layers, later wins: the run's own settings (model, NEXTN, seed, concurrency), the deployment ``defaults``
+    (:func:`deployment_defaults` for the installed SGLang when not given), the ``--engine-arg`` overrides.
+    """
     kw: Dict[str, Any] = {
         "model_path": model_path,
         "speculative_algorithm": args.speculative_algorithm,
@@ -323,8 +575,97 @@ def build_engine_kwargs(args: argparse.Namespace, model_path: str, skip_tokenize
     }
     if args.mem_fraction_static is not None:
         kw["mem_fraction_static"] = args.mem_fraction_static
+    if defaults is None:
+        defaults = deployment_defaults(not args.no_cuda_graph, not args.no_radix_cache, server_arg_fields())[0]
+    kw.update(defaults)
     kw.update(parse_engine_args(args.engine_arg))
     return kw
+
+
+# ----------------------------------------------------------------------------- what one run generates
+Generate = Callable[[List[Any], Dict[str, Any]], List[dict]]
+
+
+def flush_with_retry(
+    flush_once: Callable[[], Optional[bool]],
+    attempts: int = 40,
+    wait: float = 0.25,
+    sleep: Callable[[float], Any] = time.sleep,
+) -> Optional[bool]:
+    """Empty the prefix cache: True once done, False when every attempt was refused, None when unsupported.
+
+    SGLang refuses a flush while requests are still queued or running (with overlap scheduling the last
+    batch's results can still be in flight right after ``generate`` returned), so it is retried.
+    """
+    for i in range(attempts):
+        ok = flush_once()
+        if ok is None or ok:
+            return ok
+        if i + 1 < attempts:
+            sleep(wait)
+    return False
+
+
+def _batches(prompts: Sequence[Any], batch_size: int) -> List[List[Any]]:
+    bs = int(batch_size or 0) or len(prompts)
+    return [list(prompts[i : i + bs]) for i in range(0, len(prompts), bs)]
+
+
+def _timed(
+    generate: Generate, batches: List[List[Any]], sampling: Dict[str, Any], clock: Callable[[], float]
+) -> Dict[str, Any]:
+    outputs: List[dict] = []
+    t0 = clock()
+    for batch in batches:
+        out = generate(batch, dict(sampling))
+        outputs.extend(out if isinstance(out, list) else [out])
+    seconds = clock() - t0
+    return {"seconds": seconds, **outputs_and_meta(outputs)}
+
+
+def run_plan(
+    spec: Dict[str, Any],
+    generate: Generate,
+    flush: Callable[[], Optional[bool]],
+    clock: Callable[[], float] = time.perf_counter,
+) -> Dict[str, Any]:
+    """What every run does, Engine or HTTP alike (``generate(prompts, sampling_params) -> answers``):
+
+    1. untimed warm-up: the round-1 batches (and the batch-1 request), ``warmup_tokens`` each (-1: all),
+       so Triton compilation and autotuning are not timed;
+    2. empty the prefix cache (``flush``), so round 1 starts cold in every run;
+    3. round 1, timed: the prompts in batches of ``batch_size`` (all at once by default: the full batch);
+    4. round 2, timed: :func:`round2_prompts` of round 1's outputs; their long prefixes are read back from
+       the radix cache;
+    5. with ``spec["batch1"]``: empty the cache, then one request (``prompt_index``, ``max_new_tokens``),
+       timed: batch 1.
+
+    Returns ``{"rounds": [round1, round2], "phases": {"batch1": ...}, "cache_flushes": [...]}``, each round
+    and phase ``{"seconds", "outputs", "meta"}``.
+    """
+    prompts = spec["prompts"]
+    fmt = spec["prompt_format"]
+    bs = int(spec.get("batch_size") or 0) or len(prompts)
+    sampling = dict(spec["sampling_params"])
+    b1 = spec.get("batch1")
+    warm = int(spec.get("warmup_tokens") or 0)
+    if warm:
+        n = sampling["max_new_tokens"] if warm < 0 else warm
+        for batch in _batches(prompts, bs):
+            generate(batch, dict(sampling, max_new_tokens=n))
+        if b1:
+            n1 = b1["max_new_tokens"] if warm < 0 else warm
+            generate([prompts[b1["prompt_index"]]], dict(sampling, max_new_tokens=n1))
+    flushes = [flush()]
+    round1 = _timed(generate, _batches(prompts, bs), sampling, clock)
+    second = round2_prompts(prompts, round1["outputs"], spec.get("round2_suffixes") or [], fmt)
+    round2 = _timed(generate, _batches(second, bs), sampling, clock)
+    res: Dict[str, Any] = {"rounds": [round1, round2], "cache_flushes": flushes}
+    if b1:
+        flushes.append(flush())
+        one = [[prompts[b1["prompt_index"]]]]
+        res["phases"] = {"batch1": _timed(generate, one, dict(sampling, max_new_tokens=b1["max_new_tokens"]), clock)}
+    return res
 
 
 # ----------------------------------------------------------------------------- one run
@@ -410,6 +751,7 @@ def _gpu_info() -> Dict[str, Any]:
 _META_KEYS = (
     "prompt_tokens",
     "completion_tokens",
+    "cached_tokens",
     "spec_verify_ct",
     "spec_accept_length",
     "spec_num_correct_drafts",
@@ -419,58 +761,151 @@ _META_KEYS = (
 
 
 def outputs_and_meta(outputs: Sequence[dict]) -> Dict[str, Any]:
-    """The ``outputs`` and ``meta`` fields of a run's result from SGLang's generate answers (Engine or HTTP)."""
+    """The ``outputs`` and ``meta`` fields of a round from SGLang's generate answers (Engine or HTTP)."""
     return {
         "outputs": [{"output_ids": list(o.get("output_ids") or []), "text": o.get("text")} for o in outputs],
         "meta": [{k: (o.get("meta_info") or {}).get(k) for k in _META_KEYS} for o in outputs],
     }
 
 
+def _engine_flush_once(engine: Any) -> Optional[bool]:
+    """One ``Engine.flush_cache()``: True done, False refused (requests pending), None when there is none."""
+    fn = getattr(engine, "flush_cache", None)
+    if fn is None:
+        return None
+    ok = getattr(fn(), "success", None)
+    return True if ok is None else bool(ok)
+
+
 def _worker_main(argv: List[str]) -> int:
-    """Body of the engine process: build the Engine, warm up, generate, write the result JSON."""
+    """Body of the engine process: build the Engine, run :func:`run_plan`, write the result JSON."""
     spec_path, out_path = argv[0], argv[1]
     spec = json.loads(Path(spec_path).read_text())
     import sglang  # noqa: F401  (import time is not part of the measurement)
 
     engine = sglang.Engine(**spec["engine_kwargs"])
     try:
-        prompts = spec["prompts"]
         key = "input_ids" if spec["prompt_format"] == "ids" else "prompt"
-        bs = int(spec["batch_size"]) or len(prompts)
-        batches = [prompts[i : i + bs] for i in range(0, len(prompts), bs)]
-        sp = dict(spec["sampling_params"])
-        warm = int(spec.get("warmup_tokens") or 0)
-        if warm:
-            # Compile (and autotune) every Triton kernel of the path before timing: runs share the disk
-            # cache, so the first run would otherwise pay for compilation that later runs do not. A short
-            # warm-up is not enough (seen on the H200: the first run stayed 4x slower with 8 tokens), so
-            # by default the warm-up is the whole generation, untimed (-1 = max_new_tokens).
-            n = sp["max_new_tokens"] if warm < 0 else warm
-            for batch in batches:
-                engine.generate(**{key: batch}, sampling_params=dict(sp, max_new_tokens=n))
-        outputs: List[dict] = []
-        t0 = time.perf_counter()
-        for batch in batches:
-            outputs.extend(engine.generate(**{key: batch}, sampling_params=sp))
-        seconds = time.perf_counter() - t0
+
+        def generate(batch: List[Any], sampling: Dict[str, Any]) -> List[dict]:
+            return engine.generate(**{key: batch}, sampling_params=sampling)
+
+        plan = run_plan(spec, generate, lambda: flush_with_retry(lambda: _engine_flush_once(engine)))
     finally:
         engine.shutdown()
-    res = {
-        "pid": os.getpid(),
-        "gen_seconds": seconds,
-        **outputs_and_meta(outputs),
-        "versions": _versions(),
-        "gpu": _gpu_info(),
-    }
+    res = {"pid": os.getpid(), **plan, "versions": _versions(), "gpu": _gpu_info()}
     Path(out_path).write_text(json.dumps(res, default=str))
     return 0
 
 
-# ----------------------------------------------------------------------------- summary
-def _run_stats(res: Dict[str, Any]) -> Dict[str, Any]:
-    outs = res.get("outputs") or []
-    meta = res.get("meta") or [{} for _ in outs]
+# ----------------------------------------------------------------------------- throughput statistics (pure)
+def spread(values: Sequence[Optional[float]]) -> Optional[Dict[str, Any]]:
+    """``{"runs", "median", "min", "max"}`` of the values that are not None (None when there are none).
+    The median of an even count is the mean of the two middle values."""
+    vals = sorted(float(v) for v in values if v is not None)
+    if not vals:
+        return None
+    return {"runs": len(vals), "median": statistics.median(vals), "min": vals[0], "max": vals[-1]}
+
+
+def compare_spreads(
+    off: Optional[Mapping[str, Any]], on: Optional[Mapping[str, Any]], min_runs: int = MIN_RUNS_TO_COMPARE
+) -> Dict[str, Any]:
+    """Off vs on for one phase: "within noise" when the min-max ranges overlap, else which mode is faster
+    (higher tok/s) and by how much, median vs median. Fewer than ``min_runs`` runs in a mode: not compared.
+
+    Returns ``{"verdict": "not compared" | "within noise" | "on faster" | "off faster", "overlap",
+    "median_change_pct" (on vs off, %), "text"}``.
+    """
+    if not off or not on:
+        return {"verdict": "not compared", "overlap": None, "median_change_pct": None, "text": "not compared: no runs"}
+    if off["runs"] < min_runs or on["runs"] < min_runs:
+        return {
+            "verdict": "not compared",
+            "overlap": None,
+            "median_change_pct": None,
+            "text": f"not compared: {off['runs']} off / {on['runs']} on runs ({min_runs} per mode needed)",
+        }
+    change = 100.0 * (on["median"] / off["median"] - 1.0) if off["median"] > 0 else None
+    overlap = max(off["min"], on["min"]) <= min(off["max"], on["max"])
+    if overlap:
+        verdict = "within noise"
+        text = "within noise: the off and on ranges overlap" + (
+            f" (medians: on {change:+.1f}% vs off)" if change is not None else ""
+        )
+    else:
+        faster, slower = ("on", off) if on["median"] > off["median"] else ("off", on)
+        quick = on if faster == "on" else off
+        pct = 100.0 * (quick["median"] / slower["median"] - 1.0) if slower["median"] > 0 else float("inf")
+        verdict = f"{faster} faster"
+        text = (
+            f"{faster} faster: median {pct:.1f}% above {'off' if faster == 'on' else 'on'} (the ranges do not overlap)"
+        )
+    return {"verdict": verdict, "overlap": overlap, "median_change_pct": change, "text": text}
+
+
+def throughput_stats(
+    samples: Sequence[Tuple[str, Mapping[str, Optional[float]]]], phases: Sequence[str] = PHASES
+) -> Dict[str, Dict[str, Any]]:
+    """Per phase: the :func:`spread` of each mode's tok/s and their :func:`compare_spreads`.
+    ``samples``: ``(mode, {phase: tok/s})`` of every timed run (throwaway runs left out by the caller)."""
+    res: Dict[str, Dict[str, Any]] = {}
+    for phase in phases:
+        off = spread([s.get(phase) for m, s in samples if m == "off"])
+        on = spread([s.get(phase) for m, s in samples if m == "on"])
+        res[phase] = {"off": off, "on": on, "comparison": compare_spreads(off, on)}
+    return res
+
+
+def throughput_table(stats: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str]) -> List[str]:
+    """The stats of :func:`throughput_stats` as a Markdown table (one line per phase)."""
+
+    def cell(s: Optional[Mapping[str, Any]]) -> str:
+        if not s:
+            return "n/a"
+        return f"{_fmt_rate(s['median'])} ({_fmt_rate(s['min'])} - {_fmt_rate(s['max'])}, {s['runs']} runs)"
+
+    lines = [
+        "| phase | off: median tok/s (min - max, runs) | on: median tok/s (min - max, runs) | off vs on |",
+        "|---|---|---|---|",
+    ]
+    for phase, st in stats.items():
+        lines.append(
+            f"| {labels.get(phase, phase)} | {cell(st.get('off'))} | {cell(st.get('on'))} | "
+            f"{st['comparison']['text']} |"
+        )
+    return lines
+
+
+# ----------------------------------------------------------------------------- summary of a run
+def _part_stats(part: Mapping[str, Any]) -> Dict[str, Any]:
+    """Tokens, time and rate of one round or phase; prompt and cached tokens where SGLang reported them."""
+    outs = part.get("outputs") or []
+    meta = part.get("meta") or [{} for _ in outs]
     completion = sum(int(m.get("completion_tokens") or 0) for m in meta) or sum(len(o["output_ids"]) for o in outs)
+    secs = float(part.get("seconds") or 0.0)
+
+    def total(key: str) -> Optional[int]:
+        vals = [m.get(key) for m in meta]
+        return sum(int(v) for v in vals) if vals and all(v is not None for v in vals) else None
+
+    return {
+        "requests": len(outs),
+        "completion_tokens": completion,
+        "seconds": secs,
+        "tokens_per_s": completion / secs if secs > 0 else None,
+        "prompt_tokens": total("prompt_tokens"),
+        "cached_tokens": total("cached_tokens"),
+        "ids_md5": md5_of_ids([o["output_ids"] for o in outs]),
+    }
+
+
+def _run_stats(res: Dict[str, Any]) -> Dict[str, Any]:
+    rounds = res.get("rounds") or []
+    outs = [o for r in rounds for o in (r.get("outputs") or [])]
+    meta = [m for r in rounds for m in (r.get("meta") or [{} for _ in (r.get("outputs") or [])])]
+    per_round = [_part_stats(r) for r in rounds]
+    completion = sum(r["completion_tokens"] for r in per_round)
     verify = sum(int(m.get("spec_verify_ct") or 0) for m in meta)
     hist: List[int] = []
     for m in meta:
@@ -478,16 +913,26 @@ def _run_stats(res: Dict[str, Any]) -> Dict[str, Any]:
             if i >= len(hist):
                 hist.extend([0] * (i + 1 - len(hist)))
             hist[i] += int(v)
-    secs = float(res.get("gen_seconds") or 0.0)
+    b1 = (res.get("phases") or {}).get("batch1")
     return {
+        "rounds": per_round,
         "completion_tokens": completion,
-        "seconds": secs,
-        "tokens_per_s": completion / secs if secs > 0 else None,
         "verify_steps": verify,
         "accept_length": completion / verify if verify else None,
         "accepted_drafts_histogram": hist or None,
         "ids_md5": md5_of_ids([o["output_ids"] for o in outs]),
         "text_md5": md5_of_texts([o.get("text") for o in outs]),
+        "batch1": _part_stats(b1) if b1 else None,
+        "cache_flushes": res.get("cache_flushes"),
+    }
+
+
+def _throughput_sample(stats: Mapping[str, Any]) -> Dict[str, Optional[float]]:
+    """A run's tok/s per phase: batch 1 (its own request) and the full batch (round 1)."""
+    rounds = stats.get("rounds") or []
+    return {
+        "batch1": (stats.get("batch1") or {}).get("tokens_per_s"),
+        "full": rounds[0].get("tokens_per_s") if rounds else None,
     }
 
 
@@ -495,11 +940,17 @@ def _fmt_rate(x: Optional[float]) -> str:
     return "n/a" if x is None else f"{x:,.1f}"
 
 
+def _fmt_tokens(x: Optional[int]) -> str:
+    return "n/a" if x is None else f"{x:,}"
+
+
 # ----------------------------------------------------------------------------- CLI
 EPILOG = """\
 examples:
   sglang-mamba-dedup e2e --random-weights                        # Qwen3.5-0.8B architecture, random weights
+  sglang-mamba-dedup e2e --random-weights --throughput-runs 3    # + 1 throwaway, 3 x off,on, throughput table
   sglang-mamba-dedup e2e --random-weights --server               # the same through launch_server + HTTP
+  sglang-mamba-dedup e2e --random-weights --no-cuda-graph --no-radix-cache   # the old eager, cache-less settings
   sglang-mamba-dedup e2e --base-url-off http://h:30000 --base-url-on http://h:30001 --model-path M
   sglang-mamba-dedup e2e --model-path Qwen/Qwen3.5-0.8B --num-prompts 8 --max-new-tokens 64
   sglang-mamba-dedup e2e --random-weights --modes off,off --workdir ./e2e-work   # harness check, keeps logs
@@ -507,7 +958,8 @@ examples:
 exit status:
   0  the md5s are equal and the plugin engaged
   1  the md5s differ
-  2  the plugin did not engage in an "on" run; also any usage error (one "error:" line on stderr)
+  2  the plugin did not engage in an "on" run (with --expect-track: also no commit with track slots through
+     our kernel); also any usage error (one "error:" line on stderr)
   3  a run failed (the engine did not start, crashed or timed out; see the logs named in the last line)
   4  an "off" run was not off
   5  cannot run here: no CUDA GPU (checked before anything is built or run)
@@ -568,6 +1020,16 @@ def _positive_int(text: str) -> int:
     return num
 
 
+def _positive_float(text: str) -> float:
+    try:
+        num = float(text)
+    except ValueError:
+        num = 0.0
+    if not num > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return num
+
+
 def _build_parser() -> argparse.ArgumentParser:
     from .random_model import PRESETS  # no torch: the presets are plain dataclasses
 
@@ -610,7 +1072,7 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--topk", type=int, default=1)
     s.add_argument("--num-draft-tokens", type=int, default=4)
 
-    g = p.add_argument_group("generation")
+    g = p.add_argument_group("generation (two rounds per run: the prompts, then prompt + output + a new suffix)")
     g.add_argument("--prompts", default=None, help="prompt file (default: the shipped data/prompts.json)")
     g.add_argument("--num-prompts", type=_positive_int, default=None, help="use the first N prompts (default all)")
     g.add_argument(
@@ -626,13 +1088,13 @@ def _build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-ignore-eos", action="store_true", help="stop at EOS (default: fixed lengths)")
     g.add_argument("--seed", type=int, default=0, help="SGLang random_seed (and sampling seed)")
     g.add_argument(
-        "--batch-size", type=int, default=0, help="prompts per Engine.generate call (default 0: all at once)"
+        "--batch-size", type=int, default=0, help="prompts per generate call (default 0: all at once, the full batch)"
     )
     g.add_argument(
         "--max-running-requests",
         type=int,
         default=None,
-        help="concurrency cap of the scheduler (default: the batch size); fixed so that both runs batch the same way",
+        help="concurrency cap of the scheduler (default: the batch size); fixed so that all runs batch the same way",
     )
     g.add_argument(
         "--warmup-tokens",
@@ -641,40 +1103,99 @@ def _build_parser() -> argparse.ArgumentParser:
         help="tokens of the untimed warm-up generation of every batch (default -1: max_new_tokens; 0: no warm-up)",
     )
 
-    e = p.add_argument_group("engine")
+    e = p.add_argument_group(
+        "engine (defaults: decode CUDA graphs on, prefill CUDA graphs off, radix cache on, overlap as SGLang decides)"
+    )
     e.add_argument("--mem-fraction-static", type=float, default=None)
     e.add_argument("--log-level", default="warning")
+    e.add_argument(
+        "--no-cuda-graph",
+        action="store_true",
+        help="decode CUDA graphs off (cuda_graph_backend_decode=disabled; disable_cuda_graph on releases without it)",
+    )
+    e.add_argument(
+        "--no-radix-cache",
+        action="store_true",
+        help="radix (prefix) cache off (disable_radix_cache=true): no track slots, round 2 reads nothing back",
+    )
     e.add_argument(
         "--engine-arg",
         action="append",
         default=[],
         metavar="KEY=VALUE",
         type=_key_value,
-        help="extra sglang.Engine argument, same in both runs (repeatable), e.g. attention_backend=triton",
+        help="extra sglang.Engine argument, same in every run (repeatable), e.g. attention_backend=triton; "
+        "wins over the defaults",
     )
 
     sv = p.add_argument_group("server route (what deployments run)")
     sv.add_argument(
         "--server",
         action="store_true",
-        help="run `python -m sglang.launch_server` (the --engine-arg keys as its options) on a free "
-        "local port and send the prompts over HTTP: the off run without the launch flag, the on "
-        "run with --enable-mamba-conv-dedup (no SGLANG_MAMBA_DEDUP: the flag is what is tested)",
+        help="run `python -m sglang.launch_server` (the engine arguments as its options, those it does not know "
+        "left out) on a free local port and send the prompts over HTTP: the off run without the launch flag, "
+        "the on run with --enable-mamba-conv-dedup (no SGLANG_MAMBA_DEDUP: the flag is what is tested)",
     )
     sv.add_argument(
         "--base-url-off",
         default=None,
         metavar="URL",
-        help="compare two servers you already run (with --base-url-on): md5 only, no status reports",
+        help="compare two servers you already run (with --base-url-on): md5 only, no status reports; "
+        "their prefix caches are flushed before round 1 and before batch 1",
     )
     sv.add_argument("--base-url-on", default=None, metavar="URL")
 
     r = p.add_argument_group("runs")
     r.add_argument(
         "--modes",
-        default="off,on",
+        default=None,
         type=_modes,
-        help="comma list of runs; 'off,off' checks the harness (the engagement check is skipped)",
+        help="comma list of runs (default off,on); 'off,off' checks the harness (the engagement check is skipped)",
+    )
+    r.add_argument(
+        "--expect-track",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the 'on' run must show commits with track slots through our kernel, else exit 2 (default: yes "
+        "where SGLang passes track slots: radix cache on and a mamba strategy that resolves to extra_buffer, "
+        "SGLang >= 0.5.14; the header says which)",
+    )
+    r.add_argument(
+        "--throughput-runs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="measure throughput: 1 untimed throwaway engine start (an off run), then N runs per mode "
+        "alternating off,on,...; prints per mode and phase (batch 1, full batch) the median and min-max "
+        "(default 0: the --modes runs, no table)",
+    )
+    r.add_argument(
+        "--batch1-tokens",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="new tokens of the batch-1 request of --throughput-runs (default 256)",
+    )
+    r.add_argument(
+        "--no-throwaway",
+        action="store_true",
+        help="with --throughput-runs: no throwaway start (only when this machine already ran an engine)",
+    )
+    r.add_argument(
+        "--throughput-from",
+        action="append",
+        default=[],
+        metavar="SUMMARY.json",
+        help="with --throughput-runs: add the timed runs of an earlier --json-out of the same workload "
+        "(repeatable); their md5s must equal this call's",
+    )
+    r.add_argument(
+        "--time-budget",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="start no further run once the time since the start plus 1.1 x the longest run so far exceeds "
+        "this; the runs not started are listed (fits a call into a time limit)",
     )
     r.add_argument("--run-timeout", type=float, default=1200.0, help="seconds per run")
     r.add_argument(
@@ -687,14 +1208,41 @@ def _build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def run_schedule(
+    modes: Optional[Sequence[str]], throughput_runs: int = 0, throwaway: bool = True
+) -> List[Tuple[str, bool]]:
+    """The runs, in order, as ``(mode, throwaway)``: ``modes`` (default off,on), or with ``throughput_runs``
+    N one throwaway "off" start (unless ``throwaway`` is False) and N x (off, on)."""
+    if throughput_runs > 0:
+        plan = [("off", True)] if throwaway else []
+        return plan + [(m, False) for _ in range(throughput_runs) for m in ("off", "on")]
+    return [(m, False) for m in (modes or ["off", "on"])]
+
+
 def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Usage errors that involve more than one option (``parser.error``: exit 2)."""
     if bool(args.base_url_off) != bool(args.base_url_on):
         parser.error("--base-url-off and --base-url-on go together")
     if args.base_url_off and (args.server or args.random_weights):
         parser.error("--base-url-off/--base-url-on compare servers you run: no --server or --random-weights")
-    if args.base_url_off and args.modes != ["off", "on"]:
+    if args.base_url_off and args.modes not in (None, ["off", "on"]):
         parser.error("--base-url-off/--base-url-on compare exactly one off and one on server (--modes off,on)")
+    if args.throughput_runs < 0:
+        parser.error(f"--throughput-runs must be 0 or more, got {args.throughput_runs}")
+    if args.throughput_runs and args.modes not in (None, ["off", "on"]):
+        parser.error("--throughput-runs plans the runs itself (1 throwaway + N x off,on): leave --modes out")
+    if not args.throughput_runs:
+        given = [
+            o
+            for o, v in (
+                ("--no-throwaway", args.no_throwaway),
+                ("--throughput-from", args.throughput_from),
+                ("--batch1-tokens", args.batch1_tokens is not None),
+            )
+            if v
+        ]
+        if given:
+            parser.error(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} --throughput-runs")
     if not args.random_weights:
         given = [
             o for o, v in (("--random-dim", args.random_dim), ("--random-weights-dir", args.random_weights_dir)) if v
@@ -757,9 +1305,14 @@ def main(argv: Optional[List[str]] = None, runner: Optional[Runner] = None) -> i
     ``runner`` replaces :func:`run_in_subprocess` (tests); the CUDA check belongs to that default runner and
     is skipped with another one.
     """
+    t_start = time.monotonic()
     parser = _build_parser()
     args = parser.parse_args(argv)
     _check_usage(parser, args)
+    args.t_start = t_start
+    args.plan = run_schedule(args.modes, args.throughput_runs, not args.no_throwaway)
+    args.modes = [m for m, _ in args.plan]
+    args.batch1_tokens = args.batch1_tokens or 256
     args.no_reports = False
     if args.base_url_off and runner is None:
         from . import e2e_server
@@ -805,6 +1358,39 @@ def _run(args: argparse.Namespace, work: Path, runner: Optional[Runner], temp_mo
     return _verdict(args, summary, failures, temp_model)
 
 
+def _workload(spec: Mapping[str, Any]) -> Dict[str, str]:
+    """md5 of every part of the spec that decides what a run generates (runs merge only when all are equal)."""
+    keys = (
+        "engine_kwargs",
+        "prompts",
+        "prompt_format",
+        "sampling_params",
+        "batch_size",
+        "warmup_tokens",
+        "round2_suffixes",
+        "batch1",
+    )
+    return {k: hashlib.md5(json.dumps(spec.get(k), sort_keys=True, default=str).encode()).hexdigest() for k in keys}
+
+
+def _load_merged(paths: Sequence[str], workload: Mapping[str, str]) -> Tuple[List[Dict[str, Any]], Optional[str]]:
+    """The timed runs of earlier summaries (``--throughput-from``), or why they cannot be merged."""
+    runs: List[Dict[str, Any]] = []
+    for path in paths:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as e:
+            return [], f"--throughput-from {path}: not readable ({e})"
+        theirs = doc.get("workload") or {}
+        differ = sorted(k for k in set(workload) | set(theirs) if workload.get(k) != theirs.get(k))
+        if differ:
+            return [], f"--throughput-from {path}: another workload ({', '.join(differ)} differ from this call's)"
+        for i, r in enumerate(doc.get("runs") or []):
+            if r.get("ok") and not r.get("throwaway") and r.get("stats"):
+                runs.append({"source": f"{path} run {i + 1}", "mode": r.get("mode"), "stats": r["stats"]})
+    return runs, None
+
+
 def _prepare(args: argparse.Namespace, work: Path, temp_model: Optional[Path]):
     """The model (built when random) and the run spec: ``(spec, model_path, random_info)``, or an exit code."""
     # model
@@ -837,6 +1423,7 @@ def _prepare(args: argparse.Namespace, work: Path, temp_model: Optional[Path]):
         fmt = "ids" if args.random_weights else "text"
     texts = load_prompts(args.prompts, args.num_prompts)
     args.num_prompts_effective = len(texts)
+    vocab = None
     if fmt == "ids":
         vocab = args.vocab_size
         cfg_path = Path(model_path) / "config.json"
@@ -850,16 +1437,41 @@ def _prepare(args: argparse.Namespace, work: Path, temp_model: Optional[Path]):
     else:
         prompts = texts
 
+    # engine arguments: the run's own, the deployment defaults this SGLang knows, then --engine-arg
+    fields = server_arg_fields()
+    defaults, dropped = deployment_defaults(not args.no_cuda_graph, not args.no_radix_cache, fields)
+    kw = build_engine_kwargs(args, model_path, skip_tokenizer=(fmt == "ids"), defaults=defaults)
+    explicit = parse_engine_args(args.engine_arg)
+    args.dropped_defaults = [d for d in dropped if d.split("=", 1)[0] not in explicit]
+    args.server_dropped = []
+    if args.server:
+        from . import e2e_server
+
+        kw, args.server_dropped = e2e_server.launchable(kw, e2e_server.launch_server_options(), keep=explicit)
+    if args.expect_track is None:
+        args.track_expected, args.track_reason = track_expectation(kw, fields)
+    else:
+        args.track_expected = bool(args.expect_track)
+        args.track_reason = "--expect-track" if args.expect_track else "--no-expect-track"
+    if args.no_reports:
+        args.track_expected, args.track_reason = False, "servers you run: their status reports are not readable"
+
     sampling = {"temperature": 0.0, "max_new_tokens": args.max_new_tokens, "ignore_eos": not args.no_ignore_eos}
     spec = {
-        "engine_kwargs": build_engine_kwargs(args, model_path, skip_tokenizer=(fmt == "ids")),
+        "engine_kwargs": kw,
         "prompts": prompts,
         "prompt_format": fmt,
         "sampling_params": sampling,
         "batch_size": args.batch_size or len(prompts),
         "warmup_tokens": args.warmup_tokens,
+        "round2_suffixes": round2_suffixes(len(prompts), fmt, vocab),
+        "batch1": {"prompt_index": 0, "max_new_tokens": args.batch1_tokens} if args.throughput_runs else None,
     }
-
+    args.workload = _workload(spec)
+    args.merged, problem = _load_merged(args.throughput_from, args.workload)
+    if problem:
+        print(f"sglang-mamba-dedup e2e: error: {problem}; nothing was run", file=sys.stderr, flush=True)
+        return EXIT_USAGE
     return spec, model_path, random_info
 
 
@@ -869,6 +1481,7 @@ def _print_header(
     prompts = spec["prompts"]
     fmt = spec["prompt_format"]
     prompt_tokens = sum(len(p) for p in prompts) if fmt == "ids" else None
+    kw = spec["engine_kwargs"]
     _print("== sglang-mamba-dedup e2e: greedy md5, plugin off vs on ==")
     _print(f"date: {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')}; host {platform.node()}")
     _print(
@@ -889,22 +1502,54 @@ def _print_header(
         f"prompts: {len(prompts)} ({fmt}"
         + (f", {prompt_tokens} prompt tokens" if prompt_tokens else "")
         + f"); max_new_tokens {args.max_new_tokens}; batch {spec['batch_size']}; "
-        f"max_running_requests {spec['engine_kwargs'].get('max_running_requests')}"
+        f"max_running_requests {kw.get('max_running_requests')}"
     )
     _print(
-        "engine args: "
-        + json.dumps({k: v for k, v in spec["engine_kwargs"].items() if k != "model_path"}, sort_keys=True)
+        "rounds: 2 per run, after an untimed warm-up and an emptied prefix cache: round 1 the prompts, round 2 "
+        "each prompt + its round-1 output + a short new suffix (prefixes read back from the radix cache)"
     )
+    _print("settings: " + describe_settings(kw))
+    if args.dropped_defaults:
+        _print("defaults dropped (this SGLang's ServerArgs has no such field): " + "; ".join(args.dropped_defaults))
+    if args.server_dropped:
+        _print(
+            "left out of the launch_server command (this launch_server has no such option): "
+            + ", ".join(args.server_dropped)
+        )
+    _print(f"track slots: {'required in the on run' if args.track_expected else 'not required'} ({args.track_reason})")
+    if args.throughput_runs:
+        _print(
+            f"throughput: {'1 untimed throwaway engine start, then ' if not args.no_throwaway else ''}"
+            f"{args.throughput_runs} runs per mode alternating off,on; batch 1 = the first prompt alone, "
+            f"{args.batch1_tokens} new tokens; full batch = round 1"
+            + (f"; {len(args.merged)} timed runs merged from --throughput-from" if args.merged else "")
+        )
+    _print("engine args: " + json.dumps({k: v for k, v in kw.items() if k != "model_path"}, sort_keys=True))
     _print(f"workdir: {work}")
+
+
+def _run_label(i: int, mode: str, throwaway: bool) -> str:
+    return f"run {i + 1} ({mode}{', throwaway' if throwaway else ''})"
 
 
 def _execute(
     args: argparse.Namespace, spec: Dict[str, Any], work: Path, runner: Optional[Runner]
 ) -> List[Dict[str, Any]]:
-    """Every run of ``--modes``, one after the other, each in a fresh process (or server)."""
-    modes: List[str] = args.modes
+    """Every run of the schedule, one after the other, each in a fresh process (or server)."""
+    plan: List[Tuple[str, bool]] = args.plan
     results: List[Dict[str, Any]] = []
-    for i, mode in enumerate(modes):
+    args.not_started = []
+    longest = 0.0
+    for i, (mode, throwaway) in enumerate(plan):
+        if args.time_budget and results:
+            elapsed = time.monotonic() - args.t_start
+            if elapsed + 1.1 * longest > args.time_budget:
+                args.not_started = [_run_label(k, m, t) for k, (m, t) in enumerate(plan) if k >= i]
+                _print(
+                    f"-- not started (--time-budget {args.time_budget:.0f} s: {elapsed:.0f} s elapsed, the longest "
+                    f"run took {longest:.0f} s): " + ", ".join(args.not_started)
+                )
+                break
         rdir = work / f"reports-{i}-{mode}"
         if rdir.exists():
             shutil.rmtree(rdir)
@@ -916,7 +1561,8 @@ def _execute(
             what = "launch_server " + ("with --enable-mamba-conv-dedup" if mode == "on" else "without the flag")
         else:
             what = f"{SWITCH_ENV}={'1' if mode == 'on' else '0'} (fresh process)"
-        _print(f"-- run {i + 1}/{len(modes)}: {what} ...")
+        _print(f"-- run {i + 1}/{len(plan)}: {what}" + (" [throwaway: untimed]" if throwaway else "") + " ...")
+        t0 = time.monotonic()
         if runner is None and args.server:
             from . import e2e_server
 
@@ -930,19 +1576,16 @@ def _execute(
             res = run_in_subprocess(spec, mode, rdir, log, timeout=args.run_timeout, verbose=args.verbose)
         else:
             res = runner(spec, mode, rdir, log)
+        res.setdefault("wall_seconds", time.monotonic() - t0)
+        longest = max(longest, float(res.get("wall_seconds") or 0.0))
         res["mode"] = mode
+        res["throwaway"] = throwaway
         res["report_dir"] = str(rdir)
         res["log"] = str(log)
         res["reports"], res["report_problems"] = read_reports(rdir)
         if res.get("ok"):
             res["stats"] = _run_stats(res)
-            st = res["stats"]
-            _print(
-                f"   done: {st['completion_tokens']} tokens in {st['seconds']:.2f} s = "
-                f"{_fmt_rate(st['tokens_per_s'])} tok/s; accept length "
-                f"{'n/a' if st['accept_length'] is None else format(st['accept_length'], '.3f')}; "
-                f"accepted-drafts histogram {st['accepted_drafts_histogram']}"
-            )
+            _print_run_stats(res["stats"])
         else:
             _print(f"   FAILED: {res.get('error')}")
             if log.exists():
@@ -951,6 +1594,44 @@ def _execute(
         results.append(res)
 
     return results
+
+
+def _print_run_stats(st: Mapping[str, Any]) -> None:
+    rounds = st["rounds"]
+    done = ", ".join(
+        f"round {k + 1} {r['completion_tokens']} tokens in {r['seconds']:.2f} s ({_fmt_rate(r['tokens_per_s'])} tok/s)"
+        for k, r in enumerate(rounds)
+    )
+    cached = ", ".join(
+        f"round {k + 1} {_fmt_tokens(r['cached_tokens'])} of {_fmt_tokens(r['prompt_tokens'])}"
+        for k, r in enumerate(rounds)
+    )
+    _print(
+        f"   done: {done}; accept length "
+        f"{'n/a' if st['accept_length'] is None else format(st['accept_length'], '.3f')}; "
+        f"accepted-drafts histogram {st['accepted_drafts_histogram']}"
+    )
+    _print(f"   prompt tokens read from the prefix cache: {cached}")
+    b1 = st.get("batch1")
+    if b1:
+        _print(
+            f"   batch 1: {b1['completion_tokens']} tokens in {b1['seconds']:.2f} s "
+            f"({_fmt_rate(b1['tokens_per_s'])} tok/s)"
+        )
+    flushes = st.get("cache_flushes") or []
+    if any(f is not True for f in flushes):
+        _print(
+            "   prefix cache flushes (before round 1, before batch 1): "
+            + ", ".join({True: "done", False: "REFUSED (requests pending)", None: "not supported"}[f] for f in flushes)
+        )
+
+
+def _all_outputs(res: Mapping[str, Any]) -> List[List[int]]:
+    return [o["output_ids"] for r in res.get("rounds") or [] for o in r.get("outputs") or []]
+
+
+def _where(index: int, round1_size: int) -> str:
+    return f"round 1, prompt {index}" if index < round1_size else f"round 2, prompt {index - round1_size}"
 
 
 def _compare(
@@ -962,7 +1643,6 @@ def _compare(
     failures: List[Tuple[int, str]],
 ) -> Dict[str, Any]:
     """md5s and throughput of the runs; appends what failed to ``failures``; returns the summary."""
-    modes: List[str] = args.modes
     prompts = spec["prompts"]
     sampling = spec["sampling_params"]
     # versions and GPU from the first run that reports them (they are the engine's environment)
@@ -980,80 +1660,146 @@ def _compare(
     )
 
     summary: Dict[str, Any] = {
-        "modes": modes,
+        "modes": [r["mode"] for r in results],
         "model_path": model_path,
         "random_model": random_info,
         "versions": vers,
         "gpu": gpu,
         "engine_kwargs": spec["engine_kwargs"],
+        "settings": describe_settings(spec["engine_kwargs"]),
+        "dropped_defaults": args.dropped_defaults,
+        "server_dropped": args.server_dropped,
+        "track_expected": args.track_expected,
+        "track_reason": args.track_reason,
         "sampling_params": sampling,
         "num_prompts": len(prompts),
+        "workload": args.workload,
+        "not_started": args.not_started,
         "runs": [],
     }
     for r in results:
         summary["runs"].append(
-            {k: r.get(k) for k in ("mode", "ok", "pid", "returncode", "error", "stats", "report_problems")}
+            {
+                k: r.get(k)
+                for k in (
+                    "mode",
+                    "throwaway",
+                    "ok",
+                    "pid",
+                    "returncode",
+                    "error",
+                    "wall_seconds",
+                    "stats",
+                    "report_problems",
+                )
+            }
         )
     if any(not r.get("ok") for r in results):
         failures.append((EXIT_RUN_FAILED, _failed_runs_text(results, args.verbose)))
-    else:
-        base = results[0]
-        for r in results[1:]:
-            a, b = base["stats"], r["stats"]
-            same = a["ids_md5"] == b["ids_md5"]
-            _print(
-                f"md5 token ids: {base['mode']} {a['ids_md5']} | {r['mode']} {b['ids_md5']} -> "
-                f"{'EQUAL' if same else 'DIFFERENT'}"
-            )
-            _print(
-                f"md5 text:      {base['mode']} {a['text_md5']} | {r['mode']} {b['text_md5']}"
-                + ("  (no text: skip_tokenizer_init)" if a["text_md5"] is None else "")
-            )
-            if not same:
-                d = first_difference(
-                    [o["output_ids"] for o in base["outputs"]], [o["output_ids"] for o in r["outputs"]]
-                )
-                failures.append(
-                    (
-                        EXIT_MD5_DIFFER,
-                        f"md5 differ ({base['mode']} vs {r['mode']}); first difference at prompt {d[0]}, token {d[1]}"
-                        if d
-                        else "md5 differ",
-                    )
-                )
-            elif a["text_md5"] != b["text_md5"]:
-                failures.append((EXIT_MD5_DIFFER, "token ids equal but texts differ"))
-        rates = {
-            m: [r["stats"]["tokens_per_s"] for r in results if r["mode"] == m and r["stats"]["tokens_per_s"]]
-            for m in ("off", "on")
-        }
-        _print(
-            "throughput (tok/s, decode phase, per run): "
-            + ", ".join(f"{r['mode']} {_fmt_rate(r['stats']['tokens_per_s'])}" for r in results)
-        )
-        if rates["off"] and rates["on"]:
-            off_mean = sum(rates["off"]) / len(rates["off"])
-            on_mean = sum(rates["on"]) / len(rates["on"])
-            ratio = on_mean / off_mean
-            summary["throughput_tok_s"] = {"off": off_mean, "on": on_mean}
-            summary["throughput_ratio"] = ratio
-            _print(
-                f"throughput: off {_fmt_rate(off_mean)} tok/s, on {_fmt_rate(on_mean)} tok/s, "
-                f"ratio on/off = {ratio:.3f}"
-                + (" (means over runs of the same mode)" if len(rates["off"]) + len(rates["on"]) > 2 else "")
-            )
-        summary["ids_md5"] = [r["stats"]["ids_md5"] for r in results]
-        summary["text_md5"] = [r["stats"]["text_md5"] for r in results]
+        return summary
+    if not results:
+        return summary
 
+    base = results[0]
+    a = base["stats"]
+    for k, r in enumerate(results[1:], start=2):
+        b = r["stats"]
+        same = a["ids_md5"] == b["ids_md5"]
+        _print(
+            f"md5 token ids, rounds 1+2: run 1 ({base['mode']}) {a['ids_md5']} | run {k} ({r['mode']}) {b['ids_md5']} -> "
+            f"{'EQUAL' if same else 'DIFFERENT'}"
+        )
+        if a["text_md5"] is not None or b["text_md5"] is not None:
+            _print(f"md5 text, rounds 1+2:      run 1 {a['text_md5']} | run {k} {b['text_md5']}")
+        if not same:
+            d = first_difference(_all_outputs(base), _all_outputs(r))
+            failures.append(
+                (
+                    EXIT_MD5_DIFFER,
+                    f"md5 differ (run 1 {base['mode']} vs run {k} {r['mode']}); first difference at "
+                    f"{_where(d[0], len(prompts))}, token {d[1]}"
+                    if d
+                    else "md5 differ",
+                )
+            )
+        elif a["text_md5"] != b["text_md5"]:
+            failures.append((EXIT_MD5_DIFFER, f"token ids equal but texts differ (run 1 vs run {k})"))
+    if a["text_md5"] is None:
+        _print("md5 text: none (no text: skip_tokenizer_init)")
+    b1_md5 = [(k, (r["stats"].get("batch1") or {}).get("ids_md5")) for k, r in enumerate(results, start=1)]
+    b1_md5 = [(k, m) for k, m in b1_md5 if m]
+    if b1_md5:
+        differ = [f"run {k} {m}" for k, m in b1_md5 if m != b1_md5[0][1]]
+        _print(
+            f"md5 token ids, batch 1: run 1 {b1_md5[0][1]}; "
+            + (f"DIFFERENT: {', '.join(differ)}" if differ else f"all {len(b1_md5)} runs EQUAL")
+        )
+        if differ:
+            failures.append((EXIT_MD5_DIFFER, "batch-1 md5 differ: " + ", ".join(differ)))
+    for m in args.merged:
+        theirs = m["stats"]
+        ok = theirs.get("ids_md5") == a["ids_md5"] and (
+            not b1_md5 or (theirs.get("batch1") or {}).get("ids_md5") in (None, b1_md5[0][1])
+        )
+        _print(
+            f"md5 token ids, merged {m['source']} ({m['mode']}): {theirs.get('ids_md5')} -> {'EQUAL' if ok else 'DIFFERENT'}"
+        )
+        if not ok:
+            failures.append((EXIT_MD5_DIFFER, f"md5 of {m['source']} differs from this call's"))
+    summary["ids_md5"] = [r["stats"]["ids_md5"] for r in results]
+    summary["text_md5"] = [r["stats"]["text_md5"] for r in results]
+
+    _print(
+        "rates (tok/s of single runs, for the record; round 1 / round 2"
+        + (" / batch 1" if b1_md5 else "")
+        + "): "
+        + ", ".join(
+            f"run {k} {r['mode']}"
+            + ("*" if r.get("throwaway") else "")
+            + " "
+            + " / ".join(
+                [_fmt_rate(x["tokens_per_s"]) for x in r["stats"]["rounds"]]
+                + ([_fmt_rate(r["stats"]["batch1"]["tokens_per_s"])] if r["stats"].get("batch1") else [])
+            )
+            for k, r in enumerate(results, start=1)
+        )
+        + (" (* throwaway)" if any(r.get("throwaway") for r in results) else "")
+    )
+    if args.throughput_runs:
+        summary["throughput"] = _throughput(args, spec, results)
+    else:
+        _print("throughput: not compared (single runs say nothing about a speed-up; --throughput-runs 3 measures it)")
     return summary
+
+
+def _throughput(args: argparse.Namespace, spec: Dict[str, Any], results: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The throughput table over the timed runs (throwaway left out, --throughput-from runs added)."""
+    samples = [(r["mode"], _throughput_sample(r["stats"])) for r in results if not r.get("throwaway")]
+    samples += [(m["mode"], _throughput_sample(m["stats"])) for m in args.merged]
+    stats = throughput_stats(samples)
+    n = len(spec["prompts"])
+    bs = int(spec["batch_size"] or n)
+    labels = {
+        "batch1": f"batch 1: 1 request x {args.batch1_tokens} new tokens",
+        "full": f"full batch: round 1, {n} requests x {args.max_new_tokens} new tokens"
+        + ("" if bs >= n else f" in batches of {bs}"),
+    }
+    counts = {m: sum(1 for mm, _ in samples if mm == m) for m in ("off", "on")}
+    _print(
+        f"throughput ({counts['off']} off and {counts['on']} on runs, alternating"
+        + (", after 1 untimed throwaway engine start" if any(r.get("throwaway") for r in results) else "")
+        + (f", {len(args.merged)} of them from --throughput-from" if args.merged else "")
+        + "; tok/s = new tokens / wall time of the generate call, prefill included, prefix cache emptied before):"
+    )
+    for line in throughput_table(stats, labels):
+        _print("  " + line)
+    return {"phases": stats, "labels": labels, "samples": [{"mode": m, **s} for m, s in samples]}
 
 
 def _plugin_status(
     args: argparse.Namespace, results: List[Dict[str, Any]], summary: Dict[str, Any], failures: List[Tuple[int, str]]
 ) -> None:
     """The plugin's state in each run's scheduler process, from its status report."""
-    modes: List[str] = args.modes
-    # plugin status, as the scheduler processes reported it
     engaged_all = None
     if args.no_reports:
         _print(
@@ -1063,25 +1809,42 @@ def _plugin_status(
         results_for_status: List[Dict[str, Any]] = []
     else:
         results_for_status = results
+    if results_for_status:
+        _print(
+            "plugin status (a scheduler rewrites its report at its 1st, 2nd, 4th, 8th ... commit and at a normal "
+            "exit: the commit counts of a killed one are the last power of two reached, a lower bound):"
+        )
     for i, r in enumerate(results_for_status):
         reports = r.get("reports") or []
         parent = r.get("pid")
         sched = _scheduler_reports(reports, parent)
+        shown = [s for s in sched if _layout_of(s) is not None] or sched[:1]
         _print(
-            f"plugin status, run {i + 1} ({r['mode']}): {len(reports)} report(s), {len(sched)} from "
-            f"scheduler process(es)" + (f"; unreadable: {r['report_problems']}" if r.get("report_problems") else "")
+            f"plugin status, {_run_label(i, r['mode'], bool(r.get('throwaway')))}: {len(reports)} report(s), "
+            f"{len(sched)} from scheduler process(es)"
+            + (f"; unreadable: {r['report_problems']}" if r.get("report_problems") else "")
         )
+        summary["runs"][i]["commit_counts"] = [dict(commit_counts(s), pid=s.get("pid")) for s in shown]
         if r["mode"] == "on" and not r.get("ok"):
             # the run failed: a missing or partial report says nothing about the plugin
-            if sched:
-                _print("    " + describe_report(sched[0]))
+            for s in shown:
+                _print("    " + describe_report(s))
             _print("    engaged: not judged (the run failed)")
             summary["runs"][i]["engaged"] = None
             summary["runs"][i]["scheduler_report"] = sched[0] if sched else None
         elif r["mode"] == "on":
-            ok, reasons, rep = check_engaged(reports, parent)
-            _print("    " + describe_report(rep))
-            _print(f"    engaged: {'YES' if ok else 'NO'}" + ("" if ok else " -- " + "; ".join(reasons)))
+            ok, reasons, rep = check_engaged(reports, parent, expect_track=args.track_expected)
+            for s in shown:
+                _print("    " + describe_report(s))
+            if not shown:
+                _print("    " + describe_report(rep))
+            track = (
+                f" (track slots required: {min(commit_counts(s)['ours_track_commit_calls'] for s in shown)} "
+                "commits with track slots through our kernel)"
+                if args.track_expected and ok
+                else ""
+            )
+            _print(f"    engaged: {'YES' if ok else 'NO'}" + (track if ok else " -- " + "; ".join(reasons)))
             summary["runs"][i]["engaged"] = ok
             summary["runs"][i]["engagement_reasons"] = reasons
             summary["runs"][i]["scheduler_report"] = {k: v for k, v in (rep or {}).items()}
@@ -1090,8 +1853,10 @@ def _plugin_status(
                 failures.append((EXIT_NOT_ENGAGED, "plugin not engaged: " + "; ".join(reasons)))
         else:
             ok, reasons = check_off(reports, parent)
-            if sched:
-                _print("    " + describe_report(sched[0]))
+            for s in shown:
+                _print("    " + describe_report(s))
+            if not sched:
+                _print("    commits: no report (the plugin is off and wraps nothing)")
             if ok and not r.get("ok"):
                 _print("    off as expected: not judged (the run failed)")
             else:
@@ -1099,7 +1864,10 @@ def _plugin_status(
             summary["runs"][i]["scheduler_report"] = sched[0] if sched else None
             if not ok:
                 failures.append((EXIT_OFF_NOT_OFF, "the off run was not off: " + "; ".join(reasons)))
-    if engaged_all is None and "on" not in modes and not args.no_reports:
+    planned_on = any(m == "on" for m, _ in args.plan)
+    if planned_on and not any(r["mode"] == "on" for r in results):
+        failures.append((EXIT_RUN_FAILED, "no 'on' run was started (--time-budget): nothing shows the plugin"))
+    elif engaged_all is None and not planned_on and not args.no_reports:
         _print("plugin engagement: not checked (no 'on' run in --modes)")
 
 
@@ -1117,9 +1885,10 @@ def _verdict(
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summary, indent=1, default=str))
     _remove_temp_checkpoint(temp_model)  # before the RESULT line, which stays the last one
+    note = f"; {len(args.not_started)} planned runs not started (--time-budget)" if args.not_started else ""
     _print(
         ("RESULT: PASS" if code == EXIT_OK else "RESULT: FAIL -- " + " | ".join(f[1] for f in failures))
-        + f" (exit {code})"
+        + f" (exit {code}{note})"
     )
     return code
 

@@ -2,10 +2,15 @@
 
 :func:`run_server` starts SGLang's own server in a subprocess (its own process group) on a free local port,
 without the launch flag for an "off" run and with ``--enable-mamba-conv-dedup`` for an "on" run (no
-``SGLANG_MAMBA_DEDUP`` in its environment: the flag is what is tested), waits for ``/health``, sends the
-prompts greedily to ``/generate`` (token ids when there is no tokenizer), and stops the whole process group
-(SIGTERM, then SIGKILL), also when the start fails, a request fails or the user presses Ctrl-C. The server's
-own log lines of the plugin (its activation line) are returned with the outputs.
+``SGLANG_MAMBA_DEDUP`` in its environment: the flag is what is tested), waits for ``/health``, runs the same
+two-round plan as the offline route (:func:`sglang_mamba_dedup.e2e.run_plan`: warm-up, ``/flush_cache``,
+round 1, round 2 on prefixes of round 1, batch 1 with ``--throughput-runs``) greedily over ``/generate``
+(token ids when there is no tokenizer), and stops the whole process group (SIGTERM, then SIGKILL), also when
+the start fails, a request fails or the user presses Ctrl-C. The server's own log lines of the plugin (its
+activation line) are returned with the outputs.
+
+The engine keywords become ``launch_server`` options (:func:`server_command`); :func:`launchable` leaves out
+those the installed ``launch_server`` does not know (an older release), except the ones the user gave.
 
 :func:`url_runner` talks to a server the user already runs (``--base-url-off`` / ``--base-url-on``): then
 nothing is started and no status report can be read, only the md5 is compared.
@@ -16,6 +21,8 @@ same way.
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
 import os
 import signal
@@ -26,7 +33,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 FLAG = "--enable-mamba-conv-dedup"
 SWITCH_ENV = "SGLANG_MAMBA_DEDUP"
@@ -62,6 +69,40 @@ def server_command(engine_kwargs: Dict[str, Any], port: int, flag: bool) -> List
     return cmd
 
 
+@functools.lru_cache(maxsize=1)
+def launch_server_options() -> Optional[FrozenSet[str]]:
+    """The option strings of the installed ``launch_server`` (``ServerArgs.add_cli_args``), or None when
+    SGLang cannot be imported here (then every option is passed)."""
+    try:
+        from sglang.srt.server_args import ServerArgs
+
+        parser = argparse.ArgumentParser(add_help=False)
+        ServerArgs.add_cli_args(parser)
+    except Exception:  # noqa: BLE001 - not importable or not readable here: unknown
+        return None
+    return frozenset(opt for action in parser._actions for opt in action.option_strings)
+
+
+def launchable(
+    engine_kwargs: Mapping[str, Any], options: Optional[Collection[str]], keep: Collection[str] = ()
+) -> Tuple[Dict[str, Any], List[str]]:
+    """``(kwargs, left_out)``: the engine keywords whose ``--option`` the installed ``launch_server`` has.
+
+    ``model_path`` and the keys in ``keep`` (what the user gave with ``--engine-arg``) always stay: an option
+    the server does not know then fails the start with SGLang's own message. ``options`` None keeps all.
+    """
+    if options is None:
+        return dict(engine_kwargs), []
+    kept: Dict[str, Any] = {}
+    left: List[str] = []
+    for key, value in engine_kwargs.items():
+        if key == "model_path" or key in keep or "--" + key.replace("_", "-") in options:
+            kept[key] = value
+        else:
+            left.append(f"--{key.replace('_', '-')}")
+    return kept, left
+
+
 def _request(url: str, payload: Optional[dict] = None, timeout: float = 30.0) -> Any:
     data = None if payload is None else json.dumps(payload).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
@@ -84,27 +125,33 @@ def wait_healthy(base_url: str, proc: Optional[subprocess.Popen], timeout: float
     return f"the server was not healthy within {timeout:.0f} s"
 
 
-def generate(base_url: str, spec: Dict[str, Any], timeout: float) -> Dict[str, Any]:
-    """The untimed warm-up and the timed generation of ``spec`` over HTTP; the result fields of a run."""
-    key = "input_ids" if spec["prompt_format"] == "ids" else "text"
-    prompts = spec["prompts"]
-    bs = int(spec["batch_size"]) or len(prompts)
-    batches = [prompts[i : i + bs] for i in range(0, len(prompts), bs)]
-    sp = dict(spec["sampling_params"])
-    warm = int(spec.get("warmup_tokens") or 0)
-    if warm:
-        n = sp["max_new_tokens"] if warm < 0 else warm
-        for batch in batches:
-            _request(base_url + "/generate", {key: batch, "sampling_params": dict(sp, max_new_tokens=n)}, timeout)
-    outputs: List[dict] = []
-    t0 = time.perf_counter()
-    for batch in batches:
-        out = _request(base_url + "/generate", {key: batch, "sampling_params": sp}, timeout)
-        outputs.extend(out if isinstance(out, list) else [out])
-    seconds = time.perf_counter() - t0
-    from .e2e import outputs_and_meta
+def flush_once(base_url: str, timeout: float = 30.0) -> Optional[bool]:
+    """One ``POST /flush_cache``: True flushed, False refused (requests pending), None when the server has no
+    such endpoint or wants an admin key for it (then the prefix cache stays as it is; the run goes on)."""
+    req = urllib.request.Request(base_url + "/flush_cache", data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            resp.read()
+            return True
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403, 404, 405):
+            return None
+        if exc.code == 400:
+            return False
+        raise
 
-    return {"gen_seconds": seconds, **outputs_and_meta(outputs)}
+
+def generate(base_url: str, spec: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+    """The run plan of ``spec`` (:func:`sglang_mamba_dedup.e2e.run_plan`) over HTTP; the result fields of a run."""
+    from .e2e import flush_with_retry, run_plan
+
+    key = "input_ids" if spec["prompt_format"] == "ids" else "text"
+
+    def gen(batch: List[Any], sampling: Dict[str, Any]) -> List[dict]:
+        out = _request(base_url + "/generate", {key: batch, "sampling_params": sampling}, timeout)
+        return out if isinstance(out, list) else [out]
+
+    return run_plan(spec, gen, lambda: flush_with_retry(lambda: flush_once(base_url, min(timeout, 60.0))))
 
 
 def stop(proc: subprocess.Popen, grace: float = 30.0) -> None:
@@ -208,7 +255,8 @@ def url_runner(urls: Dict[str, str], timeout: float = 1200.0) -> Callable[..., D
                 res["ok"] = True
         except (urllib.error.URLError, OSError, ValueError) as exc:
             res["error"] = f"{base}: request failed: {type(exc).__name__}: {exc}"
-        log_path.write_text(json.dumps({k: v for k, v in res.items() if k != "outputs"}, default=str) + "\n")
+        brief = {k: v for k, v in res.items() if k not in ("rounds", "phases")}
+        log_path.write_text(json.dumps(brief, default=str) + "\n")
         return res
 
     return run

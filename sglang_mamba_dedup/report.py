@@ -22,7 +22,10 @@ from .switch import current_mode_name
 REPORT_DIR_ENV = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
 
 _lock = threading.Lock()
-_events: Dict[str, Any] = {"commit_calls": 0, "ours_commit_calls": 0}
+#: Commit counters: every verify commit, those our kernel served, and the same two for commits that also
+#: carried a track set (SGLang saving mamba states into prefix-cache track slots).
+_COUNTERS = ("commit_calls", "ours_commit_calls", "track_commit_calls", "ours_track_commit_calls")
+_events: Dict[str, Any] = dict.fromkeys(_COUNTERS, 0)
 
 
 def events() -> Dict[str, Any]:
@@ -34,7 +37,7 @@ def reset() -> None:
     """For tests: forget every event of this process."""
     with _lock:
         _events.clear()
-        _events.update({"commit_calls": 0, "ours_commit_calls": 0})
+        _events.update(dict.fromkeys(_COUNTERS, 0))
 
 
 def record_layout(state: str, reason: Optional[str], dense_bytes: int, physical_bytes: int, **extra: Any) -> None:
@@ -50,11 +53,16 @@ def record_layout(state: str, reason: Optional[str], dense_bytes: int, physical_
     write()
 
 
-def count_commit(ours: bool) -> None:
+def count_commit(ours: bool, track: bool = False) -> None:
+    """Count one verify commit: ``ours`` when our kernel served it, ``track`` when it had a track set."""
     with _lock:
         _events["commit_calls"] += 1
         if ours:
             _events["ours_commit_calls"] += 1
+        if track:
+            _events["track_commit_calls"] += 1
+            if ours:
+                _events["ours_track_commit_calls"] += 1
         n = _events["commit_calls"]
     if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: a handful of writes over a whole run
         write()

@@ -1,10 +1,12 @@
 """A stand-in for ``python -m sglang.launch_server`` in the tests of the e2e server route (no GPU here).
 
-Serves ``/health`` and ``/generate`` (greedy-like: the output ids are a function of the input ids, the same
-with and without the flag unless FAKE_SERVER_DIFFER=1), prints an activation line like the plugin's when
+Serves ``/health``, ``/flush_cache`` and ``/generate`` (greedy-like: the output ids are a function of the input
+ids, the same with and without the flag unless FAKE_SERVER_DIFFER=1; ``cached_tokens`` is the longest prefix
+of an earlier sequence since the last flush), prints an activation line like the plugin's when
 ``--enable-mamba-conv-dedup`` is given, and spawns a child "scheduler" process that writes a status report
 into SGLANG_MAMBA_DEDUP_REPORT_DIR, so the driver's stop must take the whole process group down.
-FAKE_SERVER_FAIL=1 exits before it is healthy.
+FAKE_SERVER_FAIL=1 exits before it is healthy; FAKE_SERVER_NO_TRACK=1 reports no commit with track slots;
+FAKE_SERVER_LOG=path appends every request's path there.
 """
 
 import argparse
@@ -21,7 +23,9 @@ from pathlib import Path
 flag = sys.argv[1] == "1"
 d = os.environ.get("SGLANG_MAMBA_DEDUP_REPORT_DIR")
 if d:
-    ev = {"commit_calls": 8, "ours_commit_calls": 8 if flag else 0}
+    track = 0 if os.environ.get("FAKE_SERVER_NO_TRACK") == "1" else 8
+    ev = {"commit_calls": 8, "ours_commit_calls": 8 if flag else 0,
+          "track_commit_calls": track, "ours_track_commit_calls": track if flag else 0}
     if flag:
         ev["dedup_layout"] = {"state": "upstream", "reason": None, "dense_bytes": 200, "physical_bytes": 100}
     doc = {"pid": os.getpid(), "mode": "on" if flag else "off", "sglang": "fake", "events": ev, "patches": {}}
@@ -51,6 +55,17 @@ def main():
     pid_file = os.environ.get("FAKE_SERVER_CHILD_PID_FILE", "/dev/null")
     subprocess.Popen([sys.executable, "-c", CHILD, "1" if flag else "0", pid_file])
     shift = 1 if (flag and os.environ.get("FAKE_SERVER_DIFFER") == "1") else 0
+    seen = []  # the sequences (prompt + output) served since the last flush: the "prefix cache"
+    request_log = os.environ.get("FAKE_SERVER_LOG")
+
+    def cached(ids):
+        best = 0
+        for seq in seen:
+            n = 0
+            while n < min(len(seq), len(ids)) and seq[n] == ids[n]:
+                n += 1
+            best = max(best, n)
+        return best
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a):
@@ -68,18 +83,40 @@ def main():
             self._send(200 if self.path == "/health" else 404, {})
 
         def do_POST(self):
-            req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if request_log:
+                with open(request_log, "a") as f:
+                    f.write(self.path + "\n")
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path == "/flush_cache":
+                seen.clear()
+                text = b"Cache flushed.\n"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+                return
+            if self.path != "/generate":
+                self._send(404, {})
+                return
+            req = json.loads(body)
             n = req["sampling_params"]["max_new_tokens"]
             items = req.get("input_ids") or req.get("text")
             out = []
             for item in items:
                 ids = item if isinstance(item, list) else [ord(c) for c in item]
                 gen = [(sum(ids) * (i + 7) + shift) % 1000 for i in range(n)]
+                hit = cached(ids)
+                seen.append(list(ids) + gen)
                 out.append(
                     {
                         "output_ids": gen,
                         "text": None,
-                        "meta_info": {"completion_tokens": n, "spec_verify_ct": max(1, n // 2)},
+                        "meta_info": {
+                            "completion_tokens": n,
+                            "prompt_tokens": len(ids),
+                            "cached_tokens": hit,
+                            "spec_verify_ct": max(1, n // 2),
+                        },
                     }
                 )
             self._send(200, out)

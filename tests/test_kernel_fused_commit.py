@@ -344,7 +344,11 @@ def test_fused_commit_ssm_tilings(monkeypatch, tile_bytes):
     exp = _expected(kw)
     fused_commit(**kw)
     _check(kw, exp, f"seed={seed} tile={tile_bytes}")
-    plan = next(iter(importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")._plans.values()))
+    (plan,) = [
+        p
+        for per in importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")._plans.values()
+        for p in per.values()
+    ]
     n_ssm_tiles = plan.tiles - plan.conv_tiles
     assert n_ssm_tiles == max(1, -(-60 * 4 // tile_bytes)), n_ssm_tiles  # 60 fp32 elements per entry
     clear_plan_cache()
@@ -397,7 +401,7 @@ def test_fused_commit_descriptor_table_columns():
     clear_plan_cache()
     kw, _ = _case(2, 4, "dedup", torch.bfloat16, torch.float32, g, False, strided=True)
     fused_commit(**kw)
-    (plan,) = fc._plans.values()
+    (plan,) = [p for per in fc._plans.values() for p in per.values()]
     meta = plan.meta.cpu().tolist()
     assert len(meta) == len(kw["conv_dsts"]) + 1 and all(len(row) == fc.META_COLS.value for row in meta)
     tile = 0
@@ -411,4 +415,111 @@ def test_fused_commit_descriptor_table_columns():
         assert row[fc.COL_TILE0] == tile
         tile += -(-dst.shape[2] * dst.shape[3] // fc.launch_config("conv")[0])
     assert meta[-1][fc.COL_TILE0] == tile == plan.conv_tiles
+    clear_plan_cache()
+
+
+def _all_plans(fc):
+    return [p for per in fc._plans.values() for p in per.values()]
+
+
+def test_fused_commit_plan_lives_with_its_destination_and_holds_no_state():
+    """The cache keeps a plan as long as its first destination tensor lives, reuses it on the next call,
+    and holds no reference to any state tensor: dropping the tensors drops the plan."""
+    import gc
+    import importlib
+    import weakref
+
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    g, seed = new_generator()
+    clear_plan_cache()
+    kw, _ = _case(2, 3, "dedup", torch.bfloat16, torch.float32, g, True)
+    fused_commit(**kw)
+    (plan,) = _all_plans(fc)
+    kw["accept_steps"], kw["accept_slots"] = make_index_set(R, 2, N_SLOTS, g)
+    exp = _expected(kw)
+    fused_commit(**kw)
+    _check(kw, exp, f"seed={seed} second call")
+    assert _all_plans(fc) == [plan], "the second call with the same tensors must reuse the cached plan"
+    gone = [weakref.ref(t) for t in (*kw["conv_dsts"], *kw["conv_srcs"], kw["ssm_dst"], kw["ssm_src"])]
+    del kw, exp
+    gc.collect()
+    assert all(r() is None for r in gone), "a cached plan keeps a state tensor alive"
+    assert _all_plans(fc) == [], "the plan outlived its destination tensor"
+    clear_plan_cache()
+
+
+def test_direct_launch_refuses_calls_it_was_not_built_for(monkeypatch):
+    """The direct launcher launches only what Triton would launch with the same compiled kernel."""
+    import importlib
+
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    launched = []
+    d = fc._DirectLaunch.__new__(fc._DirectLaunch)
+    d.run = lambda *a: launched.append(a)
+    d.function, d.metadata, d.head, d.tail = "fn", "md", (1, 2, 3), (7, 8)
+    d.dtypes, d.aligned, d.device_index, d.stream_of = (torch.int64,) * 5, True, 0, lambda dev: 99
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(fc, "_launch_hooks_set", lambda: False)
+    base = torch.zeros(8, dtype=torch.int64)
+    idx = (base[:2],) * 5
+    assert d.launch((4, 2, 2), idx, 2) and launched[-1][:9] == (4, 2, 2, 99, "fn", "md", None, None, None)
+    assert launched[-1][9:] == (1, 2, 3, *(t.data_ptr() for t in idx), 2, 7, 8)
+    n = len(launched)
+    assert not d.launch((4, 2, 2), (base[:2].int(),) + idx[1:], 2), "another index dtype compiles another kernel"
+    assert not d.launch((4, 2, 2), (base[1:3],) + idx[1:], 2), "another alignment compiles another kernel"
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert not d.launch((4, 2, 2), idx, 2), "another device"
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(fc, "_launch_hooks_set", lambda: True)
+    assert not d.launch((4, 2, 2), idx, 2), "a profiler's launch hook must see the launch"
+    assert len(launched) == n
+
+
+@CUDA
+def test_fused_commit_direct_launch_is_used_and_exact(monkeypatch):
+    """After the first launch compiles the kernel, later calls launch it directly (Triton's JIT path is
+    not entered: here it would raise); calls it was not built for (another index dtype, a misaligned
+    index tensor) go through Triton again.  Every result bit-exact against the reference."""
+    import importlib
+
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    g, seed = new_generator()
+    clear_plan_cache()
+    for track in (False, True):
+        kw, _ = _case(3, 4, "dedup", torch.bfloat16, torch.float32, g, track)
+        exp = _expected(kw)
+        fused_commit(**kw)  # Triton's path: compiles, then builds the direct launcher
+        _check(kw, exp, f"seed={seed} first call")
+        (plan,) = [p for p in _all_plans(fc) if p.direct]
+        assert isinstance(plan.direct[(track, False)], fc._DirectLaunch), plan.direct
+        jit = fc._fused_commit_kernel
+
+        class _NoJit:
+            def __getitem__(self, grid):
+                raise AssertionError("Triton's launch path was entered")
+
+        monkeypatch.setattr(fc, "_fused_commit_kernel", _NoJit())
+        for trial in range(3):
+            for t in (*kw["conv_dsts"], kw["ssm_dst"]):
+                poison(t)
+            kw["accept_steps"], kw["accept_slots"] = make_index_set(R, 3, N_SLOTS, g)
+            if track:
+                kw["track_steps"], kw["track_slots"] = make_index_set(
+                    R, 3, N_SLOTS, g, skip_every=2, taken=kw["accept_slots"].tolist()
+                )
+            exp = _expected(kw)
+            fused_commit(**kw)
+            _check(kw, exp, f"seed={seed} direct call {trial} track={track}")
+        monkeypatch.setattr(fc, "_fused_commit_kernel", jit)
+        # a misaligned accept_slots (4 bytes past a 16-byte boundary) and int32 steps: Triton's path again
+        slots64 = kw["accept_slots"]
+        padded = torch.empty(slots64.numel() + 1, dtype=slots64.dtype, device=DEVICE)
+        padded[1:] = slots64
+        kw["accept_slots"] = padded[1:]
+        kw["accept_steps"] = kw["accept_steps"].to(torch.int32)
+        for t in (*kw["conv_dsts"], kw["ssm_dst"]):
+            poison(t)
+        exp = _expected(kw)
+        fused_commit(**kw)
+        _check(kw, exp, f"seed={seed} misaligned/int32 indices track={track}")
     clear_plan_cache()

@@ -43,4 +43,4 @@ def conv_commit(*, conv_dst, conv_src, accept_steps, accept_slots, track_steps=N
     if dim * km1 > _INT32_MAX:
         raise ValueError("conv_commit: one window has more than 2**31-1 elements")
     plan = get_plan([conv_dst], [conv_src], None, None, "conv_commit")
-    launch_plan(plan, accept_steps, accept_slots, track_steps, track_slots, "conv_commit")
+    launch_plan(plan, None, None, accept_steps, accept_slots, track_steps, track_slots, "conv_commit")

@@ -27,17 +27,32 @@ at step ``b``):
 Grid: ``(conv tiles + ssm tiles, L, rows)``; axis 0 enumerates the tiles of one
 (row, layer) pair, conv kinds first.  A skipped row costs its programs two
 index loads each.
+
+Host side.  A :class:`CommitPlan` (the descriptor table and the launch
+arguments) is built once per set of state tensors and cached *with the first
+destination tensor* (a weak-keyed cache: the plan lives as long as that tensor,
+e.g. SGLang's pool, and holds no reference to any state tensor itself; it is
+keyed on every tensor's pointer, shape, strides and element size, so it is
+never reused for other memory).  After the first launch of a plan variant
+through Triton's ``JITFunction`` (which compiles), later launches call the
+compiled kernel's launcher directly with pre-packed arguments
+(:class:`_DirectLaunch`): Triton's per-call binding, specialisation and cache
+lookup cost more host time than the copy itself at batch 1.  The direct path
+is used only where it provably launches the same compiled kernel: CUDA, no
+Triton launch hooks, the index tensors' dtypes and 16-byte alignment as at the
+first launch; anything else takes Triton's own path.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 import torch
 import triton
 import triton.language as tl
+from torch.utils.weak import WeakIdKeyDictionary
 
 from ._common import (
     _GRID_YZ_MAX,
@@ -70,7 +85,10 @@ COL_DST_W = tl.constexpr(11)  # .. window column
 COL_TILE0 = tl.constexpr(12)  # first grid tile (axis 0) of this kind
 META_COLS = tl.constexpr(16)  # row length: 13 columns used, padded to 16
 
-_CACHE_SIZE = 8
+#: Plans kept per first-destination tensor (different sources, tail mode ...); the oldest goes first.
+_PLANS_PER_TENSOR = 8
+
+logger = logging.getLogger("sglang_mamba_dedup")
 
 
 # ---------------------------------------------------------------- device code
@@ -304,12 +322,13 @@ def _fused_commit_kernel(
 @dataclass(eq=False)
 class CommitPlan:
     """What one launch needs for a given set of state tensors: built once by :func:`build_plan`,
-    cached by :func:`get_plan`, launched by :func:`launch_plan`."""
+    cached by :func:`get_plan`, launched by :func:`launch_plan`.  It holds no reference to the
+    state tensors (their pointers are plain integers here and in ``meta``)."""
 
     device: torch.device
     meta: torch.Tensor  # [conv kinds + 1, META_COLS] int64 descriptor table, on ``device``
-    ssm_src: torch.Tensor  # integer view of ssm_src (``meta`` when there is no SSM pair)
-    ssm_dst: torch.Tensor  # integer view of ssm_dst (``meta`` when there is no SSM pair)
+    ssm_int_dtype: Optional[torch.dtype]  # the SSM pair is copied as this integer type (None: no SSM pair)
+    ssm_ptrs: tuple[int, int]  # (ssm_src, ssm_dst) data pointers; ``meta``'s when there is no SSM pair
     n_layers: int  # L
     n_rows_src: int  # R, source rows
     n_steps: int  # D, steps per source row (W in the tail mode)
@@ -319,26 +338,26 @@ class CommitPlan:
     tail: bool  # tail mode (see the module docstring)
     # (has track set, has source-row table) -> (kernel arguments after n_acc, constexprs and num_warps)
     calls: dict[tuple[bool, bool], tuple[tuple[Any, ...], dict[str, Any]]]
-    refs: tuple = ()  # the tensors described, kept alive while the plan is cached
+    # the same key -> the direct launcher of the compiled kernel (None: Triton's path only)
+    direct: dict[tuple[bool, bool], Optional["_DirectLaunch"]] = field(default_factory=dict)
 
 
-_plans: OrderedDict[tuple, CommitPlan] = OrderedDict()
+# first destination tensor (weakly, by identity: a tensor's == is elementwise) -> {layout key: plan}
+_plans: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 def _layout(t) -> tuple | None:
-    # Everything a plan reads from one tensor: data_ptr() includes the storage offset. No dtype and
-    # no device: a dtype cannot change in place (a view with another element size changes shape or
-    # strides, one with the same size copies the same bits), and CUDA's unified addressing gives
-    # every device and the host distinct pointers. (Each attribute costs ~0.1 us per call.)
-    return None if t is None else (t.data_ptr(), t.shape, t.stride())
+    # Everything a plan reads from one tensor: data_ptr() includes the storage offset; the dtype fixes
+    # the element size (memory freed and reused by a tensor of another dtype gets another plan).
+    # CUDA's unified addressing gives every device and the host distinct pointers.
+    return None if t is None else (t.data_ptr(), t.shape, t.stride(), t.dtype)
 
 
 def _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool) -> tuple:
     # Keyed on the layout of every tensor the plan describes, not on the tensor objects:
     # a tensor changed in place (transpose_, as_strided_, set_, resize_) or a new tensor
-    # under a recycled id() gets its own plan.  A plan is a function of exactly these
-    # values, so a hit is correct whichever tensors produced it.  A few attribute reads
-    # per tensor, no device work.
+    # in reused memory gets its own plan.  A plan is a function of exactly these values,
+    # so a hit is correct whichever tensors produced it.  Attribute reads only.
     return (
         tail,
         _layout(ssm_dst),
@@ -454,8 +473,8 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_com
         ssm_numel = 1
         for n in ssm_dst.shape[2:]:
             ssm_numel *= n
-        ityp = int_dtype_for(ssm_dst.element_size())
-        ssm_src_int, ssm_dst_int = ssm_src.view(ityp), ssm_dst.view(ityp)
+        ssm_int_dtype = int_dtype_for(ssm_dst.element_size())
+        ssm_ptrs = (ssm_src.data_ptr(), ssm_dst.data_ptr())
         ssm_args = (
             ssm_src.stride(0),
             ssm_src.stride(1),
@@ -465,7 +484,8 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_com
             ssm_numel,
         )
     else:
-        ssm_src_int = ssm_dst_int = meta
+        ssm_int_dtype = None
+        ssm_ptrs = (meta.data_ptr(), meta.data_ptr())
         ssm_args = (0, 0, 0, 0, 0, 0)
 
     assert geom is not None
@@ -497,8 +517,8 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_com
     return CommitPlan(
         device=device,
         meta=meta,
-        ssm_src=ssm_src_int,
-        ssm_dst=ssm_dst_int,
+        ssm_int_dtype=ssm_int_dtype,
+        ssm_ptrs=ssm_ptrs,
         n_layers=n_layers,
         n_rows_src=n_rows_src,
         n_steps=n_steps,
@@ -511,35 +531,134 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_com
 
 
 def get_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_commit", tail: bool = False) -> CommitPlan:
+    """The cached plan of these tensors (built on the first call).  Cached with the first destination
+    tensor, weakly: it goes when that tensor goes."""
     try:
         key = _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail)
-    except (AttributeError, TypeError):  # not a tensor: build_plan says which
+        owner = conv_dsts[0] if conv_dsts else ssm_dst
+        per_owner = _plans.get(owner)
+    except (AttributeError, TypeError, IndexError):  # not tensors: build_plan says which
         return build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name, tail)
-    plan = _plans.get(key)
+    plan = per_owner.get(key) if per_owner is not None else None
     if plan is None:
         plan = build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name, tail)
-        # Not needed for correctness (the key is): they keep the memory the table points
-        # at allocated while the plan is cached, as the SSM views it launches with do.
-        plan.refs = (tuple(conv_dsts), tuple(conv_srcs), ssm_dst, ssm_src)
-        _plans[key] = plan
-        if len(_plans) > _CACHE_SIZE:
-            _plans.popitem(last=False)
-    else:
-        _plans.move_to_end(key)  # least recently used goes first
+        if per_owner is None:
+            per_owner = _plans.setdefault(owner, {})
+        per_owner[key] = plan
+        if len(per_owner) > _PLANS_PER_TENSOR:
+            del per_owner[next(iter(per_owner))]  # the oldest
     return plan
 
 
 def clear_plan_cache() -> None:
-    """Drop the cached descriptor tables (and the references they hold)."""
+    """Drop every cached plan (descriptor tables and compiled-kernel handles)."""
     _plans.clear()
 
 
+def _launch_hooks_set() -> bool:
+    """True when a Triton launch hook (a profiler's) is registered: then launches go through Triton."""
+    rt = getattr(getattr(triton, "knobs", None), "runtime", None)
+    if rt is None:
+        return True  # a Triton without knobs: never launch directly
+    for hook in (getattr(rt, "launch_enter_hook", None), getattr(rt, "launch_exit_hook", None)):
+        if hook is not None and getattr(hook, "calls", True):  # a HookChain with hooks, or a plain callable
+            return True
+    return False
+
+
+class _DirectLaunch:
+    """One compiled variant of the kernel, launched through its own launcher with pre-packed
+    arguments, skipping Triton's per-call binding, specialisation and cache lookup.
+
+    Built after Triton's own launch compiled the variant, and only when Triton's binder, given the
+    same arguments, yields exactly the argument list this launcher passes.  A call takes the direct
+    path only when every index tensor has the dtype and 16-byte alignment it had at that first
+    launch and the current device is the same: then Triton would have picked this same compiled
+    kernel.  Pointers are passed as integers (the launcher takes them as device pointers)."""
+
+    __slots__ = ("run", "function", "metadata", "head", "tail", "dtypes", "aligned", "device_index", "stream_of")
+
+    def __init__(self, compiled, packed: list, index: tuple, device_index: int, stream_of) -> None:
+        as_ptr = [p.data_ptr() if isinstance(p, torch.Tensor) else p for p in packed]
+        self.run = compiled.run
+        self.function = compiled.function
+        self.metadata = compiled.packed_metadata
+        self.head = tuple(as_ptr[:3])  # meta, ssm_src, ssm_dst
+        self.tail = tuple(as_ptr[3 + len(index) + 1 :])  # after the index tensors and n_acc
+        self.dtypes = tuple(t.dtype for t in index)
+        self.aligned = all(t.data_ptr() % 16 == 0 for t in index)
+        self.device_index = device_index
+        self.stream_of = stream_of
+
+    @classmethod
+    def build(cls, compiled, args: tuple, kwargs: dict, n_index: int) -> Optional["_DirectLaunch"]:
+        """``args``/``kwargs``: the launch just made; the index tensors are ``args[3:3 + n_index]``."""
+        try:
+            from triton.runtime import driver
+
+            device_index = driver.active.get_current_device()
+            binder = _fused_commit_kernel.device_caches[device_index][4]
+            bound, _, _ = binder(*args, **kwargs)
+            values = tuple(bound.values())
+            names = _fused_commit_kernel.arg_names
+            packed = list(args) + [kwargs[n] for n in names[len(args) :]]
+            if len(values) != len(packed) or any(
+                (v is not p) if isinstance(p, torch.Tensor) else (v != p) for v, p in zip(values, packed)
+            ):
+                raise RuntimeError("Triton binds the kernel's arguments differently")
+            return cls(compiled, packed, args[3 : 3 + n_index], device_index, driver.active.get_current_stream)
+        except Exception as exc:  # noqa: BLE001 - any mismatch: Triton's own path serves every call
+            logger.debug("sglang-mamba-dedup: direct kernel launch unavailable (%s); using Triton's launch", exc)
+            return None
+
+    def launch(self, grid: tuple[int, int, int], index: tuple, n_acc: int) -> bool:
+        """Launch on the current stream; False (nothing launched) when this variant does not apply."""
+        a, b, c, d, e = index
+        ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), e.data_ptr())
+        if (
+            (a.dtype, b.dtype, c.dtype, d.dtype, e.dtype) != self.dtypes
+            or ((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4]) % 16 == 0) != self.aligned
+            or torch.cuda.current_device() != self.device_index
+            or _launch_hooks_set()
+        ):
+            return False
+        self.run(
+            grid[0],
+            grid[1],
+            grid[2],
+            self.stream_of(self.device_index),
+            self.function,
+            self.metadata,
+            None,
+            None,
+            None,
+            *self.head,
+            *ptrs,
+            n_acc,
+            *self.tail,
+        )
+        return True
+
+
+#: False under TRITON_INTERPRET (the kernel is interpreted on the host: no compiled launcher).
+_CAN_LAUNCH_DIRECTLY = isinstance(_fused_commit_kernel, triton.runtime.jit.JITFunction)
+
+
 def launch_plan(
-    plan: CommitPlan, accept_steps, accept_slots, track_steps, track_slots, fn_name: str, src_rows=None
+    plan: CommitPlan,
+    ssm_src,
+    ssm_dst,
+    accept_steps,
+    accept_slots,
+    track_steps,
+    track_slots,
+    fn_name: str,
+    src_rows=None,
 ) -> None:
-    """Validate the index sets and launch.  ``src_rows`` (the source-row table, 1-D int32/int64 on
-    the plan's device, contiguous, at least as long as each index set; checked by the caller)
-    lifts the "no more rows than the source has" limit, since rows no longer name source rows."""
+    """Validate the index sets and launch.  ``ssm_src``/``ssm_dst``: the SSM pair the plan was built
+    for (None when it has none).  ``src_rows`` (the source-row table, 1-D int32/int64 on the plan's
+    device, contiguous, at least as long as each index set; checked by the caller) lifts the "no more
+    rows than the source has" limit, since rows no longer name source rows."""
     max_rows = plan.n_rows_src if src_rows is None else _INT32_MAX
     n_acc = check_index_pair("accept_steps", accept_steps, "accept_slots", accept_slots, plan.device, max_rows)
     has_track = track_steps is not None or track_slots is not None
@@ -555,26 +674,25 @@ def launch_plan(
         return
     if n_rows > _GRID_YZ_MAX:
         raise ValueError(f"{fn_name}: at most {_GRID_YZ_MAX} rows (accept + track) per launch, got {n_rows}")
+    variant = (n_trk > 0, src_rows is not None)
     if src_rows is None:
         src_rows = accept_steps  # not read
-        fixed, kw = plan.calls[(n_trk > 0, False)]
+    elif src_rows.shape[0] < max(n_acc, n_trk):
+        raise ValueError(f"{fn_name}: {src_rows.shape[0]} source rows for {max(n_acc, n_trk)} index rows")
+    grid = (plan.tiles, plan.n_layers, n_rows)
+    index = (accept_steps, accept_slots, track_steps, track_slots, src_rows)
+    direct = plan.direct.get(variant)
+    if direct is not None and direct.launch(grid, index, n_acc):
+        return
+    fixed, kw = plan.calls[variant]
+    if plan.ssm_int_dtype is not None:
+        ssm = (ssm_src.view(plan.ssm_int_dtype), ssm_dst.view(plan.ssm_int_dtype))
     else:
-        if src_rows.shape[0] < max(n_acc, n_trk):
-            raise ValueError(f"{fn_name}: {src_rows.shape[0]} source rows for {max(n_acc, n_trk)} index rows")
-        fixed, kw = plan.calls[(n_trk > 0, True)]
-    _fused_commit_kernel[(plan.tiles, plan.n_layers, n_rows)](
-        plan.meta,
-        plan.ssm_src,
-        plan.ssm_dst,
-        accept_steps,
-        accept_slots,
-        track_steps,
-        track_slots,
-        src_rows,
-        n_acc,
-        *fixed,
-        **kw,
-    )
+        ssm = (plan.meta, plan.meta)  # not read
+    args = (plan.meta, *ssm, *index, n_acc, *fixed)
+    compiled = _fused_commit_kernel[grid](*args, **kw)
+    if variant not in plan.direct and _CAN_LAUNCH_DIRECTLY and plan.device.type == "cuda" and compiled is not None:
+        plan.direct[variant] = _DirectLaunch.build(compiled, args, kw, len(index))
 
 
 def fused_commit(
@@ -610,4 +728,4 @@ def fused_commit(
     if not isinstance(conv_srcs, (list, tuple)):
         conv_srcs = list(conv_srcs)
     plan = get_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, "fused_commit")
-    launch_plan(plan, accept_steps, accept_slots, track_steps, track_slots, "fused_commit")
+    launch_plan(plan, ssm_src, ssm_dst, accept_steps, accept_slots, track_steps, track_slots, "fused_commit")

@@ -46,4 +46,4 @@ def ssm_commit(*, ssm_dst, ssm_src, accept_steps, accept_slots, track_steps=None
     if numel > _INT32_MAX:
         raise ValueError("ssm_commit: one state entry has more than 2**31-1 elements")
     plan = get_plan([], [], ssm_dst, ssm_src, "ssm_commit")
-    launch_plan(plan, accept_steps, accept_slots, track_steps, track_slots, "ssm_commit")
+    launch_plan(plan, ssm_src, ssm_dst, accept_steps, accept_slots, track_steps, track_slots, "ssm_commit")

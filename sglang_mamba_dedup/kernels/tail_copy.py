@@ -96,6 +96,8 @@ def tail_copy(src, dst, src_blocks, dst_blocks, offsets) -> None:
     for i in range(0, n, _GRID_YZ_MAX):
         j = i + _GRID_YZ_MAX
         if i == 0 and n <= j:
-            launch_plan(plan, offsets, dst_blocks, None, None, "tail_copy", src_rows=src_blocks)
+            launch_plan(plan, None, None, offsets, dst_blocks, None, None, "tail_copy", src_rows=src_blocks)
         else:
-            launch_plan(plan, offsets[i:j], dst_blocks[i:j], None, None, "tail_copy", src_rows=src_blocks[i:j])
+            launch_plan(
+                plan, None, None, offsets[i:j], dst_blocks[i:j], None, None, "tail_copy", src_rows=src_blocks[i:j]
+            )

@@ -4,8 +4,12 @@
 #   bash tools/gpu-engine/run_e2e.sh [MODES] [extra `sglang-mamba-dedup e2e` options ...]
 #
 # Run from the repository root through the device `run` tool with carry [".whl", ".stub"] (the 37 wheels
-# of SGLang 0.5.23 and the sgl_kernel stand-in, ../shared/gpu/README.md). It
-#   1. installs the wheels into /tmp/site (skipped on a warm machine),
+# of SGLang 0.5.23 and the sgl_kernel stand-in, ../shared/gpu/README.md). WHEEL_DIR (default .whl) names
+# another carried wheel folder, e.g. for SGLang 0.5.13.post1 (carry [".whl513", ".stub"]):
+#   WHEEL_DIR=.whl513 SGLANG_WHEEL=.whl513/sglang-0.5.13.post1-cp312-cp312-manylinux_2_34_x86_64.whl \
+#     bash tools/gpu-engine/run_e2e.sh off,on
+# It
+#   1. installs the wheels into /tmp/site (skipped on a warm machine that has the same wheels there),
 #   2. installs the plugin from this checkout in its wheel layout with its `sglang.srt.plugins` entry point
 #      (tools/gpu-engine/install-plugin.sh, into /tmp/smd-meta), and checks that
 #      SGLang's own entry-point lookup sees it,
@@ -23,20 +27,38 @@ shift || true
 T0=$(date +%s)
 stamp() { echo "[run_e2e +$(( $(date +%s) - T0 ))s] $*"; }
 
-if [ ! -f /tmp/site/.smd-ok ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $(ls .whl/*.whl | grep -v -E "/(${SGLANG_WHEEL:+sglang|}transformers|tokenizers|huggingface_hub)-") \
-    >/tmp/smd-pip.log 2>&1 && touch /tmp/site/.smd-ok || { stamp "wheel install failed"; tail -20 /tmp/smd-pip.log; exit 90; }
+WHEEL_DIR=${WHEEL_DIR:-.whl}
+deps=$(ls "$WHEEL_DIR"/*.whl | grep -v -E "/(${SGLANG_WHEEL:+sglang|}transformers|tokenizers|huggingface_hub)-")
+if [ "$(cat /tmp/site/.smd-ok 2>/dev/null)" != "$(basename -a $deps)" ]; then  # another wheel set: reinstall
+  rm -rf /tmp/site
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $deps \
+    >/tmp/smd-pip.log 2>&1 && basename -a $deps > /tmp/site/.smd-ok || { stamp "wheel install failed"; tail -20 /tmp/smd-pip.log; exit 90; }
   stamp "wheels installed"
 fi
 
 bash tools/gpu-engine/install-plugin.sh || exit 91
 # SGLANG_WHEEL=.whl/sglang-<release>-....whl: run that release instead of the one in /tmp/site (installed
 # into its own folder, first on PYTHONPATH), e.g. for the per-release e2e of the README matrix.
+# Releases before 0.5.20 import with transformers 5.12.1 / tokenizers 0.22.2 / huggingface-hub 1.33.0 (the
+# device's transformers 5.17 clashes with their `qwen3_asr` config): when WHEEL_DIR carries those wheels they
+# go to /tmp/pins, on PYTHONPATH after the release and before /tmp/site.
 overlay=""
+rel=""
+release_below() {  # true when SGLANG_WHEEL's release is older than $1 (outside our PYTHONPATH: no stand-ins)
+  [ -n "$rel" ] && PYTHONPATH= python3 -c "import sys; from packaging.version import Version as V; sys.exit(0 if V(sys.argv[1]) < V(sys.argv[2]) else 1)" "$rel" "$1"
+}
 if [ -n "${SGLANG_WHEEL:-}" ]; then
-  overlay=/tmp/relfull/$(basename "$SGLANG_WHEEL" | cut -d- -f2)
+  rel=$(basename "$SGLANG_WHEEL" | cut -d- -f2)
+  overlay=/tmp/relfull/$rel
   [ -f "$overlay/.smd-ok" ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$overlay" "$SGLANG_WHEEL" >/tmp/smd-pip.log 2>&1 && touch "$overlay/.smd-ok"; } || { stamp "install of $SGLANG_WHEEL failed"; exit 90; }
   overlay="$overlay:"
+  pins=$(ls "$WHEEL_DIR"/*.whl | grep -E '/(transformers|tokenizers|huggingface_hub)-' || true)
+  if [ -n "$pins" ] && release_below 0.5.20; then
+    [ -f /tmp/pins/.smd-ok ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/pins $pins >/tmp/smd-pip.log 2>&1 && touch /tmp/pins/.smd-ok; } || { stamp "install of the pins failed"; tail -20 /tmp/smd-pip.log; exit 90; }
+    overlay="$overlay/tmp/pins:"
+  fi
+  # releases before 0.5.23 import flashinfer (absent here) at module load on CUDA: sitecustomize's stand-in
+  release_below 0.5.23 && export SGLANG_STANDINS_FLASHINFER=${SGLANG_STANDINS_FLASHINFER:-1}
 fi
 export PYTHONPATH=/tmp/smd-meta:$overlay/tmp/site:$root/.stub:$root/tools/gpu-engine
 export PYTHONUNBUFFERED=1 SGLANG_STANDINS_QUIET=${SGLANG_STANDINS_QUIET:-0}
@@ -54,6 +76,17 @@ PY
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | tee -a "$OUT/env.txt"
 stamp "environment ready; running e2e (modes $MODES)"
 
+# Deployment settings (the e2e's defaults, issue 11): decode CUDA graphs on, prefill CUDA graphs off, radix
+# cache on, overlap scheduling as SGLang decides. The e2e passes only what the release's ServerArgs knows
+# (before 0.5.14: its own decode graphs, disable_piecewise_cuda_graph=true for prefill) and names the rest in
+# its header; `--no-cuda-graph` / `--no-radix-cache` among the extra options give the old settings. The radix
+# cache needs SGLang's Python tree core here (the Rust one is built against another torch and panics).
+export SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=${SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND:-python}
+# Before 0.5.18 SGLang ignores the checkpoint's `language_model_only` and would load a multimodal processor
+# (the random model has none).
+release_args=()
+release_below 0.5.18 && release_args+=(--engine-arg enable_multimodal=false)
+
 python3 -P -m sglang_mamba_dedup.e2e \
   --random-weights --random-weights-dir /tmp/smd-model \
   --modes "$MODES" \
@@ -64,10 +97,8 @@ python3 -P -m sglang_mamba_dedup.e2e \
   --engine-arg attention_backend=triton \
   --engine-arg sampling_backend=pytorch \
   --engine-arg grammar_backend=none \
-  --engine-arg disable_radix_cache=true \
   --engine-arg linear_attn_prefill_backend=triton \
-  --engine-arg cuda_graph_backend_decode=disabled \
-  --engine-arg cuda_graph_backend_prefill=disabled \
+  ${release_args[@]+"${release_args[@]}"} \
   --engine-arg tp_size=1 \
   "$@" 2>&1 | tee "$OUT/e2e.txt"
 rc=${PIPESTATUS[0]}
