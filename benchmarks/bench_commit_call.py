@@ -34,6 +34,9 @@ def _tooling_from_checkout() -> None:
 
     import sglang_mamba_dedup as pkg
 
+    if importlib.util.find_spec("sglang_mamba_dedup.patch_state") is None:  # before the rename of patching.py
+        sys.modules["sglang_mamba_dedup.patch_state"] = importlib.import_module("sglang_mamba_dedup.patching")
+        pkg.patch_state = sys.modules["sglang_mamba_dedup.patch_state"]  # type: ignore[attr-defined]
     if importlib.util.find_spec("sglang_mamba_dedup.sglang_pool") is not None:
         return
     for name in ("shapes", "sglang_pool"):  # sglang_pool imports shapes

@@ -3,16 +3,22 @@
 # /tmp/smd-meta/sglang_mamba_dedup/ with patches/ as sglang_mamba_dedup/patches/, and a dist-info carrying the
 # `sglang.srt.plugins` entry point, so SGLang's own loader finds it. Put /tmp/smd-meta on PYTHONPATH and run
 # Python with -P (or from another directory) so the checkout's own folder does not shadow it.
+#
+#   bash tools/gpu-engine/install-plugin.sh [SOURCE_ROOT [DEST]]   # defaults: this checkout, /tmp/smd-meta
+#
+# SOURCE_ROOT may be another build's tree (e.g. `git archive <commit> sglang_mamba_dedup patches pyproject.toml`
+# unpacked into .old/) to compare builds side by side.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-rm -rf /tmp/smd-meta && mkdir -p /tmp/smd-meta
-cp -r "$root/sglang_mamba_dedup" /tmp/smd-meta/
-rm -rf /tmp/smd-meta/sglang_mamba_dedup/patches && cp -r "$root/patches" /tmp/smd-meta/sglang_mamba_dedup/patches
-python3 - "$root" <<'PY'
+root=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
+dest=${2:-/tmp/smd-meta}
+rm -rf "$dest" && mkdir -p "$dest"
+cp -r "$root/sglang_mamba_dedup" "$dest/"
+rm -rf "$dest/sglang_mamba_dedup/patches" && cp -r "$root/patches" "$dest/sglang_mamba_dedup/patches"
+python3 - "$root" "$dest" <<'PY'
 import pathlib, sys, tomllib
 root = pathlib.Path(sys.argv[1])
 proj = tomllib.loads((root / "pyproject.toml").read_text())["project"]
-d = pathlib.Path("/tmp/smd-meta") / f"{proj['name'].replace('-', '_')}-{proj['version']}.dist-info"
+d = pathlib.Path(sys.argv[2]) / f"{proj['name'].replace('-', '_')}-{proj['version']}.dist-info"
 d.mkdir(parents=True)
 (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {proj['name']}\nVersion: {proj['version']}\n")
 lines = []

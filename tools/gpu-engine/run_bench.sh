@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Device runner of the GPU tests and the whole-call commit benchmark on the lent H200 (test infrastructure).
+#
+#   bash tools/gpu-engine/run_bench.sh [STEPS]      # STEPS: comma list of tests,pairs,matrix (default: all)
+#
+# Carry [".whl", ".stub", ".old"]: the SGLang 0.5.23 wheels and the sgl_kernel stand-in (as run_e2e.sh), and
+# for `pairs` an older plugin build in .old/ (`git archive <commit> sglang_mamba_dedup patches pyproject.toml`).
+#   tests   the kernel and integration tests on the GPU (the CUDA-only ones included), pytest log in $OUT;
+#   pairs   benchmarks/bench_commit_call.py with the .old build and this checkout alternating, 3 processes each
+#           (host overhead of this build vs the older one, same inputs, same machine, interleaved);
+#   matrix  benchmarks/bench_commit_call.py over both models, D in {2,4,8}, accept and accept + track.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+OUT=${OUT:-/tmp/bench-out}
+mkdir -p "$OUT"
+STEPS=${1:-tests,pairs,matrix}
+T0=$(date +%s)
+stamp() { echo "[run_bench +$(( $(date +%s) - T0 ))s] $*"; }
+deps=$(ls .whl/*.whl | grep -v -E "/(transformers|tokenizers|huggingface_hub)-")
+if [ "$(cat /tmp/site/.smd-ok 2>/dev/null)" != "$(basename -a $deps)" ]; then  # same marker as run_e2e.sh
+  rm -rf /tmp/site
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $deps \
+    >/tmp/smd-pip.log 2>&1 && basename -a $deps > /tmp/site/.smd-ok || { stamp "wheel install failed"; tail -20 /tmp/smd-pip.log; exit 90; }
+  stamp "wheels installed"
+fi
+bash tools/gpu-engine/install-plugin.sh || exit 91
+[ -d .old ] && { bash tools/gpu-engine/install-plugin.sh .old /tmp/smd-old || exit 92; }
+new=/tmp/smd-meta:/tmp/site:$root/.stub
+old=/tmp/smd-old:/tmp/site:$root/.stub
+status=0
+if [[ ,$STEPS, == *,tests,* ]]; then
+  stamp "GPU tests"
+  PYTHONPATH=$new timeout 300 python3 -P -m pytest -q -x -p no:cacheprovider tests/test_kernel_fused_commit.py \
+    tests/test_kernel_conv_commit.py tests/test_kernel_ssm_commit.py tests/test_kernel_tail_copy.py \
+    tests/test_integration_commit_sim.py tests/test_qwen35_smoke.py > "$OUT/pytest_gpu.log" 2>&1 || status=1
+  tail -3 "$OUT/pytest_gpu.log"
+fi
+if [[ ,$STEPS, == *,pairs,* ]] && [ -d /tmp/smd-old ]; then
+  for i in 1 2 3; do
+    for b in old new; do
+      stamp "pair $i: $b build"
+      pp=$old; [ $b = new ] && pp=$new
+      PYTHONPATH=$pp timeout 120 python3 -P benchmarks/bench_commit_call.py --out "$OUT" --label "$b$i" \
+        --batches 1,16,64 --rounds 3 --calls 60 2>&1 | grep -E '^\| ' | grep -v -- '---' || status=1
+    done
+  done
+  python3 - "$OUT" <<'PY'
+import csv, pathlib, statistics, sys
+out = pathlib.Path(sys.argv[1])
+rows = [r for f in sorted(out.glob("commit_call-*[0-9].csv")) for r in csv.DictReader(open(f))]
+print("\n| batch | track | build | plugin host us (median of 3 processes, min-max) | plugin call us | SGLang call us |\n|---|---|---|---|---|---|")
+keys = sorted({(int(r["batch"]), r["track"]) for r in rows})
+for b, t in keys:
+    for build in ("old", "new"):
+        sel = [r for r in rows if int(r["batch"]) == b and r["track"] == t and r["label"].startswith(build)]
+        if not sel: continue
+        h = [float(r["ours_host_us"]) for r in sel]; c = [float(r["ours_us"]) for r in sel]; s = [float(r["sglang_us"]) for r in sel]
+        print(f"| {b} | {t} | {build} | {statistics.median(h):.1f} ({min(h):.1f}-{max(h):.1f}) | {statistics.median(c):.1f} | {statistics.median(s):.1f} |")
+PY
+fi
+if [[ ,$STEPS, == *,matrix,* ]]; then
+  stamp "matrix"
+  PYTHONPATH=$new timeout 240 python3 -P benchmarks/bench_commit_call.py --out "$OUT" --label qwen35 \
+    --models qwen3.5-0.8b --batches 1,16,64,128,256 --draft-tokens 2,4,8 --rounds 3 --calls 60 2>&1 | grep -v -E "^\{|Warning|warn" || status=1
+  PYTHONPATH=$new timeout 200 python3 -P benchmarks/bench_commit_call.py --out "$OUT" --label qwen3next \
+    --models qwen3-next-80b --batches 1,64 --draft-tokens 2,4,8 --rounds 3 --calls 60 2>&1 | grep -v -E "^\{|Warning|warn" || status=1
+fi
+stamp "done (status $status)"
+exit $status
