@@ -530,12 +530,17 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_com
     )
 
 
-def get_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_commit", tail: bool = False) -> CommitPlan:
-    """The cached plan of these tensors (built on the first call).  Cached with the first destination
-    tensor, weakly: it goes when that tensor goes."""
+def get_plan(
+    conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_commit", tail: bool = False, owner=None
+) -> CommitPlan:
+    """The cached plan of these tensors (built on the first call).  Cached with ``owner`` (default: the
+    first destination tensor), weakly: it goes when that tensor goes.  A caller that passes temporary
+    views names the tensor they view as the owner, so the plan outlives the call (a CUDA graph that
+    captured the launch reads its descriptor table)."""
     try:
         key = _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail)
-        owner = conv_dsts[0] if conv_dsts else ssm_dst
+        if owner is None:
+            owner = conv_dsts[0] if conv_dsts else ssm_dst
         per_owner = _plans.get(owner)
     except (AttributeError, TypeError, IndexError):  # not tensors: build_plan says which
         return build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name, tail)

@@ -92,7 +92,7 @@ def tail_copy(src, dst, src_blocks, dst_blocks, offsets) -> None:
         return
     # One layer; the source blocks as source rows with one step, which the tail mode turns
     # into a shift of the window by `offsets[r]` columns (clipped to the block).
-    plan = get_plan([dst[None]], [src[None, :, None]], None, None, "tail_copy", tail=True)
+    plan = get_plan([dst[None]], [src[None, :, None]], None, None, "tail_copy", tail=True, owner=dst)
     for i in range(0, n, _GRID_YZ_MAX):
         j = i + _GRID_YZ_MAX
         if i == 0 and n <= j:
