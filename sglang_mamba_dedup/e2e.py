@@ -696,7 +696,9 @@ def run_in_subprocess(
     t0 = time.time()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-c", _WORKER_BOOT, str(spec_path), str(out_path)],
+            # -P: the current directory (a source checkout, whose sglang_mamba_dedup/ has no patches/) never
+            # shadows the installed package in the engine process
+            [sys.executable, "-P", "-c", _WORKER_BOOT, str(spec_path), str(out_path)],
             env=env,
             stdout=None if verbose else log,
             stderr=subprocess.STDOUT if not verbose else None,
