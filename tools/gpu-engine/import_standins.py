@@ -85,3 +85,14 @@ def stub_missing_packages(names=("flashinfer",)) -> None:
             return None
 
     sys.meta_path.append(_Finder())
+
+    # Once a plain import has loaded the stand-in, importlib.util.find_spec answers from sys.modules without
+    # asking any finder; keep its answer "not installed" for the stand-in packages.
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name, package=None):
+        if name.split(".")[0] in missing:
+            return None
+        return real_find_spec(name, package)
+
+    importlib.util.find_spec = find_spec
