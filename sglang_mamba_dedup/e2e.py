@@ -85,6 +85,10 @@ from typing import (
     Tuple,
 )
 
+from packaging.version import Version
+
+from . import versions
+
 __all__ = [
     "PROMPTS_PATH",
     "load_prompts",
@@ -442,7 +446,10 @@ def server_arg_fields() -> Optional[FrozenSet[str]]:
 
 
 def deployment_defaults(
-    cuda_graph: bool = True, radix_cache: bool = True, fields: Optional[Collection[str]] = None
+    cuda_graph: bool = True,
+    radix_cache: bool = True,
+    fields: Optional[Collection[str]] = None,
+    sglang_version: Optional[str] = None,
 ) -> Tuple[Dict[str, Any], List[str]]:
     """The engine settings deployments run, as ``(kwargs, notes)``; ``notes`` name what was dropped.
 
@@ -453,15 +460,22 @@ def deployment_defaults(
     before the per-phase graph switches (<= 0.5.13.post1) get ``disable_cuda_graph`` /
     ``disable_piecewise_cuda_graph`` instead where those exist.
     """
+    notes: List[str] = []
+    v = versions.parse(sglang_version) if sglang_version else None
+    if radix_cache and v is not None and v < Version(versions.SPEC_RADIX_FROM):
+        radix_cache = False
+        notes.append(
+            f"disable_radix_cache=false (SGLang {sglang_version} refuses speculative decoding with the radix cache "
+            f"for this model before {versions.SPEC_RADIX_FROM}; radix cache off instead)"
+        )
     wanted: Dict[str, Any] = {
         "cuda_graph_backend_decode": "full" if cuda_graph else "disabled",
         "cuda_graph_backend_prefill": "disabled",
         "disable_radix_cache": not radix_cache,
     }
     if fields is None:
-        return wanted, []
-    kept = {k: v for k, v in wanted.items() if k in fields}
-    notes: List[str] = []
+        return wanted, notes
+    kept = {k: val for k, val in wanted.items() if k in fields}
     fallbacks = {
         "cuda_graph_backend_decode": ("disable_cuda_graph", True) if not cuda_graph else None,
         "cuda_graph_backend_prefill": ("disable_piecewise_cuda_graph", True),
@@ -576,7 +590,9 @@ def build_engine_kwargs(
     if args.mem_fraction_static is not None:
         kw["mem_fraction_static"] = args.mem_fraction_static
     if defaults is None:
-        defaults = deployment_defaults(not args.no_cuda_graph, not args.no_radix_cache, server_arg_fields())[0]
+        defaults = deployment_defaults(
+            not args.no_cuda_graph, not args.no_radix_cache, server_arg_fields(), versions.installed_sglang_version()
+        )[0]
     kw.update(defaults)
     kw.update(parse_engine_args(args.engine_arg))
     return kw
@@ -1441,7 +1457,9 @@ def _prepare(args: argparse.Namespace, work: Path, temp_model: Optional[Path]):
 
     # engine arguments: the run's own, the deployment defaults this SGLang knows, then --engine-arg
     fields = server_arg_fields()
-    defaults, dropped = deployment_defaults(not args.no_cuda_graph, not args.no_radix_cache, fields)
+    defaults, dropped = deployment_defaults(
+        not args.no_cuda_graph, not args.no_radix_cache, fields, versions.installed_sglang_version()
+    )
     kw = build_engine_kwargs(args, model_path, skip_tokenizer=(fmt == "ids"), defaults=defaults)
     explicit = parse_engine_args(args.engine_arg)
     args.dropped_defaults = [d for d in dropped if d.split("=", 1)[0] not in explicit]

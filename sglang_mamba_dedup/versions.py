@@ -40,6 +40,9 @@ UPSTREAM_DEDUP_FROM = "0.5.14"
 #: ``model_runner_kv_cache_mixin`` is gone; pools built in ``mem_cache.kv_cache_configurator``; scatter
 #: kernels in ``sglang.kernels.ops.mamba`` (FACTS §1, corrected: 0.5.16, not 0.5.17).
 NEW_LAYOUT_FROM = "0.5.16"
+#: speculative decoding with the radix cache for hybrid GDN models: refused below this release (mamba
+#: scheduler strategy no_buffer; server_args ``_handle_mamba_radix_cache``), so the e2e turns the radix off.
+SPEC_RADIX_FROM = "0.5.14"
 #: the first release we have not tested.
 UNTESTED_FROM = "0.5.24"
 
@@ -64,7 +67,10 @@ EVIDENCE = {
     "0.5.12": ("release tests", "not run"),
     "0.5.12.post1": ("release tests", "not run"),
     "0.5.13": ("release tests", "not run"),
-    "0.5.13.post1": ("release tests", f"{_SIM}; e2e not run (the device stand-ins cover 0.5.16+ paths only)"),
+    "0.5.13.post1": (
+        "release tests",
+        f"{_SIM}; e2e md5 equal off/on (648a8899…, back-port layout, 128/128 commits ours; graphs and radix off)",
+    ),
     "0.5.14": ("release tests", _SIM),
     "0.5.15": ("release tests", "not run"),
     "0.5.15.post1": ("release tests", "not run"),
@@ -77,7 +83,9 @@ EVIDENCE = {
     "0.5.22": ("release tests", "not run"),
     "0.5.23": (
         "all tests",
-        "simulation, kernels, benchmarks; e2e md5 equal off/on (e54b02c6…), also with CUDA graphs, radix cache, TP=2; launch_server route (e2e --server, flag only) md5 equal (8f106bdc…)",
+        "simulation, kernels, benchmarks; e2e md5 equal off/on with CUDA graphs + radix cache, two rounds "
+        "(77fdfb36…, 256/256 commits ours, all with track slots), earlier also TP=2; launch_server route "
+        "(e2e --server, flag only) md5 equal (8f106bdc…)",
     ),
 }
 #: Release-specific behaviour worth a note in the matrix.
@@ -86,6 +94,7 @@ NOTES = {
     "0.5.15": "as 0.5.14",
     "0.5.15.post1": "as 0.5.14",
     "0.5.16": "pools move to kv_cache_configurator, kernels to sglang.kernels.ops",
+    "0.5.13.post1": "SGLang refuses speculative decoding + radix cache for this model before 0.5.14 (no_buffer)",
     "0.5.20": "PLE side states: 4-argument call; xgrammar needed to import",
     "0.5.21": "PLE side states: 4-argument call",
     "0.5.22": "PLE side states: 5 arguments (src_indices_raw), pipeline stable rows kept on SGLang's path",

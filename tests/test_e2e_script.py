@@ -1193,3 +1193,13 @@ def test_flush_once_against_a_server(tmp_path):
         assert e2e_server.flush_once(base + "/nowhere") is None  # no such endpoint: not supported
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_deployment_defaults_turn_the_radix_off_where_sglang_refuses_it_with_speculation():
+    """Before 0.5.14 SGLang refuses NEXTN + radix cache for hybrid GDN models: the default turns it off, says so."""
+    from sglang_mamba_dedup import versions
+
+    kw, notes = e2e.deployment_defaults(sglang_version="0.5.13.post1")
+    assert kw["disable_radix_cache"] is True and any("radix cache off instead" in n for n in notes), notes
+    kw, notes = e2e.deployment_defaults(sglang_version=versions.SPEC_RADIX_FROM)
+    assert kw["disable_radix_cache"] is False and notes == []
