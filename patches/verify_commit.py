@@ -72,6 +72,12 @@ def load_fused_commit() -> Callable[..., Any]:
     return _kernel
 
 
+def _kernel_module():
+    """The module of the fused commit (plans and launches), once :func:`load_fused_commit` succeeded."""
+    load_fused_commit()
+    return sys.modules["sglang_mamba_dedup.kernels.fused_commit"]
+
+
 def kernel_problem() -> Optional[str]:
     try:
         load_fused_commit()
@@ -99,7 +105,20 @@ class _Route:
     the backend still has that pool, cache and state tensors (identity checks only), so the per-call
     cost of the checks below is a few attribute reads.  ``reason`` None: our kernel serves the call."""
 
-    __slots__ = ("lab", "pool", "cache", "conv", "windows", "temporal", "ssm", "reason", "conv_list", "window_list")
+    __slots__ = (
+        "lab",
+        "pool",
+        "cache",
+        "conv",
+        "windows",
+        "temporal",
+        "ssm",
+        "reason",
+        "conv_list",
+        "window_list",
+        "plan",
+        "plan_ptrs",
+    )
 
     def __init__(self, lab, pool, cache, reason):
         self.lab, self.pool, self.cache, self.reason = lab, pool, cache, reason
@@ -109,6 +128,17 @@ class _Route:
         self.ssm = getattr(cache, "intermediate_ssm", None)
         self.conv_list = list(self.conv) if reason is None else []
         self.window_list = list(self.windows) if reason is None else []
+        self.plan: Any = None  # the kernel's launch plan for these tensors, built on the first commit
+        self.plan_ptrs: tuple = ()
+
+    def launch_plan(self, kernel_module):
+        """The cached plan, rebuilt (through the kernel's own layout-keyed cache) if a state tensor's memory
+        moved in place: the plan holds raw pointers."""
+        ptrs = (self.temporal.data_ptr(), self.ssm.data_ptr(), *(t.data_ptr() for t in self.conv_list))
+        if self.plan is None or ptrs != self.plan_ptrs:
+            self.plan = kernel_module.get_plan(self.conv_list, self.window_list, self.temporal, self.ssm)
+            self.plan_ptrs = ptrs
+        return self.plan
 
     def still_valid(self, lab) -> bool:
         cache = self.cache
@@ -188,21 +218,23 @@ def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
     track_steps = call.get("mamba_steps_to_track")
     lab = route.lab
     n = last_correct.shape[0]
-    state_indices = lab.forward_metadata.mamba_cache_indices[:n]
+    slots = lab.forward_metadata.mamba_cache_indices
+    state_indices = slots if slots.shape[0] == n else slots[:n]  # SGLang's [:n], without a new view when equal
     if track_idx is not None:
         assert track_steps is not None
         translate = getattr(lab, "_translate_mamba_indices", None)  # 0.5.23: virtual -> physical slot ids
         if translate is not None:
             track_idx = translate(track_idx)
-    load_fused_commit()(
-        conv_dsts=route.conv_list,
-        conv_srcs=route.window_list,
-        ssm_dst=route.temporal,
-        ssm_src=route.ssm,
-        accept_steps=last_correct,
-        accept_slots=state_indices,
-        track_steps=track_steps if track_idx is not None else None,
-        track_slots=track_idx,
+    kernels = _kernel_module()
+    kernels.launch_plan(
+        route.launch_plan(kernels),
+        route.ssm,
+        route.temporal,
+        last_correct,
+        state_indices,
+        track_steps if track_idx is not None else None,
+        track_idx,
+        "fused_commit",
     )
     ple = getattr(instance, "_update_ple_state_after_mtp_verify", None)
     if ple is not None:

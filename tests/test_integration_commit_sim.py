@@ -212,3 +212,38 @@ def test_plugin_off_means_sglang_commit(kernel_impl):
         pool, backend = _small_backend()
         backend.update_mamba_state_after_mtp_verify(torch.tensor([1, 0]), None, None, None)
         assert report.events()["commit_calls"] == 0  # nothing of ours is wrapped
+
+
+def test_route_decided_once_per_pool_and_plan_follows_moved_memory(kernel_impl):
+    """The commit decides its route once per backend and pool (then reuses it and its launch plan), rebuilds
+    the plan when a state tensor's memory moved in place, and the route when the backend got another pool;
+    every commit lands where SGLang's would (checked against the source states)."""
+    with iu.cpu_stock_paths(), iu.plugin(True):
+        pool, backend = _small_backend()
+        lab = backend.linear_attn_backend
+        cache = lab.req_to_token_pool.mamba_pool.mamba_cache
+        g = torch.Generator().manual_seed(0)
+        steps = torch.tensor([1, 2])
+
+        def commit_and_check(cache, what):
+            cache.intermediate_ssm.copy_(torch.randn(cache.intermediate_ssm.shape, generator=g))
+            backend.update_mamba_state_after_mtp_verify(steps, None, None, None)
+            for r, slot in enumerate((1, 2)):
+                assert torch.equal(cache.temporal[:, slot], cache.intermediate_ssm[:, r, int(steps[r])]), what
+
+        commit_and_check(cache, "first commit")
+        route = backend._smd_route
+        plan = route.plan
+        assert route.reason is None and plan is not None
+        commit_and_check(cache, "second commit")
+        assert backend._smd_route is route and route.plan is plan, "route and plan must be reused"
+
+        old = cache.temporal.clone()
+        cache.temporal.set_(torch.zeros_like(old))  # same tensor object, new memory
+        commit_and_check(cache, "after the state memory moved")
+        assert route.plan is not plan, "a plan holding the old pointers must not be reused"
+
+        pool2, backend2 = _small_backend()
+        lab.req_to_token_pool = backend2.linear_attn_backend.req_to_token_pool
+        commit_and_check(lab.req_to_token_pool.mamba_pool.mamba_cache, "after the backend got another pool")
+        assert backend._smd_route is not route, "a new pool must get a new route"

@@ -216,3 +216,26 @@ def test_tail_copy_more_requests_than_one_launch_takes():
         sel = offs == b
         exp[sel, :, : w - b] = rev[sel, :, b:]
     assert_bitwise_equal(dst, exp, f"seed={seed}")
+
+
+def test_tail_copy_plan_lives_with_the_destination():
+    """tail_copy launches through temporary views of ``dst``; its plan is cached with ``dst`` itself, so a
+    second call reuses it (and a CUDA graph that captured a launch keeps a live descriptor table)."""
+    import gc
+    import importlib
+
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    fc.clear_plan_cache()
+    g, seed = new_generator()
+    src = rand((4, 5, 3), torch.float32, g)
+    dst = poison(torch.empty((4, 5, 3), dtype=torch.float32, device=DEVICE))
+    idx = torch.tensor([0, 1], device=DEVICE)
+    tail_copy(src, dst, idx, idx, torch.tensor([1, 0], device=DEVICE))
+    gc.collect()
+    plans = [p for per in fc._plans.values() for p in per.values()]
+    assert len(plans) == 1, f"seed={seed}: the plan must outlive the call ({len(plans)} cached)"
+    tail_copy(src, dst, idx, idx, torch.tensor([2, 1], device=DEVICE))
+    assert [p for per in fc._plans.values() for p in per.values()] == plans, "the second call must reuse the plan"
+    del dst
+    gc.collect()
+    assert not list(fc._plans.values()), "the plan must go with its destination"
