@@ -5,7 +5,7 @@
 #
 # Carry [".whl", ".stub", ".old"]: the SGLang 0.5.23 wheels and the sgl_kernel stand-in (as run_e2e.sh), and
 # for `pairs` an older plugin build in .old/ (`git archive <commit> sglang_mamba_dedup patches pyproject.toml`).
-#   tests   the kernel and integration tests on the GPU (the CUDA-only ones included), pytest log in $OUT;
+#   tests   the kernel tests compiled on the GPU (the CUDA-only ones included), then the integration simulations;
 #   pairs   benchmarks/bench_commit_call.py with the .old build and this checkout alternating, 3 processes each
 #           (host overhead of this build vs the older one, same inputs, same machine, interleaved);
 #   matrix  benchmarks/bench_commit_call.py over both models, D in {2,4,8}, accept and accept + track.
@@ -30,11 +30,17 @@ new=/tmp/smd-meta:/tmp/site:$root/.stub
 old=/tmp/smd-old:/tmp/site:$root/.stub
 status=0
 if [[ ,$STEPS, == *,tests,* ]]; then
+  # Kernel tests compiled on CUDA; the integration simulations set TRITON_INTERPRET for SGLang's kernels on CPU
+  # tensors, so they run in their own process with the GPU hidden (mixed in one process, SGLang's kernels get
+  # interpreted on CUDA tensors). Logs stay in /tmp: at most 8 files come back from $OUT.
   stamp "GPU tests"
-  PYTHONPATH=$new timeout 300 python3 -P -m pytest -q -x -p no:cacheprovider tests/test_kernel_fused_commit.py \
+  PYTHONPATH=$new timeout 300 python3 -P -m pytest -q -n 8 -p no:cacheprovider tests/test_kernel_fused_commit.py \
     tests/test_kernel_conv_commit.py tests/test_kernel_ssm_commit.py tests/test_kernel_tail_copy.py \
-    tests/test_integration_commit_sim.py tests/test_qwen35_smoke.py > "$OUT/pytest_gpu.log" 2>&1 || status=1
-  tail -3 "$OUT/pytest_gpu.log"
+    > /tmp/pytest_gpu.log 2>&1 || status=1
+  tail -3 /tmp/pytest_gpu.log
+  PYTHONPATH=$new CUDA_VISIBLE_DEVICES= timeout 300 python3 -P -m pytest -q -n 8 -p no:cacheprovider \
+    tests/test_integration_commit_sim.py tests/test_qwen35_smoke.py > /tmp/pytest_sim.log 2>&1 || status=1
+  tail -3 /tmp/pytest_sim.log
 fi
 if [[ ,$STEPS, == *,pairs,* ]] && [ -d /tmp/smd-old ]; then
   for i in 1 2 3; do
