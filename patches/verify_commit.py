@@ -128,7 +128,7 @@ class _Route:
         self.ssm = getattr(cache, "intermediate_ssm", None)
         self.conv_list = list(self.conv) if reason is None else []
         self.window_list = list(self.windows) if reason is None else []
-        self.plan: Any = None  # the kernel's launch plan for these tensors, built on the first commit
+        self.plan = None  # the kernel's launch plan for these tensors, built on the first commit
         self.plan_ptrs: tuple = ()
 
     def launch_plan(self, kernel_module):

@@ -64,7 +64,6 @@ import os
 import platform
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -88,6 +87,24 @@ from typing import (
 from packaging.version import Version
 
 from . import versions
+from .e2e_reports import (
+    check_engaged,
+    check_off,
+    commit_counts,
+    describe_report,
+    layout_of,
+    read_reports,
+    scheduler_reports,
+)
+from .e2e_stats import (
+    _fmt_rate,
+    compare_spreads,
+    run_schedule,
+    spread,
+    throughput_stats,
+    throughput_table,
+)
+from .report import REPORT_DIR_ENV
 
 __all__ = [
     "PROMPTS_PATH",
@@ -126,7 +143,6 @@ __all__ = [
 PROMPTS_PATH = Path(__file__).resolve().parent / "data" / "prompts.json"
 DEFAULT_MODEL = "Qwen/Qwen3.5-0.8B"
 SWITCH_ENV = "SGLANG_MAMBA_DEDUP"
-REPORT_DIR_ENV = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
 
 EXIT_OK = 0
 EXIT_MD5_DIFFER = 1
@@ -135,13 +151,6 @@ EXIT_RUN_FAILED = 3
 EXIT_OFF_NOT_OFF = 4
 EXIT_CANNOT_RUN = 5
 EXIT_USAGE = 2
-
-ENGAGED_LAYOUTS = ("ours", "upstream")
-
-#: Fewer runs per mode than this: the throughput table shows medians and ranges but compares nothing.
-MIN_RUNS_TO_COMPARE = 3
-#: The throughput phases of a run: batch 1 (one request of --batch1-tokens) and the full batch (round 1).
-PHASES = ("batch1", "full")
 
 
 # ----------------------------------------------------------------------------- prompts, hashing
@@ -230,177 +239,6 @@ def round2_prompts(
         else:
             res.append(str(prompt) + (out.get("text") or "") + str(suffix))
     return res
-
-
-# ----------------------------------------------------------------------------- status reports
-def read_reports(report_dir: Optional[os.PathLike]) -> Tuple[List[dict], List[str]]:
-    """All ``status-<pid>.json`` reports in ``report_dir`` and the problems met reading them."""
-    reports: List[dict] = []
-    problems: List[str] = []
-    if report_dir is None or not Path(report_dir).is_dir():
-        return reports, problems
-    for path in sorted(Path(report_dir).glob("status-*.json")):
-        try:
-            doc = json.loads(path.read_text())
-            if not isinstance(doc, dict) or not isinstance(doc.get("pid"), int):
-                raise ValueError("not a status report (no integer 'pid')")
-            doc["_file"] = path.name
-            reports.append(doc)
-        except Exception as e:  # a half-written or foreign file
-            problems.append(f"{path.name}: {e}")
-    return reports, problems
-
-
-def _layout_of(report: dict) -> Optional[dict]:
-    ev = report.get("events") or {}
-    lay = ev.get("dedup_layout")
-    return lay if isinstance(lay, dict) else None
-
-
-def _saved(lay: dict) -> int:
-    try:
-        return int(lay.get("dense_bytes", 0)) - int(lay.get("physical_bytes", 0))
-    except (TypeError, ValueError):
-        return 0
-
-
-#: The commit counters of a status report (``report.count_commit``): all verify commits, those our kernel
-#: served, and the same two for commits that carried a track set (SGLang saving states for the prefix cache).
-COMMIT_COUNTERS = ("commit_calls", "ours_commit_calls", "track_commit_calls", "ours_track_commit_calls")
-
-
-def commit_counts(report: Optional[dict]) -> Dict[str, int]:
-    """The four commit counters of a report (0 where missing or unreadable)."""
-    ev = (report or {}).get("events") or {}
-    res: Dict[str, int] = {}
-    for key in COMMIT_COUNTERS:
-        try:
-            res[key] = int(ev.get(key, 0) or 0)
-        except (TypeError, ValueError):
-            res[key] = 0
-    return res
-
-
-def _scheduler_reports(reports: List[dict], parent_pid: Optional[int]) -> List[dict]:
-    """Reports of processes other than the driver's engine process (``parent_pid``)."""
-    return [r for r in reports if parent_pid is None or r.get("pid") != parent_pid]
-
-
-def check_engaged(
-    reports: List[dict], parent_pid: Optional[int], expect_track: bool = False
-) -> Tuple[bool, List[str], Optional[dict]]:
-    """Did the plugin engage in a scheduler process? Returns (engaged, reasons/evidence, report).
-
-    Engaged means: a report written by a process other than ``parent_pid`` (the process that created
-    the ``Engine``) whose pool has the dedup layout in place ("ours" or "upstream"), saves bytes
-    (dense > physical), and whose commits ran through our kernels (``ours_commit_calls`` > 0); with
-    ``expect_track`` also commits with track slots (``ours_track_commit_calls`` > 0). Every scheduler
-    report with a pool must pass (one per TP/PP rank).
-    """
-    if not reports:
-        return (
-            False,
-            [f"no status report was written by any process (plugin not loaded? {REPORT_DIR_ENV} not passed on?)"],
-            None,
-        )
-    sched = _scheduler_reports(reports, parent_pid)
-    if not sched:
-        return (
-            False,
-            [
-                f"only the engine's own process (pid {parent_pid}) wrote a report; no scheduler "
-                "process did (the plugin was not loaded there)"
-            ],
-            None,
-        )
-    with_pool = [r for r in sched if _layout_of(r) is not None]
-    if not with_pool:
-        r = sched[0]
-        return (
-            False,
-            [
-                f"scheduler report {r.get('_file')} (mode {r.get('mode')!r}) has no dedup_layout "
-                "event: the mamba pool was not built through the plugin"
-            ],
-            r,
-        )
-    reasons: List[str] = []
-    for r in with_pool:
-        lay = _layout_of(r) or {}
-        counts = commit_counts(r)
-        tag = f"pid {r.get('pid')}"
-        if r.get("mode") not in ("on", "strict"):
-            reasons.append(f"{tag}: mode is {r.get('mode')!r}, not on/strict")
-        if lay.get("state") not in ENGAGED_LAYOUTS:
-            reasons.append(
-                f"{tag}: conv-window layout is {lay.get('state')!r} (reason: {lay.get('reason')}), "
-                f"not one of {'/'.join(ENGAGED_LAYOUTS)}"
-            )
-        if _saved(lay) <= 0:
-            reasons.append(
-                f"{tag}: no bytes saved (dense {lay.get('dense_bytes')} B, physical {lay.get('physical_bytes')} B)"
-            )
-        if counts["ours_commit_calls"] <= 0:
-            reasons.append(f"{tag}: no commit ran through our kernels ({counts['commit_calls']} commit calls, 0 ours)")
-        elif expect_track and counts["ours_track_commit_calls"] <= 0:
-            reasons.append(
-                f"{tag}: no commit with track slots ran through our kernel ({counts['track_commit_calls']} "
-                "commits with track slots, 0 ours; --expect-track)"
-            )
-    return (not reasons), reasons, with_pool[0]
-
-
-def check_off(reports: List[dict], parent_pid: Optional[int]) -> Tuple[bool, List[str]]:
-    """Was the "off" run really off? No scheduler report may show mode on or a commit of ours."""
-    reasons = []
-    for r in _scheduler_reports(reports, parent_pid):
-        ours = commit_counts(r)["ours_commit_calls"]
-        if r.get("mode") not in (None, "off"):
-            reasons.append(f"pid {r.get('pid')}: mode {r.get('mode')!r} in the off run")
-        if ours > 0:
-            reasons.append(f"pid {r.get('pid')}: {ours} commits through our kernels in the off run")
-    return (not reasons), reasons
-
-
-def describe_commits(report: Optional[dict]) -> str:
-    """One line: the commits with and without track slots, each as ours / total."""
-    c = commit_counts(report)
-    track, ours_track = c["track_commit_calls"], c["ours_track_commit_calls"]
-    plain, ours_plain = c["commit_calls"] - track, c["ours_commit_calls"] - ours_track
-    return (
-        f"commits through our kernel / all: {c['ours_commit_calls']}/{c['commit_calls']}; "
-        f"with track slots {ours_track}/{track}, without {ours_plain}/{plain}"
-    )
-
-
-def describe_report(report: Optional[dict]) -> str:
-    if report is None:
-        return "no scheduler report"
-    lay = _layout_of(report)
-    parts = [
-        f"pid {report.get('pid')} ({report.get('_file')}), argv0 {report.get('argv0')!r}, "
-        f"mode {report.get('mode')!r}, sglang {report.get('sglang_version')}"
-    ]
-    if lay is None:
-        parts.append("dedup layout: none recorded")
-    else:
-        dense, phys = int(lay.get("dense_bytes", 0) or 0), int(lay.get("physical_bytes", 0) or 0)
-        pct = f" ({100.0 * (dense - phys) / dense:.1f}%)" if dense else ""
-        parts.append(
-            f"dedup layout: {lay.get('state')} (reason: {lay.get('reason')}); conv-window bytes "
-            f"dense {dense:,}, physical {phys:,}, saved {dense - phys:,}{pct}"
-        )
-    parts.append(describe_commits(report))
-    patches = report.get("patches") or {}
-    if patches:
-        parts.append(
-            "patches: "
-            + ", ".join(
-                f"{name}={(st or {}).get('state')}" + (f" ({st.get('reason')})" if (st or {}).get("reason") else "")
-                for name, st in sorted(patches.items())
-            )
-        )
-    return "\n    ".join(parts)
 
 
 # ----------------------------------------------------------------------------- engine arguments
@@ -816,85 +654,6 @@ def _worker_main(argv: List[str]) -> int:
     return 0
 
 
-# ----------------------------------------------------------------------------- throughput statistics (pure)
-def spread(values: Sequence[Optional[float]]) -> Optional[Dict[str, Any]]:
-    """``{"runs", "median", "min", "max"}`` of the values that are not None (None when there are none).
-    The median of an even count is the mean of the two middle values."""
-    vals = sorted(float(v) for v in values if v is not None)
-    if not vals:
-        return None
-    return {"runs": len(vals), "median": statistics.median(vals), "min": vals[0], "max": vals[-1]}
-
-
-def compare_spreads(
-    off: Optional[Mapping[str, Any]], on: Optional[Mapping[str, Any]], min_runs: int = MIN_RUNS_TO_COMPARE
-) -> Dict[str, Any]:
-    """Off vs on for one phase: "within noise" when the min-max ranges overlap, else which mode is faster
-    (higher tok/s) and by how much, median vs median. Fewer than ``min_runs`` runs in a mode: not compared.
-
-    Returns ``{"verdict": "not compared" | "within noise" | "on faster" | "off faster", "overlap",
-    "median_change_pct" (on vs off, %), "text"}``.
-    """
-    if not off or not on:
-        return {"verdict": "not compared", "overlap": None, "median_change_pct": None, "text": "not compared: no runs"}
-    if off["runs"] < min_runs or on["runs"] < min_runs:
-        return {
-            "verdict": "not compared",
-            "overlap": None,
-            "median_change_pct": None,
-            "text": f"not compared: {off['runs']} off / {on['runs']} on runs ({min_runs} per mode needed)",
-        }
-    change = 100.0 * (on["median"] / off["median"] - 1.0) if off["median"] > 0 else None
-    overlap = max(off["min"], on["min"]) <= min(off["max"], on["max"])
-    if overlap:
-        verdict = "within noise"
-        text = "within noise: the off and on ranges overlap" + (
-            f" (medians: on {change:+.1f}% vs off)" if change is not None else ""
-        )
-    else:
-        faster, slower = ("on", off) if on["median"] > off["median"] else ("off", on)
-        quick = on if faster == "on" else off
-        pct = 100.0 * (quick["median"] / slower["median"] - 1.0) if slower["median"] > 0 else float("inf")
-        verdict = f"{faster} faster"
-        text = (
-            f"{faster} faster: median {pct:.1f}% above {'off' if faster == 'on' else 'on'} (the ranges do not overlap)"
-        )
-    return {"verdict": verdict, "overlap": overlap, "median_change_pct": change, "text": text}
-
-
-def throughput_stats(
-    samples: Sequence[Tuple[str, Mapping[str, Optional[float]]]], phases: Sequence[str] = PHASES
-) -> Dict[str, Dict[str, Any]]:
-    """Per phase: the :func:`spread` of each mode's tok/s and their :func:`compare_spreads`.
-    ``samples``: ``(mode, {phase: tok/s})`` of every timed run (throwaway runs left out by the caller)."""
-    res: Dict[str, Dict[str, Any]] = {}
-    for phase in phases:
-        off = spread([s.get(phase) for m, s in samples if m == "off"])
-        on = spread([s.get(phase) for m, s in samples if m == "on"])
-        res[phase] = {"off": off, "on": on, "comparison": compare_spreads(off, on)}
-    return res
-
-
-def throughput_table(stats: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str]) -> List[str]:
-    """The stats of :func:`throughput_stats` as a Markdown table (one line per phase)."""
-
-    def cell(s: Optional[Mapping[str, Any]]) -> str:
-        if not s:
-            return "n/a"
-        return f"{_fmt_rate(s['median'])} ({_fmt_rate(s['min'])} - {_fmt_rate(s['max'])}, {s['runs']} runs)"
-
-    lines = [
-        "| phase | off: median tok/s (min - max, runs) | on: median tok/s (min - max, runs) | off vs on |",
-        "|---|---|---|---|",
-    ]
-    for phase, st in stats.items():
-        lines.append(
-            f"| {labels.get(phase, phase)} | {cell(st.get('off'))} | {cell(st.get('on'))} | "
-            f"{st['comparison']['text']} |"
-        )
-    return lines
-
-
 # ----------------------------------------------------------------------------- summary of a run
 def _part_stats(part: Mapping[str, Any]) -> Dict[str, Any]:
     """Tokens, time and rate of one round or phase; prompt and cached tokens where SGLang reported them."""
@@ -952,10 +711,6 @@ def _throughput_sample(stats: Mapping[str, Any]) -> Dict[str, Optional[float]]:
         "batch1": (stats.get("batch1") or {}).get("tokens_per_s"),
         "full": rounds[0].get("tokens_per_s") if rounds else None,
     }
-
-
-def _fmt_rate(x: Optional[float]) -> str:
-    return "n/a" if x is None else f"{x:,.1f}"
 
 
 def _fmt_tokens(x: Optional[int]) -> str:
@@ -1224,17 +979,6 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json-out", default=None, help="write the summary as JSON here")
     r.add_argument("--verbose", action="store_true", help="show the engine logs instead of writing them to files")
     return p
-
-
-def run_schedule(
-    modes: Optional[Sequence[str]], throughput_runs: int = 0, throwaway: bool = True
-) -> List[Tuple[str, bool]]:
-    """The runs, in order, as ``(mode, throwaway)``: ``modes`` (default off,on), or with ``throughput_runs``
-    N one throwaway "off" start (unless ``throwaway`` is False) and N x (off, on)."""
-    if throughput_runs > 0:
-        plan = [("off", True)] if throwaway else []
-        return plan + [(m, False) for _ in range(throughput_runs) for m in ("off", "on")]
-    return [(m, False) for m in (modes or ["off", "on"])]
 
 
 def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -1837,8 +1581,8 @@ def _plugin_status(
     for i, r in enumerate(results_for_status):
         reports = r.get("reports") or []
         parent = r.get("pid")
-        sched = _scheduler_reports(reports, parent)
-        shown = [s for s in sched if _layout_of(s) is not None] or sched[:1]
+        sched = scheduler_reports(reports, parent)
+        shown = [s for s in sched if layout_of(s) is not None] or sched[:1]
         _print(
             f"plugin status, {_run_label(i, r['mode'], bool(r.get('throwaway')))}: {len(reports)} report(s), "
             f"{len(sched)} from scheduler process(es)"

@@ -24,8 +24,8 @@ REPORT_DIR_ENV = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
 _lock = threading.Lock()
 #: Commit counters: every verify commit, those our kernel served, and the same two for commits that also
 #: carried a track set (SGLang saving mamba states into prefix-cache track slots).
-_COUNTERS = ("commit_calls", "ours_commit_calls", "track_commit_calls", "ours_track_commit_calls")
-_events: Dict[str, Any] = dict.fromkeys(_COUNTERS, 0)
+COUNTERS = ("commit_calls", "ours_commit_calls", "track_commit_calls", "ours_track_commit_calls")
+_events: Dict[str, Any] = dict.fromkeys(COUNTERS, 0)
 
 
 def events() -> Dict[str, Any]:
@@ -37,7 +37,7 @@ def reset() -> None:
     """For tests: forget every event of this process."""
     with _lock:
         _events.clear()
-        _events.update(dict.fromkeys(_COUNTERS, 0))
+        _events.update(dict.fromkeys(COUNTERS, 0))
 
 
 def record_layout(state: str, reason: Optional[str], dense_bytes: int, physical_bytes: int, **extra: Any) -> None:

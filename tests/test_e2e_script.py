@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_mamba_dedup import e2e
+from sglang_mamba_dedup import e2e, report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -158,7 +158,7 @@ def test_describe_report():
 
 
 def test_commit_counts_tolerate_old_and_broken_reports():
-    assert e2e.commit_counts(None) == dict.fromkeys(e2e.COMMIT_COUNTERS, 0)
+    assert e2e.commit_counts(None) == dict.fromkeys(report.COUNTERS, 0)
     old = {"pid": 1, "events": {"commit_calls": 5, "ours_commit_calls": "x"}}  # before the track counters
     assert e2e.commit_counts(old) == {
         "commit_calls": 5,
