@@ -271,7 +271,13 @@ def test_engine_kwargs_are_sglang_server_args():
     assert kw["speculative_algorithm"] == "NEXTN" and kw["speculative_eagle_topk"] == 1
     assert kw["speculative_num_draft_tokens"] == 4 and kw["speculative_num_steps"] == 3
     assert kw["speculative_draft_model_path"] == "/m" and kw["max_running_requests"] == 34
-    assert kw["disable_radix_cache"] is False  # the radix cache is on by default on every release
+    from packaging.version import Version
+
+    from sglang_mamba_dedup import versions
+
+    # the radix cache is on by default wherever SGLang allows it with speculative decoding
+    allowed = Version(versions.installed_sglang_version()) >= Version(versions.SPEC_RADIX_FROM)
+    assert kw["disable_radix_cache"] is (not allowed)
     if "cuda_graph_backend_decode" in fields:  # 0.5.14+
         assert kw["cuda_graph_backend_decode"] == "full" and kw["cuda_graph_backend_prefill"] == "disabled"
     else:
