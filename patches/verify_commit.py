@@ -129,7 +129,7 @@ class _Route:
         self.conv_list = list(self.conv) if reason is None else []
         self.window_list = list(self.windows) if reason is None else []
         self.plan = None  # the kernel's launch plan for these tensors, built on the first commit
-        self.plan_ptrs: tuple = ()
+        self.plan_ptrs = ()  # the state pointers the plan was built for
 
     def launch_plan(self, kernel_module):
         """The cached plan, rebuilt (through the kernel's own layout-keyed cache) if a state tensor's memory
