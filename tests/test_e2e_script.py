@@ -957,28 +957,30 @@ def _alive(pid):
     return True
 
 
+def _server_args(tmp_path, workdir="w", prompts=3, tokens=4):
+    """The e2e command line of the server-route tests (fake launch_server, token-id prompts)."""
+    return [
+        "--server",
+        "--prompt-format",
+        "ids",
+        "--vocab-size",
+        "100",
+        "--num-prompts",
+        str(prompts),
+        "--max-new-tokens",
+        str(tokens),
+        "--model-path",
+        str(tmp_path),
+        "--workdir",
+        str(tmp_path / workdir),
+    ]
+
+
 def test_server_route_flag_md5_and_plugin_line(tmp_path, monkeypatch, capsys):
     pid_file = tmp_path / "child.pid"
     monkeypatch.setenv("FAKE_SERVER_CHILD_PID_FILE", str(pid_file))
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP", "1")  # must not reach the server: the flag is what is tested
-    code = e2e.main(
-        [
-            "--server",
-            "--prompt-format",
-            "ids",
-            "--vocab-size",
-            "100",
-            "--num-prompts",
-            "3",
-            "--max-new-tokens",
-            "4",
-            "--model-path",
-            str(tmp_path),
-            "--workdir",
-            str(tmp_path / "w"),
-        ],
-        runner=_server_runner(),
-    )
+    code = e2e.main(_server_args(tmp_path), runner=_server_runner())
     out = capsys.readouterr().out
     assert code == e2e.EXIT_OK, out
     assert "-> EQUAL" in out and "engaged: YES" in out and "off as expected: yes" in out
@@ -992,25 +994,7 @@ def test_server_route_through_main_without_a_runner(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(
         e2e_server.run_server, "__kwdefaults__", dict(e2e_server.run_server.__kwdefaults__, command=_fake_command)
     )
-    code = e2e.main(
-        [
-            "--server",
-            "--prompt-format",
-            "ids",
-            "--vocab-size",
-            "100",
-            "--num-prompts",
-            "2",
-            "--max-new-tokens",
-            "3",
-            "--run-timeout",
-            "30",
-            "--model-path",
-            str(tmp_path),
-            "--workdir",
-            str(tmp_path / "w"),
-        ]
-    )
+    code = e2e.main(_server_args(tmp_path, prompts=2, tokens=3) + ["--run-timeout", "30"])
     out = capsys.readouterr().out
     assert code == e2e.EXIT_OK, out
     assert "launch_server with --enable-mamba-conv-dedup" in out
@@ -1019,23 +1003,12 @@ def test_server_route_through_main_without_a_runner(tmp_path, monkeypatch, capsy
 
 def test_server_route_md5_differ_and_failed_start(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_SERVER_DIFFER", "1")
-    args = [
-        "--server",
-        "--prompt-format",
-        "ids",
-        "--vocab-size",
-        "100",
-        "--num-prompts",
-        "2",
-        "--max-new-tokens",
-        "3",
-        "--model-path",
-        str(tmp_path),
-    ]
-    assert e2e.main(args + ["--workdir", str(tmp_path / "a")], runner=_server_runner()) == e2e.EXIT_MD5_DIFFER
+    args = _server_args(tmp_path, "a", prompts=2, tokens=3)
+    assert e2e.main(args, runner=_server_runner()) == e2e.EXIT_MD5_DIFFER
     monkeypatch.delenv("FAKE_SERVER_DIFFER")
     monkeypatch.setenv("FAKE_SERVER_FAIL", "1")
-    assert e2e.main(args + ["--workdir", str(tmp_path / "b")], runner=_server_runner()) == e2e.EXIT_RUN_FAILED
+    args = _server_args(tmp_path, "b", prompts=2, tokens=3)
+    assert e2e.main(args, runner=_server_runner()) == e2e.EXIT_RUN_FAILED
     assert "exited with 7 before it was healthy" in capsys.readouterr().out
 
 
@@ -1104,19 +1077,6 @@ def test_base_urls_compare_md5_only(tmp_path, monkeypatch, capsys):
     assert e.value.code == 2
 
 
-SERVER_ARGS = [
-    "--server",
-    "--prompt-format",
-    "ids",
-    "--vocab-size",
-    "100",
-    "--num-prompts",
-    "3",
-    "--max-new-tokens",
-    "4",
-]
-
-
 def test_server_route_two_rounds_flush_and_track_counts(tmp_path, monkeypatch, capsys):
     requests = tmp_path / "requests.log"
     monkeypatch.setenv("FAKE_SERVER_LOG", str(requests))
@@ -1129,8 +1089,7 @@ def test_server_route_two_rounds_flush_and_track_counts(tmp_path, monkeypatch, c
         return res
 
     code = e2e.main(
-        SERVER_ARGS
-        + ["--model-path", str(tmp_path), "--workdir", str(tmp_path / "w"), "--json-out", str(tmp_path / "s.json")],
+        _server_args(tmp_path) + ["--json-out", str(tmp_path / "s.json")],
         runner=runner,
     )
     out = capsys.readouterr().out
@@ -1150,13 +1109,13 @@ def test_server_route_two_rounds_flush_and_track_counts(tmp_path, monkeypatch, c
 
 def test_server_route_without_track_commits_is_not_engaged(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_SERVER_NO_TRACK", "1")
-    args = SERVER_ARGS + ["--model-path", str(tmp_path), "--workdir", str(tmp_path / "w")]
+    args = _server_args(tmp_path)
     assert e2e.main(args, runner=_server_runner()) == e2e.EXIT_NOT_ENGAGED
     assert "no commit with track slots ran through our kernel" in capsys.readouterr().out
 
 
 def test_server_route_throughput_batch1(tmp_path, capsys):
-    args = SERVER_ARGS + ["--model-path", str(tmp_path), "--workdir", str(tmp_path / "w")]
+    args = _server_args(tmp_path)
     args += ["--throughput-runs", "1", "--no-throwaway", "--batch1-tokens", "6"]
     assert e2e.main(args, runner=_server_runner()) == e2e.EXIT_OK
     out = capsys.readouterr().out
