@@ -247,3 +247,18 @@ def test_route_decided_once_per_pool_and_plan_follows_moved_memory(kernel_impl):
         lab.req_to_token_pool = backend2.linear_attn_backend.req_to_token_pool
         commit_and_check(lab.req_to_token_pool.mamba_pool.mamba_cache, "after the backend got another pool")
         assert backend._smd_route is not route, "a new pool must get a new route"
+
+
+def test_commits_with_track_slots_are_counted(kernel_impl):
+    """The status report counts commits with a track set apart (the e2e's proof that the prefix-cache path ran)."""
+    from sglang_mamba_dedup import report
+
+    with iu.cpu_stock_paths(), iu.plugin(True):
+        pool, backend = _small_backend()
+        backend.update_mamba_state_after_mtp_verify(torch.tensor([1, 2]), None, None, None)
+        backend.update_mamba_state_after_mtp_verify(
+            torch.tensor([1, 2]), torch.tensor([3, 4]), torch.tensor([0, -1]), None
+        )
+        ev = report.events()
+        assert (ev["commit_calls"], ev["ours_commit_calls"]) == (2, 2), ev
+        assert (ev["track_commit_calls"], ev["ours_track_commit_calls"]) == (1, 1), ev
