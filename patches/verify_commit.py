@@ -22,11 +22,12 @@ Undone by ``sglang_mamba_dedup.revert()``.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from typing import Any, Callable, Optional
 
-from sglang_mamba_dedup import report
+from sglang_mamba_dedup import activation, report
 from sglang_mamba_dedup.patcher import Callee
 
 _BACKEND = "sglang.srt.layers.attention.hybrid_linear_attn_backend"
@@ -43,12 +44,13 @@ logger = logging.getLogger("sglang_mamba_dedup")
 
 _PARAMS = ("last_correct_step_indices", "mamba_track_indices", "mamba_steps_to_track", "model", "req_pool_indices")
 
-_kernel: Optional[Callable[..., Any]] = None
+_kernel: Optional[Any] = None  # the module sglang_mamba_dedup.kernels.fused_commit, once imported
 _kernel_error: Optional[str] = None
 
 
-def load_fused_commit() -> Callable[..., Any]:
-    """Import the plugin's fused commit launcher, once per process; raises ImportError when unavailable.
+def load_fused_commit() -> Any:
+    """Import the plugin's fused commit module (plans and launches), once per process; raises ImportError
+    when unavailable.
 
     A failure is remembered (the decode path never retries the import) and logged once at WARNING with
     the exception; SGLang's own commit then serves every call (strict mode refuses the pool instead)."""
@@ -58,7 +60,7 @@ def load_fused_commit() -> Callable[..., Any]:
     if _kernel_error is not None:
         raise ImportError(_kernel_error)
     try:
-        from sglang_mamba_dedup.kernels import fused_commit
+        module = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
     except Exception as exc:  # noqa: BLE001 - any import failure means 'not available'
         _kernel_error = f"{type(exc).__name__}: {exc}"
         logger.warning(
@@ -68,14 +70,8 @@ def load_fused_commit() -> Callable[..., Any]:
             exc_info=True,
         )
         raise ImportError(_kernel_error) from exc
-    _kernel = fused_commit
+    _kernel = module
     return _kernel
-
-
-def _kernel_module():
-    """The module of the fused commit (plans and launches), once :func:`load_fused_commit` succeeded."""
-    load_fused_commit()
-    return sys.modules["sglang_mamba_dedup.kernels.fused_commit"]
 
 
 def kernel_problem() -> Optional[str]:
@@ -102,55 +98,28 @@ def _bind(args, kwargs):
 
 class _Route:
     """What one backend's commit decided for its current pool: built on the first call and reused while
-    the backend still has that pool, cache and state tensors (identity checks only), so the per-call
-    cost of the checks below is a few attribute reads.  ``reason`` None: our kernel serves the call."""
+    the backend still has that pool and cache (identity checks only).  ``reason`` None: our kernel
+    serves the call.  The launch plan is looked up on every call by the layout of every state tensor
+    (pointer, shape, strides, dtype: :func:`~sglang_mamba_dedup.kernels.fused_commit.get_plan`), read
+    from the live cache, so a tensor changed in place (``as_strided_``, ``set_``) or a list element
+    replaced gets a fresh plan; the route keeps a reference to the plan in use (its descriptor table
+    must outlive a CUDA graph that captured the launch)."""
 
-    __slots__ = (
-        "lab",
-        "pool",
-        "cache",
-        "conv",
-        "windows",
-        "temporal",
-        "ssm",
-        "reason",
-        "conv_list",
-        "window_list",
-        "plan",
-        "plan_ptrs",
-    )
+    __slots__ = ("lab", "pool", "cache", "reason", "plan")
 
     def __init__(self, lab, pool, cache, reason):
         self.lab, self.pool, self.cache, self.reason = lab, pool, cache, reason
-        self.conv = getattr(cache, "conv", None)
-        self.windows = getattr(cache, "intermediate_conv_window", None)
-        self.temporal = getattr(cache, "temporal", None)
-        self.ssm = getattr(cache, "intermediate_ssm", None)
-        self.conv_list = list(self.conv) if reason is None else []
-        self.window_list = list(self.windows) if reason is None else []
-        self.plan = None  # the kernel's launch plan for these tensors, built on the first commit
-        self.plan_ptrs = ()  # the state pointers the plan was built for
+        self.plan = None
 
     def launch_plan(self, kernel_module):
-        """The cached plan, rebuilt (through the kernel's own layout-keyed cache) if a state tensor's memory
-        moved in place: the plan holds raw pointers."""
-        ptrs = (self.temporal.data_ptr(), self.ssm.data_ptr(), *(t.data_ptr() for t in self.conv_list))
-        if self.plan is None or ptrs != self.plan_ptrs:
-            self.plan = kernel_module.get_plan(self.conv_list, self.window_list, self.temporal, self.ssm)
-            self.plan_ptrs = ptrs
+        cache = self.cache
+        self.plan = kernel_module.get_plan(
+            cache.conv, cache.intermediate_conv_window, cache.temporal, cache.intermediate_ssm, "fused_commit"
+        )
         return self.plan
 
     def still_valid(self, lab) -> bool:
-        cache = self.cache
-        return (
-            lab is self.lab
-            and lab.req_to_token_pool.mamba_pool is self.pool
-            and self.pool.mamba_cache is cache
-            and cache.conv is self.conv
-            and cache.intermediate_conv_window is self.windows
-            and cache.temporal is self.temporal
-            and cache.intermediate_ssm is self.ssm
-        )
+        return lab is self.lab and lab.req_to_token_pool.mamba_pool is self.pool and self.pool.mamba_cache is self.cache
 
 
 def _static_reason(lab, pool) -> Optional[str]:
@@ -206,9 +175,54 @@ def _decide(instance, wrapped, call) -> tuple[Optional[_Route], Optional[str]]:
     return route, None
 
 
+def launch_commit(kernels, plan, route: _Route, accept_steps, accept_slots, track_steps, track_slots) -> None:
+    """The one kernel launch of our commit: the seam the wrapper calls (by this module's global name) and
+    the negative control (:mod:`sglang_mamba_dedup.faults`) breaks."""
+    cache = route.cache
+    kernels.launch_plan(
+        plan,
+        cache.intermediate_ssm,
+        cache.temporal,
+        accept_steps,
+        accept_slots,
+        track_steps,
+        track_slots,
+        "fused_commit",
+    )
+
+
+def _unbound_instance(args):
+    """``(instance, args)`` for a call that reached us through the class attribute
+    (``HybridLinearAttnBackend.__dict__[...](self, ...)``, e.g. from another plugin's wrapper that wraps
+    ours): wrapt then passes no instance and ``self`` first.  ``(None, args)`` when unreadable."""
+    if args and hasattr(args[0], "linear_attn_backend"):
+        if not _warned_unbound:
+            _warned_unbound.append(True)
+            logger.warning(
+                "sglang-mamba-dedup: the verify commit was called through the class attribute with self first "
+                "(another wrapper around ours?); the plugin reads self from the arguments and serves it"
+            )
+        return args[0], args[1:]
+    return None, args
+
+
+_warned_unbound: list = []
+
+
 def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
-    call = _bind(args, kwargs)
-    route, reason = _decide(instance, wrapped, call) if instance is not None else (None, "unbound call")
+    call_args = args
+    if instance is None:
+        instance, call_args = _unbound_instance(args)
+    call = _bind(call_args, kwargs)
+    if instance is None:
+        route, reason = None, "unbound call without a backend"
+        if activation.strict():
+            raise RuntimeError(
+                f"sglang-mamba-dedup strict mode ({activation.ENV}=strict): the verify commit was called in a "
+                "form the plugin cannot read (no backend instance)"
+            )
+    else:
+        route, reason = _decide(instance, wrapped, call)
     if reason is not None or route is None:
         report.count_commit(ours=False, track=call.get("mamba_track_indices") is not None)
         return wrapped(*args, **kwargs)
@@ -225,16 +239,15 @@ def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
         translate = getattr(lab, "_translate_mamba_indices", None)  # 0.5.23: virtual -> physical slot ids
         if translate is not None:
             track_idx = translate(track_idx)
-    kernels = _kernel_module()
-    kernels.launch_plan(
+    kernels = load_fused_commit()
+    launch_commit(
+        kernels,
         route.launch_plan(kernels),
-        route.ssm,
-        route.temporal,
+        route,
         last_correct,
         state_indices,
         track_steps if track_idx is not None else None,
         track_idx,
-        "fused_commit",
     )
     ple = getattr(instance, "_update_ple_state_after_mtp_verify", None)
     if ple is not None:

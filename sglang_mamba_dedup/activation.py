@@ -189,6 +189,10 @@ def _register() -> None:
     if skipped:
         parts.append("skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped.items()))
     _say(logging.WARNING if skipped or untested else logging.INFO, "; ".join(parts), visible=True)
+    if "commit" in applied:
+        from . import faults
+
+        faults.install_from_env()  # the e2e's negative control only; unset in every real run
     report.write()
 
 

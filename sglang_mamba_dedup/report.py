@@ -53,6 +53,17 @@ def record_layout(state: str, reason: Optional[str], dense_bytes: int, physical_
     write()
 
 
+def record_fault(name: Optional[str]) -> None:
+    """Record the negative-control fault in place in this process (:mod:`.faults`), or its removal."""
+    with _lock:
+        if name is None:
+            _events.pop("fault", None)
+        else:
+            _events["fault"] = name
+    if name is not None:
+        write()
+
+
 def count_commit(ours: bool, track: bool = False) -> None:
     """Count one verify commit: ``ours`` when our kernel served it, ``track`` when it had a track set."""
     with _lock:

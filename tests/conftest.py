@@ -11,12 +11,30 @@ import os
 
 import torch  # imports no triton; asks the driver whether a CUDA device is usable
 
+# The one place TRITON_INTERPRET is set: Triton reads it when it is imported, so it must precede every test
+# module's imports; the session fixture below restores the environment at the end.
 # Not `which nvidia-smi`: a GPU container need not ship it, and the interpreter on CUDA tensors then runs
 # every kernel on the host (slow, and SGLang's own kernels can crash there).
-if not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ:
+_INTERPRET_SET_HERE = not torch.cuda.is_available() and "TRITON_INTERPRET" not in os.environ
+if _INTERPRET_SET_HERE:
     os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _triton_interpret_scope():
+    yield
+    if _INTERPRET_SET_HERE:
+        os.environ.pop("TRITON_INTERPRET", None)
+
+
+@pytest.fixture
+def allow_cpu(monkeypatch):
+    """Tests only: the gate accepts a CPU pool (the interpreter stands in for the GPU); undone after the test."""
+    from sglang_mamba_dedup import gate
+
+    monkeypatch.setenv(gate.ALLOW_CPU_ENV, "1")
 
 
 def pytest_configure(config):
@@ -28,12 +46,16 @@ def pytest_configure(config):
 def _plugin_clean(monkeypatch):
     from sglang_mamba_dedup import activation, patch_state, report
 
+    from sglang_mamba_dedup import faults
+
     monkeypatch.delenv(activation.ENV, raising=False)
+    monkeypatch.delenv(faults.ENV, raising=False)
     monkeypatch.delenv(report.REPORT_DIR_ENV, raising=False)
     patch_state.revert(force=True)
     activation.reset_for_tests()
     report.reset()
     yield
+    faults.remove()
     patch_state.revert(force=True)
     for feature in patch_state.PATCHER.features:
         patch_state.PATCHER.set_enabled(feature, True)

@@ -308,7 +308,30 @@ class SimResult:
     outputs: List[torch.Tensor] = field(default_factory=list)
     layout: Optional[str] = None
     accept_lens: List[List[int]] = field(default_factory=list)
+    #: Per step and request row, what the commit left in the row's slot, read back from the pool and
+    #: compared with torch.equal: the draft step ``t`` whose window *and* SSM state it now holds, -1 if it
+    #: kept its state from before the commit, -2 if neither (a corrupted state).
+    slot_steps: List[List[int]] = field(default_factory=list)
+    #: The persistent states before the first step (SGLang's pool zeroes them; the simulation fills them).
+    initial: List[torch.Tensor] = field(default_factory=list)
     events: Dict[str, Any] = field(default_factory=dict)
+
+
+def _slot_steps(cache, slot_ids, win, ssm_steps, before) -> List[int]:
+    """See :attr:`SimResult.slot_steps` (an independent read-back of what the commit wrote)."""
+    after = [c[:, slot_ids] for c in cache.conv] + [cache.temporal[:, slot_ids]]
+    found = []
+    for r in range(slot_ids.shape[0]):
+        got = -2
+        for t in range(ssm_steps.shape[2]):
+            want = [w[:, r, t] for w in win] + [ssm_steps[:, r, t]]
+            if all(torch.equal(a[:, r], x) for a, x in zip(after, want)):
+                got = t
+                break
+        if got == -2 and all(torch.equal(a[:, r], x[:, r]) for a, x in zip(after, before)):
+            got = -1
+        found.append(got)
+    return found
 
 
 def simulate(cfg: SimConfig) -> SimResult:
@@ -353,6 +376,7 @@ def simulate(cfg: SimConfig) -> SimResult:
     for c in cache.conv:
         c.copy_(rnd(*c.shape, dtype=c.dtype))
     cache.temporal.copy_(rnd(*cache.temporal.shape, dtype=cache.temporal.dtype))
+    initial = [c.clone() for c in cache.conv] + [cache.temporal.clone()]
     weights = [rnd(cfg.conv_dim, k, dtype=cfg.conv_dtype) for _ in range(cfg.num_layers)]
     biases = [rnd(cfg.conv_dim, dtype=cfg.conv_dtype) for _ in range(cfg.num_layers)]
     perm = torch.randperm(mamba_size, generator=g)[: 2 * b] + 1
@@ -412,7 +436,11 @@ def simulate(cfg: SimConfig) -> SimResult:
         )
         if takes_req_pool_indices:
             call["req_pool_indices"] = req_pool_indices
+        slot_ids = slots.long()
+        before = [c[:, slot_ids].clone() for c in cache.conv] + [cache.temporal[:, slot_ids].clone()]
+        ssm_steps = cache.intermediate_ssm[:, :b].clone()
         backend.update_mamba_state_after_mtp_verify(**call)
+        res.slot_steps.append(_slot_steps(cache, slot_ids, win, ssm_steps, before))
         if cfg.progress and step < 2:
             print(f"  sim step {step} done", flush=True)
         step_out = torch.stack(outs) if cfg.check_outputs else torch.zeros(0, device=dev)
@@ -424,6 +452,7 @@ def simulate(cfg: SimConfig) -> SimResult:
         torch.cuda.synchronize()
     res.outputs = outs_all
     res.final = [c.clone() for c in cache.conv] + [cache.temporal.clone()]
+    res.initial = initial
     res.outputs_md5 = md5(outs_all)
     res.windows_md5 = md5(res.windows)
     res.final_md5 = md5(res.final)

@@ -8,10 +8,6 @@ Take-over releases (0.5.23): upstream builds it; the plugin verifies and records
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("TRITON_INTERPRET", "1")
-os.environ.setdefault("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")  # tests only: the interpreter stands in for the GPU
 
 import importlib
 import itertools
@@ -25,7 +21,7 @@ import torch
 from sglang_mamba_dedup import gate, layout, patch_state, report, shapes
 from sglang_mamba_dedup.patches import pool_config
 
-pytestmark = pytest.mark.release
+pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
 
 GB = 1 << 30
 

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
-os.environ.setdefault("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")  # tests only: the interpreter stands in for the GPU
 
 import integration_utils as iu
 import pytest
 
-pytestmark = pytest.mark.release
+pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
 
 STEPS = int(os.environ.get("SMD_QWEN35_SMOKE_STEPS", "2"))
 

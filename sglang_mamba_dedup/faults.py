@@ -1,0 +1,89 @@
+"""The negative control of the end-to-end proof: a deliberately broken commit, switched on by environment.
+
+``SGLANG_MAMBA_DEDUP_FAULT=commit_step0`` (together with the plugin switched on) makes the plugin's commit
+copy draft step 0 of every accepted request row instead of its accepted step; skipped rows (step -1) and
+the track set stay as they are. The fault replaces
+:func:`sglang_mamba_dedup.patches.verify_commit.launch_commit`, the one launch the commit wrapper makes
+(looked up by its module-global name on every call), so it reaches every commit our kernel serves, and
+nothing else. With partial acceptance in the workload the outputs must then change: an end-to-end md5
+check that still says "equal" with the fault in place proves nothing (``sglang-mamba-dedup e2e --modes
+off,on,fault``). ``tests/integration/test_negative_control.py`` checks, on the CPU, that the fault reaches the
+kernel through SGLang's real commit call.
+
+Never set it in a real deployment: the plugin logs a WARNING when it is installed, and records it in the
+status report (``events.fault``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Dict, Optional
+
+from . import report
+
+ENV = "SGLANG_MAMBA_DEDUP_FAULT"
+COMMIT_STEP0 = "commit_step0"
+FAULTS: Dict[str, str] = {
+    COMMIT_STEP0: "the commit copies draft step 0 instead of the accepted step",
+}
+
+logger = logging.getLogger("sglang_mamba_dedup")
+
+_installed: Optional[str] = None
+
+
+def installed() -> Optional[str]:
+    """The fault in place in this process, or None."""
+    return _installed
+
+
+def install(name: str) -> None:
+    """Break the plugin's commit as ``name`` says (idempotent); ``ValueError`` for an unknown name."""
+    global _installed
+    if name not in FAULTS:
+        raise ValueError(f"{ENV}={name!r} is not a known fault; known: {', '.join(FAULTS)}")
+    if _installed == name:
+        return
+    from .patches import verify_commit
+
+    remove()
+    real = verify_commit.launch_commit
+
+    def launch_commit_step0(kernels, plan, route, accept_steps, accept_slots, track_steps, track_slots):
+        import torch
+
+        step0 = torch.where(accept_steps >= 0, torch.zeros_like(accept_steps), accept_steps)
+        return real(kernels, plan, route, step0, accept_slots, track_steps, track_slots)
+
+    launch_commit_step0._smd_real = real  # type: ignore[attr-defined]
+    verify_commit.launch_commit = launch_commit_step0
+    _installed = name
+    report.record_fault(name)
+    logger.warning("sglang-mamba-dedup: NEGATIVE CONTROL %s=%s: %s (never in a real run)", ENV, name, FAULTS[name])
+
+
+def remove() -> None:
+    """Undo :func:`install` (no-op when no fault is in place)."""
+    global _installed
+    from .patches import verify_commit
+
+    real = getattr(verify_commit.launch_commit, "_smd_real", None)
+    if real is not None:
+        verify_commit.launch_commit = real
+    _installed = None
+    report.record_fault(None)
+
+
+def install_from_env() -> Optional[str]:
+    """Install the fault named by :data:`ENV` (called by the activation when the plugin is on); returns its
+    name, or None when unset. An unknown name is logged at ERROR and nothing is installed."""
+    name = os.environ.get(ENV, "").strip()
+    if not name:
+        return None
+    try:
+        install(name)
+    except ValueError as exc:
+        logger.error("sglang-mamba-dedup: %s; no fault installed", exc)
+        return None
+    return name
