@@ -40,6 +40,8 @@ After the runs, the first that applies:
 * 2  the plugin did not engage in an "on" run: no scheduler report, no dedup layout in place, no bytes
      saved, no commit ran through our kernels, or (``--expect-track``) no commit with track slots did;
 * 4  an "off" run was not off (a scheduler report shows our commit ran, or the mode was not "off");
+* 6  the negative control was not caught: a ``fault`` run (plugin on, its commit deliberately broken:
+     :mod:`sglang_mamba_dedup.faults`) gave the same md5 as run 1;
 * 0  the md5s are equal and the plugin engaged.
 
 Why the offline Engine by default, not ``launch_server`` + HTTP: it needs no port and no HTTP client, starts
@@ -86,7 +88,7 @@ from typing import (
 
 from packaging.version import Version
 
-from . import versions
+from . import faults, versions
 from .e2e_reports import (
     check_engaged,
     check_off,
@@ -138,6 +140,7 @@ __all__ = [
     "EXIT_RUN_FAILED",
     "EXIT_OFF_NOT_OFF",
     "EXIT_CANNOT_RUN",
+    "EXIT_FAULT_NOT_CAUGHT",
 ]
 
 PROMPTS_PATH = Path(__file__).resolve().parent / "data" / "prompts.json"
@@ -150,6 +153,9 @@ EXIT_NOT_ENGAGED = 2
 EXIT_RUN_FAILED = 3
 EXIT_OFF_NOT_OFF = 4
 EXIT_CANNOT_RUN = 5
+EXIT_FAULT_NOT_CAUGHT = 6
+#: Run modes: the plugin off, on, and on with the negative control's fault (:mod:`.faults`) installed.
+MODES = ("off", "on", "fault")
 EXIT_USAGE = 2
 
 
@@ -523,6 +529,15 @@ def run_plan(
 
 
 # ----------------------------------------------------------------------------- one run
+def fault_env(env: Dict[str, str], mode: str) -> Dict[str, str]:
+    """Set (mode ``fault``) or clear the negative control's fault variable in a run's environment."""
+    if mode == "fault":
+        env[faults.ENV] = faults.COMMIT_STEP0
+    else:
+        env.pop(faults.ENV, None)
+    return env
+
+
 Runner = Callable[[Dict[str, Any], str, Path, Path], Dict[str, Any]]
 
 _WORKER_BOOT = "import sys; from sglang_mamba_dedup.e2e import _worker_main; sys.exit(_worker_main(sys.argv[1:]))"
@@ -544,7 +559,8 @@ def run_in_subprocess(
     if out_path.exists():
         out_path.unlink()
     env = os.environ.copy()
-    env[SWITCH_ENV] = "1" if mode == "on" else "0"
+    env[SWITCH_ENV] = "0" if mode == "off" else "1"
+    fault_env(env, mode)
     env[REPORT_DIR_ENV] = str(report_dir)
     env.setdefault("PYTHONUNBUFFERED", "1")
     t0 = time.time()
@@ -776,10 +792,13 @@ def _random_dim(text: str) -> Tuple[str, int]:
 
 
 def _modes(text: str) -> List[str]:
-    """argparse type of ``--modes``: a comma list of at least two of ``off``/``on``."""
+    """argparse type of ``--modes``: a comma list of at least two runs of ``off``/``on``/``fault``, the
+    first ``off`` or ``on`` (the reference every later run is compared with)."""
     modes = [x.strip() for x in text.split(",") if x.strip()]
-    if len(modes) < 2 or any(m not in ("off", "on") for m in modes):
-        raise argparse.ArgumentTypeError(f"must list at least two runs of 'off'/'on', got {text!r}")
+    if len(modes) < 2 or any(m not in MODES for m in modes) or modes[0] == "fault":
+        raise argparse.ArgumentTypeError(
+            f"must list at least two runs of {'/'.join(repr(m) for m in MODES)}, the first not 'fault', got {text!r}"
+        )
     return modes
 
 
@@ -923,7 +942,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "--modes",
         default=None,
         type=_modes,
-        help="comma list of runs (default off,on); 'off,off' checks the harness (the engagement check is skipped)",
+        help="comma list of runs (default off,on); 'fault' adds the negative control (the plugin on with its "
+        "commit deliberately broken: its md5 must differ, else exit 6; the device recipe runs off,on,fault); "
+        "'off,off' checks the harness (the engagement check is skipped)",
     )
     r.add_argument(
         "--expect-track",
@@ -1322,9 +1343,11 @@ def _execute(
         if args.no_reports:
             what = f"server {args.base_url_on if mode == 'on' else args.base_url_off}"
         elif args.server:
-            what = "launch_server " + ("with --enable-mamba-conv-dedup" if mode == "on" else "without the flag")
+            what = "launch_server " + ("with --enable-mamba-conv-dedup" if mode != "off" else "without the flag")
         else:
-            what = f"{SWITCH_ENV}={'1' if mode == 'on' else '0'} (fresh process)"
+            what = f"{SWITCH_ENV}={'0' if mode == 'off' else '1'} (fresh process)"
+        if mode == "fault":
+            what += f" + {faults.ENV}={faults.COMMIT_STEP0} (negative control: {faults.FAULTS[faults.COMMIT_STEP0]})"
         _print(f"-- run {i + 1}/{len(plan)}: {what}" + (" [throwaway: untimed]" if throwaway else "") + " ...")
         t0 = time.monotonic()
         if runner is None and args.server:
@@ -1475,6 +1498,9 @@ def _compare(
         )
         if a["text_md5"] is not None or b["text_md5"] is not None:
             _print(f"md5 text, rounds 1+2:      run 1 {a['text_md5']} | run {k} {b['text_md5']}")
+        if r["mode"] == "fault":
+            _negative_control(k, base, r, same, len(prompts), summary, failures)
+            continue
         if not same:
             d = first_difference(_all_outputs(base), _all_outputs(r))
             failures.append(
@@ -1490,7 +1516,11 @@ def _compare(
             failures.append((EXIT_MD5_DIFFER, f"token ids equal but texts differ (run 1 vs run {k})"))
     if a["text_md5"] is None:
         _print("md5 text: none (no text: skip_tokenizer_init)")
-    b1_md5 = [(k, (r["stats"].get("batch1") or {}).get("ids_md5")) for k, r in enumerate(results, start=1)]
+    b1_md5 = [
+        (k, (r["stats"].get("batch1") or {}).get("ids_md5"))
+        for k, r in enumerate(results, start=1)
+        if r["mode"] != "fault"
+    ]
     b1_md5 = [(k, m) for k, m in b1_md5 if m]
     if b1_md5:
         differ = [f"run {k} {m}" for k, m in b1_md5 if m != b1_md5[0][1]]
@@ -1534,6 +1564,30 @@ def _compare(
     else:
         _print("throughput: not compared (single runs say nothing about a speed-up; --throughput-runs 3 measures it)")
     return summary
+
+
+def _negative_control(
+    k: int,
+    base: Dict[str, Any],
+    run: Dict[str, Any],
+    same: bool,
+    n_prompts: int,
+    summary: Dict[str, Any],
+    failures: List[Tuple[int, str]],
+) -> None:
+    """A ``fault`` run (the commit deliberately broken) must give other outputs than run 1."""
+    if same:
+        text = (
+            f"negative control NOT caught: run {k} (fault: {faults.FAULTS[faults.COMMIT_STEP0]}) gave run 1's md5; "
+            "this md5 check cannot see a broken commit"
+        )
+        _print(text)
+        failures.append((EXIT_FAULT_NOT_CAUGHT, text))
+    else:
+        d = first_difference(_all_outputs(base), _all_outputs(run))
+        where = f" (first difference at {_where(d[0], n_prompts)}, token {d[1]})" if d else ""
+        _print(f"negative control caught: run {k} (fault) differs from run 1 ({base['mode']}){where}")
+    summary.setdefault("negative_control", []).append({"run": k, "caught": not same})
 
 
 def _throughput(args: argparse.Namespace, spec: Dict[str, Any], results: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -1589,15 +1643,20 @@ def _plugin_status(
             + (f"; unreadable: {r['report_problems']}" if r.get("report_problems") else "")
         )
         summary["runs"][i]["commit_counts"] = [dict(commit_counts(s), pid=s.get("pid")) for s in shown]
-        if r["mode"] == "on" and not r.get("ok"):
+        if r["mode"] != "off" and not r.get("ok"):
             # the run failed: a missing or partial report says nothing about the plugin
             for s in shown:
                 _print("    " + describe_report(s))
             _print("    engaged: not judged (the run failed)")
             summary["runs"][i]["engaged"] = None
             summary["runs"][i]["scheduler_report"] = sched[0] if sched else None
-        elif r["mode"] == "on":
+        elif r["mode"] in ("on", "fault"):
             ok, reasons, rep = check_engaged(reports, parent, expect_track=args.track_expected)
+            if r["mode"] == "fault":
+                with_fault = [s for s in sched if (s.get("events") or {}).get("fault") == faults.COMMIT_STEP0]
+                if not with_fault:
+                    ok = False
+                    reasons = [*reasons, f"no scheduler report shows the fault {faults.COMMIT_STEP0} installed"]
             for s in shown:
                 _print("    " + describe_report(s))
             if not shown:
@@ -1638,7 +1697,7 @@ def _plugin_status(
 def _verdict(
     args: argparse.Namespace, summary: Dict[str, Any], failures: List[Tuple[int, str]], temp_model: Optional[Path]
 ) -> int:
-    order = [EXIT_RUN_FAILED, EXIT_MD5_DIFFER, EXIT_NOT_ENGAGED, EXIT_OFF_NOT_OFF]
+    order = [EXIT_RUN_FAILED, EXIT_MD5_DIFFER, EXIT_NOT_ENGAGED, EXIT_OFF_NOT_OFF, EXIT_FAULT_NOT_CAUGHT]
     code = EXIT_OK
     for c in order:
         if any(f[0] == c for f in failures):

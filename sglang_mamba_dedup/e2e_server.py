@@ -35,6 +35,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
+from . import faults
+
 FLAG = "--enable-mamba-conv-dedup"
 SWITCH_ENV = "SGLANG_MAMBA_DEDUP"
 REPORT_DIR_ENV = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
@@ -200,14 +202,17 @@ def run_server(
     versions: Callable[[], Dict[str, Any]] = dict,
     gpu: Callable[[], Dict[str, Any]] = dict,
 ) -> Dict[str, Any]:
-    """One run through a fresh ``launch_server``; ``mode`` "on" adds the launch flag."""
+    """One run through a fresh ``launch_server``; modes "on" and "fault" add the launch flag."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = os.environ.copy()
-    env.pop(SWITCH_ENV, None)  # off: the plugin stays off; on: the flag alone switches it on
+    env.pop(SWITCH_ENV, None)  # off: the plugin stays off; on / fault: the flag alone switches it on
+    env.pop(faults.ENV, None)
+    if mode == "fault":  # the negative control: the plugin on, its commit deliberately broken
+        env[faults.ENV] = faults.COMMIT_STEP0
     env[REPORT_DIR_ENV] = str(report_dir)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    cmd = command(spec["engine_kwargs"], port, mode == "on")
+    cmd = command(spec["engine_kwargs"], port, mode != "off")
     t0 = time.time()
     result: Dict[str, Any] = {"mode": mode, "ok": False, "command": cmd, "base_url": base}
     with open(log_path, "w") as log:

@@ -68,6 +68,7 @@ def _report(
     patches=None,
     track=None,
     ours_track=None,
+    fault=None,
 ):
     doc = {
         "pid": pid,
@@ -85,6 +86,7 @@ def _report(
             "ours_commit_calls": ours,
             "track_commit_calls": calls if track is None else track,
             "ours_track_commit_calls": ours if ours_track is None else ours_track,
+            **({"fault": fault} if fault else {}),
         },
     }
     if state is not None:
@@ -539,6 +541,42 @@ def test_main_pass_when_equal_and_engaged(workdir, tmp_path, capsys):
     assert "throughput" not in summary and "throughput_ratio" not in summary
 
 
+FAULT_REPORTS = {**ON_REPORTS, "fault": [_report(0, fault="commit_step0")]}
+
+
+def test_main_negative_control_caught(workdir, tmp_path, capsys):
+    runs = FakeRuns(FAULT_REPORTS, differ={"fault": 1}, rates={"off": [1.0], "on": [1.0], "fault": [1.0]})
+    code = e2e.main(ARGS + workdir + ["--modes", "off,on,fault", "--json-out", str(tmp_path / "s.json")], runner=runs)
+    out = capsys.readouterr().out
+    assert code == e2e.EXIT_OK, out
+    assert [m for m, _ in runs.calls] == ["off", "on", "fault"]
+    assert "negative control caught: run 3 (fault) differs from run 1 (off) (first difference at round 1, prompt 1" in out
+    assert "SGLANG_MAMBA_DEDUP_FAULT=commit_step0" in out and "RESULT: PASS" in out
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["negative_control"] == [{"run": 3, "caught": True}] and summary["runs"][2]["engaged"] is True
+
+
+def test_main_negative_control_not_caught_is_a_failure(workdir, capsys):
+    runs = FakeRuns(FAULT_REPORTS, rates={"off": [1.0], "on": [1.0], "fault": [1.0]})  # the fault changed nothing
+    code = e2e.main(ARGS + workdir + ["--modes", "off,on,fault"], runner=runs)
+    out = capsys.readouterr().out
+    assert code == e2e.EXIT_FAULT_NOT_CAUGHT == 6
+    assert "negative control NOT caught: run 3" in out and "RESULT: FAIL" in out
+
+
+def test_main_fault_run_without_the_fault_in_its_report_is_not_engaged(workdir, capsys):
+    reports = {**ON_REPORTS, "fault": [_report(0)]}  # the scheduler never installed the fault
+    runs = FakeRuns(reports, differ={"fault": 1}, rates={"off": [1.0], "on": [1.0], "fault": [1.0]})
+    assert e2e.main(ARGS + workdir + ["--modes", "off,on,fault"], runner=runs) == e2e.EXIT_NOT_ENGAGED
+    assert "no scheduler report shows the fault commit_step0 installed" in capsys.readouterr().out
+
+
+def test_fault_mode_sets_the_fault_only_in_fault_runs():
+    env = e2e.fault_env({"SGLANG_MAMBA_DEDUP_FAULT": "stale"}, "on")
+    assert "SGLANG_MAMBA_DEDUP_FAULT" not in env
+    assert e2e.fault_env({}, "fault") == {"SGLANG_MAMBA_DEDUP_FAULT": "commit_step0"}
+
+
 def test_main_md5_differ(workdir, capsys):
     runs = FakeRuns(ON_REPORTS, differ={"on": 1})
     code = e2e.main(ARGS + workdir, runner=runs)
@@ -747,6 +785,7 @@ def _stderr_line(err: str) -> str:
         (["--random-dim", "num_hidden_layers=2"], "needs --random-weights"),
         (["--modes", "off"], "--modes"),
         (["--modes", "off,maybe"], "--modes"),
+        (["--modes", "fault,on"], "the first not 'fault'"),
         (["--num-prompts", "0"], "--num-prompts"),
         (["--model-path", "org/model", "--prompt-format", "ids"], "--vocab-size"),
         (["--throughput-runs", "2", "--modes", "off,on,off"], "--throughput-runs plans the runs itself"),
@@ -765,6 +804,7 @@ def _stderr_line(err: str) -> str:
         "random-dim-alone",
         "modes-one",
         "modes-bad",
+        "modes-fault-first",
         "num-prompts",
         "ids-no-vocab",
         "throughput-modes",

@@ -22,6 +22,8 @@ from kernel_utils import (  # noqa: I001  (sets TRITON_INTERPRET before triton l
     strided_dst,
 )
 
+import sys
+
 import pytest
 import torch
 
@@ -457,7 +459,7 @@ def test_direct_launch_refuses_calls_it_was_not_built_for(monkeypatch):
     d = fc._DirectLaunch.__new__(fc._DirectLaunch)
     d.run = lambda *a: launched.append(a)
     d.function, d.metadata, d.head, d.tail = "fn", "md", (1, 2, 3), (7, 8)
-    d.dtypes, d.aligned, d.device_index, d.stream_of = (torch.int64,) * 5, True, 0, lambda dev: 99
+    d.dtypes, d.aligned, d.device_index, d.stream_of = (torch.int64,) * 5, (True,) * 5, 0, lambda dev: 99
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(fc, "_launch_hooks_set", lambda: False)
     base = torch.zeros(8, dtype=torch.int64)
@@ -473,6 +475,61 @@ def test_direct_launch_refuses_calls_it_was_not_built_for(monkeypatch):
     monkeypatch.setattr(fc, "_launch_hooks_set", lambda: True)
     assert not d.launch((4, 2, 2), idx, 2), "a profiler's launch hook must see the launch"
     assert len(launched) == n
+
+
+def _aligned_and_not(n: int):
+    """Two int64 index views of ``n`` elements: one 16-byte aligned, one 8 bytes past a boundary."""
+    buf = torch.zeros(2 * n + 4, dtype=torch.int64)
+    off = (-buf.data_ptr() % 16) // 8  # elements to the first 16-byte boundary
+    return buf[off : off + n], buf[off + 1 : off + 1 + n]
+
+
+def test_direct_launch_built_from_a_mocked_compiled_kernel_falls_back_per_pointer(monkeypatch):
+    """``_DirectLaunch.build`` with a mocked compiled kernel and binder (no GPU): the launcher it builds
+    keys on each index pointer's own 16-byte alignment, as Triton specialises. Built with the pattern
+    [D, -, D, -, D], a call with [-, D, -, D, -] (every pointer still aligned or not as a set, the old
+    one-bit key said 'same') must fall back to Triton's launch, and launch_plan must count it so."""
+    import importlib
+    import types
+
+    import triton.runtime as trt
+
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    al, mis = _aligned_and_not(2)
+    first = (al, mis, al, mis, al)
+    args = (torch.zeros(1), torch.zeros(1), torch.zeros(1), *first, 2, 5, 6)
+    kw = {"NUM_CONV": 1}
+    names = ["meta", "ssm_src", "ssm_dst", "a", "b", "c", "d", "e", "n_acc", "x", "y", "NUM_CONV"]
+
+    def binder(*a, **k):  # Triton's binder: the bound arguments in signature order
+        return dict(zip(names, list(a) + [k[n] for n in names[len(a) :]])), None, None
+
+    fake_kernel = types.SimpleNamespace(device_caches={0: (None, None, None, None, binder)}, arg_names=names)
+    monkeypatch.setattr(fc, "_fused_commit_kernel", fake_kernel)
+    fake_driver = types.SimpleNamespace(
+        active=types.SimpleNamespace(get_current_device=lambda: 0, get_current_stream=lambda dev: 77)
+    )
+    monkeypatch.setattr(trt, "driver", fake_driver)
+    launched = []
+    compiled = types.SimpleNamespace(run=lambda *a: launched.append(a), function="fn", packed_metadata="md")
+    d = fc._DirectLaunch.build(compiled, args, kw, 5)
+    assert isinstance(d, fc._DirectLaunch) and d.aligned == (True, False, True, False, True)
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(fc, "_launch_hooks_set", lambda: False)
+    assert d.launch((1, 1, 2), first, 2)
+    assert launched[-1][3] == 77 and launched[-1][9 + 3 : 9 + 8] == tuple(t.data_ptr() for t in first)
+    swapped = (mis, al, mis, al, mis)
+    assert not d.launch((1, 1, 2), swapped, 2), "another per-pointer alignment compiles another kernel"
+    assert len(launched) == 1
+
+    # a binder that binds differently (e.g. another Triton): no direct launcher at all, Triton's path only
+    def other_binder(*a, **k):
+        bound, _, _ = binder(*a, **k)
+        return dict(bound, x=-1), None, None
+
+    fake_kernel.device_caches = {0: (None, None, None, None, other_binder)}
+    assert fc._DirectLaunch.build(compiled, args, kw, 5) is None
 
 
 @CUDA
@@ -508,7 +565,9 @@ def test_fused_commit_direct_launch_is_used_and_exact(monkeypatch):
                     R, 3, N_SLOTS, g, skip_every=2, taken=kw["accept_slots"].tolist()
                 )
             exp = _expected(kw)
+            before = fc.LAUNCHES["direct"]
             fused_commit(**kw)
+            assert fc.LAUNCHES["direct"] == before + 1, "the call did not take the direct launch"
             _check(kw, exp, f"seed={seed} direct call {trial} track={track}")
         monkeypatch.setattr(fc, "_fused_commit_kernel", jit)
         # a misaligned accept_slots (4 bytes past a 16-byte boundary) and int32 steps: Triton's path again
@@ -520,6 +579,10 @@ def test_fused_commit_direct_launch_is_used_and_exact(monkeypatch):
         for t in (*kw["conv_dsts"], kw["ssm_dst"]):
             poison(t)
         exp = _expected(kw)
+        triton_before = fc.LAUNCHES["triton"]
         fused_commit(**kw)
+        assert fc.LAUNCHES["triton"] == triton_before + 1, "a call the launcher was not built for went direct"
         _check(kw, exp, f"seed={seed} misaligned/int32 indices track={track}")
     clear_plan_cache()
+    # the GPU recipe (tools/gpu-engine/run_bench.sh) fails when this line is missing or shows 0
+    print(f"\n[direct launches: {fc.LAUNCHES['direct']}]", file=sys.__stdout__, flush=True)

@@ -578,8 +578,9 @@ class _DirectLaunch:
     Built after Triton's own launch compiled the variant, and only when Triton's binder, given the
     same arguments, yields exactly the argument list this launcher passes.  A call takes the direct
     path only when every index tensor has the dtype and 16-byte alignment it had at that first
-    launch and the current device is the same: then Triton would have picked this same compiled
-    kernel.  Pointers are passed as integers (the launcher takes them as device pointers)."""
+    launch, pointer by pointer (Triton's specialisation key), and the current device is the same:
+    then Triton would have picked this same compiled kernel; any other call returns False and takes
+    Triton's own launch.  Pointers are passed as integers (the launcher takes them as device pointers)."""
 
     __slots__ = ("run", "function", "metadata", "head", "tail", "dtypes", "aligned", "device_index", "stream_of")
 
@@ -591,7 +592,8 @@ class _DirectLaunch:
         self.head = tuple(as_ptr[:3])  # meta, ssm_src, ssm_dst
         self.tail = tuple(as_ptr[3 + len(index) + 1 :])  # after the index tensors and n_acc
         self.dtypes = tuple(t.dtype for t in index)
-        self.aligned = all(t.data_ptr() % 16 == 0 for t in index)
+        # Triton specialises each pointer argument on its own 16-byte divisibility: one flag per pointer
+        self.aligned = tuple(t.data_ptr() % 16 == 0 for t in index)
         self.device_index = device_index
         self.stream_of = stream_of
 
@@ -622,7 +624,8 @@ class _DirectLaunch:
         ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), e.data_ptr())
         if (
             (a.dtype, b.dtype, c.dtype, d.dtype, e.dtype) != self.dtypes
-            or ((ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4]) % 16 == 0) != self.aligned
+            or (ptrs[0] % 16 == 0, ptrs[1] % 16 == 0, ptrs[2] % 16 == 0, ptrs[3] % 16 == 0, ptrs[4] % 16 == 0)
+            != self.aligned
             or torch.cuda.current_device() != self.device_index
             or _launch_hooks_set()
         ):
@@ -647,6 +650,10 @@ class _DirectLaunch:
 
 #: False under TRITON_INTERPRET (the kernel is interpreted on the host: no compiled launcher).
 _CAN_LAUNCH_DIRECTLY = isinstance(_fused_commit_kernel, triton.runtime.jit.JITFunction)
+
+#: Launches in this process by path (Python integer increments): ``direct`` through :class:`_DirectLaunch`,
+#: ``triton`` through Triton's own launch. The GPU recipe checks that ``direct`` grew.
+LAUNCHES = {"direct": 0, "triton": 0}
 
 
 def launch_plan(
@@ -688,7 +695,9 @@ def launch_plan(
     index = (accept_steps, accept_slots, track_steps, track_slots, src_rows)
     direct = plan.direct.get(variant)
     if direct is not None and direct.launch(grid, index, n_acc):
+        LAUNCHES["direct"] += 1
         return
+    LAUNCHES["triton"] += 1
     fixed, kw = plan.calls[variant]
     if plan.ssm_int_dtype is not None:
         ssm = (ssm_src.view(plan.ssm_int_dtype), ssm_dst.view(plan.ssm_int_dtype))

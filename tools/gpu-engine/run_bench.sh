@@ -38,6 +38,17 @@ if [[ ,$STEPS, == *,tests,* ]]; then
     tests/test_kernel_conv_commit.py tests/test_kernel_ssm_commit.py tests/test_kernel_tail_copy.py \
     > /tmp/pytest_gpu.log 2>&1 || status=1
   tail -3 /tmp/pytest_gpu.log
+  # The direct launch of the compiled kernel runs only on CUDA: its test alone, unsandboxed output; this
+  # recipe fails loudly when the test was skipped or counted no direct launch.
+  PYTHONPATH=$new timeout 120 python3 -P -m pytest -q -s -p no:cacheprovider -rA \
+    "tests/test_kernel_fused_commit.py::test_fused_commit_direct_launch_is_used_and_exact" > /tmp/pytest_direct.log 2>&1 || status=1
+  direct=$(grep -oE '\[direct launches: [0-9]+\]' /tmp/pytest_direct.log | grep -oE '[0-9]+' | tail -1)
+  if grep -q "PASSED tests/test_kernel_fused_commit.py::test_fused_commit_direct_launch_is_used_and_exact" /tmp/pytest_direct.log \
+     && [ "${direct:-0}" -gt 0 ]; then
+    stamp "direct launch exercised: $direct direct launches"
+  else
+    stamp "FAIL: the direct launch did not run (direct launches: ${direct:-none})"; tail -20 /tmp/pytest_direct.log; status=1
+  fi
   PYTHONPATH=$new CUDA_VISIBLE_DEVICES= timeout 300 python3 -P -m pytest -q -n 8 -p no:cacheprovider \
     tests/test_integration_commit_sim.py tests/test_qwen35_smoke.py > /tmp/pytest_sim.log 2>&1 || status=1
   tail -3 /tmp/pytest_sim.log

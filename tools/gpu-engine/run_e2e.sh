@@ -3,6 +3,11 @@
 #
 #   bash tools/gpu-engine/run_e2e.sh [MODES] [extra `sglang-mamba-dedup e2e` options ...]
 #
+# MODES defaults to off,on,fault: every proof runs the negative control too (the plugin on with its commit
+# deliberately broken, SGLANG_MAMBA_DEDUP_FAULT=commit_step0, sglang_mamba_dedup/faults.py). The exit status
+# is the e2e's: 0 only when off == on, the plugin engaged and the fault run differs ("negative control
+# caught"); 6 when the fault run gives the same md5.
+#
 # Run from the repository root through the device `run` tool with carry [".whl", ".stub"] (the 37 wheels
 # of SGLang 0.5.23 and the sgl_kernel stand-in, ../shared/gpu/README.md). WHEEL_DIR (default .whl) names
 # another carried wheel folder, e.g. for SGLang 0.5.13.post1 (carry [".whl513", ".stub"]):
@@ -22,7 +27,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 OUT=${OUT:-/tmp/e2e-out}
 mkdir -p "$OUT"
-MODES=${1:-off,on}
+MODES=${1:-off,on,fault}
 shift || true
 T0=$(date +%s)
 stamp() { echo "[run_e2e +$(( $(date +%s) - T0 ))s] $*"; }
