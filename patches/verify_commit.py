@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from sglang_mamba_dedup import activation, report
 from sglang_mamba_dedup.patcher import Callee

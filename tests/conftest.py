@@ -44,9 +44,7 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _plugin_clean(monkeypatch):
-    from sglang_mamba_dedup import activation, patch_state, report
-
-    from sglang_mamba_dedup import faults
+    from sglang_mamba_dedup import activation, faults, patch_state, report
 
     monkeypatch.delenv(activation.ENV, raising=False)
     monkeypatch.delenv(faults.ENV, raising=False)

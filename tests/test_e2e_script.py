@@ -550,7 +550,9 @@ def test_main_negative_control_caught(workdir, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == e2e.EXIT_OK, out
     assert [m for m, _ in runs.calls] == ["off", "on", "fault"]
-    assert "negative control caught: run 3 (fault) differs from run 1 (off) (first difference at round 1, prompt 1" in out
+    assert (
+        "negative control caught: run 3 (fault) differs from run 1 (off) (first difference at round 1, prompt 1" in out
+    )
     assert "SGLANG_MAMBA_DEDUP_FAULT=commit_step0" in out and "RESULT: PASS" in out
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["negative_control"] == [{"run": 3, "caught": True}] and summary["runs"][2]["engaged"] is True

@@ -10,7 +10,6 @@ under ``TRITON_INTERPRET=1``.
 
 from __future__ import annotations
 
-
 import integration_utils as iu
 import pytest
 import torch

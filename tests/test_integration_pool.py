@@ -8,7 +8,6 @@ Take-over releases (0.5.23): upstream builds it; the plugin verifies and records
 
 from __future__ import annotations
 
-
 import importlib
 import itertools
 import math

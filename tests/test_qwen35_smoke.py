@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 
-
 import integration_utils as iu
 import pytest
 
