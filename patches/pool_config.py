@@ -35,9 +35,31 @@ logger = logging.getLogger("sglang_mamba_dedup")
 last_estimate: Dict[str, Any] = {}
 
 
+_warned_unbound: list = []
+
+
 def init_pools(wrapped, instance, args, kwargs):
-    sa = getattr(instance, "server_args", None)
-    topk = getattr(sa, "speculative_eagle_topk", None)
+    runner = instance
+    if runner is None and args and hasattr(args[0], "server_args"):
+        # reached through the class attribute with self first (another plugin's wrapper around ours):
+        # wrapt passes no instance; the runner is the first argument
+        runner = args[0]
+        if not _warned_unbound:
+            _warned_unbound.append(True)
+            logger.warning(
+                "sglang-mamba-dedup: ModelRunner._init_pools was called through the class attribute with self "
+                "first (another wrapper around ours?); the EAGLE topk is read from that argument"
+            )
+    sa = getattr(runner, "server_args", None)
+    if sa is None or not hasattr(sa, "speculative_eagle_topk"):
+        # the topk cannot be read: 'unknown', which the gate answers with SGLang's dense window (strict stops)
+        topk = gate._UNSET
+        logger.warning(
+            "sglang-mamba-dedup: ModelRunner._init_pools called in a form the plugin cannot read (no server_args "
+            "on its instance or first argument); the EAGLE topk is unknown, pools keep SGLang's dense window"
+        )
+    else:
+        topk = sa.speculative_eagle_topk
     unified = bool(getattr(sa, "enable_unified_memory", False))
     with gate.speculative_topk(topk, unified=unified, source="ModelRunner._init_pools"):
         return wrapped(*args, **kwargs)

@@ -14,6 +14,8 @@ import integration_utils as iu
 import pytest
 import torch
 
+from sglang_mamba_dedup import report
+
 pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
 
 
@@ -278,3 +280,78 @@ def test_commits_with_track_slots_are_counted(kernel_impl):
         ev = report.events()
         assert (ev["commit_calls"], ev["ours_commit_calls"]) == (2, 2), ev
         assert (ev["track_commit_calls"], ev["ours_track_commit_calls"]) == (1, 1), ev
+
+
+def _check_slots_hold_steps(cache, slots, steps, what):
+    for r, (s, sl) in enumerate(zip(steps.tolist(), slots)):
+        for conv, win in zip(cache.conv, cache.intermediate_conv_window):
+            assert torch.equal(conv[:, sl], win[:, r, s]), f"{what}: row {r} conv"
+        assert torch.equal(cache.temporal[:, sl], cache.intermediate_ssm[:, r, s]), f"{what}: row {r} SSM"
+
+
+def _slot_major(t):
+    """Same memory and shape, strides of a slot-major layout: ``as_strided_`` keeps ``data_ptr``."""
+    L, S = t.shape[:2]
+    inner = t[0, 0].numel()
+    strides = (inner, L * inner) + tuple(t.stride()[2:])
+    t.as_strided_(t.shape, strides)
+
+
+IN_PLACE = {
+    "conv_as_strided_": lambda c, g: _slot_major(c.conv[0]),
+    "temporal_as_strided_": lambda c, g: _slot_major(c.temporal),
+    "window_set_": lambda c, g: c.intermediate_conv_window[0].set_(
+        torch.randn(c.intermediate_conv_window[0].shape, generator=g).to(c.intermediate_conv_window[0].dtype)
+    ),
+    "conv_element_replaced": lambda c, g: c.conv.__setitem__(0, c.conv[0].clone()),
+    "window_element_replaced": lambda c, g: c.intermediate_conv_window.__setitem__(
+        0, torch.randn(c.intermediate_conv_window[0].shape, generator=g).to(c.intermediate_conv_window[0].dtype)
+    ),
+}
+
+
+@pytest.mark.parametrize("change", list(IN_PLACE))
+def test_in_place_layout_change_gets_a_fresh_plan(kernel_impl, change):
+    """A state tensor changed in place keeping its data_ptr (as_strided_), moved (set_), or a list element
+    replaced: the next commit must still land where SGLang's would. The plan was once keyed on pointers
+    only, and every row came out wrong here."""
+    g = torch.Generator().manual_seed(3)
+    with iu.cpu_stock_paths(), iu.plugin(True):
+        pool, backend = _small_backend()
+        cache = pool.mamba_pool.mamba_cache
+        steps = torch.tensor([1, 3])
+        cache.intermediate_ssm.copy_(torch.randn(cache.intermediate_ssm.shape, generator=g))
+        backend.update_mamba_state_after_mtp_verify(steps, None, None, None)
+        _check_slots_hold_steps(cache, (1, 2), steps, "first commit")
+        IN_PLACE[change](cache, g)
+        for p in getattr(pool.mamba_pool, "_intermediate_conv_window_phys", None) or cache.intermediate_conv_window:
+            p.copy_(torch.randn(p.shape, generator=g).to(p.dtype))
+        cache.intermediate_ssm.copy_(torch.randn(cache.intermediate_ssm.shape, generator=g))
+        backend.update_mamba_state_after_mtp_verify(steps, None, None, None)
+        _check_slots_hold_steps(cache, (1, 2), steps, f"after {change}")
+        assert report.events()["ours_commit_calls"] == 2
+
+
+def test_commit_called_through_the_class_attribute_is_ours(kernel_impl, caplog):
+    """Another plugin wraps the commit after ours and calls the class attribute with self first: wrapt then
+    gives our wrapper no instance. It once fell through to SGLang (0.5.13.post1: 'src tensor must be
+    contiguous' on our view; 0.5.23: silently SGLang's). Now our kernel serves it, with one WARNING."""
+    bk = iu.backend_module()
+    cls = bk.HybridLinearAttnBackend
+    with iu.cpu_stock_paths(), iu.plugin(True), pytest.MonkeyPatch.context() as monkeypatch:
+        ours = cls.__dict__["update_mamba_state_after_mtp_verify"]
+
+        def foreign(self, *args, **kwargs):  # another plugin's plain wrapper, installed after ours
+            return ours(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "update_mamba_state_after_mtp_verify", foreign)
+        pool, backend = _small_backend()
+        cache = pool.mamba_pool.mamba_cache
+        g = torch.Generator().manual_seed(5)
+        for steps in (torch.tensor([1, 3]), torch.tensor([2, 0])):
+            cache.intermediate_ssm.copy_(torch.randn(cache.intermediate_ssm.shape, generator=g))
+            backend.update_mamba_state_after_mtp_verify(steps, None, None, None)
+            _check_slots_hold_steps(cache, (1, 2), steps, "class-attribute call")
+        ev = report.events()
+        assert (ev["commit_calls"], ev["ours_commit_calls"]) == (2, 2), ev
+    assert caplog.text.count("verify commit was called through the class attribute") == 1

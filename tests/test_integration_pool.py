@@ -241,26 +241,41 @@ def test_strict_mode_raises_instead_of_stock():
 
 
 # ------------------------------------------------------------------------------------------------ plumbing
-def test_topk_plumbing_through_init_pools():
-    """The _init_pools wrapper publishes server_args.speculative_eagle_topk to the pool gate."""
+@pytest.mark.skipif(not iu.BACKPORT, reason="topk plumbing exists only where MambaPool does not take the topk (<0.5.14)")
+def test_topk_plumbing_through_init_pools(caplog):
+    """The _init_pools wrapper publishes server_args.speculative_eagle_topk to the pool gate, however it is
+    reached: SGLang's bound call, or the class attribute with self first (another plugin's wrapper around
+    ours), which once read the topk from instance=None and gave a topk-3 pool the dedup layout."""
+    import wrapt
+
     built = {}
 
-    def fake_init_pools(*args, **kwargs):  # stands in for SGLang's _init_pools body: builds the pool
+    def fake_init_pools(self):  # stands in for SGLang's _init_pools body: builds the pool
         built["pool"] = iu.build_pool(
             cache_params=_cp(), size=2, mamba_size=4, draft_tokens=4, topk=None, via_init_pools=False
         )
 
-    for topk, expect in ((1, "dedup"), (3, "stock")):
-        runner = types.SimpleNamespace(
-            server_args=types.SimpleNamespace(speculative_eagle_topk=topk, enable_unified_memory=False)
-        )
-        with iu.cpu_stock_paths(), iu.plugin(True):
-            pool_config.init_pools(fake_init_pools, runner, (), {})
-            mp = built["pool"].mamba_pool
-            if iu.BACKPORT:
-                assert (mp._smd_layout == "ours") == (expect == "dedup"), (topk, mp._smd_layout, report.events())
-    if iu.BACKPORT:
-        assert patch_state.PATCHER.status()["kv_cache_mixin.init_pools"]["state"] == "reverted"
+    installed = wrapt.FunctionWrapper(fake_init_pools, pool_config.init_pools)  # as the patcher wraps it
+    for call in ("bound", "class attribute"):
+        for topk, expect in ((1, "ours"), (3, "stock")):
+            runner = types.SimpleNamespace(
+                server_args=types.SimpleNamespace(speculative_eagle_topk=topk, enable_unified_memory=False)
+            )
+            with iu.cpu_stock_paths(), iu.plugin(True):
+                if call == "bound":
+                    installed.__get__(runner, type(runner))()
+                else:
+                    installed(runner)
+                layout = built["pool"].mamba_pool._smd_layout
+            assert layout == expect, (call, topk, layout, report.events())
+    assert caplog.text.count("_init_pools was called through the class attribute") == 1
+
+    # unreadable (no server_args anywhere): topk unknown -> SGLang's dense window; strict stops
+    with iu.cpu_stock_paths(), iu.plugin(True):
+        installed(object())
+        assert built["pool"].mamba_pool._smd_layout == "stock"
+    with iu.cpu_stock_paths(), iu.plugin(True, mode="strict"), pytest.raises(RuntimeError, match="topk unknown"):
+        installed(object())
 
 
 def test_patches_installed_where_expected():
