@@ -174,8 +174,19 @@ def _record_stock(instance, reason: str, kwargs, *, spec: bool) -> None:
         except Exception:  # noqa: BLE001 - report only
             dense = 0
     instance._smd_layout = "stock"
-    instance._smd_commit_ok = bool(spec) and _commit_ok(instance, kwargs)
-    report.record_layout("stock", reason, dense, dense, release=_sglang_version(), draft_tokens=d)
+    # SGLang's layout, SGLang's commit: our kernel serves only the deduplicated layouts it was checked on
+    # (tree verify with topk > 1 has no GPU evidence for it), as the README's failure table says.
+    instance._smd_commit_ok = False
+    report.record_layout(
+        "stock",
+        reason,
+        dense,
+        dense,
+        release=_sglang_version(),
+        draft_tokens=d,
+        commit="sglang",
+        commit_reason="SGLang's stock layout keeps SGLang's commit",
+    )
     if spec:
         logger.warning("sglang-mamba-dedup: MambaPool keeps SGLang's dense conv-window scratch: %s", reason)
     else:
@@ -198,10 +209,6 @@ def _commit_problem(instance, kwargs) -> Optional[str]:
     if kernel:
         return f"the plugin's commit kernel is unavailable: {kernel}"
     return None
-
-
-def _commit_ok(instance, kwargs) -> bool:
-    return _commit_problem(instance, kwargs) is None
 
 
 # ---------------------------------------------------------------------------------------------- back-port
@@ -308,6 +315,8 @@ def _add_dedup_scratch(wrapped, instance, kwargs) -> None:
         None,
         dense,
         physical,
+        commit="ours",
+        commit_reason=None,
         release=_sglang_version(),
         draft_tokens=d,
         conv_kernel=k,
@@ -390,6 +399,8 @@ def _takeover_init(wrapped, instance, kwargs):
         note,
         dense,
         physical,
+        commit="ours" if commit_problem is None else "sglang",
+        commit_reason=commit_problem,
         release=_sglang_version(),
         draft_tokens=d,
         conv_kernel=gate.conv_kernel_of(cache_params),

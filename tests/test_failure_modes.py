@@ -68,23 +68,20 @@ def test_newer_release_is_off_with_one_warning_and_can_be_allowed(monkeypatch, c
 
 # 3. a kernel that does not import: tried once, said once, doctor sees it ----------------------------------
 def test_kernel_import_failure_is_remembered_logged_once_and_seen_by_doctor(monkeypatch, caplog):
-    import builtins
-
-    real_import = builtins.__import__
     attempts = []
 
-    def broken(name, *args, **kwargs):
-        if name == "sglang_mamba_dedup.kernels" or (
-            name == "sglang_mamba_dedup" and args and args[2] and "kernels" in args[2]
-        ):
-            attempts.append(name)
-            raise ImportError("simulated broken triton")
-        return real_import(name, *args, **kwargs)
+    class _Broken:  # a meta-path finder: any import of our kernels package fails, however it is spelled
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name == "sglang_mamba_dedup.kernels" or name.startswith("sglang_mamba_dedup.kernels."):
+                attempts.append(name)
+                raise ImportError("simulated broken triton")
+            return None
 
     verify_commit.reset_kernel_cache()
     monkeypatch.delitem(sys.modules, "sglang_mamba_dedup.kernels", raising=False)
     monkeypatch.delitem(sys.modules, "sglang_mamba_dedup.kernels.fused_commit", raising=False)
-    monkeypatch.setattr(builtins, "__import__", broken)
+    monkeypatch.setattr(sys, "meta_path", [_Broken(), *sys.meta_path])
     try:
         with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
             for _ in range(5):
@@ -97,7 +94,6 @@ def test_kernel_import_failure_is_remembered_logged_once_and_seen_by_doctor(monk
         info = doctor.collect()
         assert any("kernel" in p and "simulated broken triton" in p for p in info["problems"]), info["problems"]
     finally:
-        monkeypatch.setattr(builtins, "__import__", real_import)
         verify_commit.reset_kernel_cache()
 
 

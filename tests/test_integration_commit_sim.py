@@ -355,3 +355,30 @@ def test_commit_called_through_the_class_attribute_is_ours(kernel_impl, caplog):
         ev = report.events()
         assert (ev["commit_calls"], ev["ours_commit_calls"]) == (2, 2), ev
     assert caplog.text.count("verify commit was called through the class attribute") == 1
+
+
+@pytest.mark.parametrize("topk", [2, "unknown"])
+def test_stock_layout_pool_keeps_sglangs_commit(kernel_impl, topk):
+    """A pool the gate kept on SGLang's dense layout (topk > 1; on the back-port also an unknown topk) is
+    committed by SGLang, as the README says: our kernel serves only the deduplicated layouts."""
+    if topk == "unknown" and not iu.BACKPORT:
+        pytest.skip("0.5.14+ pass the topk to the pool: it is never unknown there")
+    cp = iu.make_cache_params(num_layers=2, conv_dim=8, conv_kernel=4, num_heads=2, head_dim=4, state_size=4)
+    with iu.cpu_stock_paths(), iu.plugin(True):
+        if topk == "unknown":
+            pool = iu.build_pool(cache_params=cp, size=2, mamba_size=6, draft_tokens=4, topk=None, via_init_pools=False)
+        else:
+            pool = iu.build_pool(cache_params=cp, size=2, mamba_size=6, draft_tokens=4, topk=topk)
+        backend = iu.build_backend(pool, device="cpu", topk=2 if topk == 2 else 1, draft_tokens=4)
+        iu.set_forward_metadata(backend, torch.tensor([1, 2], dtype=torch.int32), 4)
+        mp = pool.mamba_pool
+        assert mp._smd_layout == "stock" and mp._smd_commit_ok is False
+        layout_event = report.events()["dedup_layout"]
+        assert layout_event["commit"] == "sglang", layout_event
+        cache = mp.mamba_cache
+        cache.intermediate_ssm.copy_(torch.randn(cache.intermediate_ssm.shape))
+        steps = torch.tensor([1, 2])
+        backend.update_mamba_state_after_mtp_verify(steps, None, None, None)
+        _check_slots_hold_steps(cache, (1, 2), steps, "SGLang's commit")
+        ev = report.events()
+        assert (ev["commit_calls"], ev["ours_commit_calls"]) == (1, 0), ev

@@ -241,7 +241,9 @@ def test_strict_mode_raises_instead_of_stock():
 
 
 # ------------------------------------------------------------------------------------------------ plumbing
-@pytest.mark.skipif(not iu.BACKPORT, reason="topk plumbing exists only where MambaPool does not take the topk (<0.5.14)")
+@pytest.mark.skipif(
+    not iu.BACKPORT, reason="topk plumbing exists only where MambaPool does not take the topk (<0.5.14)"
+)
 def test_topk_plumbing_through_init_pools(caplog):
     """The _init_pools wrapper publishes server_args.speculative_eagle_topk to the pool gate, however it is
     reached: SGLang's bound call, or the class attribute with self first (another plugin's wrapper around
