@@ -649,15 +649,21 @@ def test_cli_help_runs_without_sglang_import():
 
 
 def test_example_wrapper_calls_main(monkeypatch):
+    """The example passes its own arguments (not sys.argv[0]) to e2e.main and exits with its status."""
     import runpy
 
-    seen = {}
-    monkeypatch.setattr(e2e, "main", lambda argv=None: seen.setdefault("argv", argv) and 0 or 0)
-    monkeypatch.setattr(sys, "argv", ["e2e_md5.py", "--modes", "off,on"])
+    seen = []
+
+    def fake_main(argv=None):
+        seen.append(argv)
+        return 7
+
+    monkeypatch.setattr(e2e, "main", fake_main)
+    monkeypatch.setattr(sys, "argv", ["e2e_md5.py", "--modes", "off,on,fault"])
     with pytest.raises(SystemExit) as exc:
         runpy.run_path(str(ROOT / "examples" / "e2e_md5.py"), run_name="__main__")
-    assert exc.value.code == 0
-    assert "argv" in seen
+    assert exc.value.code == 7
+    assert seen == [["--modes", "off,on,fault"]]
 
 
 def test_throughput_runs_throwaway_alternating_table(workdir, tmp_path, capsys):

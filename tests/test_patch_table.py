@@ -61,12 +61,22 @@ def test_pyproject_extra_declares_the_same_range():
         pytest.skip("tomllib needs Python 3.11")
 
 
-def test_patches_ship_inside_the_package():
-    text = (ROOT / "pyproject.toml").read_text()
-    assert '"sglang_mamba_dedup.patches" = "patches"' in text
-    import sglang_mamba_dedup.patches as pkg
+def test_patches_ship_inside_the_package(tmp_path):
+    """Installed (editable here), ``sglang_mamba_dedup.patches`` is the top-level ``patches/`` folder and no
+    top-level ``patches`` module leaks into the environment (checked in a fresh process, from an empty
+    folder, so neither the checkout nor pytest's rootdir is on sys.path)."""
+    import subprocess
 
-    assert pkg.__name__ == "sglang_mamba_dedup.patches"
+    code = (
+        "import importlib.util, json, sglang_mamba_dedup.patches as p; "
+        "print(json.dumps([p.__file__, importlib.util.find_spec('patches') is not None]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True
+    )
+    path, leaked = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    assert pathlib.Path(path).resolve() == (ROOT / "patches" / "__init__.py").resolve(), path
+    assert not leaked, "a top-level 'patches' module is importable: the package-dir mapping is wrong"
 
 
 def test_wheel_contents(tmp_path):
