@@ -20,6 +20,7 @@ ALL = str(versions.SUPPORTED)
 BACKPORT = str(versions.BACKPORT)
 OLD_LAYOUT = str(versions.OLD_LAYOUT)  # pools built in model_runner_kv_cache_mixin
 NEW_LAYOUT = str(versions.NEW_LAYOUT)  # pools built in kv_cache_configurator
+UNIFIED_POOL = str(versions.UNIFIED_POOL)  # UnifiedMambaPool exists
 
 #: Features in application order; all of them only when the plugin is switched on. ``launch_flag`` makes
 #: SGLang's parser accept ``--enable-mamba-conv-dedup`` (which switched the plugin on from ``sys.argv``).
@@ -56,6 +57,16 @@ PATCHES: List[Patch] = [
         wrapper=mamba_pool.mamba_pool_init,
         params=("size", "spec_state_size", "cache_params", "mamba_layer_ids", "device", "speculative_num_draft_tokens"),
         doc="deduplicated conv-window scratch (back-port) / layout check (upstream)",
+    ),
+    Patch(
+        name="unified_mamba_pool.init",
+        feature="dedup_layout",
+        module="sglang.srt.mem_cache.unified_memory_pool",
+        attr="UnifiedMambaPool.__init__",
+        releases=UNIFIED_POOL,
+        wrapper=mamba_pool.unified_mamba_pool_init,
+        params=("unified_buffer", "spec_state_size", "speculative_num_draft_tokens"),
+        doc="says (WARNING; strict stops) that a unified-memory pool keeps SGLang's dense window and commit",
     ),
     Patch(
         name="hybrid_linear_attn.update_mamba_state_after_mtp_verify",

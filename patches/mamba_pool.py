@@ -123,6 +123,48 @@ def mamba_pool_init(wrapped, instance, args, kwargs):
     return _takeover_init(bound, instance, kwargs)
 
 
+UNIFIED_REASON = (
+    "UnifiedMambaPool (--enable-unified-memory) builds its own states with a dense conv-window scratch and "
+    "never runs MambaPool.__init__; the plugin does not serve it (SGLang's layout and commit)"
+)
+
+
+def unified_mamba_pool_init(wrapped, instance, args, kwargs):
+    """``UnifiedMambaPool.__init__`` (0.5.15+): not served, but said once, recorded, and refused in strict."""
+    spec = kwargs.get("speculative_num_draft_tokens") is not None
+    if spec:
+        _refuse_if_strict(UNIFIED_REASON)
+    result = wrapped(*args, **kwargs)
+    target = instance if instance is not None else (args[0] if args else None)
+    dense = 0
+    try:
+        dense = layout.nbytes(target.mamba_cache.intermediate_conv_window) if spec else 0
+    except Exception:  # noqa: BLE001 - report only
+        dense = 0
+    if target is not None:
+        try:
+            target._smd_layout = "stock"
+            target._smd_commit_ok = False
+        except AttributeError:
+            pass
+    report.record_layout(
+        "stock",
+        UNIFIED_REASON,
+        dense,
+        dense,
+        release=_sglang_version(),
+        draft_tokens=kwargs.get("speculative_num_draft_tokens"),
+        commit="sglang",
+        commit_reason=UNIFIED_REASON,
+        pool="UnifiedMambaPool",
+    )
+    if spec:
+        _warn_once("unified", "sglang-mamba-dedup: %s", UNIFIED_REASON)
+    else:
+        logger.info("sglang-mamba-dedup: %s (no speculative scratch: nothing to deduplicate)", UNIFIED_REASON)
+    return result
+
+
 # ---------------------------------------------------------------------------------------------- helpers
 def _topk_for(kwargs) -> Any:
     if "speculative_eagle_topk" in kwargs:

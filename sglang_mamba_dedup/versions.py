@@ -43,6 +43,8 @@ NEW_LAYOUT_FROM = "0.5.16"
 #: speculative decoding with the radix cache for hybrid GDN models: refused below this release (mamba
 #: scheduler strategy no_buffer; server_args ``_handle_mamba_radix_cache``), so the e2e turns the radix off.
 SPEC_RADIX_FROM = "0.5.14"
+#: ``UnifiedMambaPool`` (``--enable-unified-memory``) exists; it never runs ``MambaPool.__init__``.
+UNIFIED_POOL_FROM = "0.5.15"
 #: the first release we have not tested.
 UNTESTED_FROM = "0.5.24"
 
@@ -51,6 +53,7 @@ BACKPORT = SpecifierSet(f">={FIRST},<{UPSTREAM_DEDUP_FROM}")
 UPSTREAM_DEDUP = SpecifierSet(f">={UPSTREAM_DEDUP_FROM},<{UNTESTED_FROM}")
 OLD_LAYOUT = SpecifierSet(f">={FIRST},<{NEW_LAYOUT_FROM}")
 NEW_LAYOUT = SpecifierSet(f">={NEW_LAYOUT_FROM},<{UNTESTED_FROM}")
+UNIFIED_POOL = SpecifierSet(f">={UNIFIED_POOL_FROM},<{UNTESTED_FROM}")
 
 #: ``SGLANG_MAMBA_DEDUP_ALLOW_UNTESTED=1``: try the plugin on a release newer than :data:`SUPPORTED`; its
 #: patches are selected as for the newest tested release and every target is still resolved and checked.

@@ -2,6 +2,7 @@
 
 import argparse
 import gc
+import importlib
 import logging
 import os
 import sys
@@ -263,3 +264,54 @@ def test_status_of_another_release_patch_keeps_its_own_reason(monkeypatch):
     for p in estimator:
         if p is not active:
             assert st[p.name]["state"] == "not-applicable" and "smd_no_such_module" not in st[p.name]["reason"]
+
+
+# 6. UnifiedMambaPool (--enable-unified-memory, 0.5.15+) never runs MambaPool.__init__ -------------------------
+def _unified_pool():
+    """SGLang's own UnifiedMambaPool over a minimal stand-in of its unified buffer (the reliability audit's)."""
+    import types
+
+    import torch
+
+    um = importlib.import_module("sglang.srt.mem_cache.unified_memory_pool")
+    conv = [torch.zeros(2, 7, 8, 3, dtype=torch.bfloat16)]
+    temporal = torch.zeros(2, 7, 2, 4, 4)
+    spec = types.SimpleNamespace(
+        layer_num=2,
+        conv_slice_axis=0,
+        temporal_state_shape=(2, 4, 4),
+        conv_state_shapes=[(8, 3)],
+        conv_dtype=torch.bfloat16,
+        temporal_dtype=torch.float32,
+    )
+    buf = types.SimpleNamespace(
+        mamba_spec=lambda n: spec,
+        mamba_views_for=lambda n: (conv, temporal),
+        max_slots=lambda n: 7,
+        device="cpu",
+        total_bytes=1,
+    )
+    return um.UnifiedMambaPool(
+        unified_buffer=buf, sub_pool_name="m", spec_state_size=2, mamba_layer_ids=[0, 1], speculative_num_draft_tokens=4
+    )
+
+
+@pytest.mark.release
+def test_unified_mamba_pool_is_said_recorded_and_refused_in_strict(allow_cpu, caplog):
+    if not versions.in_range(iu.SGLANG_VERSION, versions.UNIFIED_POOL):
+        pytest.skip(f"SGLang {iu.SGLANG_VERSION} has no UnifiedMambaPool")
+    try:
+        _unified_pool()  # plugin off: does the stand-in buffer fit this release's constructor?
+    except (AttributeError, TypeError, KeyError) as exc:
+        pytest.skip(f"the stand-in unified buffer does not fit SGLang {iu.SGLANG_VERSION}: {exc}")
+    from sglang_mamba_dedup import report
+
+    with iu.plugin(True):
+        pool = _unified_pool()
+        ev = report.events()["dedup_layout"]
+        assert ev["state"] == "stock" and ev["pool"] == "UnifiedMambaPool" and ev["commit"] == "sglang", ev
+        assert pool._smd_commit_ok is False
+        assert patch_state.status()["unified_mamba_pool.init"]["calls"] == 1
+    assert "UnifiedMambaPool (--enable-unified-memory)" in caplog.text
+    with iu.plugin(True, mode="strict"), pytest.raises(RuntimeError, match="strict.*UnifiedMambaPool"):
+        _unified_pool()

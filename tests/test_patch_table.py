@@ -118,12 +118,15 @@ def test_wheel_contents(tmp_path):
 #: ``versions.py`` that does not match SGLang's history fails here.
 _OLD = ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1")
 _BACKPORT = ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1")
+_NO_UNIFIED_POOL = (*_BACKPORT, "0.5.14")  # UnifiedMambaPool appears in 0.5.15
 
 
 def _expected(release):
     return {
         "launch_flag": {"server_args.add_cli_args", "server_args.from_cli_args"},
-        "dedup_layout": {"mamba_pool.init"},
+        "dedup_layout": {"mamba_pool.init"}
+        if release in _NO_UNIFIED_POOL
+        else {"mamba_pool.init", "unified_mamba_pool.init"},
         "commit": {"hybrid_linear_attn.update_mamba_state_after_mtp_verify"},
         "topk_plumbing": {"kv_cache_mixin.init_pools"} if release in _BACKPORT else set(),
         "estimator": {"kv_cache_mixin.handle_max_mamba_cache"}
