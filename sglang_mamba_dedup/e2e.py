@@ -61,6 +61,7 @@ import argparse
 import datetime as _dt
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -164,6 +165,8 @@ def load_prompts(path: Optional[os.PathLike] = None, limit: Optional[int] = None
     """The fixed prompt set (text), in file order; ``limit`` keeps the first ``limit`` prompts."""
     doc = json.loads(Path(path or PROMPTS_PATH).read_text(encoding="utf-8"))
     prompts = doc["prompts"] if isinstance(doc, dict) else doc
+    if not isinstance(prompts, list) or not prompts:
+        raise ValueError('expected a non-empty JSON list of prompts (or {"prompts": [...]})')
     if not all(isinstance(p, str) and p for p in prompts):
         raise ValueError("prompts must be non-empty strings")
     return list(prompts[:limit] if limit else prompts)
@@ -812,6 +815,16 @@ def _positive_int(text: str) -> int:
     return num
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        num = int(text)
+    except ValueError:
+        num = -1
+    if num < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive integer, got {text!r}")
+    return num
+
+
 def _positive_float(text: str) -> float:
     try:
         num = float(text)
@@ -860,9 +873,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     s = p.add_argument_group("speculative decoding")
     s.add_argument("--speculative-algorithm", default="NEXTN")
-    s.add_argument("--num-steps", type=int, default=3)
-    s.add_argument("--topk", type=int, default=1)
-    s.add_argument("--num-draft-tokens", type=int, default=4)
+    s.add_argument("--num-steps", type=_positive_int, default=3)
+    s.add_argument("--topk", type=_positive_int, default=1)
+    s.add_argument("--num-draft-tokens", type=_positive_int, default=4)
 
     g = p.add_argument_group("generation (two rounds per run: the prompts, then prompt + output + a new suffix)")
     g.add_argument("--prompts", default=None, help="prompt file (default: the shipped data/prompts.json)")
@@ -880,11 +893,14 @@ def _build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-ignore-eos", action="store_true", help="stop at EOS (default: fixed lengths)")
     g.add_argument("--seed", type=int, default=0, help="SGLang random_seed (and sampling seed)")
     g.add_argument(
-        "--batch-size", type=int, default=0, help="prompts per generate call (default 0: all at once, the full batch)"
+        "--batch-size",
+        type=_non_negative_int,
+        default=0,
+        help="prompts per generate call (default 0: all at once, the full batch)",
     )
     g.add_argument(
         "--max-running-requests",
-        type=int,
+        type=_positive_int,
         default=None,
         help="concurrency cap of the scheduler (default: the batch size); fixed so that all runs batch the same way",
     )
@@ -991,7 +1007,7 @@ def _build_parser() -> argparse.ArgumentParser:
         help="start no further run once the time since the start plus 1.1 x the longest run so far exceeds "
         "this; the runs not started are listed (fits a call into a time limit)",
     )
-    r.add_argument("--run-timeout", type=float, default=1200.0, help="seconds per run")
+    r.add_argument("--run-timeout", type=_positive_float, default=1200.0, help="seconds per run")
     r.add_argument(
         "--workdir",
         default=None,
@@ -1032,10 +1048,38 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         ]
         if given:
             parser.error(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} --random-weights")
+    if args.prompts is not None:
+        try:
+            load_prompts(args.prompts)
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+            parser.error(f"--prompts {args.prompts!r}: {type(exc).__name__}: {exc}")
+    if args.workdir is not None and Path(args.workdir).exists() and not Path(args.workdir).is_dir():
+        parser.error(f"--workdir {args.workdir!r} exists and is not a folder")
+    if args.json_out is not None:
+        problem = _unwritable(Path(args.json_out))
+        if problem:
+            parser.error(f"--json-out {args.json_out!r}: {problem}")
+    if args.random_weights and importlib.util.find_spec("safetensors") is None:
+        parser.error(
+            "--random-weights writes a checkpoint with safetensors, which is not installed: "
+            "pip install 'sglang-mamba-dedup[e2e]'"
+        )
     if args.prompt_format == "ids" and not args.random_weights and args.vocab_size is None:
         model = args.model_path or DEFAULT_MODEL
         if not (Path(model) / "config.json").exists():
             parser.error(f"--prompt-format ids needs --vocab-size (no local config.json in {model!r} to read it from)")
+
+
+def _unwritable(path: Path) -> Optional[str]:
+    """Why ``path`` cannot be written (checked before any run, so a long run never ends in a traceback)."""
+    if path.is_dir():
+        return "is a folder"
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        return f"its folder {str(folder)!r} does not exist"
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "not writable"
+    return None
 
 
 def _cuda_problem(engine_kwargs: Dict[str, Any]) -> Optional[str]:

@@ -802,6 +802,17 @@ def _stderr_line(err: str) -> str:
         (["--throughput-from", "s.json", "--batch1-tokens", "300"], "--throughput-from and --batch1-tokens need"),
         (["--throughput-runs", "1", "--batch1-tokens", "0"], "--batch1-tokens"),
         (["--time-budget", "-5"], "--time-budget"),
+        (["--prompts", "/nonexistent.json"], "FileNotFoundError"),
+        (["--prompts", "{tmp}/bad.json"], "JSONDecodeError"),
+        (["--prompts", "{tmp}/empty.json"], "non-empty strings"),
+        (["--prompts", "{tmp}/none.json"], "non-empty JSON list"),
+        (["--workdir", "{tmp}/bad.json"], "is not a folder"),
+        (["--num-draft-tokens", "0"], "--num-draft-tokens"),
+        (["--batch-size", "-3"], "--batch-size"),
+        (["--max-running-requests", "0"], "--max-running-requests"),
+        (["--run-timeout", "0"], "--run-timeout"),
+        (["--json-out", "/nonexistent/dir/x.json"], "does not exist"),
+        (["--json-out", "{tmp}"], "is a folder"),
     ],
     ids=[
         "preset",
@@ -821,16 +832,44 @@ def _stderr_line(err: str) -> str:
         "throughput-options-alone",
         "batch1-zero",
         "time-budget",
+        "prompts-missing",
+        "prompts-not-json",
+        "prompts-empty-prompt",
+        "prompts-empty-list",
+        "workdir-a-file",
+        "draft-tokens-0",
+        "batch-size-negative",
+        "max-running-0",
+        "run-timeout-0",
+        "json-out-no-folder",
+        "json-out-a-folder",
     ],
 )
 def test_usage_errors_exit_2_before_anything_runs(extra, needle, tmp_path, no_build, capsys):
     runs = FakeRuns(ON_REPORTS)
+    (tmp_path / "bad.json").write_text("not json")
+    (tmp_path / "empty.json").write_text('{"prompts": [""]}')
+    (tmp_path / "none.json").write_text("[]")
+    extra = [x.replace("{tmp}", str(tmp_path)) for x in extra]
     with pytest.raises(SystemExit) as exc:
         e2e.main(["--workdir", str(tmp_path / "w")] + extra, runner=runs)
     assert exc.value.code == 2
     line = _stderr_line(capsys.readouterr().err)
     assert needle in line, line
     assert not runs.calls and not (tmp_path / "w").exists()
+
+
+def test_missing_safetensors_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    real = e2e.importlib.util.find_spec
+    monkeypatch.setattr(
+        e2e.importlib.util, "find_spec", lambda name, *a: None if name == "safetensors" else real(name, *a)
+    )
+    runs = FakeRuns(ON_REPORTS)
+    with pytest.raises(SystemExit) as exc:
+        e2e.main(["--workdir", str(tmp_path / "w"), "--random-weights"], runner=runs)
+    assert exc.value.code == 2
+    assert "pip install 'sglang-mamba-dedup[e2e]'" in _stderr_line(capsys.readouterr().err)
+    assert not runs.calls
 
 
 def test_usage_error_from_the_command_line(tmp_path):
