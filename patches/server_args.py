@@ -1,8 +1,9 @@
 """Launch flag ``--enable-mamba-conv-dedup`` on SGLang's own command line.
 
 Wraps (all supported releases, 0.5.12 ... 0.5.23):
-  * ``sglang.srt.server_args.ServerArgs.add_cli_args`` (staticmethod): adds the flag to the parser
-    (also reachable from a ``--config`` YAML file, which SGLang merges through the same parser);
+  * ``sglang.srt.server_args.ServerArgs.add_cli_args`` (staticmethod): adds the flag to the parser (not
+    from a ``--config`` YAML file: SGLang turns its keys into arguments after plugins were loaded, so the
+    switch was never set; use ``SGLANG_MAMBA_DEDUP=1`` there);
   * ``sglang.srt.server_args.ServerArgs.from_cli_args`` (classmethod): when the parsed arguments carry
     the flag, makes sure ``SGLANG_MAMBA_DEDUP`` is set in ``os.environ`` *before* SGLang spawns its
     scheduler processes (they inherit only the environment). Normally ``activation.register`` has

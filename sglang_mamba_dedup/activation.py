@@ -12,8 +12,10 @@ SGLang version returns at once. Switched off, it wraps nothing at all.
 The launch flag ``--enable-mamba-conv-dedup`` (``python -m sglang.launch_server`` / ``sglang serve``): SGLang
 loads plugins before it parses its command line, so :func:`register` sees the flag in ``sys.argv``, sets
 ``SGLANG_MAMBA_DEDUP=1`` (which the spawned scheduler processes inherit) and installs the ``launch_flag``
-patches so that SGLang's parser accepts the flag and lists it in ``--help``. With ``--config`` files, use
-the environment variable instead.
+patches so that SGLang's parser accepts the flag (``python -m sglang.launch_server --help`` lists it only
+when the plugin is switched on; ``sglang serve --help`` does not). The flag is never read from a
+``--config`` YAML file: use the environment variable there. A bad switch value with the flag keeps the
+plugin off and the launch going (the flag is accepted and ignored).
 
 The switch's values and their parsing (``ENV``, ``Mode``, ``parse_mode`` ...) live in :mod:`.switch`, which
 :mod:`.report` reads too (so it needs no import of this module); they are re-exported here.
@@ -142,6 +144,11 @@ def _register() -> None:
 
     if bad is not None:
         patch_state.revert()
+        if flag:
+            # The launch flag must never take a launch down: SGLang's parser still learns it; the bad value
+            # keeps the plugin off (the environment variable wins over the flag, and it is not understood).
+            flag_result = patch_state.apply(["launch_flag"])["launch_flag"]
+            head += f" [{FLAG} given, accepted and ignored]" if flag_result is None else f" [{FLAG} given]"
         _say(logging.ERROR, f"{head}: {bad}")
         return
     if mode is Mode.OFF and flag:

@@ -2,7 +2,8 @@
 
 ``status()`` in :mod:`.patch_state` says what was wrapped; this module records what *happened*: which conv
 window layout the pool got (and its bytes) and how many commits ran through our kernels. When
-``SGLANG_MAMBA_DEDUP_REPORT_DIR`` is set, each process writes ``status-<pid>.json`` there whenever that
+``SGLANG_MAMBA_DEDUP_REPORT_DIR`` is set, each process writes ``status-<pid>-<token>.json`` there (the token,
+random per process, keeps two PID namespaces sharing one folder apart) whenever that
 changes (pool built; 1st, 2nd, 4th, 8th ... commit), so a driver can read what the *scheduler* process
 saw. Counting is a Python integer increment: no device work, no host sync.
 """
@@ -96,6 +97,16 @@ def snapshot() -> Dict[str, Any]:
 
 
 _atexit_registered = False
+_token: Tuple[int, str] = (0, "")
+
+
+def report_path(directory: str) -> str:
+    """This process's report file in ``directory``: ``status-<pid>-<token>.json``."""
+    global _token
+    pid = os.getpid()
+    if _token[0] != pid:  # a forked child gets a token of its own
+        _token = (pid, secrets.token_hex(4))
+    return os.path.join(directory, f"status-{pid}-{_token[1]}.json")
 
 
 def write() -> Optional[str]:
@@ -114,7 +125,7 @@ def write() -> Optional[str]:
     try:
         text = json.dumps(snapshot(), indent=1, sort_keys=True)
         os.makedirs(directory, exist_ok=True)
-        path = os.path.join(directory, f"status-{os.getpid()}.json")
+        path = report_path(directory)
         tmp, fd = _create_temp(path)
         try:
             f = os.fdopen(fd, "w")

@@ -140,9 +140,10 @@ def allow_untested() -> bool:
 
 
 def is_untested_newer(version: Optional[str]) -> bool:
-    """A release newer than every one we test (0.5.24, 0.6.0, ...)."""
+    """A release newer than every one we test: 0.5.24, 0.6.0, and also 0.5.23.post1, 0.5.24rc1, 0.5.24.dev0
+    (PEP 440 orders pre-releases of 0.5.24 below it, so ``<0.5.24`` alone would call them 'older')."""
     v = parse(version) if version else None
-    return v is not None and v >= Version(UNTESTED_FROM)
+    return v is not None and v > Version(RELEASES[-1])
 
 
 def effective(version: Optional[str]) -> Optional[str]:
@@ -155,6 +156,8 @@ def effective(version: Optional[str]) -> Optional[str]:
 
 def mode_for(version: Optional[str]) -> str:
     """How the plugin works on a release: 'backport', 'takeover' or 'unsupported'."""
+    if is_untested_newer(version) and not allow_untested():
+        return "unsupported"
     version = effective(version)
     if not in_range(version):
         return "unsupported"

@@ -3,6 +3,7 @@
 import argparse
 import logging
 import os
+import pathlib
 
 import pytest
 
@@ -152,6 +153,21 @@ def test_launch_flag_on_the_command_line_switches_on(monkeypatch):
     assert "--enable-mamba-conv-dedup given" in activation.last_summary()
 
 
+def test_launch_flag_with_a_bad_switch_value_keeps_the_launch_going(monkeypatch):
+    """The flag never takes a launch down: with SGLANG_MAMBA_DEDUP=garbage the plugin stays off (one ERROR
+    line), but SGLang's parser still accepts the flag."""
+    from sglang.srt.server_args import ServerArgs
+
+    monkeypatch.setenv(activation.ENV, "garbage")
+    monkeypatch.setattr("sys.argv", ["sglang.launch_server", "--model-path", "m", "--enable-mamba-conv-dedup"])
+    activation.register()
+    assert not (_switched_patch_names() & _wrapped_names()), "a bad value must keep the plugin off"
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    assert parser.parse_args(["--model-path", "dummy", "--enable-mamba-conv-dedup"]).enable_mamba_conv_dedup is True
+    assert "accepted and ignored" in activation.last_summary() and "not understood" in activation.last_summary()
+
+
 def test_parsed_flag_sets_the_env_var_when_argv_did_not_show_it(monkeypatch):
     """A caller that builds the argv list itself: from_cli_args is the second guard."""
     from sglang.srt.server_args import ServerArgs
@@ -196,10 +212,10 @@ def test_report_file_is_written_with_status_and_events(monkeypatch, tmp_path):
     report.record_layout("ours", None, dense_bytes=1200, physical_bytes=700)
     for _ in range(3):
         report.count_commit(ours=True)
-    data = json.loads((tmp_path / f"status-{os.getpid()}.json").read_text())
+    data = json.loads(pathlib.Path(report.report_path(str(tmp_path))).read_text())
     assert data["mode"] == "on" and data["sglang_version"] == versions.installed_sglang_version()
     assert data["events"]["dedup_layout"]["physical_bytes"] == 700
     assert data["events"]["commit_calls"] == 2, "rewritten at the 1st, 2nd, 4th ... commit only"
     assert data["patches"]["mamba_pool.init"]["state"] == "applied"
     report.write()
-    assert json.loads((tmp_path / f"status-{os.getpid()}.json").read_text())["events"]["ours_commit_calls"] == 3
+    assert json.loads(pathlib.Path(report.report_path(str(tmp_path))).read_text())["events"]["ours_commit_calls"] == 3

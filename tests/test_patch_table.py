@@ -170,6 +170,9 @@ def test_ranges_come_from_the_named_boundaries():
     "version,allowed,problem,mode",
     [
         ("0.5.24", False, "newer than every release", "unsupported"),
+        ("0.5.24rc1", False, "newer than every release", "unsupported"),
+        ("0.5.23.post1", False, "newer than every release", "unsupported"),
+        ("0.5.24.dev0", True, None, "takeover"),
         ("0.5.24", True, None, "takeover"),
         ("0.6.0", True, None, "takeover"),
         ("0.5.11", True, "older than 0.5.12", "unsupported"),

@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 
 import pytest
 
@@ -17,7 +18,7 @@ def report_dir(monkeypatch, tmp_path):
 
 
 def _check_report(report_dir, written):
-    path = report_dir / f"status-{os.getpid()}.json"
+    path = pathlib.Path(report.report_path(str(report_dir)))
     assert written == str(path)
     assert path.is_file() and not path.is_symlink(), "the report must be a regular file of its own"
     data = json.loads(path.read_text())
@@ -29,13 +30,13 @@ def _check_report(report_dir, written):
 def test_report_write_never_follows_a_planted_symlink(report_dir, tmp_path, planted):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
-    name = f"status-{os.getpid()}.json" + (".tmp" if planted == "temp_name" else "")
+    name = pathlib.Path(report.report_path(str(report_dir))).name + (".tmp" if planted == "temp_name" else "")
     (report_dir / name).symlink_to(victim)
     written = report.write()
     assert victim.read_text() == "precious\n", "the report wrote through a symlink"
     assert not victim.is_symlink()
     _check_report(report_dir, written)
-    leftovers = {p.name for p in report_dir.iterdir()} - {f"status-{os.getpid()}.json", name}
+    leftovers = {p.name for p in report_dir.iterdir()} - {pathlib.Path(report.report_path(str(report_dir))).name, name}
     assert not leftovers, f"temporary files left behind: {leftovers}"
 
 
