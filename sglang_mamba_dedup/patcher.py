@@ -179,6 +179,13 @@ def check_params(raw: Any, params: Sequence[str], target: str) -> None:
         raise TargetError(f"cannot read the signature of {target}: {exc}") from exc
     missing = [p for p in params if p not in sig.parameters]
     if missing:
+        kinds = {p.kind for p in sig.parameters.values()}
+        if {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD} <= kinds:
+            where = (
+                f"{target} has the signature {sig} (defined in {getattr(func, '__module__', '?')}): probably "
+                "another plugin's wrapper without functools.wraps, which hides SGLang's parameters"
+            )
+            raise TargetError(f"{where}; cannot check for parameter(s) {', '.join(missing)}")
         raise TargetError(f"{target} changed signature: no parameter(s) {', '.join(missing)} (has {sig})")
 
 

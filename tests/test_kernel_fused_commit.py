@@ -586,3 +586,20 @@ def test_fused_commit_direct_launch_is_used_and_exact(monkeypatch):
     clear_plan_cache()
     # the GPU recipe (tools/gpu-engine/run_bench.sh) fails when this line is missing or shows 0
     print(f"\n[direct launches: {fc.LAUNCHES['direct']}]", file=sys.__stdout__, flush=True)
+
+
+@pytest.mark.parametrize("which", ["conv_slot_stride_0", "ssm_slots_alias"])
+def test_fused_commit_rejects_self_overlapping_destination(which):
+    """Two rows committed to 'different' slots that share memory would race: refused before any write."""
+    g, seed = new_generator()
+    kw, _ = _case(3, 4, "dedup", torch.float32, torch.float32, g, False)
+    if which == "conv_slot_stride_0":  # every slot of conv kind 0 is the same memory
+        d = kw["conv_dsts"][0]
+        kw["conv_dsts"][0] = d[:, :1].expand(d.shape)
+    else:  # slot s + 1 starts half-way into slot s
+        d = kw["ssm_dst"]
+        inner = d[0, 0].numel()
+        flat = torch.zeros(d.shape[0] * d.shape[1] * inner, dtype=d.dtype, device=d.device)
+        kw["ssm_dst"] = flat.as_strided(d.shape, (d.shape[1] * inner // 2 + inner, inner // 2, *d.stride()[2:]))
+    with pytest.raises(ValueError, match="overlaps itself"):
+        fused_commit(**kw)

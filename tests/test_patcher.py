@@ -291,3 +291,22 @@ def test_apply_takes_a_feature_name_or_a_list():
     assert set(patch_state.apply("launch_flag")) == {"launch_flag"}
     with pytest.raises(KeyError, match="unknown feature"):
         patch_state.apply(["no_such_feature"])
+
+
+def test_a_foreign_star_args_wrapper_is_named_not_blamed_on_sglang():
+    """A plain ``(self, *a, **kw)`` wrapper hides SGLang's parameters: the reason says so, instead of
+    'changed signature' (which would send the user to the wrong release notes)."""
+
+    def foreign(self, *a, **kw):
+        return None
+
+    with pytest.raises(patcher.TargetError) as exc:
+        patcher.check_params(foreign, ("size", "device"), "MambaPool.__init__")
+    text = str(exc.value)
+    assert "another plugin's wrapper" in text and "changed signature" not in text and "size, device" in text
+
+    def changed(self, size):
+        return None
+
+    with pytest.raises(patcher.TargetError, match="changed signature: no parameter"):
+        patcher.check_params(changed, ("size", "device"), "MambaPool.__init__")

@@ -63,6 +63,7 @@ from ._common import (
     entry_is_dense,
     int_dtype_for,
     launch_config,
+    may_overlap_itself,
 )
 
 # ---------------------------------------------------------------- descriptor table
@@ -405,6 +406,8 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, fn_name: str = "fused_com
             )
         if dst.dtype != src.dtype:
             raise TypeError(f"{fn_name}: {dname} is {dst.dtype} but {sname} is {src.dtype}")
+        if may_overlap_itself(dst):  # two rows to "different" slots would write the same memory (a race)
+            raise ValueError(f"{fn_name}: {dname} overlaps itself (shape {tuple(dst.shape)}, strides {dst.stride()})")
         if dst.shape[0] != n_layers or src.shape[0] != n_layers:
             raise ValueError(
                 f"{fn_name}: layer count mismatch: {dname} {tuple(dst.shape)}, {sname} "
