@@ -9,9 +9,9 @@ Wraps
     ``HybridMambaDecodeReqToTokenPool`` alike (both build their ``MambaPool`` inside it). Draft workers call
     ``_init_pools`` too but share the target's ``req_to_token_pool``, so no second pool is built and
     nothing is wrapped twice (wrapping is per class, once, by the patcher).
-  * ``...ModelRunnerKVCacheMixin.handle_max_mamba_cache`` (0.5.12 ... 0.5.16) and
-    ``sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._handle_max_mamba_cache``
-    (0.5.17 ... 0.5.23): SGLang reserves ``mamba_cache_per_req * D`` of speculative scratch per request
+  * ``...ModelRunnerKVCacheMixin.handle_max_mamba_cache`` (before ``versions.NEW_LAYOUT_FROM``) and
+    ``sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._handle_max_mamba_cache`` (from it on;
+    the ranges are the patch table's): SGLang reserves ``mamba_cache_per_req * D`` of speculative scratch per request
     (a dense window per draft token). When the gate would pass, we run SGLang's own estimator with the
     draft-token count scoped to ``D_eff`` (:func:`sglang_mamba_dedup.gate.effective_draft_tokens`), for which
     ``mamba_cache_per_req * D_eff`` is exactly the dedup scratch (dense SSM steps + ``(D+K-2)/(K-1)`` conv
@@ -97,6 +97,9 @@ def estimator_decision(wrapped, instance) -> Tuple[Optional[float], Optional[str
     d, topk, unified, style = _inputs(wrapped, instance)
     if d is None:
         return None, "speculative_num_draft_tokens unset", {}
+    none_reserved = _no_draft_scratch_reserved(wrapped, instance)
+    if none_reserved:
+        return None, none_reserved, {}
     fused_entry = getattr(instance, "fused_entry_bytes", None)
     if fused_entry is not None and fused_entry("mamba") is not None:
         return None, "fused draft state entry (unified pool)", {}
@@ -113,6 +116,33 @@ def estimator_decision(wrapped, instance) -> Tuple[Optional[float], Optional[str
         return None, reason, {}
     d_eff = gate.effective_draft_tokens(cache_params, int(d))
     return d_eff, None, {"draft_tokens": int(d), "effective_draft_tokens": d_eff, "style": style}
+
+
+def _no_draft_scratch_reserved(wrapped, instance) -> Optional[str]:
+    """Why SGLang's estimator reserves no per-draft-token scratch on this call (so scoping the draft-token
+    count changes nothing and the plugin must not claim it did), or None. Read the way the installed
+    estimator reads it: PD prefill (``_pd_prefill_skips_mamba_spec_state``, 0.5.17+) and ReplaySSM spec
+    verify for GDN/KDA (``get_exec().mamba.enable_linear_replayssm_spec``, 0.5.17+;
+    ``server_args.enable_gdn_replayssm_spec`` in 0.5.16)."""
+    g = getattr(wrapped, "__globals__", {})
+    pd_prefill = g.get("_pd_prefill_skips_mamba_spec_state")
+    if pd_prefill is not None and pd_prefill():
+        return "PD prefill: SGLang reserves no speculative scratch"
+    get_exec = g.get("get_exec")
+    if get_exec is not None:
+        replay = bool(getattr(getattr(get_exec(), "mamba", None), "enable_linear_replayssm_spec", False))
+    else:
+        sa = getattr(instance, "server_args", None)
+        replay = bool(
+            getattr(sa, "enable_linear_replayssm_spec", False) or getattr(sa, "enable_gdn_replayssm_spec", False)
+        )
+    linear = [getattr(instance, n, None) for n in ("hybrid_gdn_config", "hybrid_kda_config")]
+    if replay and (not hasattr(instance, "hybrid_gdn_config") or any(c is not None for c in linear)):
+        return (
+            "ReplaySSM speculative verify: SGLang reserves no per-draft scratch here, so the deduplicated "
+            "window frees nothing in this estimate (its conv-window scratch is allocated but not reserved)"
+        )
+    return None
 
 
 @contextlib.contextmanager

@@ -474,6 +474,7 @@ def run_estimator(
     topk: int = 1,
     max_running_requests: int = 256,
     device: str = "cuda",
+    replayssm: bool = False,
 ) -> Tuple[int, float]:
     """Run SGLang's real mamba-cache estimator on a stand-in runner/configurator (attributes only).
 
@@ -489,6 +490,7 @@ def run_estimator(
         speculative_num_steps=draft_tokens - 1,
         speculative_num_draft_tokens=draft_tokens,
         max_running_requests=max_running_requests,
+        **({"enable_linear_replayssm_spec": True} if replayssm else {}),
     )
     spec_alg = types.SimpleNamespace(is_none=lambda: False)
     if NEW_LAYOUT:
@@ -508,7 +510,7 @@ def run_estimator(
             pp_size=1,
             attn_dp_size=1,
             ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1, tp_size=1, dp_size=1),
-            hybrid_gdn_config=None,
+            hybrid_gdn_config=types.SimpleNamespace() if replayssm else None,
             hybrid_kda_config=None,
             extra_mamba_cache_bytes_per_req=0,
             spec_algorithm=spec_alg,

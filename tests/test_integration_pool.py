@@ -347,6 +347,31 @@ def test_estimator_reserves_dedup_size_qwen35_08b(capsys):
         )
 
 
+def test_estimator_under_replayssm_claims_nothing(caplog):
+    """With ReplaySSM spec verify SGLang reserves no per-draft scratch: the plugin changes nothing there and
+    must not log that it applied (it once said 'reserves the deduplicated scratch' with 1031 = 1031 slots)."""
+    import inspect
+
+    from sglang.srt.server_args import ServerArgs
+
+    if "enable_linear_replayssm_spec" not in inspect.signature(ServerArgs).parameters:
+        pytest.skip(f"SGLang {iu.SGLANG_VERSION} has no --enable-linear-replayssm-spec")
+    cp = iu.make_cache_params(**iu.QWEN35_08B, conv_dtype=torch.bfloat16)
+    with iu.plugin(False):
+        try:
+            before, _ = iu.run_estimator(cp, total_rest_gb=40.0, device="cpu", replayssm=True)
+        except AttributeError as exc:  # e.g. 0.5.17 sizes the ring from model_config
+            pytest.skip(
+                f"the stand-in configurator lacks what SGLang {iu.SGLANG_VERSION}'s ReplaySSM estimate reads: {exc}"
+            )
+    with iu.plugin(True), caplog.at_level("INFO", logger="sglang_mamba_dedup"):
+        after, _ = iu.run_estimator(cp, total_rest_gb=40.0, device="cpu", replayssm=True)
+        est = dict(pool_config.last_estimate)
+    assert after == before
+    assert est["applied"] is False and "ReplaySSM" in est["reason"], est
+    assert "reserves the deduplicated scratch" not in caplog.text and "estimator unchanged: ReplaySSM" in caplog.text
+
+
 @pytest.mark.skipif(not iu.BACKPORT, reason="take-over releases allocate with SGLang's own code")
 def test_backport_scratch_allocated_inside_sglang_memory_saver_region(monkeypatch):
     """Our scratch is allocated under the pool's own memory-saver region with SGLang's KV-cache tag."""
