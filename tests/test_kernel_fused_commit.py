@@ -603,3 +603,21 @@ def test_fused_commit_rejects_self_overlapping_destination(which):
         kw["ssm_dst"] = flat.as_strided(d.shape, (d.shape[1] * inner // 2 + inner, inner // 2, *d.stride()[2:]))
     with pytest.raises(ValueError, match="overlaps itself"):
         fused_commit(**kw)
+
+
+@pytest.mark.parametrize("knob", ["none", "debug", "instrumentation", "stages_hook", "launch_hook"])
+def test_direct_launch_steps_aside_for_triton_options(monkeypatch, knob):
+    """Options Triton applies per call (debug, instrumentation, inspection and launch hooks) send the
+    launch through Triton: the direct path would silently skip them."""
+    import importlib
+
+    import triton
+
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    rt, comp = triton.knobs.runtime, triton.knobs.compilation
+    monkeypatch.setattr(rt, "debug", knob == "debug")
+    monkeypatch.setattr(comp, "instrumentation_mode", "fpsan" if knob == "instrumentation" else "")
+    monkeypatch.setattr(rt, "add_stages_inspection_hook", (lambda: ("k", "h")) if knob == "stages_hook" else None)
+    if knob == "launch_hook":
+        monkeypatch.setattr(rt, "launch_enter_hook", lambda *a: None)
+    assert fc._launch_hooks_set() == (knob != "none")

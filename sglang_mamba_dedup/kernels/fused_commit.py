@@ -564,14 +564,21 @@ def clear_plan_cache() -> None:
 
 
 def _launch_hooks_set() -> bool:
-    """True when a Triton launch hook (a profiler's) is registered: then launches go through Triton."""
-    rt = getattr(getattr(triton, "knobs", None), "runtime", None)
+    """True when Triton's own launch would do more than the direct one: a launch hook (a profiler's), a
+    pre-run hook on the kernel, a stages-inspection hook, TRITON_DEBUG or an instrumentation mode (these
+    change the key of the compiled variant). Then launches go through Triton. Attribute reads only."""
+    knobs = getattr(triton, "knobs", None)
+    rt = getattr(knobs, "runtime", None)
     if rt is None:
         return True  # a Triton without knobs: never launch directly
     for hook in (getattr(rt, "launch_enter_hook", None), getattr(rt, "launch_exit_hook", None)):
         if hook is not None and getattr(hook, "calls", True):  # a HookChain with hooks, or a plain callable
             return True
-    return False
+    if getattr(rt, "debug", False) or getattr(rt, "add_stages_inspection_hook", None) is not None:
+        return True
+    if getattr(getattr(knobs, "compilation", None), "instrumentation_mode", ""):
+        return True
+    return bool(getattr(_fused_commit_kernel, "pre_run_hooks", None))
 
 
 class _DirectLaunch:
