@@ -20,24 +20,39 @@ EXAMPLES = """examples:
   sglang-mamba-dedup COMMAND --help              # options and exit codes of one command"""
 
 
+def _usage(out) -> None:
+    print("usage: sglang-mamba-dedup [--version] {" + ",".join(COMMANDS) + "} [options]", file=out)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("-V", "--version"):
         from . import __version__, versions
 
+        if len(argv) > 1:
+            _usage(sys.stderr)
+            print(
+                f"sglang-mamba-dedup: error: --version takes no arguments, got {' '.join(argv[1:])!r}", file=sys.stderr
+            )
+            return 2
         print(
             f"sglang-mamba-dedup {__version__} (SGLang {versions.installed_sglang_version() or 'not installed'}; "
             f"supports {versions.SUPPORTED})"
         )
         return 0
-    if not argv or argv[0] in ("-h", "--help", "help") or argv[0] not in COMMANDS:
-        print("usage: sglang-mamba-dedup [--version] {" + ",".join(COMMANDS) + "} [options]\n")
+    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "help"):
+        _usage(sys.stderr)
+        print(
+            f"sglang-mamba-dedup: error: unknown command {argv[0]!r} (choose from {', '.join(COMMANDS)})",
+            file=sys.stderr,
+        )
+        return 2
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        _usage(sys.stdout)
+        print()
         for name, (_, text) in COMMANDS.items():
             print(f"  {name:<8} {text}")
         print("\n" + EXAMPLES)
-        if argv and argv[0] not in ("-h", "--help", "help"):
-            print(f"\nunknown command {argv[0]!r}", file=sys.stderr)
-            return 2
         return 0
     import importlib
 

@@ -87,7 +87,10 @@ def describe(pool) -> Dict[str, int]:
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
@@ -104,7 +107,7 @@ exit codes: 0 table printed; 1 SGLang could not build a pool here; 2 usage error
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(
         prog="sglang-mamba-dedup demo",
-        description=__doc__,
+        description=__doc__.replace("``", ""),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -168,7 +168,9 @@ def exit_code(info: Dict[str, Any]) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="sglang-mamba-dedup doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="sglang-mamba-dedup doctor",
+        description=__doc__.replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument(
@@ -183,8 +185,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.release:
         from . import gate
 
-        print(gate.describe_release(args.release))
-        return 0 if versions.in_range(args.release) else 1
+        problem = versions.support_problem(args.release)
+        if args.json:
+            from .patches import PATCHES
+
+            doc = {
+                "release": args.release,
+                "supported": problem is None,
+                "problem": problem,
+                "mode": versions.mode_for(args.release),
+                "patches": [
+                    {"name": p.name, "feature": p.feature, "target": p.target}
+                    for p in PATCHES
+                    if problem is None and p.feature != "launch_flag" and p.applies_to(args.release)
+                ],
+            }
+            print(json.dumps(doc, indent=1))
+        else:
+            print(gate.describe_release(args.release))
+        return 0 if problem is None else 1
     info = collect()
     print(json.dumps(info, indent=1, default=str) if args.json else render(info))
     return exit_code(info)

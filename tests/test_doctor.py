@@ -114,3 +114,25 @@ def test_doctor_prints_the_matrix_facts_of_the_installed_release(capsys):
     out = capsys.readouterr().out
     cpu, gpu = versions.EVIDENCE[versions.installed_sglang_version()]
     assert f"CPU CI: {cpu} pass; H200: {gpu}" in out
+
+
+def test_cli_usage_errors_are_one_line_on_stderr(capsys):
+    from sglang_mamba_dedup import cli
+
+    assert cli.main(["bogus"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "error: unknown command 'bogus' (choose from doctor, demo, e2e)" in err
+    assert cli.main(["--version", "x"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--version takes no arguments" in err
+    assert cli.main(["--version"]) == 0 and "sglang-mamba-dedup " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("release,code", [("0.5.13.post1", 0), ("0.5.23.post1", 1), ("0.5.11", 1)])
+def test_doctor_release_json(release, code, capsys):
+    import json
+
+    assert doctor.main(["--release", release, "--json"]) == code
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["release"] == release and doc["supported"] is (code == 0)
+    assert bool(doc["patches"]) is (code == 0) and (doc["problem"] is None) is (code == 0)
