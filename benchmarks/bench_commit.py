@@ -281,8 +281,8 @@ def check_same_result(x, idx, track, provs):
 def sweep_tiles(sg, fused_commit, gen, out_rows, meta):
     """Device time (CUDA-graph replay) of a few SSM tilings on Qwen3.5-0.8B, D=4; keeps
     the fastest at batch 64 + 128 for the rest of the run (``--sweep``)."""
-    common = importlib.import_module("sglang_mamba_dedup.kernels._common")
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    common = importlib.import_module("sglang_mamba_dedup.kernels._validate")
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.commit")
     cfg = MODELS["qwen3.5-0.8b"]
     R, D = 128, 4
     x = build_inputs(cfg, R, D, gen)
@@ -424,7 +424,7 @@ def run(out_dir, quick=False, sweep=False, models=None):
         launch_overheads(gen, fused_commit, sg, rows, meta)
     except Exception as e:
         log("launch overheads failed:", repr(e))
-    common = importlib.import_module("sglang_mamba_dedup.kernels._common")
+    common = importlib.import_module("sglang_mamba_dedup.kernels._validate")
     tile = None
     if sweep:
         try:

@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))  # tests.support
 
 
 def _tooling_from_checkout() -> None:
     """An older plugin build under test may predate the shape table and SGLang pool builder that the test
-    helpers import (``sglang_mamba_dedup.shapes`` / ``.sglang_pool``): then this checkout's are loaded. They
+    helpers import (``sglang_mamba_dedup.testing.shapes`` / ``.sglang_pool``): then this checkout's are loaded. They
     only describe models and call SGLang's constructors; the patches measured stay the installed build's."""
     import importlib.util
 
@@ -37,7 +37,7 @@ def _tooling_from_checkout() -> None:
     if importlib.util.find_spec("sglang_mamba_dedup.patch_state") is None:  # before the rename of patching.py
         sys.modules["sglang_mamba_dedup.patch_state"] = importlib.import_module("sglang_mamba_dedup.patching")
         pkg.patch_state = sys.modules["sglang_mamba_dedup.patch_state"]  # type: ignore[attr-defined]
-    if importlib.util.find_spec("sglang_mamba_dedup.sglang_pool") is not None:
+    if importlib.util.find_spec("sglang_mamba_dedup.testing.sglang_pool") is not None:
         return
     for name in ("shapes", "sglang_pool"):  # sglang_pool imports shapes
         spec = importlib.util.spec_from_file_location(
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--label", default="current")
-    ap.add_argument("--models", default="qwen3.5-0.8b", help="comma list of sglang_mamba_dedup.shapes.MODELS keys")
+    ap.add_argument("--models", default="qwen3.5-0.8b", help="comma list of sglang_mamba_dedup.testing.shapes.MODELS keys")
     ap.add_argument("--batches", default="1,64")
     ap.add_argument("--draft-tokens", default="4", help="comma list of D (speculative draft tokens)")
     ap.add_argument("--rounds", type=int, default=5)
@@ -90,11 +90,10 @@ def main(argv=None) -> int:
     import torch
 
     _tooling_from_checkout()
-    import integration_utils as iu
-
     from sglang_mamba_dedup import patch_state, report
-    from sglang_mamba_dedup.sglang_pool import build_pool
-    from sglang_mamba_dedup.shapes import MODELS
+    from sglang_mamba_dedup.testing.sglang_pool import build_pool
+    from sglang_mamba_dedup.testing.shapes import MODELS
+    from tests.support import integration as iu
 
     def toggle(on: bool) -> None:
         if on:

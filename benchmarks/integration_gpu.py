@@ -4,7 +4,7 @@
 
 Sections (each one fails on its own and is reported, the others still run):
 
-1. ``sim``: the stock-vs-plugin speculative-decode simulation of ``tests/integration_utils.simulate`` on
+1. ``sim``: the stock-vs-plugin speculative-decode simulation of ``tests/support/integration.simulate`` on
    CUDA, bf16 conv windows (SGLang's default), four code paths, all of which must give bit-identical
    per-step conv outputs, verify windows and final conv + SSM states:
      * ``0.5.23 stock``: upstream dedup layout + SGLang 0.5.23's scatter;
@@ -42,7 +42,7 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))  # tests.support
 
 
 GB = 1 << 30
@@ -60,13 +60,13 @@ def main() -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")
 
-    import integration_utils as iu
     import torch
 
     from sglang_mamba_dedup import layout, report
     from sglang_mamba_dedup.patches import mamba_pool as mp_patch
-    from sglang_mamba_dedup.sglang_pool import build_pool
-    from sglang_mamba_dedup.shapes import QWEN3_NEXT_80B, QWEN35_08B
+    from sglang_mamba_dedup.testing.sglang_pool import build_pool
+    from sglang_mamba_dedup.testing.shapes import QWEN3_NEXT_80B, QWEN35_08B
+    from tests.support import integration as iu
 
     device = "cpu" if args.cpu else "cuda"
     results: dict = {"env": {}, "sections": {}}

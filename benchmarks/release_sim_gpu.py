@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Stock vs plugin speculative-decode simulation on a CUDA GPU, for whichever SGLang release is installed.
 
-The release proof of the README's matrix (GPU column): the simulation of ``tests/integration_utils.simulate``
+The release proof of the README's matrix (GPU column): the simulation of ``tests/support/integration.simulate``
 (real ``HybridReqToTokenPool``/``MambaPool``, SGLang's own Triton ``causal_conv1d_update`` writing the draft
 windows, the real ``HybridLinearAttnBackend.update_mamba_state_after_mtp_verify``) runs once with the plugin
 off and once on, bf16 conv windows (SGLang's default), and must give bit-identical per-step conv outputs,
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))  # tests.support
 sys.path.insert(0, str(ROOT / "tools" / "gpu-engine"))
 
 
@@ -38,9 +38,8 @@ def main(argv=None) -> int:
 
     import_standins.tolerate_missing_sgl_kernel_ops()
     import_standins.stub_missing_packages()
-    import integration_utils as iu
-
-    from sglang_mamba_dedup.shapes import QWEN35_08B
+    from sglang_mamba_dedup.testing.shapes import QWEN35_08B
+    from tests.support import integration as iu
 
     if not torch.cuda.is_available():
         print("release_sim_gpu: no CUDA device", file=sys.stderr)

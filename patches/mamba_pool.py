@@ -42,7 +42,9 @@ import logging
 import weakref
 from typing import Any, Dict, List, Optional
 
-from sglang_mamba_dedup import activation, gate, layout, report, versions
+from sglang_mamba_dedup import gate, layout, report, switch, versions
+
+from . import verify_commit
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -188,20 +190,20 @@ def _dense_bytes(num_layers: int, rows: int, d: int, conv_shapes, itemsize: int)
 
 def _gate(instance, kwargs, *, backport: bool = False):
     return gate.check(
+        backport_problem=verify_commit.backport_problem() if backport else None,
         device=kwargs.get("device"),
         speculative_num_draft_tokens=kwargs.get("speculative_num_draft_tokens"),
         cache_params=kwargs.get("cache_params"),
         topk=_topk_for(kwargs),
         unified=_unified(),
         pool=instance,
-        backport=backport,
     )
 
 
 def _refuse_if_strict(reason: str) -> None:
-    if activation.strict():
+    if switch.strict():
         raise RuntimeError(
-            f"sglang-mamba-dedup strict mode ({activation.ENV}=strict): the deduplicated conv-window cache "
+            f"sglang-mamba-dedup strict mode ({switch.ENV}=strict): the deduplicated conv-window cache "
             f"cannot be used for this MambaPool: {reason}"
         )
 
@@ -237,8 +239,6 @@ def _record_stock(instance, reason: str, kwargs, *, spec: bool) -> None:
 
 def _commit_problem(instance, kwargs) -> Optional[str]:
     """None when our fused commit may serve this pool (any window layout; SGLang's scatter semantics)."""
-    from . import verify_commit
-
     cache = getattr(instance, "mamba_cache", None)
     if cache is None or not getattr(cache, "intermediate_conv_window", None):
         return "no speculative conv-window scratch"

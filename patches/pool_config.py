@@ -29,6 +29,8 @@ from typing import Any, Dict, Optional, Tuple
 
 from sglang_mamba_dedup import gate, versions
 
+from . import verify_commit
+
 logger = logging.getLogger("sglang_mamba_dedup")
 
 #: The last estimator decision in this process (for tests, the doctor and the README numbers).
@@ -110,7 +112,11 @@ def estimator_decision(wrapped, instance) -> Tuple[Optional[float], Optional[str
         cache_params=cache_params,
         topk=topk,
         unified=unified,
-        backport=versions.mode_for(versions.installed_sglang_version()) == "backport",
+        backport_problem=(
+            verify_commit.backport_problem()
+            if versions.mode_for(versions.installed_sglang_version()) == "backport"
+            else None
+        ),
     )
     if not ok:
         return None, reason, {}

@@ -28,12 +28,22 @@ import os
 import sys
 from typing import Dict, Optional, Tuple
 
-from . import __version__, report, versions
-from .switch import ACCEPTED, ENV, Mode, SwitchError, current_mode, current_mode_name, parse_mode, safe_mode, strict
+from . import faults, patch_state, report, versions
+from .patches import FEATURES, SWITCHED_FEATURES
+from .switch import (
+    ACCEPTED,
+    ENV,
+    FLAG,
+    Mode,
+    SwitchError,
+    current_mode,
+    current_mode_name,
+    parse_mode,
+    safe_mode,
+    strict,
+)
 
 logger = logging.getLogger("sglang_mamba_dedup")
-
-FLAG = "--enable-mamba-conv-dedup"
 
 __all__ = [
     "ACCEPTED",
@@ -113,9 +123,6 @@ def register() -> None:
 
 def _register() -> None:
     global _last
-    from . import patch_state
-    from .patches import FEATURES, SWITCHED_FEATURES
-
     version = versions.installed_sglang_version()
     raw = os.environ.get(ENV)
     try:
@@ -127,7 +134,7 @@ def _register() -> None:
     if key == _last:
         return
     _last = key
-    head = f"sglang-mamba-dedup {__version__} (SGLang {version or 'not installed'}, pid {os.getpid()})"
+    head = f"sglang-mamba-dedup {versions.plugin_version()} (SGLang {version or 'not installed'}, pid {os.getpid()})"
 
     flag = flag_in_argv()
     problem = versions.support_problem(version)
@@ -197,8 +204,6 @@ def _register() -> None:
         parts.append("skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped.items()))
     _say(logging.WARNING if skipped or untested else logging.INFO, "; ".join(parts), visible=True)
     if "commit" in applied:
-        from . import faults
-
         faults.install_from_env()  # the e2e's negative control only; unset in every real run
     report.write()
 

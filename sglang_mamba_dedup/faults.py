@@ -21,6 +21,7 @@ import os
 from typing import Dict, Optional
 
 from . import report
+from .patches import verify_commit
 
 ENV = "SGLANG_MAMBA_DEDUP_FAULT"
 COMMIT_STEP0 = "commit_step0"
@@ -45,8 +46,6 @@ def install(name: str) -> None:
         raise ValueError(f"{ENV}={name!r} is not a known fault; known: {', '.join(FAULTS)}")
     if _installed == name:
         return
-    from .patches import verify_commit
-
     remove()
     real = verify_commit.launch_commit
 
@@ -66,8 +65,6 @@ def install(name: str) -> None:
 def remove() -> None:
     """Undo :func:`install` (no-op when no fault is in place)."""
     global _installed
-    from .patches import verify_commit
-
     real = getattr(verify_commit.launch_commit, "_smd_real", None)
     if real is not None:
         verify_commit.launch_commit = real

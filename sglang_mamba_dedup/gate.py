@@ -123,19 +123,6 @@ def topk_problem(topk: Any) -> Optional[str]:
     return None
 
 
-def backport_problem() -> Optional[str]:
-    """On releases without upstream dedup, SGLang's own scatter cannot read the view: ours must run."""
-    from . import patch_state
-    from .patches import verify_commit
-
-    if not patch_state.PATCHER.applied("commit") or not patch_state.PATCHER.is_enabled("commit"):
-        return "the plugin's commit patch is not active (SGLang's own scatter cannot read a deduplicated view)"
-    err = verify_commit.kernel_problem()
-    if err:
-        return f"the plugin's commit kernel is unavailable: {err}"
-    return None
-
-
 def check(
     *,
     device: Any,
@@ -144,9 +131,11 @@ def check(
     topk: Any = _UNSET,
     unified: bool = False,
     pool: Any = None,
-    backport: bool = False,
+    backport_problem: Optional[str] = None,
 ) -> Tuple[bool, Optional[str]]:
-    """``(ok, reason)``. ``topk`` omitted = unknown (a 'no'). ``pool`` = the pool instance, if any."""
+    """``(ok, reason)``. ``topk`` omitted = unknown (a 'no'). ``pool`` = the pool instance, if any.
+    ``backport_problem``: on releases without upstream dedup, why the plugin's commit could not read a
+    deduplicated view (the caller asks the patch layer: this module imports neither it nor the kernels)."""
     if speculative_num_draft_tokens is None:
         return False, "speculative decoding off (no conv-window scratch)"
     if int(speculative_num_draft_tokens) < 1:
@@ -158,10 +147,8 @@ def check(
     for problem in (device_problem(device), topk_problem(topk), model_problem(cache_params)):
         if problem:
             return False, problem
-    if backport:
-        problem = backport_problem()
-        if problem:
-            return False, problem
+    if backport_problem:
+        return False, backport_problem
     return True, None
 
 
@@ -184,31 +171,3 @@ def effective_draft_tokens(cache_params: Any, num_draft_tokens: int) -> float:
     ssm = math.prod(int(x) for x in shape.temporal) * cache_params.dtype.temporal.itemsize * layers
     scratch = ssm * d + conv * (d + k - 2) / (k - 1)
     return scratch / (ssm + conv)
-
-
-def describe_release(version: Optional[str]) -> str:
-    """For ``doctor``: which mode the plugin uses on an SGLang release and what it patches there."""
-    from . import versions
-    from .patches import PATCHES
-
-    problem = versions.support_problem(version)
-    if problem:
-        return f"SGLang {version}: not supported ({problem}); nothing is patched."
-    mode = versions.mode_for(version)
-    targets = [f"{p.target} [{p.feature}]" for p in PATCHES if p.feature != "launch_flag" and p.applies_to(version)]
-    if mode == "backport":
-        what = (
-            "back-port mode: SGLang allocates a dense [L, S+1, D, dim, K-1] conv-window scratch; the plugin "
-            "builds MambaPool without it and allocates the deduplicated [L, S+1, dim, D+K-2] buffer + view "
-            "instead (gate permitting; topk comes from ModelRunner._init_pools), commits accepted states with "
-            "its fused kernel (SGLang's scatter cannot read the view), and sizes the mamba cache for the "
-            "dedup footprint."
-        )
-    else:
-        what = (
-            "take-over mode: SGLang already allocates the deduplicated window; the plugin checks that the view "
-            "aliases the physical buffer and records it, commits accepted states with its fused kernel (SGLang's "
-            "own code keeps the KDA, ReplaySSM and pipeline-stable-row branches), and sizes the mamba cache for "
-            "the dedup footprint (upstream still reserves the dense size)."
-        )
-    return f"SGLang {version}: {what} Patched: " + "; ".join(targets) + "."

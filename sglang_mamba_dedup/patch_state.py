@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Dict, Iterable, Optional
 
+from . import report
 from .patcher import Patcher
-from .patches import FEATURES, PATCHES
+from .patches import FEATURES, PATCHES, mamba_pool, verify_commit
 
 PATCHER = Patcher(PATCHES)
+report.set_status_source(lambda: PATCHER.status())
+
+
+def _publish() -> None:
+    """Tell the patch layer what is installed (it never imports this module)."""
+    verify_commit.installed = bool(PATCHER.applied("commit"))
 
 
 def apply(
@@ -19,15 +27,14 @@ def apply(
     breaks a launch); each target is still resolved and its signature checked."""
     if isinstance(features, str):
         features = [features]
-    return PATCHER.apply(FEATURES if features is None else features, version=version, any_release=any_release)
+    result = PATCHER.apply(FEATURES if features is None else features, version=version, any_release=any_release)
+    _publish()
+    return result
 
 
 def live_backport_pools() -> int:
     """Pools alive in this process with our back-port layout (their view needs our commit)."""
-    import sys
-
-    mod = sys.modules.get("sglang_mamba_dedup.patches.mamba_pool")
-    return len(mod.LIVE_BACKPORT_POOLS) if mod is not None else 0
+    return len(mamba_pool.LIVE_BACKPORT_POOLS)
 
 
 def revert(features: Optional[Iterable[str]] = None, force: bool = False) -> Dict[str, Optional[str]]:
@@ -48,10 +55,9 @@ def revert(features: Optional[Iterable[str]] = None, force: bool = False) -> Dic
             "commit cannot read; drop them (or revert(force=True)) to revert this patch"
         )
         kept = {name: why for name in PATCHER.applied("commit")}
-        import logging
-
         logging.getLogger("sglang_mamba_dedup").warning("sglang-mamba-dedup revert(): commit patch %s", why)
     result = PATCHER.revert(wanted)
+    _publish()
     result.update(kept)
     return result
 

@@ -31,8 +31,6 @@ from . import versions
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-#: Attribute set on every proxy we install (wrapt keeps ``_self_*`` attributes on the proxy itself).
-MARKER = "_self_sglang_mamba_dedup_patch"
 #: Attribute set on the wrapper function inside each of our proxies; this is what :func:`is_ours` reads.
 WRAPPER_MARK = "__sglang_mamba_dedup_patch__"
 
@@ -223,7 +221,6 @@ class Patcher:
         self._installed: Dict[str, _Installed] = {}
         self._status: Dict[str, PatchStatus] = {}
         self._calls: Dict[str, int] = {}
-        self._enabled: Dict[str, bool] = {}
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ queries
@@ -292,13 +289,6 @@ class Patcher:
         return selected, None, {}
 
     # ------------------------------------------------------------------ actions
-    def set_enabled(self, feature: str, enabled: bool) -> None:
-        """Runtime switch without unwrapping: a disabled feature's wrappers call straight through."""
-        self._enabled[feature] = enabled
-
-    def is_enabled(self, feature: str) -> bool:
-        return self._enabled.get(feature, True)
-
     def apply(
         self, features: Optional[Iterable[str]] = None, version: Optional[str] = None, any_release: bool = False
     ) -> Dict[str, Optional[str]]:
@@ -359,14 +349,11 @@ class Patcher:
         patcher = self
 
         def guarded(wrapped, instance, args, kwargs):
-            if not patcher._enabled.get(p.feature, True):
-                return wrapped(*args, **kwargs)
             patcher._calls[p.name] = patcher._calls.get(p.name, 0) + 1
             return p.wrapper(wrapped, instance, args, kwargs)
 
         setattr(guarded, WRAPPER_MARK, p.name)
         proxy = wrapt.FunctionWrapper(original, guarded)
-        setattr(proxy, MARKER, p.name)
         setattr(parent, attr, proxy)
         self._installed[p.name] = _Installed(p, parent, attr, original, proxy)
         self._status[p.name] = PatchStatus(p.name, p.feature, p.target, "applied", None)

@@ -16,7 +16,7 @@ No tokenizer is written: serve it with ``skip_tokenizer_init`` and token-id prom
 Default dimensions are Qwen3.5-0.8B's (published config / model card: 24 layers, 18 GDN + 6 full
 attention, hidden 1024, FFN 3584, 8 query / 2 KV heads of 256, GDN 16 key and 16 value heads of
 128, conv kernel 4, vocab 248320, rope theta 1e7, one MTP layer); the layer count and the GDN state
-dimensions are read from :data:`sglang_mamba_dedup.shapes.QWEN35_08B`, the package's one shape table.
+dimensions are read from :data:`sglang_mamba_dedup.testing.shapes.QWEN35_08B`, the package's one shape table.
 One deliberate deviation: the published 0.8B ties its output head to the embedding; a *random* tied
 head makes greedy decoding repeat the last input token, so the head here is untied.
 
@@ -49,7 +49,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from .shapes import QWEN35_08B
+from .testing.shapes import QWEN35_08B
 
 __all__ = [
     "ModelDims",
@@ -99,7 +99,7 @@ class ModelDims:
 
 PRESETS: Dict[str, ModelDims] = {
     # Qwen/Qwen3.5-0.8B text part (see the module docstring for the sources); the layer count and the GDN
-    # state dimensions come from the shape table (sglang_mamba_dedup.shapes), the rest is the full model's.
+    # state dimensions come from the shape table (sglang_mamba_dedup.testing.shapes), the rest is the full model's.
     "qwen3.5-0.8b": ModelDims(
         vocab_size=248320,
         hidden_size=1024,

@@ -16,8 +16,9 @@ import os
 import secrets
 import sys
 import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
+from . import versions
 from .switch import current_mode_name
 
 REPORT_DIR_ENV = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
@@ -80,9 +81,17 @@ def count_commit(ours: bool, track: bool = False) -> None:
         write()
 
 
-def snapshot() -> Dict[str, Any]:
-    from . import patch_state, versions
+_status_source: Callable[[], Dict[str, Dict[str, Any]]] = dict
 
+
+def set_status_source(source: Callable[[], Dict[str, Dict[str, Any]]]) -> None:
+    """Where :func:`snapshot` reads the per-patch status from (set by :mod:`.patch_state`, which sits above
+    this module: the report never imports it)."""
+    global _status_source
+    _status_source = source
+
+
+def snapshot() -> Dict[str, Any]:
     return {
         "pid": os.getpid(),
         "argv0": sys.argv[0] if sys.argv else "",
@@ -90,7 +99,7 @@ def snapshot() -> Dict[str, Any]:
         "mode": current_mode_name(),
         "patches": {
             name: {"feature": st["feature"], "state": st["state"], "reason": st["reason"], "calls": st["calls"]}
-            for name, st in patch_state.status().items()
+            for name, st in _status_source().items()
         },
         "events": events(),
     }

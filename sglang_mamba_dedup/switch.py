@@ -12,6 +12,8 @@ import os
 from typing import Optional
 
 ENV = "SGLANG_MAMBA_DEDUP"
+#: The launch flag of ``python -m sglang.launch_server`` / ``sglang serve`` (same as ``ENV=1``).
+FLAG = "--enable-mamba-conv-dedup"
 
 
 class Mode(str, enum.Enum):

@@ -115,6 +115,14 @@ def matrix() -> str:
     return "\n".join([head] + [matrix_row(r) for r in RELEASES])
 
 
+def plugin_version() -> str:
+    """This plugin's version, from its package metadata (``pyproject.toml`` is the one source)."""
+    try:
+        return importlib.metadata.version("sglang-mamba-dedup")
+    except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path without an install
+        return "0+unknown"
+
+
 def installed_sglang_version() -> Optional[str]:
     """The installed SGLang version string, or None when SGLang is not installed."""
     try:

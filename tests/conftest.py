@@ -55,8 +55,6 @@ def _plugin_clean(monkeypatch):
     yield
     faults.remove()
     patch_state.revert(force=True)
-    for feature in patch_state.PATCHER.features:
-        patch_state.PATCHER.set_enabled(feature, True)
     activation.reset_for_tests()
     report.reset()
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from sglang_mamba_dedup import random_model as rm
-from sglang_mamba_dedup import shapes
+from sglang_mamba_dedup.testing import shapes
 
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")

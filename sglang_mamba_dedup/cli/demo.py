@@ -9,8 +9,8 @@ import os
 import sys
 from typing import Dict, List, Optional
 
-from .sglang_pool import CudaToDeviceTorch
-from .shapes import MODELS
+from ..testing.sglang_pool import CudaToDeviceTorch
+from ..testing.shapes import MODELS
 
 MiB = 1 << 20
 
@@ -34,7 +34,7 @@ def _nbytes_logical(t) -> int:
 
 @contextlib.contextmanager
 def _switch(value: Optional[str]):
-    from . import activation
+    from .. import activation
 
     old = os.environ.get(activation.ENV)
     if value is None:
@@ -60,7 +60,7 @@ def _cpu_stand_in(device: str):
         return
     from sglang.srt.mem_cache import memory_pool
 
-    from . import gate
+    from .. import gate
 
     saved_torch, saved_env = memory_pool.torch, os.environ.get(gate.ALLOW_CPU_ENV)
     memory_pool.torch = CudaToDeviceTorch(device)
@@ -119,8 +119,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     import torch
 
-    from . import activation, gate, report, versions
-    from .sglang_pool import build_pool, cache_params
+    from .. import activation, gate, report, versions
+    from ..testing.sglang_pool import build_pool, cache_params
 
     try:
         user_mode = activation.parse_mode(os.environ.get(activation.ENV))

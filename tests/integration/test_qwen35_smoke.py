@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 
-import integration_utils as iu
 import pytest
+
+from tests.support import integration as iu
 
 pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
 

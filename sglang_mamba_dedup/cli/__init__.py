@@ -6,8 +6,8 @@ import sys
 from typing import List, Optional
 
 COMMANDS = {
-    "doctor": ("sglang_mamba_dedup.doctor", "versions, CUDA, what would be patched and why not"),
-    "demo": ("sglang_mamba_dedup.demo", "build SGLang's MambaPool with the plugin off and on, print buffer bytes"),
+    "doctor": ("sglang_mamba_dedup.cli.doctor", "versions, CUDA, what would be patched and why not"),
+    "demo": ("sglang_mamba_dedup.cli.demo", "build SGLang's MambaPool with the plugin off and on, print buffer bytes"),
     "e2e": ("sglang_mamba_dedup.e2e", "greedy md5 comparison of a real SGLang run, plugin off vs on"),
 }
 
@@ -27,7 +27,7 @@ def _usage(out) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("-V", "--version"):
-        from . import __version__, versions
+        from .. import versions
 
         if len(argv) > 1:
             _usage(sys.stderr)
@@ -36,7 +36,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             )
             return 2
         print(
-            f"sglang-mamba-dedup {__version__} (SGLang {versions.installed_sglang_version() or 'not installed'}; "
+            f"sglang-mamba-dedup {versions.plugin_version()} (SGLang {versions.installed_sglang_version() or 'not installed'}; "
             f"supports {versions.SUPPORTED})"
         )
         return 0

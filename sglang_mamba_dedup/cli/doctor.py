@@ -13,7 +13,8 @@ import os
 import platform
 from typing import Any, Dict, List, Optional
 
-from . import __version__, activation, versions
+from .. import activation, patch_state, versions
+from ..patches import PATCHES, verify_commit
 
 
 def _pkg(name: str) -> Optional[str]:
@@ -30,7 +31,7 @@ def _entry_point_found() -> bool:
 
 def collect() -> Dict[str, Any]:
     info: Dict[str, Any] = {
-        "plugin": __version__,
+        "plugin": versions.plugin_version(),
         "python": platform.python_version(),
         "sglang": versions.installed_sglang_version(),
         "supported_range": str(versions.SUPPORTED),
@@ -85,13 +86,9 @@ def collect() -> Dict[str, Any]:
             info["upstream_dedup"] = None
             info["problems"].append(f"cannot import SGLang's memory pool: {type(exc).__name__}: {exc}")
         try:
-            from . import gate
-
-            info["release_description"] = gate.describe_release(info["sglang"])
+            info["release_description"] = describe_release(info["sglang"])
         except Exception:
             pass
-        from . import patch_state
-
         features: Dict[str, Any] = {}
         for feature in patch_state.PATCHER.features:
             selected, reason, per_patch = patch_state.PATCHER.check(feature)
@@ -103,8 +100,6 @@ def collect() -> Dict[str, Any]:
             if reason:
                 info["problems"].append(reason)
         info["features"] = features
-        from .patches import verify_commit
-
         kernel = verify_commit.kernel_problem()  # the import the decode path would make, tried here too
         info["commit_kernel"] = "imports" if kernel is None else f"does not import: {kernel}"
         if kernel:
@@ -166,6 +161,31 @@ def exit_code(info: Dict[str, Any]) -> int:
     return 1 if info["problems"] else 0
 
 
+def describe_release(version: Optional[str]) -> str:
+    """For ``doctor``: which mode the plugin uses on an SGLang release and what it patches there."""
+    problem = versions.support_problem(version)
+    if problem:
+        return f"SGLang {version}: not supported ({problem}); nothing is patched."
+    mode = versions.mode_for(version)
+    targets = [f"{p.target} [{p.feature}]" for p in PATCHES if p.feature != "launch_flag" and p.applies_to(version)]
+    if mode == "backport":
+        what = (
+            "back-port mode: SGLang allocates a dense [L, S+1, D, dim, K-1] conv-window scratch; the plugin "
+            "builds MambaPool without it and allocates the deduplicated [L, S+1, dim, D+K-2] buffer + view "
+            "instead (gate permitting; topk comes from ModelRunner._init_pools), commits accepted states with "
+            "its fused kernel (SGLang's scatter cannot read the view), and sizes the mamba cache for the "
+            "dedup footprint."
+        )
+    else:
+        what = (
+            "take-over mode: SGLang already allocates the deduplicated window; the plugin checks that the view "
+            "aliases the physical buffer and records it, commits accepted states with its fused kernel (SGLang's "
+            "own code keeps the KDA, ReplaySSM and pipeline-stable-row branches), and sizes the mamba cache for "
+            "the dedup footprint (upstream still reserves the dense size)."
+        )
+    return f"SGLang {version}: {what} Patched: " + "; ".join(targets) + "."
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(
         prog="sglang-mamba-dedup doctor",
@@ -183,12 +203,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.release is not None and versions.parse(args.release) is None:
         ap.error(f"--release {args.release!r} is not a version (e.g. --release 0.5.13.post1)")
     if args.release:
-        from . import gate
-
         problem = versions.support_problem(args.release)
         if args.json:
-            from .patches import PATCHES
-
             doc = {
                 "release": args.release,
                 "supported": problem is None,
@@ -202,7 +218,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             }
             print(json.dumps(doc, indent=1))
         else:
-            print(gate.describe_release(args.release))
+            print(describe_release(args.release))
         return 0 if problem is None else 1
     info = collect()
     print(json.dumps(info, indent=1, default=str) if args.json else render(info))

@@ -13,12 +13,13 @@ import itertools
 import math
 import types
 
-import integration_utils as iu
 import pytest
 import torch
 
-from sglang_mamba_dedup import gate, layout, patch_state, report, shapes
+from sglang_mamba_dedup import gate, layout, patch_state, report
 from sglang_mamba_dedup.patches import pool_config
+from sglang_mamba_dedup.testing import shapes
+from tests.support import integration as iu
 
 pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
 

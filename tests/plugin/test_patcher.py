@@ -186,15 +186,6 @@ def test_revert_leaves_someone_elses_wrapper_alone(fake_module):
     assert not is_ours(theirs)
 
 
-def test_runtime_switch_calls_straight_through(fake_module):
-    p = Patcher(_table(), version_getter=lambda: SUPPORTED_FAKE)
-    p.apply()
-    p.set_enabled("f", False)
-    assert fake_module.commit(1, 2) == ("stock", 1, 2)
-    p.set_enabled("f", True)
-    assert fake_module.commit(1, 2) == ("ours", ("stock", 1, 2))
-
-
 def test_duplicate_names_are_rejected():
     t = _table()
     with pytest.raises(ValueError, match="duplicate"):

@@ -10,11 +10,11 @@ under ``TRITON_INTERPRET=1``.
 
 from __future__ import annotations
 
-import integration_utils as iu
 import pytest
 import torch
 
 from sglang_mamba_dedup import report
+from tests.support import integration as iu
 
 pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
 

@@ -3,7 +3,7 @@
 Bit-exact against the reference and against SGLang 0.5.23's own kernels
 (dense SSM scatter + conv window scatter / multi-pair conv scatter)."""
 
-from kernel_utils import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
+from tests.support.kernels import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
     DEVICE,
     OTHER_DEVICE,
     DTYPE_IDS,
@@ -338,7 +338,7 @@ def test_fused_commit_ssm_tilings(monkeypatch, tile_bytes):
     """Several SSM tiles per entry, with and without a ragged last tile, and one tile."""
     import importlib
 
-    common = importlib.import_module("sglang_mamba_dedup.kernels._common")
+    common = importlib.import_module("sglang_mamba_dedup.kernels._validate")
     monkeypatch.setattr(common, "SSM_TILE_BYTES", tile_bytes)
     clear_plan_cache()
     g, seed = new_generator()
@@ -348,7 +348,7 @@ def test_fused_commit_ssm_tilings(monkeypatch, tile_bytes):
     _check(kw, exp, f"seed={seed} tile={tile_bytes}")
     (plan,) = [
         p
-        for per in importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")._plans.values()
+        for per in importlib.import_module("sglang_mamba_dedup.kernels.commit")._plans.values()
         for p in per.values()
     ]
     n_ssm_tiles = plan.tiles - plan.conv_tiles
@@ -398,7 +398,7 @@ def test_fused_commit_descriptor_table_columns():
     """The descriptor table holds each conv kind's pointers, dim, strides and first tile in its named columns."""
     import importlib
 
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.commit")
     g, seed = new_generator()
     clear_plan_cache()
     kw, _ = _case(2, 4, "dedup", torch.bfloat16, torch.float32, g, False, strided=True)
@@ -431,7 +431,7 @@ def test_fused_commit_plan_lives_with_its_destination_and_holds_no_state():
     import importlib
     import weakref
 
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.commit")
     g, seed = new_generator()
     clear_plan_cache()
     kw, _ = _case(2, 3, "dedup", torch.bfloat16, torch.float32, g, True)
@@ -454,14 +454,14 @@ def test_direct_launch_refuses_calls_it_was_not_built_for(monkeypatch):
     """The direct launcher launches only what Triton would launch with the same compiled kernel."""
     import importlib
 
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    dl = importlib.import_module("sglang_mamba_dedup.kernels._direct_launch")
     launched = []
-    d = fc._DirectLaunch.__new__(fc._DirectLaunch)
+    d = dl.DirectLaunch.__new__(dl.DirectLaunch)
     d.run = lambda *a: launched.append(a)
     d.function, d.metadata, d.head, d.tail = "fn", "md", (1, 2, 3), (7, 8)
     d.dtypes, d.aligned, d.device_index, d.stream_of = (torch.int64,) * 5, (True,) * 5, 0, lambda dev: 99
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(fc, "_launch_hooks_set", lambda: False)
+    monkeypatch.setattr(dl, "launch_hooks_set", lambda kernel=None: False)
     base = torch.zeros(8, dtype=torch.int64)
     idx = (base[:2],) * 5
     assert d.launch((4, 2, 2), idx, 2) and launched[-1][:9] == (4, 2, 2, 99, "fn", "md", None, None, None)
@@ -472,7 +472,7 @@ def test_direct_launch_refuses_calls_it_was_not_built_for(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     assert not d.launch((4, 2, 2), idx, 2), "another device"
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(fc, "_launch_hooks_set", lambda: True)
+    monkeypatch.setattr(dl, "launch_hooks_set", lambda kernel=None: True)
     assert not d.launch((4, 2, 2), idx, 2), "a profiler's launch hook must see the launch"
     assert len(launched) == n
 
@@ -494,7 +494,7 @@ def test_direct_launch_built_from_a_mocked_compiled_kernel_falls_back_per_pointe
 
     import triton.runtime as trt
 
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    dl = importlib.import_module("sglang_mamba_dedup.kernels._direct_launch")
     al, mis = _aligned_and_not(2)
     first = (al, mis, al, mis, al)
     args = (torch.zeros(1), torch.zeros(1), torch.zeros(1), *first, 2, 5, 6)
@@ -505,18 +505,17 @@ def test_direct_launch_built_from_a_mocked_compiled_kernel_falls_back_per_pointe
         return dict(zip(names, list(a) + [k[n] for n in names[len(a) :]])), None, None
 
     fake_kernel = types.SimpleNamespace(device_caches={0: (None, None, None, None, binder)}, arg_names=names)
-    monkeypatch.setattr(fc, "_fused_commit_kernel", fake_kernel)
     fake_driver = types.SimpleNamespace(
         active=types.SimpleNamespace(get_current_device=lambda: 0, get_current_stream=lambda dev: 77)
     )
     monkeypatch.setattr(trt, "driver", fake_driver)
     launched = []
     compiled = types.SimpleNamespace(run=lambda *a: launched.append(a), function="fn", packed_metadata="md")
-    d = fc._DirectLaunch.build(compiled, args, kw, 5)
-    assert isinstance(d, fc._DirectLaunch) and d.aligned == (True, False, True, False, True)
+    d = dl.DirectLaunch.build(fake_kernel, compiled, args, kw, 5)
+    assert isinstance(d, dl.DirectLaunch) and d.aligned == (True, False, True, False, True)
 
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(fc, "_launch_hooks_set", lambda: False)
+    monkeypatch.setattr(dl, "launch_hooks_set", lambda kernel=None: False)
     assert d.launch((1, 1, 2), first, 2)
     assert launched[-1][3] == 77 and launched[-1][9 + 3 : 9 + 8] == tuple(t.data_ptr() for t in first)
     swapped = (mis, al, mis, al, mis)
@@ -529,7 +528,7 @@ def test_direct_launch_built_from_a_mocked_compiled_kernel_falls_back_per_pointe
         return dict(bound, x=-1), None, None
 
     fake_kernel.device_caches = {0: (None, None, None, None, other_binder)}
-    assert fc._DirectLaunch.build(compiled, args, kw, 5) is None
+    assert dl.DirectLaunch.build(fake_kernel, compiled, args, kw, 5) is None
 
 
 @CUDA
@@ -539,7 +538,7 @@ def test_fused_commit_direct_launch_is_used_and_exact(monkeypatch):
     index tensor) go through Triton again.  Every result bit-exact against the reference."""
     import importlib
 
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.commit")
     g, seed = new_generator()
     clear_plan_cache()
     for track in (False, True):
@@ -548,7 +547,7 @@ def test_fused_commit_direct_launch_is_used_and_exact(monkeypatch):
         fused_commit(**kw)  # Triton's path: compiles, then builds the direct launcher
         _check(kw, exp, f"seed={seed} first call")
         (plan,) = [p for p in _all_plans(fc) if p.direct]
-        assert isinstance(plan.direct[(track, False)], fc._DirectLaunch), plan.direct
+        assert isinstance(plan.direct[(track, False)], fc.DirectLaunch), plan.direct
         jit = fc._fused_commit_kernel
 
         class _NoJit:
@@ -613,11 +612,11 @@ def test_direct_launch_steps_aside_for_triton_options(monkeypatch, knob):
 
     import triton
 
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    dl = importlib.import_module("sglang_mamba_dedup.kernels._direct_launch")
     rt, comp = triton.knobs.runtime, triton.knobs.compilation
     monkeypatch.setattr(rt, "debug", knob == "debug")
     monkeypatch.setattr(comp, "instrumentation_mode", "fpsan" if knob == "instrumentation" else "")
     monkeypatch.setattr(rt, "add_stages_inspection_hook", (lambda: ("k", "h")) if knob == "stages_hook" else None)
     if knob == "launch_hook":
         monkeypatch.setattr(rt, "launch_enter_hook", lambda *a: None)
-    assert fc._launch_hooks_set() == (knob != "none")
+    assert dl.launch_hooks_set() == (knob != "none")

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import contextlib
 
-import integration_utils as iu
 import pytest
 import torch
 
 from sglang_mamba_dedup import activation, faults, patch_state, report
 from sglang_mamba_dedup.patches import verify_commit
+from tests.support import integration as iu
 
 pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
 

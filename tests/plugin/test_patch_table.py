@@ -11,7 +11,7 @@ import pytest
 from sglang_mamba_dedup import versions
 from sglang_mamba_dedup.patches import FEATURES, PATCHES
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_every_wrapper_in_the_patches_package_is_in_the_table():
@@ -147,7 +147,7 @@ def test_each_release_selects_the_patches_it_needs(release):
 
 @pytest.mark.parametrize("release", versions.RELEASES)
 def test_doctor_release_lists_the_same_targets(release, capsys):
-    from sglang_mamba_dedup import doctor
+    from sglang_mamba_dedup.cli import doctor
 
     assert doctor.main(["--release", release]) == 0
     out = capsys.readouterr().out

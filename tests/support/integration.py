@@ -24,11 +24,15 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from kernel_utils import assert_bitwise_equal  # noqa: E402,F401  (one bitwise comparison for all tests)
 
-from sglang_mamba_dedup import patch_state, report, shapes, versions
+from sglang_mamba_dedup import patch_state, report, versions
 from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
-from sglang_mamba_dedup.sglang_pool import CudaToDeviceTorch, build_pool  # the package's one SGLang pool builder
+from sglang_mamba_dedup.testing import shapes
+from sglang_mamba_dedup.testing.sglang_pool import (  # the package's one SGLang pool builder
+    CudaToDeviceTorch,
+    build_pool,
+)
+from tests.support.kernels import assert_bitwise_equal  # noqa: E402,F401  (one bitwise comparison for all tests)
 
 SGLANG_VERSION = versions.installed_sglang_version()
 BACKPORT = versions.mode_for(SGLANG_VERSION) == "backport"
@@ -461,7 +465,7 @@ def simulate(cfg: SimConfig) -> SimResult:
 
 
 # ------------------------------------------------------------------------------------------------ estimator
-#: ``make_cache_params`` / ``SimConfig`` keywords of the models' state, from the one table in ``sglang_mamba_dedup.shapes``.
+#: ``make_cache_params`` / ``SimConfig`` keywords of the models' state, from the one table in ``sglang_mamba_dedup.testing.shapes``.
 QWEN35_08B = shapes.QWEN35_08B.state_dims()
 QWEN3_NEXT_80B = shapes.QWEN3_NEXT_80B.state_dims()
 

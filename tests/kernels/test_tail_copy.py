@@ -1,6 +1,6 @@
 """tail_copy (vLLM's DS tail copy): dst[db, d, 0:W-b] = src[sb, d, b:W], tail untouched."""
 
-from kernel_utils import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
+from tests.support.kernels import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
     DEVICE,
     OTHER_DEVICE,
     DTYPE_IDS,
@@ -186,7 +186,7 @@ def test_tail_copy_accepts_aliased_source_and_size_one_broadcast():
 def test_tail_copy_in_place_shift_over_several_tiles(dtype):
     """An in-place shift whose block spans several programs (tiles of whole window rows):
     no program may read a value another one already shifted."""
-    from sglang_mamba_dedup.kernels._common import launch_config
+    from sglang_mamba_dedup.kernels._validate import launch_config
 
     g, seed = new_generator()
     rows_per_tile = launch_config("conv")[0] // W
@@ -224,7 +224,7 @@ def test_tail_copy_plan_lives_with_the_destination():
     import gc
     import importlib
 
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.commit")
     fc.clear_plan_cache()
     g, seed = new_generator()
     src = rand((4, 5, 3), torch.float32, g)

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from sglang_mamba_dedup import doctor, versions
+from sglang_mamba_dedup import versions
+from sglang_mamba_dedup.cli import doctor
 
 pytestmark = pytest.mark.release
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from sglang_mamba_dedup import activation, demo, versions
+from sglang_mamba_dedup import activation, versions
+from sglang_mamba_dedup.cli import demo
 
 pytestmark = pytest.mark.release
 

@@ -1,7 +1,7 @@
 """The commit kernel: every layer, every conv kind, the SSM state, the accept and
 the track index sets, in one launch.  It is the package's only Triton kernel;
-:func:`.conv_commit`, :func:`.ssm_commit` and :func:`.tail_copy` are entry
-points that launch it with one kind of state.
+:func:`~.entry_points.conv_commit`, :func:`~.entry_points.ssm_commit` and
+:func:`~.entry_points.tail_copy` launch it with one kind of state.
 
 For each index set ``(steps, slots)`` and each row ``r`` with ``s = steps[r]``
 and ``slot = slots[r]`` valid (see ``_common``)::
@@ -36,7 +36,7 @@ keyed on every tensor's pointer, shape, strides and element size, so it is
 never reused for other memory).  After the first launch of a plan variant
 through Triton's ``JITFunction`` (which compiles), later launches call the
 compiled kernel's launcher directly with pre-packed arguments
-(:class:`_DirectLaunch`): Triton's per-call binding, specialisation and cache
+(:class:`~._direct_launch.DirectLaunch`): Triton's per-call binding, specialisation and cache
 lookup cost more host time than the copy itself at batch 1.  The direct path
 is used only where it provably launches the same compiled kernel: CUDA, no
 Triton launch hooks, the index tensors' dtypes and 16-byte alignment as at the
@@ -54,7 +54,8 @@ import triton
 import triton.language as tl
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ._common import (
+from ._direct_launch import DirectLaunch
+from ._validate import (
     _GRID_YZ_MAX,
     _INT32_MAX,
     check_index_pair,
@@ -340,7 +341,7 @@ class CommitPlan:
     # (has track set, has source-row table) -> (kernel arguments after n_acc, constexprs and num_warps)
     calls: dict[tuple[bool, bool], tuple[tuple[Any, ...], dict[str, Any]]]
     # the same key -> the direct launcher of the compiled kernel (None: Triton's path only)
-    direct: dict[tuple[bool, bool], Optional["_DirectLaunch"]] = field(default_factory=dict)
+    direct: dict[tuple[bool, bool], Optional[DirectLaunch]] = field(default_factory=dict)
 
 
 # first destination tensor (weakly, by identity: a tensor's == is elementwise) -> {layout key: plan}
@@ -563,105 +564,10 @@ def clear_plan_cache() -> None:
     _plans.clear()
 
 
-def _launch_hooks_set() -> bool:
-    """True when Triton's own launch would do more than the direct one: a launch hook (a profiler's), a
-    pre-run hook on the kernel, a stages-inspection hook, TRITON_DEBUG or an instrumentation mode (these
-    change the key of the compiled variant). Then launches go through Triton. Attribute reads only."""
-    knobs = getattr(triton, "knobs", None)
-    rt = getattr(knobs, "runtime", None)
-    if rt is None:
-        return True  # a Triton without knobs: never launch directly
-    for hook in (getattr(rt, "launch_enter_hook", None), getattr(rt, "launch_exit_hook", None)):
-        if hook is not None and getattr(hook, "calls", True):  # a HookChain with hooks, or a plain callable
-            return True
-    if getattr(rt, "debug", False) or getattr(rt, "add_stages_inspection_hook", None) is not None:
-        return True
-    if getattr(getattr(knobs, "compilation", None), "instrumentation_mode", ""):
-        return True
-    return bool(getattr(_fused_commit_kernel, "pre_run_hooks", None))
-
-
-class _DirectLaunch:
-    """One compiled variant of the kernel, launched through its own launcher with pre-packed
-    arguments, skipping Triton's per-call binding, specialisation and cache lookup.
-
-    Built after Triton's own launch compiled the variant, and only when Triton's binder, given the
-    same arguments, yields exactly the argument list this launcher passes.  A call takes the direct
-    path only when every index tensor has the dtype and 16-byte alignment it had at that first
-    launch, pointer by pointer (Triton's specialisation key), and the current device is the same:
-    then Triton would have picked this same compiled kernel; any other call returns False and takes
-    Triton's own launch.  Pointers are passed as integers (the launcher takes them as device pointers)."""
-
-    __slots__ = ("run", "function", "metadata", "head", "tail", "dtypes", "aligned", "device_index", "stream_of")
-
-    def __init__(self, compiled, packed: list, index: tuple, device_index: int, stream_of) -> None:
-        as_ptr = [p.data_ptr() if isinstance(p, torch.Tensor) else p for p in packed]
-        self.run = compiled.run
-        self.function = compiled.function
-        self.metadata = compiled.packed_metadata
-        self.head = tuple(as_ptr[:3])  # meta, ssm_src, ssm_dst
-        self.tail = tuple(as_ptr[3 + len(index) + 1 :])  # after the index tensors and n_acc
-        self.dtypes = tuple(t.dtype for t in index)
-        # Triton specialises each pointer argument on its own 16-byte divisibility: one flag per pointer
-        self.aligned = tuple(t.data_ptr() % 16 == 0 for t in index)
-        self.device_index = device_index
-        self.stream_of = stream_of
-
-    @classmethod
-    def build(cls, compiled, args: tuple, kwargs: dict, n_index: int) -> Optional["_DirectLaunch"]:
-        """``args``/``kwargs``: the launch just made; the index tensors are ``args[3:3 + n_index]``."""
-        try:
-            from triton.runtime import driver
-
-            device_index = driver.active.get_current_device()
-            binder = _fused_commit_kernel.device_caches[device_index][4]
-            bound, _, _ = binder(*args, **kwargs)
-            values = tuple(bound.values())
-            names = _fused_commit_kernel.arg_names
-            packed = list(args) + [kwargs[n] for n in names[len(args) :]]
-            if len(values) != len(packed) or any(
-                (v is not p) if isinstance(p, torch.Tensor) else (v != p) for v, p in zip(values, packed)
-            ):
-                raise RuntimeError("Triton binds the kernel's arguments differently")
-            return cls(compiled, packed, args[3 : 3 + n_index], device_index, driver.active.get_current_stream)
-        except Exception as exc:  # noqa: BLE001 - any mismatch: Triton's own path serves every call
-            logger.debug("sglang-mamba-dedup: direct kernel launch unavailable (%s); using Triton's launch", exc)
-            return None
-
-    def launch(self, grid: tuple[int, int, int], index: tuple, n_acc: int) -> bool:
-        """Launch on the current stream; False (nothing launched) when this variant does not apply."""
-        a, b, c, d, e = index
-        ptrs = (a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), e.data_ptr())
-        if (
-            (a.dtype, b.dtype, c.dtype, d.dtype, e.dtype) != self.dtypes
-            or (ptrs[0] % 16 == 0, ptrs[1] % 16 == 0, ptrs[2] % 16 == 0, ptrs[3] % 16 == 0, ptrs[4] % 16 == 0)
-            != self.aligned
-            or torch.cuda.current_device() != self.device_index
-            or _launch_hooks_set()
-        ):
-            return False
-        self.run(
-            grid[0],
-            grid[1],
-            grid[2],
-            self.stream_of(self.device_index),
-            self.function,
-            self.metadata,
-            None,
-            None,
-            None,
-            *self.head,
-            *ptrs,
-            n_acc,
-            *self.tail,
-        )
-        return True
-
-
 #: False under TRITON_INTERPRET (the kernel is interpreted on the host: no compiled launcher).
 _CAN_LAUNCH_DIRECTLY = isinstance(_fused_commit_kernel, triton.runtime.jit.JITFunction)
 
-#: Launches in this process by path (Python integer increments): ``direct`` through :class:`_DirectLaunch`,
+#: Launches in this process by path (Python integer increments): ``direct`` through :class:`DirectLaunch`,
 #: ``triton`` through Triton's own launch. The GPU recipe checks that ``direct`` grew.
 LAUNCHES = {"direct": 0, "triton": 0}
 
@@ -704,7 +610,7 @@ def launch_plan(
     grid = (plan.tiles, plan.n_layers, n_rows)
     index = (accept_steps, accept_slots, track_steps, track_slots, src_rows)
     direct = plan.direct.get(variant)
-    if direct is not None and direct.launch(grid, index, n_acc):
+    if direct is not None and direct.launch(grid, index, n_acc, _fused_commit_kernel):
         LAUNCHES["direct"] += 1
         return
     LAUNCHES["triton"] += 1
@@ -716,7 +622,7 @@ def launch_plan(
     args = (plan.meta, *ssm, *index, n_acc, *fixed)
     compiled = _fused_commit_kernel[grid](*args, **kw)
     if variant not in plan.direct and _CAN_LAUNCH_DIRECTLY and plan.device.type == "cuda" and compiled is not None:
-        plan.direct[variant] = _DirectLaunch.build(compiled, args, kw, len(index))
+        plan.direct[variant] = DirectLaunch.build(_fused_commit_kernel, compiled, args, kw, len(index))
 
 
 def fused_commit(

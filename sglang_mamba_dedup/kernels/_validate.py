@@ -1,5 +1,5 @@
 """Shared launch configuration and argument validation for the commit kernel
-(:mod:`.fused_commit`, the package's one Triton kernel, and the entry points
+(:mod:`.commit`, the package's one Triton kernel, and the entry points
 expressed through it).
 
 Conventions:

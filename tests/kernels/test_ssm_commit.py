@@ -1,6 +1,6 @@
 """ssm_commit: bit-exact against the reference and SGLang 0.5.23's dense scatter kernel."""
 
-from kernel_utils import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
+from tests.support.kernels import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
     DEVICE,
     OTHER_DEVICE,
     DTYPE_IDS,
@@ -59,7 +59,7 @@ def test_ssm_commit_matches_reference_and_sglang(D, dtype, track):
 def test_ssm_commit_tile_multiple_entry():
     """An entry that is an exact multiple of the tile (the unmasked path)."""
     g, seed = new_generator()
-    from sglang_mamba_dedup.kernels._common import launch_config
+    from sglang_mamba_dedup.kernels._validate import launch_config
 
     block, _ = launch_config("ssm", 4)
     src = rand((1, 2, 2, 2, block), torch.float32, g)

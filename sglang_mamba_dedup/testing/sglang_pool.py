@@ -64,7 +64,7 @@ def build_pool(
     """
     from sglang.srt.mem_cache import memory_pool
 
-    from . import gate
+    from .. import gate
 
     kwargs: Dict[str, Any] = dict(
         size=size,

@@ -1,6 +1,6 @@
 """conv_commit: bit-exact against the reference and SGLang 0.5.23's window kernels."""
 
-from kernel_utils import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
+from tests.support.kernels import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
     DEVICE,
     OTHER_DEVICE,
     DTYPE_IDS,

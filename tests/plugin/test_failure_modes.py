@@ -81,7 +81,7 @@ def test_kernel_import_failure_is_remembered_logged_once_and_seen_by_doctor(monk
 
     verify_commit.reset_kernel_cache()
     monkeypatch.delitem(sys.modules, "sglang_mamba_dedup.kernels", raising=False)
-    monkeypatch.delitem(sys.modules, "sglang_mamba_dedup.kernels.fused_commit", raising=False)
+    monkeypatch.delitem(sys.modules, "sglang_mamba_dedup.kernels.commit", raising=False)
     monkeypatch.setattr(sys, "meta_path", [_Broken(), *sys.meta_path])
     try:
         with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
@@ -90,7 +90,7 @@ def test_kernel_import_failure_is_remembered_logged_once_and_seen_by_doctor(monk
         assert len(attempts) == 1, "the import must be tried once per process"
         warned = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warned) == 1 and "does not import" in warned[0].getMessage()
-        from sglang_mamba_dedup import doctor
+        from sglang_mamba_dedup.cli import doctor
 
         info = doctor.collect()
         assert any("kernel" in p and "simulated broken triton" in p for p in info["problems"]), info["problems"]
@@ -145,7 +145,7 @@ def test_long_switch_value_is_truncated(monkeypatch):
 
 
 def test_doctor_release_garbage_is_a_usage_error(capsys):
-    from sglang_mamba_dedup import doctor
+    from sglang_mamba_dedup.cli import doctor
 
     with pytest.raises(SystemExit) as e:
         doctor.main(["--release", "garbage"])
@@ -156,8 +156,9 @@ def test_doctor_release_garbage_is_a_usage_error(capsys):
 
 
 # pool-level cases, on the real SGLang pool (CPU, with SGLang's hard-coded "cuda" redirected) ------------------
-import integration_utils as iu  # noqa: E402
 import torch  # noqa: E402
+
+from tests.support import integration as iu  # noqa: E402
 
 
 def _cp():
