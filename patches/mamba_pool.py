@@ -48,7 +48,7 @@ from . import verify_commit
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-GB = 1 << 30
+GB = layout.GB
 
 _version_cache: Dict[str, Optional[str]] = {}
 

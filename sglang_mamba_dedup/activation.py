@@ -28,7 +28,7 @@ import os
 import sys
 from typing import Dict, Optional, Tuple
 
-from . import faults, patch_state, report, versions
+from . import faults, patch_state, report, switch, versions
 from .patches import FEATURES, SWITCHED_FEATURES
 from .switch import (
     ACCEPTED,
@@ -134,6 +134,7 @@ def _register() -> None:
     if key == _last:
         return
     _last = key
+    switch.decide(Mode.OFF)  # until a branch below decides otherwise
     head = f"sglang-mamba-dedup {versions.plugin_version()} (SGLang {version or 'not installed'}, pid {os.getpid()})"
 
     flag = flag_in_argv()
@@ -187,9 +188,11 @@ def _register() -> None:
         _say(logging.INFO, f"{head}: off ({ENV} unset/0/off), nothing patched")
         return
 
+    switch.decide(mode)
     results: Dict[str, Optional[str]] = patch_state.apply(FEATURES)
     skipped = {f: r for f, r in results.items() if r is not None}
     if mode is Mode.STRICT and skipped:
+        switch.decide(Mode.OFF)
         patch_state.revert()
         raise StrictModeError("; ".join(f"{f}: {r}" for f, r in skipped.items()))
     st = patch_state.status()
@@ -215,6 +218,7 @@ def flag_in_argv(argv: Optional[list] = None) -> bool:
 
 def reset_for_tests() -> None:
     global _last, _last_summary, _programmatic
+    switch.decide(None)
     _last = None
     _last_summary = None
     _programmatic = False

@@ -10,7 +10,7 @@ logical shape ``[L, S+1, D, dim, K-1]`` with::
 Footprint ratio (physical / dense) = ``(D+K-2) / (D*(K-1))``: 0.5 at D=4, K=4.
 Correct only for a linear draft chain (EAGLE topk <= 1): see :mod:`sglang_mamba_dedup.gate`.
 
-This module needs torch only for :func:`allocate` / :func:`view_of` / :func:`is_dedup_view`; the
+This module needs torch only for :func:`allocate` / :func:`view_of` / :func:`dedup_problem`; the
 byte math is plain integers.
 """
 
@@ -33,14 +33,6 @@ def dense_window_bytes(
     """Bytes of SGLang's dense ``[L, rows, D, dim, K-1]`` window scratch for one conv kind."""
     dim, win = int(conv_shape[0]), int(conv_shape[1])
     return int(num_layers) * int(rows) * int(num_draft_tokens) * dim * win * int(itemsize)
-
-
-def dedup_window_bytes(
-    num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int], itemsize: int
-) -> int:
-    """Bytes of the deduplicated ``[L, rows, dim, D+K-2]`` physical buffer for one conv kind."""
-    dim, win = int(conv_shape[0]), int(conv_shape[1])
-    return int(num_layers) * int(rows) * dim * (int(num_draft_tokens) + win - 1) * int(itemsize)
 
 
 def phys_shape(
@@ -128,7 +120,3 @@ def dedup_problem(view: Any, phys: Any) -> Optional[str]:
         if a != b:
             return f"view[{l},{s},{t},{d},{w}] and phys[{l},{s},{d},{t + w}] are different memory"
     return None
-
-
-def is_dedup_view(view: Any, phys: Any) -> bool:
-    return dedup_problem(view, phys) is None

@@ -194,14 +194,3 @@ def untested_note(version: Optional[str]) -> Optional[str]:
     if is_untested_newer(version) and allow_untested():
         return f"UNTESTED: SGLang {version} is outside {SUPPORTED}, patched as {RELEASES[-1]} ({ALLOW_UNTESTED_ENV}=1)"
     return None
-
-
-def test_pins(release: str) -> Tuple[str, ...]:
-    """Packages a release's SGLang needs to import on a CPU test machine, beyond the base venv
-    (FACTS §5; 0.5.18/0.5.19 measured 2026-12-01: they fail with transformers 5.19's ``qwen3_asr`` clash)."""
-    v = Version(release)
-    if v < Version(UPSTREAM_DEDUP_FROM):
-        return ("transformers==5.8.1", "tokenizers==0.22.2")
-    if v < Version("0.5.20"):
-        return ("transformers==5.12.1", "tokenizers==0.22.2")
-    return ()

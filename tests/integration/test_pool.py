@@ -23,7 +23,7 @@ from tests.support import integration as iu
 
 pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
 
-GB = 1 << 30
+GB = layout.GB
 
 
 @pytest.fixture(autouse=True)

@@ -48,17 +48,13 @@ def test_every_release_range_is_inside_the_supported_range():
 
 
 def test_pyproject_extra_declares_the_same_range():
-    text = (ROOT / "pyproject.toml").read_text()
-    if sys.version_info >= (3, 11):
-        import tomllib
+    import tomllib
 
-        extra = tomllib.loads(text)["project"]["optional-dependencies"]["sglang"]
-        from packaging.requirements import Requirement
+    from packaging.requirements import Requirement
 
-        (req,) = [Requirement(e) for e in extra]
-        assert req.name == "sglang" and req.specifier == versions.SUPPORTED, extra
-    else:
-        pytest.skip("tomllib needs Python 3.11")
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["sglang"]
+    (req,) = [Requirement(e) for e in extra]
+    assert req.name == "sglang" and req.specifier == versions.SUPPORTED, extra
 
 
 def test_patches_ship_inside_the_package(tmp_path):
@@ -105,7 +101,8 @@ def test_wheel_contents(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "sglang_mamba_dedup/patches/__init__.py" in names
     assert "sglang_mamba_dedup/patches/mamba_pool.py" in names
-    assert "sglang_mamba_dedup/kernels/__init__.py" in names
+    assert "sglang_mamba_dedup/kernels/__init__.py" in names and "sglang_mamba_dedup/kernels/commit.py" in names
+    assert "sglang_mamba_dedup/py.typed" in names and "sglang_mamba_dedup/cli/doctor.py" in names
     assert not any(n.startswith("patches/") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
