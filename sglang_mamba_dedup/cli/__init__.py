@@ -8,7 +8,7 @@ from typing import List, Optional
 COMMANDS = {
     "doctor": ("sglang_mamba_dedup.cli.doctor", "versions, CUDA, what would be patched and why not"),
     "demo": ("sglang_mamba_dedup.cli.demo", "build SGLang's MambaPool with the plugin off and on, print buffer bytes"),
-    "e2e": ("sglang_mamba_dedup.e2e", "greedy md5 comparison of a real SGLang run, plugin off vs on"),
+    "e2e": ("sglang_mamba_dedup.e2e.cli", "greedy md5 comparison of a real SGLang run, plugin off vs on"),
 }
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sglang_mamba_dedup import random_model as rm
+from sglang_mamba_dedup.e2e import random_model as rm
 from sglang_mamba_dedup.testing import shapes
 
 torch = pytest.importorskip("torch")

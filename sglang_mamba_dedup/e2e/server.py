@@ -3,7 +3,7 @@
 :func:`run_server` starts SGLang's own server in a subprocess (its own process group) on a free local port,
 without the launch flag for an "off" run and with ``--enable-mamba-conv-dedup`` for an "on" run (no
 ``SGLANG_MAMBA_DEDUP`` in its environment: the flag is what is tested), waits for ``/health``, runs the same
-two-round plan as the offline route (:func:`sglang_mamba_dedup.e2e.run_plan`: warm-up, ``/flush_cache``,
+two-round plan as the offline route (:func:`.workload.run_plan`: warm-up, ``/flush_cache``,
 round 1, round 2 on prefixes of round 1, batch 1 with ``--throughput-runs``) greedily over ``/generate``
 (token ids when there is no tokenizer), and stops the whole process group (SIGTERM, then SIGKILL), also when
 the start fails, a request fails or the user presses Ctrl-C. The server's own log lines of the plugin (its
@@ -15,8 +15,7 @@ those the installed ``launch_server`` does not know (an older release), except t
 :func:`url_runner` talks to a server the user already runs (``--base-url-off`` / ``--base-url-on``): then
 nothing is started and no status report can be read, only the md5 is compared.
 
-Both return what :func:`sglang_mamba_dedup.e2e.run_in_subprocess` returns, so the driver compares them the
-same way.
+Both return what :func:`.engine.run_in_subprocess` returns, so the driver compares them the same way.
 """
 
 from __future__ import annotations
@@ -35,11 +34,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
-from . import faults
-
-FLAG = "--enable-mamba-conv-dedup"
-SWITCH_ENV = "SGLANG_MAMBA_DEDUP"
-REPORT_DIR_ENV = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
+from .. import faults, switch
+from ..report import REPORT_DIR_ENV
+from .workload import flush_with_retry, run_plan
 
 #: Engine keywords whose ``None`` the server's command line spells as the choice "none".
 _NONE_IS_A_CHOICE = ("grammar_backend",)
@@ -67,7 +64,7 @@ def server_command(engine_kwargs: Dict[str, Any], port: int, flag: bool) -> List
         else:
             cmd += [opt, str(value)]
     if flag:
-        cmd.append(FLAG)
+        cmd.append(switch.FLAG)
     return cmd
 
 
@@ -144,9 +141,7 @@ def flush_once(base_url: str, timeout: float = 30.0) -> Optional[bool]:
 
 
 def generate(base_url: str, spec: Dict[str, Any], timeout: float) -> Dict[str, Any]:
-    """The run plan of ``spec`` (:func:`sglang_mamba_dedup.e2e.run_plan`) over HTTP; the result fields of a run."""
-    from .e2e import flush_with_retry, run_plan
-
+    """The run plan of ``spec`` (:func:`.workload.run_plan`) over HTTP; the result fields of a run."""
     key = "input_ids" if spec["prompt_format"] == "ids" else "text"
 
     def gen(batch: List[Any], sampling: Dict[str, Any]) -> List[dict]:
@@ -206,7 +201,7 @@ def run_server(
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = os.environ.copy()
-    env.pop(SWITCH_ENV, None)  # off: the plugin stays off; on / fault: the flag alone switches it on
+    env.pop(switch.ENV, None)  # off: the plugin stays off; on / fault: the flag alone switches it on
     env.pop(faults.ENV, None)
     if mode == "fault":  # the negative control: the plugin on, its commit deliberately broken
         env[faults.ENV] = faults.COMMIT_STEP0

@@ -1,11 +1,13 @@
-"""The e2e driver's throughput statistics (pure): the run schedule (a throwaway start, then alternating
-modes), per-mode median and min-max, and the off/on comparison that says "within noise" when the ranges
-overlap. No single-run ratios."""
+"""The e2e driver's statistics (pure): a run's tokens, rates, cached tokens and md5s (:func:`run_stats`), the
+run schedule (a throwaway start, then alternating modes), per-mode median and min-max, and the off/on
+comparison that says "within noise" when the ranges overlap. No single-run ratios."""
 
 from __future__ import annotations
 
 import statistics
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .workload import md5_of_ids, md5_of_texts
 
 #: Fewer runs per mode than this: the throughput table shows medians and ranges but compares nothing.
 MIN_RUNS_TO_COMPARE = 3
@@ -77,7 +79,7 @@ def throughput_table(stats: Mapping[str, Mapping[str, Any]], labels: Mapping[str
     def cell(s: Optional[Mapping[str, Any]]) -> str:
         if not s:
             return "n/a"
-        return f"{_fmt_rate(s['median'])} ({_fmt_rate(s['min'])} - {_fmt_rate(s['max'])}, {s['runs']} runs)"
+        return f"{fmt_rate(s['median'])} ({fmt_rate(s['min'])} - {fmt_rate(s['max'])}, {s['runs']} runs)"
 
     lines = [
         "| phase | off: median tok/s (min - max, runs) | on: median tok/s (min - max, runs) | off vs on |",
@@ -91,7 +93,7 @@ def throughput_table(stats: Mapping[str, Mapping[str, Any]], labels: Mapping[str
     return lines
 
 
-def _fmt_rate(x: Optional[float]) -> str:
+def fmt_rate(x: Optional[float]) -> str:
     return "n/a" if x is None else f"{x:,.1f}"
 
 
@@ -104,3 +106,63 @@ def run_schedule(
         plan = [("off", True)] if throwaway else []
         return plan + [(m, False) for _ in range(throughput_runs) for m in ("off", "on")]
     return [(m, False) for m in (modes or ["off", "on"])]
+
+
+# ----------------------------------------------------------------------------- summary of a run
+def part_stats(part: Mapping[str, Any]) -> Dict[str, Any]:
+    """Tokens, time and rate of one round or phase; prompt and cached tokens where SGLang reported them."""
+    outs = part.get("outputs") or []
+    meta = part.get("meta") or [{} for _ in outs]
+    completion = sum(int(m.get("completion_tokens") or 0) for m in meta) or sum(len(o["output_ids"]) for o in outs)
+    secs = float(part.get("seconds") or 0.0)
+
+    def total(key: str) -> Optional[int]:
+        vals = [m.get(key) for m in meta]
+        return sum(int(v) for v in vals) if vals and all(v is not None for v in vals) else None
+
+    return {
+        "requests": len(outs),
+        "completion_tokens": completion,
+        "seconds": secs,
+        "tokens_per_s": completion / secs if secs > 0 else None,
+        "prompt_tokens": total("prompt_tokens"),
+        "cached_tokens": total("cached_tokens"),
+        "ids_md5": md5_of_ids([o["output_ids"] for o in outs]),
+    }
+
+
+def run_stats(res: Dict[str, Any]) -> Dict[str, Any]:
+    """The summary of one run's result (:func:`.workload.run_plan`'s fields): per round, in all, batch 1."""
+    rounds = res.get("rounds") or []
+    outs = [o for r in rounds for o in (r.get("outputs") or [])]
+    meta = [m for r in rounds for m in (r.get("meta") or [{} for _ in (r.get("outputs") or [])])]
+    per_round = [part_stats(r) for r in rounds]
+    completion = sum(r["completion_tokens"] for r in per_round)
+    verify = sum(int(m.get("spec_verify_ct") or 0) for m in meta)
+    hist: List[int] = []
+    for m in meta:
+        for i, v in enumerate(m.get("spec_correct_drafts_histogram") or []):
+            if i >= len(hist):
+                hist.extend([0] * (i + 1 - len(hist)))
+            hist[i] += int(v)
+    b1 = (res.get("phases") or {}).get("batch1")
+    return {
+        "rounds": per_round,
+        "completion_tokens": completion,
+        "verify_steps": verify,
+        "accept_length": completion / verify if verify else None,
+        "accepted_drafts_histogram": hist or None,
+        "ids_md5": md5_of_ids([o["output_ids"] for o in outs]),
+        "text_md5": md5_of_texts([o.get("text") for o in outs]),
+        "batch1": part_stats(b1) if b1 else None,
+        "cache_flushes": res.get("cache_flushes"),
+    }
+
+
+def throughput_sample(stats: Mapping[str, Any]) -> Dict[str, Optional[float]]:
+    """A run's tok/s per phase: batch 1 (its own request) and the full batch (round 1)."""
+    rounds = stats.get("rounds") or []
+    return {
+        "batch1": (stats.get("batch1") or {}).get("tokens_per_s"),
+        "full": rounds[0].get("tokens_per_s") if rounds else None,
+    }

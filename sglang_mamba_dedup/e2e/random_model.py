@@ -35,7 +35,7 @@ How the random weights are shaped (so that greedy decoding is informative):
 Every tensor is drawn on the CPU from its own generator, seeded from ``seed`` and the tensor's name,
 so the bytes do not depend on the machine, the order of tensors, or CUDA.
 
-CLI: ``python -m sglang_mamba_dedup.random_model OUT_DIR [--preset qwen3.5-0.8b|tiny] [--seed 0]``.
+CLI: ``python -m sglang_mamba_dedup.e2e.random_model OUT_DIR [--preset qwen3.5-0.8b|tiny] [--seed 0]``.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from .testing.shapes import QWEN35_08B
+from ..testing.shapes import QWEN35_08B
 
 __all__ = [
     "ModelDims",
@@ -380,7 +380,7 @@ def build_random_model(
         json.dumps({"do_sample": False, "_from_model_config": True}, indent=2) + "\n"
     )
     info = {
-        "builder": "sglang_mamba_dedup.random_model",
+        "builder": "sglang_mamba_dedup.e2e.random_model",
         "preset": preset,
         "seed": seed,
         "dtype": dtype,
@@ -405,7 +405,7 @@ def _parse_kv(items: List[str], caster) -> dict:
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m sglang_mamba_dedup.random_model",
+        prog="python -m sglang_mamba_dedup.e2e.random_model",
         description="Write a Qwen3.5-architecture checkpoint (with MTP) with seeded random weights.",
     )
     p.add_argument("out_dir")

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from .report import COUNTERS, REPORT_DIR_ENV
+from ..report import COUNTERS, REPORT_DIR_ENV
 
 #: The layouts that count as "engaged": ours (back-port) or upstream's verified by us (take-over).
 ENGAGED_LAYOUTS = ("ours", "upstream")
