@@ -72,6 +72,15 @@ def remove() -> None:
     report.record_fault(None)
 
 
+def set_env(env: Dict[str, str], on: bool) -> Dict[str, str]:
+    """Set (``on``: the e2e's ``fault`` runs) or clear this fault's variable in a child's environment."""
+    if on:
+        env[ENV] = COMMIT_STEP0
+    else:
+        env.pop(ENV, None)
+    return env
+
+
 def install_from_env() -> Optional[str]:
     """Install the fault named by :data:`ENV` (called by the activation when the plugin is on); returns its
     name, or None when unset. An unknown name is logged at ERROR and nothing is installed."""

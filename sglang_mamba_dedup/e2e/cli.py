@@ -90,7 +90,8 @@ exit status:
   3  a run failed (the engine did not start, crashed or timed out; see the logs named in the last line)
   4  an "off" run was not off
   5  cannot run here: no CUDA GPU (checked before anything is built or run)
-after the runs the first of 3, 1, 2, 4 that applies is the exit status.
+  6  the negative control was not caught: a "fault" run gave run 1's md5
+after the runs the first of 3, 1, 2, 4, 6 that applies is the exit status.
 """
 
 

@@ -35,11 +35,7 @@ Runner = Callable[[Dict[str, Any], str, Path, Path], Dict[str, Any]]
 
 def fault_env(env: Dict[str, str], mode: str) -> Dict[str, str]:
     """Set (mode ``fault``) or clear the negative control's fault variable in a run's environment."""
-    if mode == "fault":
-        env[faults.ENV] = faults.COMMIT_STEP0
-    else:
-        env.pop(faults.ENV, None)
-    return env
+    return faults.set_env(env, mode == "fault")
 
 
 _WORKER_BOOT = (

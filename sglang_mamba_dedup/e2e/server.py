@@ -202,9 +202,7 @@ def run_server(
     base = f"http://127.0.0.1:{port}"
     env = os.environ.copy()
     env.pop(switch.ENV, None)  # off: the plugin stays off; on / fault: the flag alone switches it on
-    env.pop(faults.ENV, None)
-    if mode == "fault":  # the negative control: the plugin on, its commit deliberately broken
-        env[faults.ENV] = faults.COMMIT_STEP0
+    faults.set_env(env, mode == "fault")  # the negative control: the plugin on, its commit deliberately broken
     env[REPORT_DIR_ENV] = str(report_dir)
     env.setdefault("PYTHONUNBUFFERED", "1")
     cmd = command(spec["engine_kwargs"], port, mode != "off")
