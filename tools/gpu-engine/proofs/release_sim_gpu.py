@@ -10,7 +10,8 @@ ours (back-port releases) or upstream's verified view (take-over releases), and 
 kernel. One JSON line per config on stdout and ``release-sim-<release>.json`` in ``--out``; exit 1 on any
 difference or when the plugin did not engage.
 
-    python benchmarks/release_sim_gpu.py --out "$OUT"          # on the GPU, one release per process
+    python tools/gpu-engine/proofs/release_sim_gpu.py --out "$OUT"   # on the GPU, one release per process
+                                                                  # (tools/gpu-engine/run_release_sims.sh)
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.support
-sys.path.insert(0, str(ROOT / "tools" / "gpu-engine"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _checkout, also under python -P
+import _checkout  # noqa: E402
+
+sys.path.insert(0, str(_checkout.GPU_ENGINE))  # the standins package
 
 
 def main(argv=None) -> int:
@@ -33,11 +35,12 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=48)
     args = ap.parse_args(argv)
 
-    import import_standins
     import torch
+    from standins import imports
 
-    import_standins.tolerate_missing_sgl_kernel_ops()
-    import_standins.stub_missing_packages()
+    imports.tolerate_missing_sgl_kernel_ops()
+    imports.stub_missing_packages()
+    _checkout.on_path()
     from sglang_mamba_dedup.testing.shapes import QWEN35_08B
     from tests.support import integration as iu
 

@@ -1,9 +1,18 @@
-"""Import-time stand-ins for the lent H200, which has neither flashinfer nor the real sgl_kernel (test
-infrastructure, never shipped). Used by benchmarks/release_sim_gpu.py and, with
-SGLANG_STANDINS_FLASHINFER=1, by sitecustomize.py for releases whose modules import flashinfer at load
-(0.5.13.post1 ... 0.5.21 on CUDA)."""
+"""Imports that fail on the lent H200, which has neither flashinfer nor the real sgl_kernel (test
+infrastructure, never shipped): what makes them succeed.
 
+* :func:`sgl_kernel_utils`: ``sgl_kernel.utils.is_arch_support_pdl`` (the sgl_kernel stand-in has no
+  submodule ``utils``; skip name ``pdl``);
+* :func:`tool_close_tokens`: the detokenizer's start-up without the xgrammar import (skip name ``toolclose``);
+* :func:`flashinfer` (``SGLANG_STANDINS_FLASHINFER=1``): releases whose modules import flashinfer at load
+  (0.5.13.post1 ... 0.5.21 on CUDA) get :func:`stub_missing_packages` and
+  :func:`tolerate_missing_sgl_kernel_ops`, which ``tools/gpu-engine/proofs/release_sim_gpu.py`` also calls.
+"""
+
+import os
 import sys
+
+from ._hooks import log, skipped, when_imported
 
 
 def tolerate_missing_sgl_kernel_ops() -> None:
@@ -96,3 +105,62 @@ def stub_missing_packages(names=("flashinfer",)) -> None:
         return real_find_spec(name, package)
 
     importlib.util.find_spec = find_spec
+
+
+def sgl_kernel_utils():
+    """``sgl_kernel.utils.is_arch_support_pdl`` on the sgl_kernel stand-in: torch's capability >= 9."""
+    if skipped("pdl"):
+        return
+
+    @when_imported("sgl_kernel")
+    def _sgl_kernel_utils(sk):
+        if not str(getattr(sk, "__version__", "")).endswith("stub"):
+            return
+        import types
+
+        utils = types.ModuleType("sgl_kernel.utils")
+
+        def is_arch_support_pdl():
+            import torch
+
+            return bool(torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9)
+
+        utils.is_arch_support_pdl = is_arch_support_pdl
+        try:
+            from sgl_kernel._placeholder import module_getattr
+
+            utils.__getattr__ = module_getattr("sgl_kernel.utils")
+        except Exception:
+            pass
+        sys.modules["sgl_kernel.utils"] = utils
+        sk.utils = utils
+        log("sgl_kernel.utils.is_arch_support_pdl -> torch capability >= 9")
+
+
+def tool_close_tokens():
+    """Detokenizer start-up: ``tool_close_tokens`` imports function_call_parser, which imports xgrammar (not
+    carried) at module level, even with no tool parser and no tokenizer. With either of them None the function
+    returns {} anyway: short-circuit before the import."""
+    if skipped("toolclose"):
+        return
+
+    @when_imported("sglang.srt.parser.response_template")
+    def _rt(m):
+        orig = m.tool_close_tokens
+
+        def tool_close_tokens(tool_call_parser, tokenizer):
+            if tool_call_parser is None or tokenizer is None:
+                return {}
+            return orig(tool_call_parser, tokenizer)
+
+        m.tool_close_tokens = tool_close_tokens
+        log("response_template.tool_close_tokens -> {} without parser/tokenizer (no xgrammar import)")
+
+
+def flashinfer():
+    """Releases before 0.5.23 import flashinfer at module load on CUDA: an import-time stand-in, with
+    ``SGLANG_STANDINS_FLASHINFER=1`` (run_e2e.sh sets it for those releases)."""
+    if os.environ.get("SGLANG_STANDINS_FLASHINFER") == "1":
+        tolerate_missing_sgl_kernel_ops()
+        stub_missing_packages()
+        log("flashinfer import stand-in installed")
