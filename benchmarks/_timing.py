@@ -22,10 +22,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Dict, List, Mapping, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The tree's results: ``latest/`` and ``history.csv``.
@@ -53,8 +53,8 @@ def checkout_on_path() -> None:
 class Timing:
     """The timed calls of one provider: microseconds per call."""
 
-    device_us: List[float] = field(default_factory=list)  # CUDA events around the Python call
-    host_us: List[float] = field(default_factory=list)  # the call alone on the host clock (``host=True``)
+    device_us: list[float] = field(default_factory=list)  # CUDA events around the Python call
+    host_us: list[float] = field(default_factory=list)  # the call alone on the host clock (``host=True``)
 
     def _q(self, p: float) -> float:
         ts = sorted(self.device_us)
@@ -89,7 +89,7 @@ class _HostEvent:
     def record(self) -> None:
         self.t = time.perf_counter()
 
-    def elapsed_time(self, end: "_HostEvent") -> float:  # milliseconds, as torch.cuda.Event
+    def elapsed_time(self, end: _HostEvent) -> float:  # milliseconds, as torch.cuda.Event
         return (end.t - self.t) * 1e3
 
 
@@ -114,17 +114,17 @@ def time_calls(
     fns: Mapping[str, Callable[[], object]],
     *,
     warmup: int = 5,
-    rounds: Optional[int] = None,
+    rounds: int | None = None,
     calls: int = 1,
     idle: bool = True,
     host: bool = False,
-    on_enter: Optional[Callable[[str], None]] = None,
-    on_leave: Optional[Callable[[str], None]] = None,
+    on_enter: Callable[[str], None] | None = None,
+    on_leave: Callable[[str], None] | None = None,
     budget_s: float = 0.8,
     min_reps: int = 15,
     max_reps: int = 300,
     device: str = "cuda",
-) -> Dict[str, Timing]:
+) -> dict[str, Timing]:
     """Time every provider of ``fns``, interleaved so that the host's slow and fast phases hit all alike.
 
     First each provider runs ``warmup`` times (then once more, timed on the host, when ``rounds`` is None).
@@ -237,13 +237,13 @@ class Recorder:
     ``benchmarks/results`` (the device's ``$OUT``) starts its history from a copy of the tree's, so what comes
     back replaces both as is."""
 
-    def __init__(self, out, benchmark: str, *, label: Optional[str] = None, device: str = "cuda"):
+    def __init__(self, out, benchmark: str, *, label: str | None = None, device: str = "cuda"):
         self.out = Path(out)
         self.benchmark = benchmark
         gpu = gpu_name(device)
         self.stem = "-".join(p for p in (benchmark, label, slug(gpu)) if p)
         self.meta = dict(
-            date=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            date=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             commit=git_commit(),
             gpu=gpu,
             benchmark=benchmark,
@@ -257,7 +257,7 @@ class Recorder:
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
-    def write(self, rows: List[dict]) -> Path:
+    def write(self, rows: list[dict]) -> Path:
         """All ``rows`` into the latest CSV; those not appended yet to the history. Returns the CSV's path."""
         path = self.latest(".csv")
         if rows:
@@ -269,7 +269,7 @@ class Recorder:
         return path
 
 
-def write_csv(path: Path, rows: List[dict], fields: Optional[List[str]] = None) -> None:
+def write_csv(path: Path, rows: list[dict], fields: list[str] | None = None) -> None:
     """``rows`` as a CSV; the columns are ``fields`` or every key in the order first seen."""
     fields = list(fields or [])
     for r in rows:
@@ -280,15 +280,15 @@ def write_csv(path: Path, rows: List[dict], fields: Optional[List[str]] = None) 
         w.writerows(rows)
 
 
-def append_history(path: Path, rows: List[dict]) -> None:
+def append_history(path: Path, rows: list[dict]) -> None:
     """Append ``rows`` to the history CSV ``path``; a column it lacks extends its header (the file rewritten).
     A history outside the tree's results starts as a copy of the tree's."""
     tree = RESULTS / "history.csv"
     if not path.exists() and path.resolve() != tree.resolve() and tree.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(tree, path)
-    header: List[str] = []
-    old: List[dict] = []
+    header: list[str] = []
+    old: list[dict] = []
     if path.exists():
         with open(path, newline="") as f:
             reader = csv.DictReader(f)

@@ -204,9 +204,8 @@ def graph_of(fn):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(s):
-        with torch.cuda.graph(g, stream=s):
-            fn()
+    with torch.cuda.stream(s), torch.cuda.graph(g, stream=s):
+        fn()
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
     return g.replay, g

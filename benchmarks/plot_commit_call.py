@@ -27,7 +27,10 @@ def main(argv=None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for path in args.csv for r in csv.DictReader(open(path))]
+    rows = []
+    for path in args.csv:
+        with open(path) as f:
+            rows.extend(csv.DictReader(f))
     rows = [r for r in rows if r.get("benchmark", "commit_call") == "commit_call"]
     rows = [r for r in rows if int(r.get("D", args.draft_tokens)) == args.draft_tokens]
     models = sorted({r.get("model", "qwen3.5-0.8b") for r in rows})

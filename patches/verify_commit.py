@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from typing import Any, Optional
+from typing import Any
 
 from sglang_mamba_dedup import report, switch
 from sglang_mamba_dedup.patcher import Callee
@@ -42,8 +42,8 @@ CALLEES = (
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-_kernel: Optional[Any] = None  # the module sglang_mamba_dedup.kernels.commit, once imported
-_kernel_error: Optional[str] = None
+_kernel: Any | None = None  # the module sglang_mamba_dedup.kernels.commit, once imported
+_kernel_error: str | None = None
 
 
 def load_fused_commit() -> Any:
@@ -72,7 +72,7 @@ def load_fused_commit() -> Any:
     return _kernel
 
 
-def kernel_problem() -> Optional[str]:
+def kernel_problem() -> str | None:
     try:
         load_fused_commit()
     except ImportError as exc:
@@ -86,7 +86,7 @@ def kernel_problem() -> Optional[str]:
 installed = False
 
 
-def backport_problem() -> Optional[str]:
+def backport_problem() -> str | None:
     """Why a back-ported (deduplicated) pool could not be committed right now, or None: SGLang's own
     scatter cannot read the view, so our commit must be installed and its kernel must import."""
     if not installed:
@@ -148,7 +148,7 @@ class _Route:
         return lab is self.lab and lab.req_to_token_pool.mamba_pool is self.pool and self.pool.mamba_cache is self.cache
 
 
-def _static_reason(lab, pool) -> Optional[str]:
+def _static_reason(lab, pool) -> str | None:
     """The branches SGLang keeps that depend only on the backend and its pool (fixed once built)."""
     if pool is None or not getattr(pool, "_smd_commit_ok", False):
         return "pool not cleared for the plugin's commit"
@@ -186,7 +186,7 @@ def _route(instance) -> _Route:
     return route
 
 
-def _decide(instance, wrapped, call) -> tuple[Optional[_Route], Optional[str]]:
+def _decide(instance, wrapped, call) -> tuple[_Route | None, str | None]:
     """(route, None) when our kernel may serve this call; else (route or None, the branch SGLang keeps)."""
     route = _route(instance)
     if route is None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Dict, Optional, Tuple
 
 from . import faults, patch_state, report, switch, versions
 from .patches import FEATURES, SWITCHED_FEATURES
@@ -69,8 +68,8 @@ class StrictModeError(RuntimeError):
     """Strict mode and the plugin cannot engage; raised to stop the launch."""
 
 
-_last: Optional[Tuple[str, Optional[str]]] = None
-_last_summary: Optional[str] = None
+_last: tuple[str, str | None] | None = None
+_last_summary: str | None = None
 _programmatic = False
 
 
@@ -80,7 +79,7 @@ def mark_programmatic(on: bool = True) -> None:
     _programmatic = on
 
 
-def last_summary() -> Optional[str]:
+def last_summary() -> str | None:
     """The log line of the last activation in this process (for tests, the doctor and the e2e report)."""
     return _last_summary
 
@@ -100,7 +99,7 @@ def _say(level: int, msg: str, *, visible: bool = False) -> None:
 
 def _handled(level: int) -> bool:
     """Whether a configured handler (not Python's last-resort one) would print a record of ``level``."""
-    lg: Optional[logging.Logger] = logger
+    lg: logging.Logger | None = logger
     while lg is not None:
         if any(h.level <= level for h in lg.handlers):
             return True
@@ -189,7 +188,7 @@ def _register() -> None:
         return
 
     switch.decide(mode)
-    results: Dict[str, Optional[str]] = patch_state.apply(FEATURES)
+    results: dict[str, str | None] = patch_state.apply(FEATURES)
     skipped = {f: r for f, r in results.items() if r is not None}
     if mode is Mode.STRICT and skipped:
         switch.decide(Mode.OFF)
@@ -211,7 +210,7 @@ def _register() -> None:
     report.write()
 
 
-def flag_in_argv(argv: Optional[list] = None) -> bool:
+def flag_in_argv(argv: list | None = None) -> bool:
     argv = sys.argv if argv is None else argv
     return any(a == FLAG for a in argv[1:])
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any
 
 ALLOW_CPU_ENV = "SGLANG_MAMBA_DEDUP_ALLOW_CPU"
 
@@ -38,7 +39,7 @@ _UNSET = object()
 class PoolContext:
     """What the model runner knows and the pool constructor does not (back-port releases)."""
 
-    topk: Optional[int]
+    topk: int | None
     unified: bool = False
     source: str = "ModelRunner._init_pools"
 
@@ -48,7 +49,7 @@ _POOL_CONTEXT: contextvars.ContextVar = contextvars.ContextVar("sglang_mamba_ded
 
 @contextlib.contextmanager
 def speculative_topk(
-    topk: Optional[int], *, unified: bool = False, source: str = "ModelRunner._init_pools"
+    topk: int | None, *, unified: bool = False, source: str = "ModelRunner._init_pools"
 ) -> Iterator[PoolContext]:
     """Publish the EAGLE topk (and unified-memory flag) to pools built inside this block."""
     ctx = PoolContext(topk=topk, unified=bool(unified), source=source)
@@ -59,7 +60,7 @@ def speculative_topk(
         _POOL_CONTEXT.reset(token)
 
 
-def pool_context() -> Optional[PoolContext]:
+def pool_context() -> PoolContext | None:
     return _POOL_CONTEXT.get()
 
 
@@ -68,7 +69,7 @@ def cpu_allowed() -> bool:
     return os.environ.get(ALLOW_CPU_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def device_problem(device: Any) -> Optional[str]:
+def device_problem(device: Any) -> str | None:
     import torch
 
     try:
@@ -84,12 +85,12 @@ def device_problem(device: Any) -> Optional[str]:
     return f"device {dev.type!r} is not CUDA (the CPU override {ALLOW_CPU_ENV}=1 is for tests only)"
 
 
-def conv_kernel_of(cache_params: Any) -> Optional[int]:
+def conv_kernel_of(cache_params: Any) -> int | None:
     k = getattr(getattr(cache_params, "shape", None), "conv_kernel", None)
     return int(k) if k is not None else None
 
 
-def model_problem(cache_params: Any) -> Optional[str]:
+def model_problem(cache_params: Any) -> str | None:
     """Reasons that depend on the model's state shapes alone (KDA, opt-out, conv layout)."""
     shape = getattr(cache_params, "shape", None)
     if shape is None:
@@ -111,7 +112,7 @@ def model_problem(cache_params: Any) -> Optional[str]:
     return None
 
 
-def topk_problem(topk: Any) -> Optional[str]:
+def topk_problem(topk: Any) -> str | None:
     if topk is _UNSET:
         return (
             "speculative_eagle_topk unknown (pool built outside ModelRunner._init_pools and this release's "
@@ -126,13 +127,13 @@ def topk_problem(topk: Any) -> Optional[str]:
 def check(
     *,
     device: Any,
-    speculative_num_draft_tokens: Optional[int],
+    speculative_num_draft_tokens: int | None,
     cache_params: Any,
     topk: Any = _UNSET,
     unified: bool = False,
     pool: Any = None,
-    backport_problem: Optional[str] = None,
-) -> Tuple[bool, Optional[str]]:
+    backport_problem: str | None = None,
+) -> tuple[bool, str | None]:
     """``(ok, reason)``. ``topk`` omitted = unknown (a 'no'). ``pool`` = the pool instance, if any.
     ``backport_problem``: on releases without upstream dedup, why the plugin's commit could not read a
     deduplicated view (the caller asks the patch layer: this module imports neither it nor the kernels)."""

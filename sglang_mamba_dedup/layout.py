@@ -16,7 +16,8 @@ byte math is plain integers.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 GB = 1 << 30
 
@@ -37,7 +38,7 @@ def dense_window_bytes(
 
 def phys_shape(
     num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int]
-) -> Tuple[int, int, int, int]:
+) -> tuple[int, int, int, int]:
     dim, win = int(conv_shape[0]), int(conv_shape[1])
     return (int(num_layers), int(rows), dim, int(num_draft_tokens) + win - 1)
 
@@ -64,7 +65,7 @@ def allocate(
     conv_shape: Sequence[int],
     dtype: Any,
     device: Any,
-) -> Tuple[Any, Any]:
+) -> tuple[Any, Any]:
     """Allocate one zeroed physical buffer and return ``(phys, view)``; allocates nothing else."""
     import torch
 
@@ -81,7 +82,7 @@ def nbytes(t: Any) -> int:
     return int(t.numel()) * int(t.element_size())
 
 
-def dedup_problem(view: Any, phys: Any) -> Optional[str]:
+def dedup_problem(view: Any, phys: Any) -> str | None:
     """None when ``view`` is exactly the overlapping view of ``phys``; else what differs.
 
     Checks shapes, strides, dtype, device and that ``view[l,s,t,d,w]`` and ``phys[l,s,d,t+w]`` start at

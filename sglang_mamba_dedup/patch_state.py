@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Iterable, Optional
+from collections.abc import Iterable
+from typing import Any
 
 from . import report
 from .patcher import Patcher
@@ -19,8 +20,8 @@ def _publish() -> None:
 
 
 def apply(
-    features: Optional[Iterable[str]] = None, version: Optional[str] = None, any_release: bool = False
-) -> Dict[str, Optional[str]]:
+    features: Iterable[str] | None = None, version: str | None = None, any_release: bool = False
+) -> dict[str, str | None]:
     """Apply features (default: all) to the installed SGLang; ``{feature: None or skip reason}``.
 
     ``any_release``: apply even outside the supported range (only for ``launch_flag``, so that the flag never
@@ -37,7 +38,7 @@ def live_backport_pools() -> int:
     return len(mamba_pool.LIVE_BACKPORT_POOLS)
 
 
-def revert(features: Optional[Iterable[str]] = None, force: bool = False) -> Dict[str, Optional[str]]:
+def revert(features: Iterable[str] | None = None, force: bool = False) -> dict[str, str | None]:
     """Undo ``apply`` (all features by default): ``{patch name: None if reverted else why it was kept}``.
 
     While a pool built with our back-port layout is alive, the ``commit`` patch stays (SGLang's own scatter
@@ -47,7 +48,7 @@ def revert(features: Optional[Iterable[str]] = None, force: bool = False) -> Dic
         features = [features]
     wanted = list(FEATURES) if features is None else list(features)
     live = 0 if force else live_backport_pools()
-    kept: Dict[str, Optional[str]] = {}
+    kept: dict[str, str | None] = {}
     if live and "commit" in wanted and PATCHER.applied("commit"):
         wanted = [f for f in wanted if f != "commit"]
         why = (
@@ -62,5 +63,5 @@ def revert(features: Optional[Iterable[str]] = None, force: bool = False) -> Dic
     return result
 
 
-def status() -> Dict[str, Dict[str, Any]]:
+def status() -> dict[str, dict[str, Any]]:
     return PATCHER.status()

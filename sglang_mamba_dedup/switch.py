@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import enum
 import os
-from typing import Optional
 
 ENV = "SGLANG_MAMBA_DEDUP"
 #: The launch flag of ``python -m sglang.launch_server`` / ``sglang serve`` (same as ``ENV=1``).
 FLAG = "--enable-mamba-conv-dedup"
 
 
-class Mode(str, enum.Enum):
+class Mode(enum.StrEnum):
     OFF = "off"
     ON = "on"
     STRICT = "strict"
@@ -30,7 +29,7 @@ class SwitchError(ValueError):
     """``SGLANG_MAMBA_DEDUP`` holds a value we do not understand."""
 
 
-def parse_mode(value: Optional[str]) -> Mode:
+def parse_mode(value: str | None) -> Mode:
     if value is None:
         return Mode.OFF
     key = value.strip().lower()
@@ -40,17 +39,17 @@ def parse_mode(value: Optional[str]) -> Mode:
     return _VALUES[key]
 
 
-def safe_mode(value: Optional[str]) -> Mode:
+def safe_mode(value: str | None) -> Mode:
     try:
         return parse_mode(value)
     except SwitchError:
         return Mode.OFF
 
 
-_decided: Optional[Mode] = None
+_decided: Mode | None = None
 
 
-def decide(mode: Optional[Mode]) -> None:
+def decide(mode: Mode | None) -> None:
     """Record this process's decision (the activation makes it once per process and switch value); every
     later :func:`current_mode` returns it. ``None`` forgets it (tests)."""
     global _decided

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from typing import List, Optional
 
 COMMANDS = {
     "doctor": ("sglang_mamba_dedup.cli.doctor", "versions, CUDA, what would be patched and why not"),
@@ -24,7 +23,7 @@ def _usage(out) -> None:
     print("usage: sglang-mamba-dedup [--version] {" + ",".join(COMMANDS) + "} [options]", file=out)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("-V", "--version"):
         from .. import versions

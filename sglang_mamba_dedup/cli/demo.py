@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import os
 import sys
-from typing import Dict, List, Optional
 
 from ..testing.sglang_pool import CudaToDeviceTorch
 from ..testing.shapes import MODELS
@@ -33,7 +32,7 @@ def _nbytes_logical(t) -> int:
 
 
 @contextlib.contextmanager
-def _switch(value: Optional[str]):
+def _switch(value: str | None):
     from .. import activation
 
     old = os.environ.get(activation.ENV)
@@ -75,7 +74,7 @@ def _cpu_stand_in(device: str):
             os.environ[gate.ALLOW_CPU_ENV] = saved_env
 
 
-def describe(pool) -> Dict[str, int]:
+def describe(pool) -> dict[str, int]:
     c = pool.mamba_cache
     return {
         "conv_state": _nbytes_physical(c.conv),
@@ -104,7 +103,7 @@ EPILOG = """examples:
 exit codes: 0 table printed; 1 SGLang could not build a pool here; 2 usage error or bad SGLANG_MAMBA_DEDUP"""
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="sglang-mamba-dedup demo",
         description=__doc__.replace("``", ""),
@@ -193,7 +192,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
-def describe_per_request(params) -> Dict[str, int]:
+def describe_per_request(params) -> dict[str, int]:
     """Bytes of one request's persistent conv and SSM state (what SGLang's estimator multiplies by D)."""
     import math
 

@@ -7,17 +7,20 @@ range, a target missing or changed, no CUDA device); 2 ``SGLANG_MAMBA_DEDUP`` ho
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import json
 import os
 import platform
-from typing import Any, Dict, List, Optional
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
 
 from .. import activation, patch_state, versions
 from ..patches import PATCHES, verify_commit
 
 
-def _pkg(name: str) -> Optional[str]:
+def _pkg(name: str) -> str | None:
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -29,8 +32,8 @@ def _entry_point_found() -> bool:
     return any(ep.value.startswith("sglang_mamba_dedup.") for ep in eps)
 
 
-def collect() -> Dict[str, Any]:
-    info: Dict[str, Any] = {
+def collect() -> dict[str, Any]:
+    info: dict[str, Any] = {
         "plugin": versions.plugin_version(),
         "python": platform.python_version(),
         "sglang": versions.installed_sglang_version(),
@@ -49,7 +52,7 @@ def collect() -> Dict[str, Any]:
         info["switch"]["mode"] = None
         info["switch"]["error"] = str(exc)
 
-    cuda: Dict[str, Any] = {"available": False}
+    cuda: dict[str, Any] = {"available": False}
     try:
         import torch
 
@@ -85,11 +88,9 @@ def collect() -> Dict[str, Any]:
         except Exception as exc:
             info["upstream_dedup"] = None
             info["problems"].append(f"cannot import SGLang's memory pool: {type(exc).__name__}: {exc}")
-        try:
+        with contextlib.suppress(Exception):
             info["release_description"] = describe_release(info["sglang"])
-        except Exception:
-            pass
-        features: Dict[str, Any] = {}
+        features: dict[str, Any] = {}
         for feature in patch_state.PATCHER.features:
             selected, reason, per_patch = patch_state.PATCHER.check(feature)
             features[feature] = {
@@ -113,8 +114,8 @@ def collect() -> Dict[str, Any]:
     return info
 
 
-def render(info: Dict[str, Any]) -> str:
-    out: List[str] = []
+def render(info: dict[str, Any]) -> str:
+    out: list[str] = []
     say = out.append
     say(f"sglang-mamba-dedup {info['plugin']} (python {info['python']})")
     say(
@@ -155,13 +156,13 @@ def render(info: Dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def exit_code(info: Dict[str, Any]) -> int:
+def exit_code(info: dict[str, Any]) -> int:
     if info["switch"].get("error"):
         return 2
     return 1 if info["problems"] else 0
 
 
-def describe_release(version: Optional[str]) -> str:
+def describe_release(version: str | None) -> str:
     """For ``doctor``: which mode the plugin uses on an SGLang release and what it patches there."""
     problem = versions.support_problem(version)
     if problem:
@@ -186,7 +187,21 @@ def describe_release(version: Optional[str]) -> str:
     return f"SGLang {version}: {what} Patched: " + "; ".join(targets) + "."
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def _release_span(spec: str) -> str:
+    inside = [r for r in versions.RELEASES if versions.in_range(r, SpecifierSet(spec))]
+    return f"{inside[0]} … {inside[-1]}" if len(inside) > 1 else (inside[0] if inside else spec)
+
+
+def patch_table_markdown() -> str:
+    """The README's patch table, generated from :data:`sglang_mamba_dedup.patches.PATCHES` (a test keeps the
+    README equal to it: ``sglang-mamba-dedup doctor --patch-table``)."""
+    lines = ["| feature | target | releases | what our wrapper does |", "|---|---|---|---|"]
+    for p in PATCHES:
+        lines.append(f"| `{p.feature}` | `{p.target}` | {_release_span(p.releases)} | {p.doc} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="sglang-mamba-dedup doctor",
         description=__doc__.replace("``", ""),
@@ -199,7 +214,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         help="only say which mode the plugin would use on SGLang VERSION and what it would patch "
         "(nothing is imported; exit 1 when VERSION is outside the supported range)",
     )
+    ap.add_argument("--patch-table", action="store_true", help="print the patch table as Markdown (the README's)")
     args = ap.parse_args(argv)
+    if args.patch_table:
+        print(patch_table_markdown())
+        return 0
     if args.release is not None and versions.parse(args.release) is None:
         ap.error(f"--release {args.release!r} is not a version (e.g. --release 0.5.13.post1)")
     if args.release:

@@ -61,7 +61,7 @@ import importlib.util
 import os
 import time
 from pathlib import Path
-from typing import List, NoReturn, Optional, Tuple
+from typing import NoReturn
 
 from . import driver
 from .engine import Runner
@@ -110,7 +110,7 @@ def _key_value(text: str) -> str:
     return text
 
 
-def _random_dim(text: str) -> Tuple[str, int]:
+def _random_dim(text: str) -> tuple[str, int]:
     """argparse type of ``--random-dim``: ``FIELD=INT`` with FIELD a field of the random model's dims."""
     import dataclasses
 
@@ -130,7 +130,7 @@ def _random_dim(text: str) -> Tuple[str, int]:
     return key, num
 
 
-def _modes(text: str) -> List[str]:
+def _modes(text: str) -> list[str]:
     """argparse type of ``--modes``: a comma list of at least two runs of ``off``/``on``/``fault``, the
     first ``off`` or ``on`` (the reference every later run is compared with)."""
     modes = [x.strip() for x in text.split(",") if x.strip()]
@@ -406,7 +406,7 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
             parser.error(f"--prompt-format ids needs --vocab-size (no local config.json in {model!r} to read it from)")
 
 
-def _unwritable(path: Path) -> Optional[str]:
+def _unwritable(path: Path) -> str | None:
     """Why ``path`` cannot be written (checked before any run, so a long run never ends in a traceback)."""
     if path.is_dir():
         return "is a folder"
@@ -418,7 +418,7 @@ def _unwritable(path: Path) -> Optional[str]:
     return None
 
 
-def main(argv: Optional[List[str]] = None, runner: Optional[Runner] = None) -> int:
+def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
     """The ``e2e`` command; returns its exit status (usage errors exit 2 through argparse).
 
     ``runner`` replaces :func:`.engine.run_in_subprocess` (tests); the CUDA check belongs to that default

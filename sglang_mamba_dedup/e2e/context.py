@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 
 @dataclasses.dataclass
@@ -30,20 +30,20 @@ class RunContext:
 
     args: argparse.Namespace
     t_start: float = 0.0
-    plan: List[Tuple[str, bool]] = dataclasses.field(default_factory=list)
+    plan: list[tuple[str, bool]] = dataclasses.field(default_factory=list)
     batch1_tokens: int = 256
     prompt_format: str = "auto"
     no_reports: bool = False
-    num_prompts_effective: Optional[int] = None
-    dropped_defaults: List[str] = dataclasses.field(default_factory=list)
-    server_dropped: List[str] = dataclasses.field(default_factory=list)
+    num_prompts_effective: int | None = None
+    dropped_defaults: list[str] = dataclasses.field(default_factory=list)
+    server_dropped: list[str] = dataclasses.field(default_factory=list)
     track_expected: bool = False
     track_reason: str = ""
-    workload: Dict[str, str] = dataclasses.field(default_factory=dict)
-    merged: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
-    not_started: List[str] = dataclasses.field(default_factory=list)
+    workload: dict[str, str] = dataclasses.field(default_factory=dict)
+    merged: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    not_started: list[str] = dataclasses.field(default_factory=list)
 
     @property
-    def modes(self) -> List[str]:
+    def modes(self) -> list[str]:
         """The mode of every planned run, in order."""
         return [m for m, _ in self.plan]

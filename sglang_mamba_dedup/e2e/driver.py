@@ -18,8 +18,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any
 
 from .. import faults, switch, versions
 from . import engine, random_model, server
@@ -62,7 +63,7 @@ EXIT_FAULT_NOT_CAUGHT = 6
 EXIT_USAGE = 2
 
 
-def run(args: argparse.Namespace, runner: Optional[Runner] = None, t_start: Optional[float] = None) -> int:
+def run(args: argparse.Namespace, runner: Runner | None = None, t_start: float | None = None) -> int:
     """The e2e once the options are checked (:func:`.cli.main`); returns the exit status.
 
     ``runner`` replaces :func:`.engine.run_in_subprocess` (tests); the CUDA check belongs to that default
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace, runner: Optional[Runner] = None, t_start: Opti
         _remove_temp_checkpoint(temp_model)
 
 
-def _run(ctx: RunContext, work: Path, runner: Optional[Runner], temp_model: Optional[Path]) -> int:
+def _run(ctx: RunContext, work: Path, runner: Runner | None, temp_model: Path | None) -> int:
     """Body of :func:`run` once the route is chosen: prepare, run, compare, check the plugin, verdict."""
     prepared = _prepare(ctx, work, temp_model)
     if isinstance(prepared, int):
@@ -111,15 +112,15 @@ def _run(ctx: RunContext, work: Path, runner: Optional[Runner], temp_model: Opti
     spec, model_path, random_info = prepared
     _print_header(ctx, spec, model_path, random_info, work)
     results = _execute(ctx, spec, work, runner)
-    failures: List[Tuple[int, str]] = []
+    failures: list[tuple[int, str]] = []
     summary = _compare(ctx, spec, model_path, random_info, results, failures)
     _plugin_status(ctx, results, summary, failures)
     return _verdict(ctx, summary, failures, temp_model)
 
 
-def _load_merged(paths: Sequence[str], workload: Mapping[str, str]) -> Tuple[List[Dict[str, Any]], Optional[str]]:
+def _load_merged(paths: Sequence[str], workload: Mapping[str, str]) -> tuple[list[dict[str, Any]], str | None]:
     """The timed runs of earlier summaries (``--throughput-from``), or why they cannot be merged."""
-    runs: List[Dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
     for path in paths:
         try:
             doc = json.loads(Path(path).read_text())
@@ -135,9 +136,7 @@ def _load_merged(paths: Sequence[str], workload: Mapping[str, str]) -> Tuple[Lis
     return runs, None
 
 
-def _prepare(
-    ctx: RunContext, work: Path, temp_model: Optional[Path]
-) -> Union[int, Tuple[Dict[str, Any], str, Optional[dict]]]:
+def _prepare(ctx: RunContext, work: Path, temp_model: Path | None) -> int | tuple[dict[str, Any], str, dict | None]:
     """The model (built when random) and the run spec: ``(spec, model_path, random_info)``, or an exit code."""
     args = ctx.args
     # model
@@ -178,7 +177,7 @@ def _prepare(
         if not vocab:
             _print(f"--prompt-format ids needs --vocab-size ({cfg_path} has no vocab_size)")
             return EXIT_RUN_FAILED
-        prompts: List[Any] = [text_to_ids(t, int(vocab)) for t in texts]
+        prompts: list[Any] = [text_to_ids(t, int(vocab)) for t in texts]
     else:
         prompts = texts
 
@@ -220,16 +219,14 @@ def _prepare(
     return spec, model_path, random_info
 
 
-def _print_header(
-    ctx: RunContext, spec: Dict[str, Any], model_path: str, random_info: Optional[dict], work: Path
-) -> None:
+def _print_header(ctx: RunContext, spec: dict[str, Any], model_path: str, random_info: dict | None, work: Path) -> None:
     args = ctx.args
     prompts = spec["prompts"]
     fmt = spec["prompt_format"]
     prompt_tokens = sum(len(p) for p in prompts) if fmt == "ids" else None
     kw = spec["engine_kwargs"]
     _print("== sglang-mamba-dedup e2e: greedy md5, plugin off vs on ==")
-    _print(f"date: {_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')}; host {platform.node()}")
+    _print(f"date: {_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M:%S UTC')}; host {platform.node()}")
     _print(
         f"model: {model_path}"
         + (
@@ -278,11 +275,11 @@ def _run_label(i: int, mode: str, throwaway: bool) -> str:
     return f"run {i + 1} ({mode}{', throwaway' if throwaway else ''})"
 
 
-def _execute(ctx: RunContext, spec: Dict[str, Any], work: Path, runner: Optional[Runner]) -> List[Dict[str, Any]]:
+def _execute(ctx: RunContext, spec: dict[str, Any], work: Path, runner: Runner | None) -> list[dict[str, Any]]:
     """Every run of the schedule, one after the other, each in a fresh process (or server)."""
     args = ctx.args
-    plan: List[Tuple[str, bool]] = ctx.plan
-    results: List[Dict[str, Any]] = []
+    plan: list[tuple[str, bool]] = ctx.plan
+    results: list[dict[str, Any]] = []
     ctx.not_started = []
     longest = 0.0
     for i, (mode, throwaway) in enumerate(plan):
@@ -378,7 +375,7 @@ def _print_run_stats(st: Mapping[str, Any]) -> None:
         )
 
 
-def _all_outputs(res: Mapping[str, Any]) -> List[List[int]]:
+def _all_outputs(res: Mapping[str, Any]) -> list[list[int]]:
     return [o["output_ids"] for r in res.get("rounds") or [] for o in r.get("outputs") or []]
 
 
@@ -388,12 +385,12 @@ def _where(index: int, round1_size: int) -> str:
 
 def _compare(
     ctx: RunContext,
-    spec: Dict[str, Any],
+    spec: dict[str, Any],
     model_path: str,
-    random_info: Optional[dict],
-    results: List[Dict[str, Any]],
-    failures: List[Tuple[int, str]],
-) -> Dict[str, Any]:
+    random_info: dict | None,
+    results: list[dict[str, Any]],
+    failures: list[tuple[int, str]],
+) -> dict[str, Any]:
     """md5s and throughput of the runs; appends what failed to ``failures``; returns the summary."""
     args = ctx.args
     prompts = spec["prompts"]
@@ -412,7 +409,7 @@ def _compare(
         )
     )
 
-    summary: Dict[str, Any] = {
+    summary: dict[str, Any] = {
         "modes": [r["mode"] for r in results],
         "model_path": model_path,
         "random_model": random_info,
@@ -534,12 +531,12 @@ def _compare(
 
 def _negative_control(
     k: int,
-    base: Dict[str, Any],
-    run: Dict[str, Any],
+    base: dict[str, Any],
+    run: dict[str, Any],
     same: bool,
     n_prompts: int,
-    summary: Dict[str, Any],
-    failures: List[Tuple[int, str]],
+    summary: dict[str, Any],
+    failures: list[tuple[int, str]],
 ) -> None:
     """A ``fault`` run (the commit deliberately broken) must give other outputs than run 1."""
     if same:
@@ -556,7 +553,7 @@ def _negative_control(
     summary.setdefault("negative_control", []).append({"run": k, "caught": not same})
 
 
-def _throughput(ctx: RunContext, spec: Dict[str, Any], results: List[Dict[str, Any]]) -> Dict[str, Any]:
+def _throughput(ctx: RunContext, spec: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
     """The throughput table over the timed runs (throwaway left out, --throughput-from runs added)."""
     args = ctx.args
     samples = [(r["mode"], throughput_sample(r["stats"])) for r in results if not r.get("throwaway")]
@@ -582,7 +579,7 @@ def _throughput(ctx: RunContext, spec: Dict[str, Any], results: List[Dict[str, A
 
 
 def _plugin_status(
-    ctx: RunContext, results: List[Dict[str, Any]], summary: Dict[str, Any], failures: List[Tuple[int, str]]
+    ctx: RunContext, results: list[dict[str, Any]], summary: dict[str, Any], failures: list[tuple[int, str]]
 ) -> None:
     """The plugin's state in each run's scheduler process, from its status report."""
     engaged_all = None
@@ -591,7 +588,7 @@ def _plugin_status(
             "plugin status: not readable (servers you started write their status reports, if at all, into "
             "their own SGLANG_MAMBA_DEDUP_REPORT_DIR); only the md5 is checked"
         )
-        results_for_status: List[Dict[str, Any]] = []
+        results_for_status: list[dict[str, Any]] = []
     else:
         results_for_status = results
     if results_for_status:
@@ -661,9 +658,7 @@ def _plugin_status(
         _print("plugin engagement: not checked (no 'on' run in --modes)")
 
 
-def _verdict(
-    ctx: RunContext, summary: Dict[str, Any], failures: List[Tuple[int, str]], temp_model: Optional[Path]
-) -> int:
+def _verdict(ctx: RunContext, summary: dict[str, Any], failures: list[tuple[int, str]], temp_model: Path | None) -> int:
     args = ctx.args
     order = [EXIT_RUN_FAILED, EXIT_MD5_DIFFER, EXIT_NOT_ENGAGED, EXIT_OFF_NOT_OFF, EXIT_FAULT_NOT_CAUGHT]
     code = EXIT_OK
@@ -684,7 +679,7 @@ def _verdict(
     return code
 
 
-def _fmt_tokens(x: Optional[int]) -> str:
+def _fmt_tokens(x: int | None) -> str:
     return "n/a" if x is None else f"{x:,}"
 
 
@@ -692,14 +687,14 @@ def _print(*a: Any) -> None:
     print(*a, flush=True)
 
 
-def _remove_temp_checkpoint(path: Optional[Path]) -> None:
+def _remove_temp_checkpoint(path: Path | None) -> None:
     """Remove the random-weight checkpoint built in a temporary directory (idempotent)."""
     if path is not None and path.exists():
         shutil.rmtree(path, ignore_errors=True)
         _print(f"removed the temporary random-weight checkpoint {path} (--workdir or --random-weights-dir keep it)")
 
 
-def _failed_runs_text(results: List[Dict[str, Any]], verbose: bool) -> str:
+def _failed_runs_text(results: list[dict[str, Any]], verbose: bool) -> str:
     """The failure line of runs that failed: what failed and where its log is, no guess at the cause."""
     failed = [(i, r) for i, r in enumerate(results) if not r.get("ok")]
     errors = "; ".join(dict.fromkeys(str(r.get("error")) for _, r in failed))

@@ -21,8 +21,9 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any
 
 from .. import faults, switch
 from ..report import REPORT_DIR_ENV
@@ -30,10 +31,10 @@ from .workload import flush_with_retry, run_plan
 
 #: What runs one generation: ``runner(spec, mode, report_dir, log_path) -> result`` (:func:`run_in_subprocess`
 #: with its defaults, :func:`.server.url_runner`, or a test's stand-in).
-Runner = Callable[[Dict[str, Any], str, Path, Path], Dict[str, Any]]
+Runner = Callable[[dict[str, Any], str, Path, Path], dict[str, Any]]
 
 
-def fault_env(env: Dict[str, str], mode: str) -> Dict[str, str]:
+def fault_env(env: dict[str, str], mode: str) -> dict[str, str]:
     """Set (mode ``fault``) or clear the negative control's fault variable in a run's environment."""
     return faults.set_env(env, mode == "fault")
 
@@ -44,13 +45,13 @@ _WORKER_BOOT = (
 
 
 def run_in_subprocess(
-    spec: Dict[str, Any],
+    spec: dict[str, Any],
     mode: str,
     report_dir: Path,
     log_path: Path,
-    timeout: Optional[float] = None,
+    timeout: float | None = None,
     verbose: bool = False,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Run one generation in a fresh Python process with ``SGLANG_MAMBA_DEDUP`` set for ``mode``."""
     work = log_path.parent
     spec_path = work / f"spec-{log_path.stem}.json"
@@ -80,7 +81,7 @@ def run_in_subprocess(
             proc.kill()
             proc.wait()
             rc = "timeout"
-    result: Dict[str, Any] = {"mode": mode, "pid": proc.pid, "returncode": rc, "wall_seconds": time.time() - t0}
+    result: dict[str, Any] = {"mode": mode, "pid": proc.pid, "returncode": rc, "wall_seconds": time.time() - t0}
     if rc == 0 and out_path.exists():
         result.update(json.loads(out_path.read_text()))
         result["ok"] = True
@@ -91,11 +92,11 @@ def run_in_subprocess(
     return result
 
 
-def package_versions() -> Dict[str, Optional[str]]:
+def package_versions() -> dict[str, str | None]:
     """Python and the versions of the packages a run depends on (None where not installed)."""
     from importlib import metadata
 
-    res: Dict[str, Optional[str]] = {"python": platform.python_version()}
+    res: dict[str, str | None] = {"python": platform.python_version()}
     for dist in ("sglang", "torch", "triton", "transformers", "sglang-mamba-dedup"):
         try:
             res[dist] = metadata.version(dist)
@@ -104,7 +105,7 @@ def package_versions() -> Dict[str, Optional[str]]:
     return res
 
 
-def gpu_info() -> Dict[str, Any]:
+def gpu_info() -> dict[str, Any]:
     """The first CUDA device as torch sees it (name, count, capability, CUDA version)."""
     try:
         import torch
@@ -122,7 +123,7 @@ def gpu_info() -> Dict[str, Any]:
         return {"name": None, "error": repr(e)}
 
 
-def _engine_flush_once(engine: Any) -> Optional[bool]:
+def _engine_flush_once(engine: Any) -> bool | None:
     """One ``Engine.flush_cache()``: True done, False refused (requests pending), None when there is none."""
     fn = getattr(engine, "flush_cache", None)
     if fn is None:
@@ -131,7 +132,7 @@ def _engine_flush_once(engine: Any) -> Optional[bool]:
     return True if ok is None else bool(ok)
 
 
-def _worker_main(argv: List[str]) -> int:
+def _worker_main(argv: list[str]) -> int:
     """Body of the engine process: build the Engine, run :func:`run_plan`, write the result JSON."""
     spec_path, out_path = argv[0], argv[1]
     spec = json.loads(Path(spec_path).read_text())
@@ -141,7 +142,7 @@ def _worker_main(argv: List[str]) -> int:
     try:
         key = "input_ids" if spec["prompt_format"] == "ids" else "prompt"
 
-        def generate(batch: List[Any], sampling: Dict[str, Any]) -> List[dict]:
+        def generate(batch: list[Any], sampling: dict[str, Any]) -> list[dict]:
             return engine.generate(**{key: batch}, sampling_params=sampling)
 
         plan = run_plan(spec, generate, lambda: flush_with_retry(lambda: _engine_flush_once(engine)))
@@ -152,7 +153,7 @@ def _worker_main(argv: List[str]) -> int:
     return 0
 
 
-def cuda_problem(engine_kwargs: Dict[str, Any]) -> Optional[str]:
+def cuda_problem(engine_kwargs: dict[str, Any]) -> str | None:
     """Why the engine cannot run here (no CUDA GPU), or None. Not checked when the user chose a device
     other than CUDA (``--engine-arg device=...``): that choice is theirs."""
     device = str(engine_kwargs.get("device") or "cuda").lower()

@@ -46,8 +46,9 @@ import json
 import math
 import sys
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any
 
 from ..testing.shapes import QWEN35_08B
 
@@ -83,7 +84,7 @@ class ModelDims:
     rms_norm_eps: float = 1e-6
 
     @property
-    def layer_types(self) -> List[str]:
+    def layer_types(self) -> list[str]:
         return [
             "full_attention" if (i + 1) % self.full_attention_interval == 0 else "linear_attention"
             for i in range(self.num_hidden_layers)
@@ -97,7 +98,7 @@ class ModelDims:
         )
 
 
-PRESETS: Dict[str, ModelDims] = {
+PRESETS: dict[str, ModelDims] = {
     # Qwen/Qwen3.5-0.8B text part (see the module docstring for the sources); the layer count and the GDN
     # state dimensions come from the shape table (sglang_mamba_dedup.testing.shapes), the rest is the full model's.
     "qwen3.5-0.8b": ModelDims(
@@ -218,12 +219,12 @@ def build_config(dims: ModelDims, dtype: str = "bfloat16") -> dict:
 
 # (name, shape, init kind, fan_in); kinds: embed, head, in, out, mtp_out, conv, a_log, dt_bias,
 # zeros (Gemma-style (1 + w) norms), ones (plain norms), mtp_fc.
-Spec = Tuple[str, Tuple[int, ...], str, int]
+Spec = tuple[str, tuple[int, ...], str, int]
 
 
-def _decoder_layer_specs(prefix: str, dims: ModelDims, kind: str, out_kind: str) -> List[Spec]:
+def _decoder_layer_specs(prefix: str, dims: ModelDims, kind: str, out_kind: str) -> list[Spec]:
     H, I = dims.hidden_size, dims.intermediate_size
-    specs: List[Spec] = []
+    specs: list[Spec] = []
     if kind == "linear_attention":
         kd = dims.linear_num_key_heads * dims.linear_key_head_dim
         vd = dims.linear_num_value_heads * dims.linear_value_head_dim
@@ -262,11 +263,11 @@ def _decoder_layer_specs(prefix: str, dims: ModelDims, kind: str, out_kind: str)
     return specs
 
 
-def weight_specs(dims: ModelDims) -> List[Spec]:
+def weight_specs(dims: ModelDims) -> list[Spec]:
     """Every tensor of the checkpoint, in file order, with its published name."""
     H = dims.hidden_size
     lm = "model.language_model."
-    specs: List[Spec] = [(lm + "embed_tokens.weight", (dims.vocab_size, H), "embed", 0)]
+    specs: list[Spec] = [(lm + "embed_tokens.weight", (dims.vocab_size, H), "embed", 0)]
     for i, kind in enumerate(dims.layer_types):
         specs += _decoder_layer_specs(f"{lm}layers.{i}.", dims, kind, "out")
     specs.append((lm + "norm.weight", (H,), "zeros", 0))
@@ -323,8 +324,8 @@ def _init_tensor(name: str, shape, kind: str, fan_in: int, seed: int, knobs: dic
 
 
 def iter_random_weights(
-    dims: ModelDims, seed: int = 0, dtype: str = "bfloat16", knobs: Optional[dict] = None
-) -> Iterator[Tuple[str, "object"]]:
+    dims: ModelDims, seed: int = 0, dtype: str = "bfloat16", knobs: dict | None = None
+) -> Iterator[tuple[str, object]]:
     """Yield ``(name, tensor)`` for every tensor of :func:`weight_specs` (CPU, in ``dtype``)."""
     import torch
 
@@ -339,7 +340,7 @@ def iter_random_weights(
             yield name, t.to(tdtype).contiguous()
 
 
-def resolve_dims(preset: str = "qwen3.5-0.8b", overrides: Optional[dict] = None) -> ModelDims:
+def resolve_dims(preset: str = "qwen3.5-0.8b", overrides: dict | None = None) -> ModelDims:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     dims = PRESETS[preset]
@@ -353,8 +354,8 @@ def build_random_model(
     preset: str = "qwen3.5-0.8b",
     seed: int = 0,
     dtype: str = "bfloat16",
-    knobs: Optional[dict] = None,
-    overrides: Optional[dict] = None,
+    knobs: dict | None = None,
+    overrides: dict | None = None,
 ) -> Path:
     """Write config + seeded random safetensors of ``preset`` into ``out_dir``; return the path.
 
@@ -373,7 +374,7 @@ def build_random_model(
     out.mkdir(parents=True, exist_ok=True)
     k = dict(DEFAULT_KNOBS)
     k.update(knobs or {})
-    tensors: Dict[str, Any] = dict(iter_random_weights(dims, seed=seed, dtype=dtype, knobs=k))
+    tensors: dict[str, Any] = dict(iter_random_weights(dims, seed=seed, dtype=dtype, knobs=k))
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(build_config(dims, dtype), indent=2) + "\n")
     (out / "generation_config.json").write_text(
@@ -393,7 +394,7 @@ def build_random_model(
     return out
 
 
-def _parse_kv(items: List[str], caster) -> dict:
+def _parse_kv(items: list[str], caster) -> dict:
     res = {}
     for it in items or []:
         key, _, val = it.partition("=")
@@ -403,7 +404,7 @@ def _parse_kv(items: List[str], caster) -> dict:
     return res
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m sglang_mamba_dedup.e2e.random_model",
         description="Write a Qwen3.5-architecture checkpoint (with MTP) with seeded random weights.",

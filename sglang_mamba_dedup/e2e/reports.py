@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 from ..report import COUNTERS, REPORT_DIR_ENV
 
@@ -16,10 +15,10 @@ from ..report import COUNTERS, REPORT_DIR_ENV
 ENGAGED_LAYOUTS = ("ours", "upstream")
 
 
-def read_reports(report_dir: Optional[os.PathLike]) -> Tuple[List[dict], List[str]]:
+def read_reports(report_dir: os.PathLike | None) -> tuple[list[dict], list[str]]:
     """All ``status-<pid>.json`` reports in ``report_dir`` and the problems met reading them."""
-    reports: List[dict] = []
-    problems: List[str] = []
+    reports: list[dict] = []
+    problems: list[str] = []
     if report_dir is None or not Path(report_dir).is_dir():
         return reports, problems
     for path in sorted(Path(report_dir).glob("status-*.json")):
@@ -34,7 +33,7 @@ def read_reports(report_dir: Optional[os.PathLike]) -> Tuple[List[dict], List[st
     return reports, problems
 
 
-def layout_of(report: dict) -> Optional[dict]:
+def layout_of(report: dict) -> dict | None:
     ev = report.get("events") or {}
     lay = ev.get("dedup_layout")
     return lay if isinstance(lay, dict) else None
@@ -49,10 +48,10 @@ def _saved(lay: dict) -> int:
 
 #: The commit counters of a status report (``report.count_commit``): all verify commits, those our kernel
 #: served, and the same two for commits that carried a track set (SGLang saving states for the prefix cache).
-def commit_counts(report: Optional[dict]) -> Dict[str, int]:
+def commit_counts(report: dict | None) -> dict[str, int]:
     """The four commit counters of a report (0 where missing or unreadable)."""
     ev = (report or {}).get("events") or {}
-    res: Dict[str, int] = {}
+    res: dict[str, int] = {}
     for key in COUNTERS:
         try:
             res[key] = int(ev.get(key, 0) or 0)
@@ -61,14 +60,14 @@ def commit_counts(report: Optional[dict]) -> Dict[str, int]:
     return res
 
 
-def scheduler_reports(reports: List[dict], parent_pid: Optional[int]) -> List[dict]:
+def scheduler_reports(reports: list[dict], parent_pid: int | None) -> list[dict]:
     """Reports of processes other than the driver's engine process (``parent_pid``)."""
     return [r for r in reports if parent_pid is None or r.get("pid") != parent_pid]
 
 
 def check_engaged(
-    reports: List[dict], parent_pid: Optional[int], expect_track: bool = False
-) -> Tuple[bool, List[str], Optional[dict]]:
+    reports: list[dict], parent_pid: int | None, expect_track: bool = False
+) -> tuple[bool, list[str], dict | None]:
     """Did the plugin engage in a scheduler process? Returns (engaged, reasons/evidence, report).
 
     Engaged means: a report written by a process other than ``parent_pid`` (the process that created
@@ -104,7 +103,7 @@ def check_engaged(
             ],
             r,
         )
-    reasons: List[str] = []
+    reasons: list[str] = []
     for r in with_pool:
         lay = layout_of(r) or {}
         counts = commit_counts(r)
@@ -130,7 +129,7 @@ def check_engaged(
     return (not reasons), reasons, with_pool[0]
 
 
-def check_off(reports: List[dict], parent_pid: Optional[int]) -> Tuple[bool, List[str]]:
+def check_off(reports: list[dict], parent_pid: int | None) -> tuple[bool, list[str]]:
     """Was the "off" run really off? No scheduler report may show mode on or a commit of ours."""
     reasons = []
     for r in scheduler_reports(reports, parent_pid):
@@ -142,7 +141,7 @@ def check_off(reports: List[dict], parent_pid: Optional[int]) -> Tuple[bool, Lis
     return (not reasons), reasons
 
 
-def describe_commits(report: Optional[dict]) -> str:
+def describe_commits(report: dict | None) -> str:
     """One line: the commits with and without track slots, each as ours / total."""
     c = commit_counts(report)
     track, ours_track = c["track_commit_calls"], c["ours_track_commit_calls"]
@@ -153,7 +152,7 @@ def describe_commits(report: Optional[dict]) -> str:
     )
 
 
-def describe_report(report: Optional[dict]) -> str:
+def describe_report(report: dict | None) -> str:
     if report is None:
         return "no scheduler report"
     lay = layout_of(report)

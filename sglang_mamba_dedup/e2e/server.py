@@ -31,8 +31,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import Any
 
 from .. import faults, switch
 from ..report import REPORT_DIR_ENV
@@ -41,7 +42,7 @@ from .workload import flush_with_retry, run_plan
 #: Engine keywords whose ``None`` the server's command line spells as the choice "none".
 _NONE_IS_A_CHOICE = ("grammar_backend",)
 
-CommandBuilder = Callable[[Dict[str, Any], int, bool], List[str]]
+CommandBuilder = Callable[[dict[str, Any], int, bool], list[str]]
 
 
 def free_port() -> int:
@@ -50,7 +51,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def server_command(engine_kwargs: Dict[str, Any], port: int, flag: bool) -> List[str]:
+def server_command(engine_kwargs: dict[str, Any], port: int, flag: bool) -> list[str]:
     """``python -m sglang.launch_server`` with the Engine keywords spelled as its command-line options."""
     cmd = [sys.executable, "-m", "sglang.launch_server", "--host", "127.0.0.1", "--port", str(port)]
     for key, value in engine_kwargs.items():
@@ -69,7 +70,7 @@ def server_command(engine_kwargs: Dict[str, Any], port: int, flag: bool) -> List
 
 
 @functools.lru_cache(maxsize=1)
-def launch_server_options() -> Optional[FrozenSet[str]]:
+def launch_server_options() -> frozenset[str] | None:
     """The option strings of the installed ``launch_server`` (``ServerArgs.add_cli_args``), or None when
     SGLang cannot be imported here (then every option is passed)."""
     try:
@@ -83,8 +84,8 @@ def launch_server_options() -> Optional[FrozenSet[str]]:
 
 
 def launchable(
-    engine_kwargs: Mapping[str, Any], options: Optional[Collection[str]], keep: Collection[str] = ()
-) -> Tuple[Dict[str, Any], List[str]]:
+    engine_kwargs: Mapping[str, Any], options: Collection[str] | None, keep: Collection[str] = ()
+) -> tuple[dict[str, Any], list[str]]:
     """``(kwargs, left_out)``: the engine keywords whose ``--option`` the installed ``launch_server`` has.
 
     ``model_path`` and the keys in ``keep`` (what the user gave with ``--engine-arg``) always stay: an option
@@ -92,8 +93,8 @@ def launchable(
     """
     if options is None:
         return dict(engine_kwargs), []
-    kept: Dict[str, Any] = {}
-    left: List[str] = []
+    kept: dict[str, Any] = {}
+    left: list[str] = []
     for key, value in engine_kwargs.items():
         if key == "model_path" or key in keep or "--" + key.replace("_", "-") in options:
             kept[key] = value
@@ -102,7 +103,7 @@ def launchable(
     return kept, left
 
 
-def _request(url: str, payload: Optional[dict] = None, timeout: float = 30.0) -> Any:
+def _request(url: str, payload: dict | None = None, timeout: float = 30.0) -> Any:
     data = None if payload is None else json.dumps(payload).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
     with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -110,7 +111,7 @@ def _request(url: str, payload: Optional[dict] = None, timeout: float = 30.0) ->
     return json.loads(body) if body else None
 
 
-def wait_healthy(base_url: str, proc: Optional[subprocess.Popen], timeout: float) -> Optional[str]:
+def wait_healthy(base_url: str, proc: subprocess.Popen | None, timeout: float) -> str | None:
     """None once ``GET /health`` answers 200; else why not (the process died, or the time ran out)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -124,7 +125,7 @@ def wait_healthy(base_url: str, proc: Optional[subprocess.Popen], timeout: float
     return f"the server was not healthy within {timeout:.0f} s"
 
 
-def flush_once(base_url: str, timeout: float = 30.0) -> Optional[bool]:
+def flush_once(base_url: str, timeout: float = 30.0) -> bool | None:
     """One ``POST /flush_cache``: True flushed, False refused (requests pending), None when the server has no
     such endpoint or wants an admin key for it (then the prefix cache stays as it is; the run goes on)."""
     req = urllib.request.Request(base_url + "/flush_cache", data=b"", method="POST")
@@ -140,11 +141,11 @@ def flush_once(base_url: str, timeout: float = 30.0) -> Optional[bool]:
         raise
 
 
-def generate(base_url: str, spec: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+def generate(base_url: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     """The run plan of ``spec`` (:func:`.workload.run_plan`) over HTTP; the result fields of a run."""
     key = "input_ids" if spec["prompt_format"] == "ids" else "text"
 
-    def gen(batch: List[Any], sampling: Dict[str, Any]) -> List[dict]:
+    def gen(batch: list[Any], sampling: dict[str, Any]) -> list[dict]:
         out = _request(base_url + "/generate", {key: batch, "sampling_params": sampling}, timeout)
         return out if isinstance(out, list) else [out]
 
@@ -178,7 +179,7 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-def plugin_lines(log_path: Path) -> List[str]:
+def plugin_lines(log_path: Path) -> list[str]:
     """The plugin's own lines in the server's log output (its activation line, pool and commit notes)."""
     if not log_path.exists():
         return []
@@ -186,7 +187,7 @@ def plugin_lines(log_path: Path) -> List[str]:
 
 
 def run_server(
-    spec: Dict[str, Any],
+    spec: dict[str, Any],
     mode: str,
     report_dir: Path,
     log_path: Path,
@@ -194,9 +195,9 @@ def run_server(
     timeout: float = 1200.0,
     verbose: bool = False,
     command: CommandBuilder = server_command,
-    versions: Callable[[], Dict[str, Any]] = dict,
-    gpu: Callable[[], Dict[str, Any]] = dict,
-) -> Dict[str, Any]:
+    versions: Callable[[], dict[str, Any]] = dict,
+    gpu: Callable[[], dict[str, Any]] = dict,
+) -> dict[str, Any]:
     """One run through a fresh ``launch_server``; modes "on" and "fault" add the launch flag."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -207,7 +208,7 @@ def run_server(
     env.setdefault("PYTHONUNBUFFERED", "1")
     cmd = command(spec["engine_kwargs"], port, mode != "off")
     t0 = time.time()
-    result: Dict[str, Any] = {"mode": mode, "ok": False, "command": cmd, "base_url": base}
+    result: dict[str, Any] = {"mode": mode, "ok": False, "command": cmd, "base_url": base}
     with open(log_path, "w") as log:
         # cwd: the run's own folder, so nothing in the caller's directory shadows installed packages
         proc = subprocess.Popen(
@@ -238,12 +239,12 @@ def run_server(
     return result
 
 
-def url_runner(urls: Dict[str, str], timeout: float = 1200.0) -> Callable[..., Dict[str, Any]]:
+def url_runner(urls: dict[str, str], timeout: float = 1200.0) -> Callable[..., dict[str, Any]]:
     """A runner that sends the prompts to servers the user already runs (``{"off": url, "on": url}``)."""
 
-    def run(spec: Dict[str, Any], mode: str, report_dir: Path, log_path: Path) -> Dict[str, Any]:
+    def run(spec: dict[str, Any], mode: str, report_dir: Path, log_path: Path) -> dict[str, Any]:
         base = urls[mode].rstrip("/")
-        res: Dict[str, Any] = {"mode": mode, "ok": False, "pid": None, "base_url": base}
+        res: dict[str, Any] = {"mode": mode, "ok": False, "pid": None, "base_url": base}
         try:
             problem = wait_healthy(base, None, min(timeout, 60.0))
             if problem:

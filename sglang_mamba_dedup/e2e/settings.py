@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from packaging.version import Version
 
@@ -34,9 +35,9 @@ def _parse_value(text: str) -> Any:
         return text
 
 
-def parse_engine_args(items: Sequence[str]) -> Dict[str, Any]:
+def parse_engine_args(items: Sequence[str]) -> dict[str, Any]:
     """``["k=v", ...]`` -> dict; ``v`` parsed as JSON/bool/None where it can be, else a string."""
-    res: Dict[str, Any] = {}
+    res: dict[str, Any] = {}
     for it in items or []:
         key, sep, val = it.partition("=")
         if not sep or not key.strip():
@@ -46,7 +47,7 @@ def parse_engine_args(items: Sequence[str]) -> Dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=1)
-def server_arg_fields() -> Optional[FrozenSet[str]]:
+def server_arg_fields() -> frozenset[str] | None:
     """The field names of the installed SGLang's ``ServerArgs`` (a dataclass up to 0.5.2x, a msgspec Struct
     in 0.5.23), or None when SGLang cannot be imported here (then every default is passed)."""
     try:
@@ -66,9 +67,9 @@ def server_arg_fields() -> Optional[FrozenSet[str]]:
 def deployment_defaults(
     cuda_graph: bool = True,
     radix_cache: bool = True,
-    fields: Optional[Collection[str]] = None,
-    sglang_version: Optional[str] = None,
-) -> Tuple[Dict[str, Any], List[str]]:
+    fields: Collection[str] | None = None,
+    sglang_version: str | None = None,
+) -> tuple[dict[str, Any], list[str]]:
     """The engine settings deployments run, as ``(kwargs, notes)``; ``notes`` name what was dropped.
 
     Decode CUDA graphs ``full`` (``--no-cuda-graph``: ``disabled``), prefill CUDA graphs ``disabled`` (SGLang
@@ -78,7 +79,7 @@ def deployment_defaults(
     before the per-phase graph switches (<= 0.5.13.post1) get ``disable_cuda_graph`` /
     ``disable_piecewise_cuda_graph`` instead where those exist.
     """
-    notes: List[str] = []
+    notes: list[str] = []
     v = versions.parse(sglang_version) if sglang_version else None
     if radix_cache and v is not None and v < Version(versions.SPEC_RADIX_FROM):
         radix_cache = False
@@ -86,7 +87,7 @@ def deployment_defaults(
             f"disable_radix_cache=false (SGLang {sglang_version} refuses speculative decoding with the radix cache "
             f"for this model before {versions.SPEC_RADIX_FROM}; radix cache off instead)"
         )
-    wanted: Dict[str, Any] = {
+    wanted: dict[str, Any] = {
         "cuda_graph_backend_decode": "full" if cuda_graph else "disabled",
         "cuda_graph_backend_prefill": "disabled",
         "disable_radix_cache": not radix_cache,
@@ -134,7 +135,7 @@ def describe_settings(kw: Mapping[str, Any]) -> str:
     )
 
 
-def track_expectation(kw: Mapping[str, Any], fields: Optional[Collection[str]]) -> Tuple[bool, str]:
+def track_expectation(kw: Mapping[str, Any], fields: Collection[str] | None) -> tuple[bool, str]:
     """Will SGLang pass track slots to the post-verify commit with these engine keywords? ``(yes, why)``.
 
     What triggers it in SGLang 0.5.23 (``sglang/srt/...``):
@@ -186,8 +187,8 @@ def build_engine_kwargs(
     ctx: RunContext,
     model_path: str,
     skip_tokenizer: bool,
-    defaults: Optional[Mapping[str, Any]] = None,
-) -> Dict[str, Any]:
+    defaults: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The ``sglang.Engine(**kwargs)`` of every run (identical by construction).
 
     Layers, later wins: the run's own settings (model, NEXTN, seed, concurrency), the deployment ``defaults``
@@ -195,7 +196,7 @@ def build_engine_kwargs(
     The concurrency cap defaults to the batch size, else the number of prompts (``ctx.num_prompts_effective``).
     """
     args = ctx.args
-    kw: Dict[str, Any] = {
+    kw: dict[str, Any] = {
         "model_path": model_path,
         "speculative_algorithm": args.speculative_algorithm,
         "speculative_num_steps": args.num_steps,

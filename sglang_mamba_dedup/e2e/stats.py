@@ -5,7 +5,8 @@ comparison that says "within noise" when the ranges overlap. No single-run ratio
 from __future__ import annotations
 
 import statistics
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .workload import md5_of_ids, md5_of_texts
 
@@ -15,7 +16,7 @@ MIN_RUNS_TO_COMPARE = 3
 PHASES = ("batch1", "full")
 
 
-def spread(values: Sequence[Optional[float]]) -> Optional[Dict[str, Any]]:
+def spread(values: Sequence[float | None]) -> dict[str, Any] | None:
     """``{"runs", "median", "min", "max"}`` of the values that are not None (None when there are none).
     The median of an even count is the mean of the two middle values."""
     vals = sorted(float(v) for v in values if v is not None)
@@ -25,8 +26,8 @@ def spread(values: Sequence[Optional[float]]) -> Optional[Dict[str, Any]]:
 
 
 def compare_spreads(
-    off: Optional[Mapping[str, Any]], on: Optional[Mapping[str, Any]], min_runs: int = MIN_RUNS_TO_COMPARE
-) -> Dict[str, Any]:
+    off: Mapping[str, Any] | None, on: Mapping[str, Any] | None, min_runs: int = MIN_RUNS_TO_COMPARE
+) -> dict[str, Any]:
     """Off vs on for one phase: "within noise" when the min-max ranges overlap, else which mode is faster
     (higher tok/s) and by how much, median vs median. Fewer than ``min_runs`` runs in a mode: not compared.
 
@@ -61,11 +62,11 @@ def compare_spreads(
 
 
 def throughput_stats(
-    samples: Sequence[Tuple[str, Mapping[str, Optional[float]]]], phases: Sequence[str] = PHASES
-) -> Dict[str, Dict[str, Any]]:
+    samples: Sequence[tuple[str, Mapping[str, float | None]]], phases: Sequence[str] = PHASES
+) -> dict[str, dict[str, Any]]:
     """Per phase: the :func:`spread` of each mode's tok/s and their :func:`compare_spreads`.
     ``samples``: ``(mode, {phase: tok/s})`` of every timed run (throwaway runs left out by the caller)."""
-    res: Dict[str, Dict[str, Any]] = {}
+    res: dict[str, dict[str, Any]] = {}
     for phase in phases:
         off = spread([s.get(phase) for m, s in samples if m == "off"])
         on = spread([s.get(phase) for m, s in samples if m == "on"])
@@ -73,10 +74,10 @@ def throughput_stats(
     return res
 
 
-def throughput_table(stats: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str]) -> List[str]:
+def throughput_table(stats: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str]) -> list[str]:
     """The stats of :func:`throughput_stats` as a Markdown table (one line per phase)."""
 
-    def cell(s: Optional[Mapping[str, Any]]) -> str:
+    def cell(s: Mapping[str, Any] | None) -> str:
         if not s:
             return "n/a"
         return f"{fmt_rate(s['median'])} ({fmt_rate(s['min'])} - {fmt_rate(s['max'])}, {s['runs']} runs)"
@@ -93,13 +94,13 @@ def throughput_table(stats: Mapping[str, Mapping[str, Any]], labels: Mapping[str
     return lines
 
 
-def fmt_rate(x: Optional[float]) -> str:
+def fmt_rate(x: float | None) -> str:
     return "n/a" if x is None else f"{x:,.1f}"
 
 
 def run_schedule(
-    modes: Optional[Sequence[str]], throughput_runs: int = 0, throwaway: bool = True
-) -> List[Tuple[str, bool]]:
+    modes: Sequence[str] | None, throughput_runs: int = 0, throwaway: bool = True
+) -> list[tuple[str, bool]]:
     """The runs, in order, as ``(mode, throwaway)``: ``modes`` (default off,on), or with ``throughput_runs``
     N one throwaway "off" start (unless ``throwaway`` is False) and N x (off, on)."""
     if throughput_runs > 0:
@@ -109,14 +110,14 @@ def run_schedule(
 
 
 # ----------------------------------------------------------------------------- summary of a run
-def part_stats(part: Mapping[str, Any]) -> Dict[str, Any]:
+def part_stats(part: Mapping[str, Any]) -> dict[str, Any]:
     """Tokens, time and rate of one round or phase; prompt and cached tokens where SGLang reported them."""
     outs = part.get("outputs") or []
     meta = part.get("meta") or [{} for _ in outs]
     completion = sum(int(m.get("completion_tokens") or 0) for m in meta) or sum(len(o["output_ids"]) for o in outs)
     secs = float(part.get("seconds") or 0.0)
 
-    def total(key: str) -> Optional[int]:
+    def total(key: str) -> int | None:
         vals = [m.get(key) for m in meta]
         return sum(int(v) for v in vals) if vals and all(v is not None for v in vals) else None
 
@@ -131,7 +132,7 @@ def part_stats(part: Mapping[str, Any]) -> Dict[str, Any]:
     }
 
 
-def run_stats(res: Dict[str, Any]) -> Dict[str, Any]:
+def run_stats(res: dict[str, Any]) -> dict[str, Any]:
     """The summary of one run's result (:func:`.workload.run_plan`'s fields): per round, in all, batch 1."""
     rounds = res.get("rounds") or []
     outs = [o for r in rounds for o in (r.get("outputs") or [])]
@@ -139,7 +140,7 @@ def run_stats(res: Dict[str, Any]) -> Dict[str, Any]:
     per_round = [part_stats(r) for r in rounds]
     completion = sum(r["completion_tokens"] for r in per_round)
     verify = sum(int(m.get("spec_verify_ct") or 0) for m in meta)
-    hist: List[int] = []
+    hist: list[int] = []
     for m in meta:
         for i, v in enumerate(m.get("spec_correct_drafts_histogram") or []):
             if i >= len(hist):
@@ -159,7 +160,7 @@ def run_stats(res: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def throughput_sample(stats: Mapping[str, Any]) -> Dict[str, Optional[float]]:
+def throughput_sample(stats: Mapping[str, Any]) -> dict[str, float | None]:
     """A run's tok/s per phase: batch 1 (its own request) and the full batch (round 1)."""
     rounds = stats.get("rounds") or []
     return {

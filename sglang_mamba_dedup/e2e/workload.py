@@ -15,14 +15,15 @@ import os
 import re
 import time
 import zlib
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any
 
 PROMPTS_PATH = Path(__file__).resolve().parent / "data" / "prompts.json"
 
 
 # ----------------------------------------------------------------------------- prompts, hashing
-def load_prompts(path: Optional[os.PathLike] = None, limit: Optional[int] = None) -> List[str]:
+def load_prompts(path: os.PathLike | None = None, limit: int | None = None) -> list[str]:
     """The fixed prompt set (text), in file order; ``limit`` keeps the first ``limit`` prompts."""
     doc = json.loads(Path(path or PROMPTS_PATH).read_text(encoding="utf-8"))
     prompts = doc["prompts"] if isinstance(doc, dict) else doc
@@ -36,7 +37,7 @@ def load_prompts(path: Optional[os.PathLike] = None, limit: Optional[int] = None
 _PIECE = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
 
-def text_to_ids(text: str, vocab_size: int) -> List[int]:
+def text_to_ids(text: str, vocab_size: int) -> list[int]:
     """Token ids for a model without a tokenizer: one id per word or punctuation mark.
 
     ``crc32(piece) % vocab_size``: deterministic across machines and Python versions (no ``hash()``
@@ -53,7 +54,7 @@ def md5_of_ids(outputs: Sequence[Sequence[int]]) -> str:
     return hashlib.md5(canon.encode()).hexdigest()
 
 
-def md5_of_texts(texts: Sequence[Optional[str]]) -> Optional[str]:
+def md5_of_texts(texts: Sequence[str | None]) -> str | None:
     """md5 of the output texts, or None when a run had no detokenizer output (``skip_tokenizer_init``)."""
     if not texts or any(t is None for t in texts):
         return None
@@ -61,7 +62,7 @@ def md5_of_texts(texts: Sequence[Optional[str]]) -> Optional[str]:
     return hashlib.md5(canon.encode("utf-8")).hexdigest()
 
 
-def first_difference(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> Optional[Tuple[int, int]]:
+def first_difference(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> tuple[int, int] | None:
     """(prompt index, token index) of the first difference between two runs' outputs, or None."""
     for i, (x, y) in enumerate(zip(a, b)):
         if list(x) != list(y):
@@ -72,7 +73,7 @@ def first_difference(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> 
     return None
 
 
-def workload_md5(spec: Mapping[str, Any]) -> Dict[str, str]:
+def workload_md5(spec: Mapping[str, Any]) -> dict[str, str]:
     """md5 of every part of the spec that decides what a run generates (runs merge only when all are equal)."""
     keys = (
         "engine_kwargs",
@@ -91,7 +92,7 @@ def workload_md5(spec: Mapping[str, Any]) -> Dict[str, str]:
 _ROUND2_SUFFIX = " Now continue, part {n}: say more."
 
 
-def round2_suffixes(num_prompts: int, prompt_format: str, vocab_size: Optional[int] = None) -> List[Any]:
+def round2_suffixes(num_prompts: int, prompt_format: str, vocab_size: int | None = None) -> list[Any]:
     """The short new ending of every round-2 prompt: a different text per prompt (ids for ``"ids"``)."""
     texts = [_ROUND2_SUFFIX.format(n=i + 2) for i in range(num_prompts)]
     if prompt_format != "ids":
@@ -103,7 +104,7 @@ def round2_suffixes(num_prompts: int, prompt_format: str, vocab_size: Optional[i
 
 def round2_prompts(
     prompts: Sequence[Any], outputs: Sequence[Mapping[str, Any]], suffixes: Sequence[Any], prompt_format: str
-) -> List[Any]:
+) -> list[Any]:
     """Round 2: each round-1 prompt, then its round-1 output, then its suffix.
 
     The whole round-1 sequence (prompt + output) is the prefix of the new prompt, so the radix cache holds
@@ -116,7 +117,7 @@ def round2_prompts(
         raise ValueError(f"{len(prompts)} prompts but {len(outputs)} outputs")
     if suffixes and len(suffixes) != len(prompts):
         raise ValueError(f"{len(prompts)} prompts but {len(suffixes)} round-2 suffixes")
-    res: List[Any] = []
+    res: list[Any] = []
     for i, (prompt, out) in enumerate(zip(prompts, outputs)):
         suffix = suffixes[i] if suffixes else ([] if prompt_format == "ids" else "")
         if prompt_format == "ids":
@@ -127,7 +128,7 @@ def round2_prompts(
 
 
 # ----------------------------------------------------------------------------- what one run generates
-Generate = Callable[[List[Any], Dict[str, Any]], List[dict]]
+Generate = Callable[[list[Any], dict[str, Any]], list[dict]]
 
 
 _META_KEYS = (
@@ -142,7 +143,7 @@ _META_KEYS = (
 )
 
 
-def outputs_and_meta(outputs: Sequence[dict]) -> Dict[str, Any]:
+def outputs_and_meta(outputs: Sequence[dict]) -> dict[str, Any]:
     """The ``outputs`` and ``meta`` fields of a round from SGLang's generate answers (Engine or HTTP)."""
     return {
         "outputs": [{"output_ids": list(o.get("output_ids") or []), "text": o.get("text")} for o in outputs],
@@ -151,11 +152,11 @@ def outputs_and_meta(outputs: Sequence[dict]) -> Dict[str, Any]:
 
 
 def flush_with_retry(
-    flush_once: Callable[[], Optional[bool]],
+    flush_once: Callable[[], bool | None],
     attempts: int = 40,
     wait: float = 0.25,
     sleep: Callable[[float], Any] = time.sleep,
-) -> Optional[bool]:
+) -> bool | None:
     """Empty the prefix cache: True once done, False when every attempt was refused, None when unsupported.
 
     SGLang refuses a flush while requests are still queued or running (with overlap scheduling the last
@@ -170,15 +171,15 @@ def flush_with_retry(
     return False
 
 
-def _batches(prompts: Sequence[Any], batch_size: int) -> List[List[Any]]:
+def _batches(prompts: Sequence[Any], batch_size: int) -> list[list[Any]]:
     bs = int(batch_size or 0) or len(prompts)
     return [list(prompts[i : i + bs]) for i in range(0, len(prompts), bs)]
 
 
 def _timed(
-    generate: Generate, batches: List[List[Any]], sampling: Dict[str, Any], clock: Callable[[], float]
-) -> Dict[str, Any]:
-    outputs: List[dict] = []
+    generate: Generate, batches: list[list[Any]], sampling: dict[str, Any], clock: Callable[[], float]
+) -> dict[str, Any]:
+    outputs: list[dict] = []
     t0 = clock()
     for batch in batches:
         out = generate(batch, dict(sampling))
@@ -188,11 +189,11 @@ def _timed(
 
 
 def run_plan(
-    spec: Dict[str, Any],
+    spec: dict[str, Any],
     generate: Generate,
-    flush: Callable[[], Optional[bool]],
+    flush: Callable[[], bool | None],
     clock: Callable[[], float] = time.perf_counter,
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """What every run does, Engine or HTTP alike (``generate(prompts, sampling_params) -> answers``):
 
     1. untimed warm-up: the round-1 batches (and the batch-1 request), ``warmup_tokens`` each (-1: all),
@@ -224,7 +225,7 @@ def run_plan(
     round1 = _timed(generate, _batches(prompts, bs), sampling, clock)
     second = round2_prompts(prompts, round1["outputs"], spec.get("round2_suffixes") or [], fmt)
     round2 = _timed(generate, _batches(second, bs), sampling, clock)
-    res: Dict[str, Any] = {"rounds": [round1, round2], "cache_flushes": flushes}
+    res: dict[str, Any] = {"rounds": [round1, round2], "cache_flushes": flushes}
     if b1:
         flushes.append(flush())
         one = [[prompts[b1["prompt_index"]]]]

@@ -12,7 +12,7 @@ that Triton's own launch serves it.
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import triton
@@ -65,7 +65,7 @@ class DirectLaunch:
         self.stream_of = stream_of
 
     @classmethod
-    def build(cls, kernel, compiled, args: tuple, kwargs: dict, n_index: int) -> Optional["DirectLaunch"]:
+    def build(cls, kernel, compiled, args: tuple, kwargs: dict, n_index: int) -> DirectLaunch | None:
         """``kernel``: the ``JITFunction``; ``args``/``kwargs``: the launch just made; the index tensors
         are ``args[3:3 + n_index]``."""
         try:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import triton
@@ -329,7 +329,7 @@ class CommitPlan:
 
     device: torch.device
     meta: torch.Tensor  # [conv kinds + 1, META_COLS] int64 descriptor table, on ``device``
-    ssm_int_dtype: Optional[torch.dtype]  # the SSM pair is copied as this integer type (None: no SSM pair)
+    ssm_int_dtype: torch.dtype | None  # the SSM pair is copied as this integer type (None: no SSM pair)
     ssm_ptrs: tuple[int, int]  # (ssm_src, ssm_dst) data pointers; ``meta``'s when there is no SSM pair
     n_layers: int  # L
     n_rows_src: int  # R, source rows
@@ -341,7 +341,7 @@ class CommitPlan:
     # (has track set, has source-row table) -> (kernel arguments after n_acc, constexprs and num_warps)
     calls: dict[tuple[bool, bool], tuple[tuple[Any, ...], dict[str, Any]]]
     # the same key -> the direct launcher of the compiled kernel (None: Triton's path only)
-    direct: dict[tuple[bool, bool], Optional[DirectLaunch]] = field(default_factory=dict)
+    direct: dict[tuple[bool, bool], DirectLaunch | None] = field(default_factory=dict)
 
 
 # first destination tensor (weakly, by identity: a tensor's == is elementwise) -> {layout key: plan}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from typing import Any, Dict, Optional
+from typing import Any
 
 from .shapes import ModelShape
 
@@ -45,11 +45,11 @@ def build_pool(
     cache_params,
     *,
     size: int,
-    draft_tokens: Optional[int],
-    topk: Optional[int] = 1,
+    draft_tokens: int | None,
+    topk: int | None = 1,
     device: str = "cpu",
-    mamba_size: Optional[int] = None,
-    spec_state_size: Optional[int] = None,
+    mamba_size: int | None = None,
+    spec_state_size: int | None = None,
     max_context_len: int = 64,
     via_init_pools: bool = True,
     unified: bool = False,
@@ -66,7 +66,7 @@ def build_pool(
 
     from .. import gate
 
-    kwargs: Dict[str, Any] = dict(
+    kwargs: dict[str, Any] = dict(
         size=size,
         cache_params=cache_params,
         mamba_layer_ids=list(cache_params.layers),

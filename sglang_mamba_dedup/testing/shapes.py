@@ -7,7 +7,6 @@ Plain data, no torch or SGLang import; :mod:`.sglang_pool` builds SGLang's cache
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Tuple
 
 
 @dataclass(frozen=True)
@@ -27,10 +26,10 @@ class ModelShape:
         return self.value_heads * self.head_dim + 2 * self.key_heads * self.head_dim
 
     @property
-    def ssm_shape(self) -> Tuple[int, int, int]:
+    def ssm_shape(self) -> tuple[int, int, int]:
         return (self.value_heads, self.head_dim, self.head_dim)
 
-    def state_dims(self) -> Dict[str, int]:
+    def state_dims(self) -> dict[str, int]:
         """The state as the tests' ``make_cache_params`` / ``SimConfig`` keywords take it (SSM = heads x head_dim x state_size)."""
         return dict(
             num_layers=self.gdn_layers,
@@ -51,7 +50,7 @@ QWEN3_NEXT_80B = ModelShape(
     "Qwen3-Next-80B-A3B", layers=48, gdn_layers=36, key_heads=16, value_heads=32, head_dim=128, conv_kernel=4
 )
 
-MODELS: Dict[str, ModelShape] = {
+MODELS: dict[str, ModelShape] = {
     "qwen3.5-0.8b": QWEN35_08B,
     "qwen3-next-80b": QWEN3_NEXT_80B,
 }

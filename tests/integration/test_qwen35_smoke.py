@@ -2,8 +2,8 @@
 state shapes (18 GDN layers, conv dim 6144, conv kernel 4, SSM 16x128x128, 4 draft tokens, batch 2).
 
 On CPU the Triton kernels run under the interpreter, so it is a few steps (fp32 conv: the interpreter
-mis-computes SGLang's bf16 conv *outputs*); the >= 32-step run is in test_integration_commit_sim.py and
-the bf16 CUDA run in benchmarks/integration_gpu.py.
+mis-computes SGLang's bf16 conv *outputs*); the >= 32-step run is in test_commit_sim.py and
+the bf16 CUDA run in tools/gpu-engine/proofs/integration_gpu.py.
 """
 
 from __future__ import annotations

@@ -277,9 +277,8 @@ def test_fused_commit_cuda_graph_capture_and_replay():
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        with torch.cuda.graph(graph, stream=stream):
-            fused_commit(**kw)
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        fused_commit(**kw)
     torch.cuda.current_stream().wait_stream(stream)
     for trial in range(3):
         for d in kw["conv_dsts"]:
@@ -347,9 +346,7 @@ def test_fused_commit_ssm_tilings(monkeypatch, tile_bytes):
     fused_commit(**kw)
     _check(kw, exp, f"seed={seed} tile={tile_bytes}")
     (plan,) = [
-        p
-        for per in importlib.import_module("sglang_mamba_dedup.kernels.commit")._plans.values()
-        for p in per.values()
+        p for per in importlib.import_module("sglang_mamba_dedup.kernels.commit")._plans.values() for p in per.values()
     ]
     n_ssm_tiles = plan.tiles - plan.conv_tiles
     assert n_ssm_tiles == max(1, -(-60 * 4 // tile_bytes)), n_ssm_tiles  # 60 fp32 elements per entry

@@ -172,17 +172,15 @@ def _pool(**kw):
 # 2. strict is strict on every release -----------------------------------------------------------------------
 def test_strict_stops_when_the_gate_says_no(monkeypatch):
     monkeypatch.delenv("SGLANG_MAMBA_DEDUP_ALLOW_CPU", raising=False)  # the gate: device 'cpu' is not CUDA
-    with iu.cpu_stock_paths(), iu.plugin(True, mode="strict"):
-        with pytest.raises(RuntimeError, match="strict.*not CUDA"):
-            _pool()
+    with iu.cpu_stock_paths(), iu.plugin(True, mode="strict"), pytest.raises(RuntimeError, match="strict.*not CUDA"):
+        _pool()
 
 
 def test_strict_stops_when_the_commit_kernel_is_unavailable(monkeypatch):
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")
     monkeypatch.setattr(verify_commit, "kernel_problem", lambda: "ImportError: simulated")
-    with iu.cpu_stock_paths(), iu.plugin(True, mode="strict"):
-        with pytest.raises(RuntimeError, match="strict.*simulated"):
-            _pool()
+    with iu.cpu_stock_paths(), iu.plugin(True, mode="strict"), pytest.raises(RuntimeError, match="strict.*simulated"):
+        _pool()
 
 
 def test_on_mode_logs_why_our_commit_will_not_serve_the_pool(monkeypatch, caplog):

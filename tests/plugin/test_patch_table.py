@@ -191,8 +191,26 @@ def test_untested_newer_release_only_with_the_opt_in(monkeypatch, version, allow
         assert "UNTESTED" in versions.untested_note(version)
 
 
-def test_readme_release_matrix_is_the_one_in_versions():
-    text = (ROOT / "README.md").read_text()
+def _block(text: str, name: str) -> str:
+    start, end = f"<!-- {name}:start -->\n", f"\n<!-- {name}:end -->"
+    return text[text.index(start) + len(start) : text.index(end)]
+
+
+def test_readme_patch_table_is_generated_from_the_patch_table():
+    """README's "What it patches" is ``sglang-mamba-dedup doctor --patch-table``: one row per patch."""
+    from sglang_mamba_dedup.cli import doctor
+
+    block = _block((ROOT / "README.md").read_text(), "patch-table")
+    assert block == doctor.patch_table_markdown()
+    assert block.count("\n| `") == len(PATCHES)
+
+
+def test_readme_stays_short():
+    assert len((ROOT / "README.md").read_bytes()) <= 12 * 1024
+
+
+def test_release_matrix_in_docs_is_the_one_in_versions():
+    text = (ROOT / "docs" / "releases.md").read_text()
     start, end = "<!-- release-matrix:start -->\n", "\n<!-- release-matrix:end -->"
     block = text[text.index(start) + len(start) : text.index(end)]
     assert block == versions.matrix()

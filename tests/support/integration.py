@@ -20,8 +20,9 @@ import os
 import re
 import textwrap
 import types
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any
 
 import torch
 
@@ -159,7 +160,7 @@ def _widen_is_cuda(fn):
     fn = getattr(fn, "__wrapped_sglang__", fn)
     src = textwrap.dedent(inspect.getsource(fn))
     new = re.sub(r"(\b\w+)\.is_cuda\b", r"(\1.is_cuda or \1.is_cpu)", src)
-    ns: Dict[str, Any] = {}
+    ns: dict[str, Any] = {}
     exec(compile(new, inspect.getsourcefile(fn) or "<sglang>", "exec"), fn.__globals__, ns)
     out = ns[fn.__name__]
     out.__wrapped_sglang__ = fn
@@ -184,7 +185,7 @@ def cpu_stock_paths(device: str = "cpu"):
     if torch.device(device).type == "cuda":
         yield
         return
-    saved: List[Tuple[Any, str, Any]] = []
+    saved: list[tuple[Any, str, Any]] = []
 
     def swap(mod, name, value):
         saved.append((mod, name, getattr(mod, name)))
@@ -203,7 +204,7 @@ def cpu_stock_paths(device: str = "cpu"):
             setattr(mod, name, value)
 
 
-_published: Dict[str, Any] = {}
+_published: dict[str, Any] = {}
 #: NEXTN is an alias of EAGLE; 0.5.19's runtime context only knows the canonical name.
 SPEC_ALGORITHM = "EAGLE"
 
@@ -303,25 +304,25 @@ class SimConfig:
 
 @dataclass
 class SimResult:
-    step_md5s: List[str] = field(default_factory=list)
-    windows: List[torch.Tensor] = field(default_factory=list)
+    step_md5s: list[str] = field(default_factory=list)
+    windows: list[torch.Tensor] = field(default_factory=list)
     windows_md5: str = ""
     outputs_md5: str = ""
     final_md5: str = ""
-    final: List[torch.Tensor] = field(default_factory=list)
-    outputs: List[torch.Tensor] = field(default_factory=list)
-    layout: Optional[str] = None
-    accept_lens: List[List[int]] = field(default_factory=list)
+    final: list[torch.Tensor] = field(default_factory=list)
+    outputs: list[torch.Tensor] = field(default_factory=list)
+    layout: str | None = None
+    accept_lens: list[list[int]] = field(default_factory=list)
     #: Per step and request row, what the commit left in the row's slot, read back from the pool and
     #: compared with torch.equal: the draft step ``t`` whose window *and* SSM state it now holds, -1 if it
     #: kept its state from before the commit, -2 if neither (a corrupted state).
-    slot_steps: List[List[int]] = field(default_factory=list)
+    slot_steps: list[list[int]] = field(default_factory=list)
     #: The persistent states before the first step (SGLang's pool zeroes them; the simulation fills them).
-    initial: List[torch.Tensor] = field(default_factory=list)
-    events: Dict[str, Any] = field(default_factory=dict)
+    initial: list[torch.Tensor] = field(default_factory=list)
+    events: dict[str, Any] = field(default_factory=dict)
 
 
-def _slot_steps(cache, slot_ids, win, ssm_steps, before) -> List[int]:
+def _slot_steps(cache, slot_ids, win, ssm_steps, before) -> list[int]:
     """See :attr:`SimResult.slot_steps` (an independent read-back of what the commit wrote)."""
     after = [c[:, slot_ids] for c in cache.conv] + [cache.temporal[:, slot_ids]]
     found = []
@@ -397,7 +398,7 @@ def simulate(cfg: SimConfig) -> SimResult:
     takes_req_pool_indices = "req_pool_indices" in inspect.signature(update).parameters
     req_pool_indices = torch.arange(b, dtype=torch.int64, device=dev)
     res = SimResult(layout=getattr(mp, "_smd_layout", None))
-    outs_all: List[torch.Tensor] = []
+    outs_all: list[torch.Tensor] = []
     for step in range(cfg.steps):
         x_all = rnd(cfg.num_layers, b, cfg.conv_dim, d, dtype=cfg.conv_dtype)
         outs = []
@@ -479,7 +480,7 @@ def run_estimator(
     max_running_requests: int = 256,
     device: str = "cuda",
     replayssm: bool = False,
-) -> Tuple[int, float]:
+) -> tuple[int, float]:
     """Run SGLang's real mamba-cache estimator on a stand-in runner/configurator (attributes only).
 
     Returns ``(max_mamba_cache_size, rest_memory_gb)`` for a ``total_rest_gb`` budget, radix cache on
