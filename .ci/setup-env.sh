@@ -53,7 +53,7 @@ for rel in "${releases[@]}"; do
   dir="$VENV/overlays/$rel"
   [ -f "$dir/.stamp-v2" ] && continue
   # The pins each release's SGLang imports with on the CPU (FACTS §5); the rest comes from the base venv.
-  pins=$("$VENV/bin/python" -c 'import sys; from sglang_mamba_dedup import versions; print(" ".join(versions.test_pins(sys.argv[1])))' "$rel")
+  pins=$("$VENV/bin/python" .ci/release_pins.py "$rel")
   rm -rf "$dir"
   "$VENV/bin/python" -m pip install -q --no-deps --target "$dir" "sglang==$rel" $pins 2>&1 | quiet
   PYTHONPATH="$root/$dir" "$VENV/bin/python" -c "

@@ -20,35 +20,36 @@ a percentage of a large ``dst.copy_(src)`` measured in the same run.
 Track rows: when on, every request also tracks (a distinct slot, a random step):
 the worst case, twice the bytes.
 
-Usage (on a GPU machine, SGLang 0.5.23 importable)::
+Results (``_timing.Recorder``): ``<out>/latest/commit-<gpu>.csv`` (every row), ``.md`` (the table),
+``.png``, and the rows appended to ``<out>/history.csv``.
 
-    python benchmarks/bench_commit.py --out benchmarks/results [--quick] [--sweep]
+Usage (on a GPU machine, SGLang 0.5.23 importable; ``gpu_check.py`` runs the kernel tests first)::
+
+    python benchmarks/bench_commit.py [--out DIR] [--quick] [--sweep]     # DIR: $OUT, else benchmarks/results
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime as _dt
 import importlib
 import json
 import os
-import platform
-import statistics
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 
-MODELS = {
-    "qwen3.5-0.8b": dict(layers=18, conv_dim=6144, K=4, ssm=(16, 128, 128)),
-    "qwen3-next-80b": dict(layers=36, conv_dim=8192, K=4, ssm=(32, 128, 128)),
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _timing, also under python -P
+import _timing  # noqa: E402
+
+_timing.checkout_on_path()
+from sglang_mamba_dedup.testing.shapes import MODELS, ModelShape  # noqa: E402
+
 BATCHES = (1, 16, 64, 128, 256)
 STEPS = (4, 8)
 MEM_FRACTION = 0.85
-GATE_FAILURES: list = []
 
 
 def log(*a):
@@ -69,82 +70,25 @@ def triton_jit_lazy(fn):
     return get
 
 
-# ---------------------------------------------------------------- timing
-
-
-def time_call(fn, warmup=5, budget_s=0.25, min_reps=15, max_reps=300):
-    """Median/p20/p80 in microseconds of CUDA-event-timed calls, device idle before each."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    one = max(time.perf_counter() - t0, 1e-6)
-    reps = int(min(max_reps, max(min_reps, budget_s / one)))
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        torch.cuda.synchronize()
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    ts = sorted(s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends))
-    q = lambda p: ts[min(len(ts) - 1, int(p * len(ts)))]  # noqa: E731
-    return statistics.median(ts), q(0.2), q(0.8), reps
-
-
-def time_many(fns: dict, warmup=5, budget_s=0.8, min_reps=15, max_reps=300) -> dict:
-    """``time_call`` for several providers, interleaved call by call (round robin), so
-    that slow and fast phases of the host hit every provider alike."""
-    one = {}
-    for name, fn in fns.items():
-        for _ in range(warmup):
-            fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        one[name] = max(time.perf_counter() - t0, 1e-6)
-    reps = int(min(max_reps, max(min_reps, budget_s / sum(one.values()))))
-    ev = {
-        n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-        for n in fns
-    }
-    for i in range(reps):
-        for name, fn in fns.items():
-            s, e = ev[name][i]
-            torch.cuda.synchronize()
-            s.record()
-            fn()
-            e.record()
-    torch.cuda.synchronize()
-    out = {}
-    for name in fns:
-        ts = sorted(s.elapsed_time(e) * 1e3 for s, e in ev[name])
-        q = lambda p: ts[min(len(ts) - 1, int(p * len(ts)))]  # noqa: E731
-        out[name] = (statistics.median(ts), q(0.2), q(0.8), reps)
-    return out
-
-
 def copy_bandwidth_gbs(nbytes=4 << 30):
     src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    med, _, _, _ = time_call(lambda d=dst, s=src: d.copy_(s), warmup=3, budget_s=0.5, min_reps=20)
-    del src, dst
+    bw = _timing.copy_bandwidth(src, warmup=3, budget_s=0.5, min_reps=20)
+    del src
     torch.cuda.empty_cache()
-    return 2 * nbytes / (med * 1e-6) / 1e9
+    return bw / 1e9
 
 
 # ---------------------------------------------------------------- inputs
 
 
-def _bytes_needed(cfg, R, D):
-    L, dim, K = cfg["layers"], cfg["conv_dim"], cfg["K"]
-    ssm = 4
-    for n in cfg["ssm"]:
-        ssm *= n
+def _ssm_bytes(shape: ModelShape) -> int:
+    h, d, n = shape.ssm_shape
+    return 4 * h * d * n  # fp32
+
+
+def _bytes_needed(shape: ModelShape, R, D):
+    L, dim, K = shape.gdn_layers, shape.conv_dim, shape.conv_kernel
+    ssm = _ssm_bytes(shape)
     n_slots = 2 * R + 1
     return (
         L * R * D * ssm  # ssm scratch
@@ -155,12 +99,12 @@ def _bytes_needed(cfg, R, D):
     )
 
 
-def build_inputs(cfg, R, D, gen):
-    L, dim, K = cfg["layers"], cfg["conv_dim"], cfg["K"]
+def build_inputs(shape: ModelShape, R, D, gen):
+    L, dim, K = shape.gdn_layers, shape.conv_dim, shape.conv_kernel
     n_slots = 2 * R + 1
     dev = "cuda"
-    ssm_src = torch.empty((L, R, D, *cfg["ssm"]), dtype=torch.float32, device=dev).normal_(generator=gen)
-    ssm_dst = torch.empty((L, n_slots, *cfg["ssm"]), dtype=torch.float32, device=dev).fill_(float("nan"))
+    ssm_src = torch.empty((L, R, D, *shape.ssm_shape), dtype=torch.float32, device=dev).normal_(generator=gen)
+    ssm_dst = torch.empty((L, n_slots, *shape.ssm_shape), dtype=torch.float32, device=dev).fill_(float("nan"))
     phys = torch.empty((L, R, dim, D + K - 2), dtype=torch.bfloat16, device=dev).normal_(generator=gen)
     sl, sr, sd, sw = phys.stride()
     view = phys.as_strided((L, R, D, dim, K - 1), (sl, sr, sw, sd, sw))
@@ -188,13 +132,30 @@ def make_indices(B, D, R, gen):
     return steps, slots, t_steps, t_slots
 
 
-def moved_bytes(cfg, B, track):
-    ssm = 4
-    for n in cfg["ssm"]:
-        ssm *= n
-    conv = cfg["conv_dim"] * (cfg["K"] - 1) * 2
+def moved_bytes(shape: ModelShape, B, track):
+    conv = shape.conv_dim * (shape.conv_kernel - 1) * 2
     rows = B * (2 if track else 1)
-    return 2 * rows * cfg["layers"] * (ssm + conv)
+    return 2 * rows * shape.gdn_layers * (_ssm_bytes(shape) + conv)
+
+
+def result_row(meta, kind, model, D, B, mode, provider, t=None, nbytes=0, median=None):
+    """One CSV row; ``t`` a :class:`_timing.Timing` (or only ``median``, without quantiles)."""
+    med = t.median if t is not None else median
+    return dict(
+        meta,
+        kind=kind,
+        model=model,
+        D=D,
+        batch=B,
+        mode=mode,
+        provider=provider,
+        median_us=round(med, 2),
+        p20_us=round(t.p20, 2) if t is not None else 0,
+        p80_us=round(t.p80, 2) if t is not None else 0,
+        reps=t.reps if t is not None else 0,
+        bytes=nbytes,
+        GBps=round(nbytes / (med * 1e-6) / 1e9, 1) if nbytes else 0,
+    )
 
 
 # ---------------------------------------------------------------- providers
@@ -243,9 +204,8 @@ def graph_of(fn):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(s):
-        with torch.cuda.graph(g, stream=s):
-            fn()
+    with torch.cuda.stream(s), torch.cuda.graph(g, stream=s):
+        fn()
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
     return g.replay, g
@@ -281,11 +241,11 @@ def check_same_result(x, idx, track, provs):
 def sweep_tiles(sg, fused_commit, gen, out_rows, meta):
     """Device time (CUDA-graph replay) of a few SSM tilings on Qwen3.5-0.8B, D=4; keeps
     the fastest at batch 64 + 128 for the rest of the run (``--sweep``)."""
-    common = importlib.import_module("sglang_mamba_dedup.kernels._common")
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
-    cfg = MODELS["qwen3.5-0.8b"]
+    common = importlib.import_module("sglang_mamba_dedup.kernels._validate")
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.commit")
+    shape = MODELS["qwen3.5-0.8b"]
     R, D = 128, 4
-    x = build_inputs(cfg, R, D, gen)
+    x = build_inputs(shape, R, D, gen)
     configs = ((8192, 4), (16384, 4), (32768, 4), (32768, 8), (65536, 8), (131072, 8))
     cases = ((1, False), (64, False), (128, False))
     scores = {}
@@ -296,25 +256,11 @@ def sweep_tiles(sg, fused_commit, gen, out_rows, meta):
         for B, track in cases:
             idx = make_indices(B, D, R, gen)
             replay, graph = graph_of(providers(x, idx, track, sg, fused_commit)["ours"])
-            med, p20, p80, reps = time_call(replay)
-            nbytes = moved_bytes(cfg, B, track)
-            res[(B, track)] = med
+            t = _timing.time_calls({"ours_graph": replay}, budget_s=0.25)["ours_graph"]
+            res[(B, track)] = t.median
+            provider = f"ours_graph[tile={tile_bytes},warps={warps}]"
             out_rows.append(
-                dict(
-                    meta,
-                    kind="sweep",
-                    model="qwen3.5-0.8b",
-                    D=D,
-                    batch=B,
-                    mode="accept",
-                    provider=f"ours_graph[tile={tile_bytes},warps={warps}]",
-                    median_us=round(med, 2),
-                    p20_us=round(p20, 2),
-                    p80_us=round(p80, 2),
-                    reps=reps,
-                    bytes=nbytes,
-                    GBps=round(nbytes / (med * 1e-6) / 1e9, 1),
-                )
+                result_row(meta, "sweep", "qwen3.5-0.8b", D, B, "accept", provider, t, moved_bytes(shape, B, track))
             )
             del graph
         scores[(tile_bytes, warps)] = res
@@ -340,8 +286,7 @@ def launch_overheads(gen, fused_commit, sg, out_rows, meta):
     """Where batch-1 time goes: empty event pair, one tiny torch op, one empty Triton
     launch, ours, ours replayed from a CUDA graph (interleaved, same timing method)."""
     t = torch.zeros(16, device="cuda")
-    cfg = MODELS["qwen3.5-0.8b"]
-    x = build_inputs(cfg, 4, 4, gen)
+    x = build_inputs(MODELS["qwen3.5-0.8b"], 4, 4, gen)
     idx = make_indices(1, 4, 4, gen)
     ours = providers(x, idx, False, sg, fused_commit)["ours"]
     cases = [
@@ -351,25 +296,9 @@ def launch_overheads(gen, fused_commit, sg, out_rows, meta):
     ]
     replay, graph = graph_of(ours)
     cases += [("ours", ours), ("ours_graph_replay", replay)]
-    res = {name: v[0] for name, v in time_many(dict(cases), budget_s=0.5).items()}
+    res = {name: v.median for name, v in _timing.time_calls(dict(cases), budget_s=0.5).items()}
     for name, med in res.items():
-        out_rows.append(
-            dict(
-                meta,
-                kind="overhead",
-                model="qwen3.5-0.8b",
-                D=4,
-                batch=1,
-                mode="accept",
-                provider=name,
-                median_us=round(med, 2),
-                p20_us=0,
-                p80_us=0,
-                reps=0,
-                bytes=0,
-                GBps=0,
-            )
-        )
+        out_rows.append(result_row(meta, "overhead", "qwen3.5-0.8b", 4, 1, "accept", name, median=med))
     log("launch overheads (median us, events around the call): " + "  ".join(f"{k}={v:.1f}" for k, v in res.items()))
     del x, graph
     torch.cuda.empty_cache()
@@ -380,52 +309,27 @@ def launch_overheads(gen, fused_commit, sg, out_rows, meta):
 
 
 def run(out_dir, quick=False, sweep=False, models=None):
-    os.makedirs(out_dir, exist_ok=True)
+    """The whole benchmark; rows and the table into ``out_dir`` (:class:`_timing.Recorder`). Returns the rows."""
     sg = importlib.import_module("sglang.kernels.ops.mamba.mamba_state_scatter_triton")
-    from importlib.metadata import version
-
-    import triton
 
     from sglang_mamba_dedup.kernels import clear_plan_cache, fused_commit
 
     gen = torch.Generator(device="cuda")
     gen.manual_seed(int(time.time()))
-    props = torch.cuda.get_device_properties(0)
-    meta = dict(
-        gpu=props.name,
-        torch=torch.__version__,
-        triton=triton.__version__,
-        sglang=version("sglang"),
-        python=platform.python_version(),
-        timestamp=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    )
+    rec = _timing.Recorder(out_dir, "commit")
+    meta = {k: rec.meta[k] for k in ("gpu", "torch", "triton", "sglang", "python", "date", "commit")}
     log("env:", json.dumps(meta))
     rows = []
     bw = copy_bandwidth_gbs()
     log(f"device copy bandwidth (dst.copy_(src), 4 GiB fp32, read+write): {bw:.0f} GB/s")
     rows.append(
-        dict(
-            meta,
-            kind="copy",
-            model="-",
-            D=0,
-            batch=0,
-            mode="-",
-            provider="torch_copy",
-            median_us=0,
-            p20_us=0,
-            p80_us=0,
-            reps=0,
-            bytes=2 * (4 << 30),
-            GBps=round(bw, 1),
-        )
+        dict(result_row(meta, "copy", "-", 0, 0, "-", "torch_copy", median=0), bytes=2 * (4 << 30), GBps=round(bw, 1))
     )
     try:
         launch_overheads(gen, fused_commit, sg, rows, meta)
     except Exception as e:
         log("launch overheads failed:", repr(e))
-    common = importlib.import_module("sglang_mamba_dedup.kernels._common")
-    tile = None
+    common = importlib.import_module("sglang_mamba_dedup.kernels._validate")
     if sweep:
         try:
             sweep_tiles(sg, fused_commit, gen, rows, meta)
@@ -435,10 +339,11 @@ def run(out_dir, quick=False, sweep=False, models=None):
     free = torch.cuda.mem_get_info()[0]
     budget = free * MEM_FRACTION
     batches = (1, 64) if quick else BATCHES
+    gate_failures: list = []
     for model in models or MODELS:
-        cfg = MODELS[model]
+        shape = MODELS[model]
         for D in (4,) if quick else STEPS:
-            fits = [B for B in batches if _bytes_needed(cfg, B, D) <= budget]
+            fits = [B for B in batches if _bytes_needed(shape, B, D) <= budget]
             if not fits:
                 continue
             skipped = [B for B in batches if B not in fits]
@@ -448,18 +353,20 @@ def run(out_dir, quick=False, sweep=False, models=None):
             clear_plan_cache()
             torch.cuda.empty_cache()
             try:
-                bench_model(cfg, model, R, D, fits, gen, sg, fused_commit, rows, meta)
+                gate_failures += bench_model(shape, model, R, D, fits, gen, sg, fused_commit, rows, meta)
             except torch.cuda.OutOfMemoryError as e:
                 log(f"{model} D={D}: out of memory, rest skipped: {e}")
             clear_plan_cache()
             torch.cuda.empty_cache()
-            write_outputs(rows, bw, out_dir, meta, tile, quiet=True)
-    write_outputs(rows, bw, out_dir, meta, tile)
+            write_outputs(rows, bw, rec, meta, tile, gate_failures, quiet=True)
+    write_outputs(rows, bw, rec, meta, tile, gate_failures)
     return rows
 
 
-def bench_model(cfg, model, R, D, fits, gen, sg, fused_commit, rows, meta):
-    x = build_inputs(cfg, R, D, gen)
+def bench_model(shape, model, R, D, fits, gen, sg, fused_commit, rows, meta):
+    """Rows of one model and D into ``rows``; returns the configurations whose gate failed."""
+    gate_failures = []
+    x = build_inputs(shape, R, D, gen)
     for B in fits:
         idx = make_indices(B, D, R, gen)
         for track in (False, True):
@@ -470,61 +377,40 @@ def bench_model(cfg, model, R, D, fits, gen, sg, fused_commit, rows, meta):
                 log(f"  gate {model} D={D} b={B} {mode}: identical pools = {ok}")
                 if not ok:
                     log("  !!! GATE FAILED: ours and SGLang wrote different pools; timings below are suspect")
-                    GATE_FAILURES.append(f"{model} D={D} b={B} {mode}")
+                    gate_failures.append(f"{model} D={D} b={B} {mode}")
             replay, graph = graph_of(provs["ours"])
             provs = dict(provs, ours_graph=replay)
-            nbytes = moved_bytes(cfg, B, track)
+            nbytes = moved_bytes(shape, B, track)
             done = []
             try:
-                timed = time_many(provs)
+                timed = _timing.time_calls(provs)
             except Exception as e:  # keep the other configurations
                 log(f"  timing failed: {e!r}")
                 timed = {}
-            for name, (med, p20, p80, reps) in timed.items():
-                gbs = nbytes / (med * 1e-6) / 1e9
-                done.append(f"{name}={med:.1f}us/{gbs:.0f}GB/s")
-                rows.append(
-                    dict(
-                        meta,
-                        kind="bench",
-                        model=model,
-                        D=D,
-                        batch=B,
-                        mode=mode,
-                        provider=name,
-                        median_us=round(med, 2),
-                        p20_us=round(p20, 2),
-                        p80_us=round(p80, 2),
-                        reps=reps,
-                        bytes=nbytes,
-                        GBps=round(gbs, 1),
-                    )
-                )
+            for name, t in timed.items():
+                rows.append(result_row(meta, "bench", model, D, B, mode, name, t, nbytes))
+                done.append(f"{name}={t.median:.1f}us/{nbytes / (t.median * 1e-6) / 1e9:.0f}GB/s")
             log(f"{model:15s} D={D} b={B:3d} {mode:12s} " + "  ".join(done))
             del graph, replay
     del x
+    return gate_failures
 
 
-def write_outputs(rows, bw, out_dir, meta, tile, quiet=False):
-    csv_path = os.path.join(out_dir, "commit_h200.csv")
-    fields = list(rows[0].keys())
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-    md = markdown_table(rows, bw, meta, tile)
-    with open(os.path.join(out_dir, "commit_h200.md"), "w") as f:
-        f.write(md)
+def write_outputs(rows, bw, rec, meta, tile, gate_failures, quiet=False):
+    """CSV, table and plot into ``latest/``, the rows not yet there into the history."""
+    rec.write(rows)
+    md = markdown_table(rows, bw, meta, tile, gate_failures)
+    rec.latest(".md").write_text(md)
     if quiet:
         return
     log(md)
     try:
-        plot(rows, bw, os.path.join(out_dir, "commit_h200.png"), meta)
+        plot(rows, bw, rec.latest(".png"), meta)
     except Exception as e:  # matplotlib missing or headless trouble: skip the PNG
         log("no PNG:", repr(e))
 
 
-def markdown_table(rows, bw, meta, tile):
+def markdown_table(rows, bw, meta, tile, gate_failures):
     bench = [r for r in rows if r["kind"] == "bench"]
     key = lambda r: (r["model"], r["D"], r["batch"], r["mode"])  # noqa: E731
     by = {}
@@ -532,7 +418,7 @@ def markdown_table(rows, bw, meta, tile):
         by.setdefault(key(r), {})[r["provider"]] = r
     out = [
         f"Post-verify commit on {meta['gpu']} (torch {meta['torch']}, triton {meta['triton']}, "
-        f"SGLang {meta['sglang']}, {meta['timestamp']}). Device copy bandwidth (read+write) measured in "
+        f"SGLang {meta['sglang']}, {meta['date']}). Device copy bandwidth (read+write) measured in "
         f"the same run: **{bw:.0f} GB/s**. Times: median of CUDA-event-timed Python calls (host overhead "
         f"included; `ours (graph)` = the same launch replayed from a CUDA graph). %BW = bytes read+written / time "
         f"/ copy bandwidth. bf16 conv (dedup view for ours and 0.5.23, dense scratch for 0.5.13), fp32 SSM; "
@@ -567,7 +453,7 @@ def markdown_table(rows, bw, meta, tile):
     out.append("")
     out.append(
         "Correctness gate (ours vs SGLang 0.5.23 vs 0.5.13-style, bitwise, batch 1 and 16): "
-        + ("FAILED for " + ", ".join(GATE_FAILURES) if GATE_FAILURES else "identical pools everywhere")
+        + ("FAILED for " + ", ".join(gate_failures) if gate_failures else "identical pools everywhere")
     )
     out.append("")
     out.append(
@@ -604,14 +490,14 @@ def plot(rows, bw, path, meta):
             ax.set_title(f"{model}, D=4, {mode}")
             ax.grid(True, which="both", alpha=0.3)
             ax.legend()
-    fig.suptitle(f"{meta['gpu']}  copy BW {bw:.0f} GB/s  {meta['timestamp']}")
+    fig.suptitle(f"{meta['gpu']}  copy BW {bw:.0f} GB/s  {meta['date']}")
     fig.tight_layout()
     fig.savefig(path, dpi=80)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(_timing.RESULTS), help="results folder")
     ap.add_argument("--quick", action="store_true", help="batches 1 and 64, D=4 only")
     ap.add_argument("--sweep", action="store_true", help="first sweep SSM tilings and keep the fastest")
     ap.add_argument("--models", nargs="*", choices=sorted(MODELS))

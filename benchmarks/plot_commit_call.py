@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Plot the whole-call commit benchmark: ``commit_call-<label>.csv`` files of ``bench_commit_call.py``.
+"""Plot the whole-call commit benchmark: ``latest/commit_call-<label>-<gpu>.csv`` files of ``bench_commit_call.py``.
 
 One panel per model: the whole call in µs against the batch, SGLang's path and the plugin's, accept only and
-accept + track (D=4 rows when the CSVs hold several D), log-log. Needs matplotlib (not a dependency).
+accept + track (D=4 rows when the CSVs hold several D), log-log. Rows of other benchmarks (``history.csv``
+holds them all) are left out. Needs matplotlib (not a dependency).
 
-    python benchmarks/plot_commit_call.py benchmarks/results/commit_call-qwen35.csv \
-        benchmarks/results/commit_call-qwen3next.csv --out benchmarks/results/commit_call_h200.png
+    cd benchmarks/results/latest && python ../../plot_commit_call.py commit_call-qwen35-nvidia-h200.csv \
+        commit_call-qwen3next-nvidia-h200.csv --out commit_call-nvidia-h200.png
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ def main(argv=None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for path in args.csv for r in csv.DictReader(open(path))]
+    rows = []
+    for path in args.csv:
+        with open(path) as f:
+            rows.extend(csv.DictReader(f))
+    rows = [r for r in rows if r.get("benchmark", "commit_call") == "commit_call"]
     rows = [r for r in rows if int(r.get("D", args.draft_tokens)) == args.draft_tokens]
     models = sorted({r.get("model", "qwen3.5-0.8b") for r in rows})
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.2), squeeze=False)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Greedy md5 comparison of a real SGLang run with NEXTN, plugin off vs on.
 
-Thin wrapper around ``sglang_mamba_dedup.e2e.main`` (also ``sglang-mamba-dedup e2e``); see docs/e2e.md.
+Thin wrapper around ``sglang_mamba_dedup.e2e.cli.main`` (also ``sglang-mamba-dedup e2e``); see docs/e2e.md.
 
     python examples/e2e_md5.py --random-weights                 # Qwen3.5-0.8B architecture, random weights
     python examples/e2e_md5.py --model-path Qwen/Qwen3.5-0.8B   # the real checkpoint, if you have it
@@ -9,7 +9,7 @@ Thin wrapper around ``sglang_mamba_dedup.e2e.main`` (also ``sglang-mamba-dedup e
 
 import sys
 
-from sglang_mamba_dedup import e2e
+from sglang_mamba_dedup.e2e import cli
 
 if __name__ == "__main__":
-    sys.exit(e2e.main(sys.argv[1:]))
+    sys.exit(cli.main(sys.argv[1:]))

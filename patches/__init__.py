@@ -8,8 +8,6 @@ function in this package appears here exactly once.
 
 from __future__ import annotations
 
-from typing import List
-
 from sglang_mamba_dedup import versions
 from sglang_mamba_dedup.patcher import Patch
 
@@ -27,7 +25,7 @@ UNIFIED_POOL = str(versions.UNIFIED_POOL)  # UnifiedMambaPool exists
 FEATURES = ("launch_flag", "dedup_layout", "commit", "topk_plumbing", "estimator")
 SWITCHED_FEATURES = FEATURES[1:]
 
-PATCHES: List[Patch] = [
+PATCHES: list[Patch] = [
     Patch(
         name="server_args.add_cli_args",
         feature="launch_flag",
@@ -56,7 +54,7 @@ PATCHES: List[Patch] = [
         releases=ALL,
         wrapper=mamba_pool.mamba_pool_init,
         params=("size", "spec_state_size", "cache_params", "mamba_layer_ids", "device", "speculative_num_draft_tokens"),
-        doc="deduplicated conv-window scratch (back-port) / layout check (upstream)",
+        doc="back-ports the deduplicated window (no upstream dedup) / checks, records and counts physically upstream's",
     ),
     Patch(
         name="unified_mamba_pool.init",
@@ -77,7 +75,7 @@ PATCHES: List[Patch] = [
         wrapper=verify_commit.update_mamba_state_after_mtp_verify,
         params=("last_correct_step_indices", "mamba_track_indices", "mamba_steps_to_track", "model"),
         calls=verify_commit.CALLEES,
-        doc="fused commit of accepted SSM states and conv windows",
+        doc="one fused launch of our kernel for SSM + every conv kind, accept + track; then SGLang's own PLE side-state commit with the arity the release defines",
     ),
     Patch(
         name="kv_cache_mixin.init_pools",
@@ -97,7 +95,7 @@ PATCHES: List[Patch] = [
         releases=OLD_LAYOUT,
         wrapper=pool_config.handle_max_mamba_cache,
         params=("total_rest_memory",),
-        doc="reserves the deduplicated window size",
+        doc="reserves the deduplicated window size, so the budget yields more slots (not where SGLang reserves no draft scratch)",
     ),
     Patch(
         name="kv_cache_configurator.handle_max_mamba_cache",
@@ -107,6 +105,6 @@ PATCHES: List[Patch] = [
         releases=NEW_LAYOUT,
         wrapper=pool_config.handle_max_mamba_cache,
         params=("total_rest_memory",),
-        doc="reserves the deduplicated window size",
+        doc="reserves the deduplicated window size, so the budget yields more slots (not where SGLang reserves no draft scratch)",
     ),
 ]

@@ -40,18 +40,20 @@ import dataclasses
 import inspect
 import logging
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any
 
-from sglang_mamba_dedup import activation, gate, layout, report, versions
+from sglang_mamba_dedup import gate, layout, report, switch, versions
+
+from . import verify_commit
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-GB = 1 << 30
+GB = layout.GB
 
-_version_cache: Dict[str, Optional[str]] = {}
+_version_cache: dict[str, str | None] = {}
 
 
-def _sglang_version() -> Optional[str]:
+def _sglang_version() -> str | None:
     if "v" not in _version_cache:
         _version_cache["v"] = versions.installed_sglang_version()
     return _version_cache["v"]
@@ -63,9 +65,9 @@ def _is_backport() -> bool:
 
 #: Pools built with our back-port layout and still alive: SGLang's own scatter cannot read their view, so
 #: ``sglang_mamba_dedup.revert()`` keeps the commit patch while any exists.
-LIVE_BACKPORT_POOLS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+LIVE_BACKPORT_POOLS: weakref.WeakSet[Any] = weakref.WeakSet()
 
-_warned: Dict[str, bool] = {}
+_warned: dict[str, bool] = {}
 
 
 def _warn_once(key: str, msg: str, *args: Any) -> None:
@@ -188,20 +190,20 @@ def _dense_bytes(num_layers: int, rows: int, d: int, conv_shapes, itemsize: int)
 
 def _gate(instance, kwargs, *, backport: bool = False):
     return gate.check(
+        backport_problem=verify_commit.backport_problem() if backport else None,
         device=kwargs.get("device"),
         speculative_num_draft_tokens=kwargs.get("speculative_num_draft_tokens"),
         cache_params=kwargs.get("cache_params"),
         topk=_topk_for(kwargs),
         unified=_unified(),
         pool=instance,
-        backport=backport,
     )
 
 
 def _refuse_if_strict(reason: str) -> None:
-    if activation.strict():
+    if switch.strict():
         raise RuntimeError(
-            f"sglang-mamba-dedup strict mode ({activation.ENV}=strict): the deduplicated conv-window cache "
+            f"sglang-mamba-dedup strict mode ({switch.ENV}=strict): the deduplicated conv-window cache "
             f"cannot be used for this MambaPool: {reason}"
         )
 
@@ -235,10 +237,8 @@ def _record_stock(instance, reason: str, kwargs, *, spec: bool) -> None:
         logger.info("sglang-mamba-dedup: MambaPool without speculative scratch: %s", reason)
 
 
-def _commit_problem(instance, kwargs) -> Optional[str]:
+def _commit_problem(instance, kwargs) -> str | None:
     """None when our fused commit may serve this pool (any window layout; SGLang's scatter semantics)."""
-    from . import verify_commit
-
     cache = getattr(instance, "mamba_cache", None)
     if cache is None or not getattr(cache, "intermediate_conv_window", None):
         return "no speculative conv-window scratch"
@@ -294,7 +294,7 @@ def _add_dedup_scratch(wrapped, instance, kwargs) -> None:
     state = instance.mamba_cache
     if dataclasses.is_dataclass(state) and isinstance(state, getattr(instance, "SpeculativeState", ())):
         raise RuntimeError("sglang-mamba-dedup: MambaPool built a speculative state with draft tokens off")
-    conv: List[torch.Tensor] = list(state.conv)
+    conv: list[torch.Tensor] = list(state.conv)
     temporal: torch.Tensor = state.temporal
     num_layers = int(temporal.shape[0])
     conv_shapes = [tuple(int(x) for x in cs) for cs in cache_params.shape.conv]

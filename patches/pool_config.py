@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 from sglang_mamba_dedup import gate, versions
+
+from . import verify_commit
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
 #: The last estimator decision in this process (for tests, the doctor and the README numbers).
-last_estimate: Dict[str, Any] = {}
+last_estimate: dict[str, Any] = {}
 
 
 _warned_unbound: list = []
@@ -70,7 +72,7 @@ def _spec_bag(wrapped):
     return getter() if getter is not None else None
 
 
-def _inputs(wrapped, instance) -> Tuple[Optional[int], Any, bool, str]:
+def _inputs(wrapped, instance) -> tuple[int | None, Any, bool, str]:
     """``(draft_tokens, topk, unified, style)`` as the estimator itself sees them."""
     bag = _spec_bag(wrapped)
     if bag is not None:
@@ -89,7 +91,7 @@ def _inputs(wrapped, instance) -> Tuple[Optional[int], Any, bool, str]:
     )
 
 
-def estimator_decision(wrapped, instance) -> Tuple[Optional[float], Optional[str], Dict[str, Any]]:
+def estimator_decision(wrapped, instance) -> tuple[float | None, str | None, dict[str, Any]]:
     """``(D_eff or None, reason, info)`` for this estimator call."""
     spec_alg = getattr(instance, "spec_algorithm", None)
     if spec_alg is None or spec_alg.is_none():
@@ -110,7 +112,11 @@ def estimator_decision(wrapped, instance) -> Tuple[Optional[float], Optional[str
         cache_params=cache_params,
         topk=topk,
         unified=unified,
-        backport=versions.mode_for(versions.installed_sglang_version()) == "backport",
+        backport_problem=(
+            verify_commit.backport_problem()
+            if versions.mode_for(versions.installed_sglang_version()) == "backport"
+            else None
+        ),
     )
     if not ok:
         return None, reason, {}
@@ -118,7 +124,7 @@ def estimator_decision(wrapped, instance) -> Tuple[Optional[float], Optional[str
     return d_eff, None, {"draft_tokens": int(d), "effective_draft_tokens": d_eff, "style": style}
 
 
-def _no_draft_scratch_reserved(wrapped, instance) -> Optional[str]:
+def _no_draft_scratch_reserved(wrapped, instance) -> str | None:
     """Why SGLang's estimator reserves no per-draft-token scratch on this call (so scoping the draft-token
     count changes nothing and the plugin must not claim it did), or None. Read the way the installed
     estimator reads it: PD prefill (``_pd_prefill_skips_mamba_spec_state``, 0.5.17+) and ReplaySSM spec

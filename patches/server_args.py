@@ -6,9 +6,9 @@ Wraps (all supported releases, 0.5.12 ... 0.5.23):
     switch was never set; use ``SGLANG_MAMBA_DEDUP=1`` there);
   * ``sglang.srt.server_args.ServerArgs.from_cli_args`` (classmethod): when the parsed arguments carry
     the flag, makes sure ``SGLANG_MAMBA_DEDUP`` is set in ``os.environ`` *before* SGLang spawns its
-    scheduler processes (they inherit only the environment). Normally ``activation.register`` has
-    already done so from ``sys.argv``; this is the second guard for callers that build the argv list
-    themselves.
+    scheduler processes (they inherit only the environment; each applies the plugin when it loads
+    it). Normally the activation has already done so from ``sys.argv``; this is the second guard for
+    callers that build the argv list themselves.
 Installed only when the plugin is switched on (the flag on the command line switches it on).
 ServerArgs has no field for the flag, so SGLang's own arguments are untouched.
 Undone by ``sglang_mamba_dedup.revert()`` (restores both original descriptors).
@@ -19,9 +19,11 @@ from __future__ import annotations
 import logging
 import os
 
+from sglang_mamba_dedup import switch, versions
+
 logger = logging.getLogger("sglang_mamba_dedup")
 
-FLAG = "--enable-mamba-conv-dedup"
+FLAG = switch.FLAG
 DEST = "enable_mamba_conv_dedup"
 
 
@@ -42,16 +44,11 @@ def add_cli_args(wrapped, instance, args, kwargs):
 
 def from_cli_args(wrapped, instance, args, kwargs):
     ns = kwargs.get("args", args[0] if args else None)
-    if getattr(ns, DEST, False):
-        from sglang_mamba_dedup import activation, versions
-
-        if versions.support_problem(versions.installed_sglang_version()):
-            return wrapped(*args, **kwargs)  # accepted and ignored; activation has said why, once
-
-        current = os.environ.get(activation.ENV, "")
-        if current.strip().lower() != "strict":
-            if current and activation.safe_mode(current) == activation.Mode.OFF:
-                logger.info("sglang-mamba-dedup: %s overrides %s=%s", FLAG, activation.ENV, current)
-            os.environ[activation.ENV] = "1"
-        activation.register()
+    if getattr(ns, DEST, False) and not versions.support_problem(versions.installed_sglang_version()):
+        # (outside the range the flag is accepted and ignored; the activation has said why, once)
+        current = os.environ.get(switch.ENV, "")
+        if switch.safe_mode(current) is not switch.Mode.STRICT:
+            if current and switch.safe_mode(current) is switch.Mode.OFF:
+                logger.info("sglang-mamba-dedup: %s overrides %s=%s", FLAG, switch.ENV, current)
+            os.environ[switch.ENV] = "1"  # the spawned scheduler processes apply the plugin from it
     return wrapped(*args, **kwargs)

@@ -3,7 +3,7 @@
 Wraps ``sglang.srt.layers.attention.hybrid_linear_attn_backend.HybridLinearAttnBackend
 .update_mamba_state_after_mtp_verify`` (0.5.12 ... 0.5.23); ``HybridAttnBackend`` delegates to it.
 
-Per call we either run our single fused launch (``sglang_mamba_dedup.kernels.fused_commit``: SSM and
+Per call we either run our single fused launch (:mod:`sglang_mamba_dedup.kernels.commit`: SSM and
 every conv kind, the accept set and the optional track set together), or hand the call unchanged to
 SGLang. SGLang keeps every branch we do not own, chosen per call with the same tests it uses itself
 (0.5.23): ReplaySSM-KDA (``mamba_pool.replayssm_is_kda``), KDA fused accept
@@ -25,9 +25,9 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-from typing import Any, Optional
+from typing import Any
 
-from sglang_mamba_dedup import activation, report
+from sglang_mamba_dedup import report, switch
 from sglang_mamba_dedup.patcher import Callee
 
 _BACKEND = "sglang.srt.layers.attention.hybrid_linear_attn_backend"
@@ -42,10 +42,8 @@ CALLEES = (
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-_PARAMS = ("last_correct_step_indices", "mamba_track_indices", "mamba_steps_to_track", "model", "req_pool_indices")
-
-_kernel: Optional[Any] = None  # the module sglang_mamba_dedup.kernels.fused_commit, once imported
-_kernel_error: Optional[str] = None
+_kernel: Any | None = None  # the module sglang_mamba_dedup.kernels.commit, once imported
+_kernel_error: str | None = None
 
 
 def load_fused_commit() -> Any:
@@ -60,7 +58,7 @@ def load_fused_commit() -> Any:
     if _kernel_error is not None:
         raise ImportError(_kernel_error)
     try:
-        module = importlib.import_module("sglang_mamba_dedup.kernels.fused_commit")
+        module = importlib.import_module("sglang_mamba_dedup.kernels.commit")
     except Exception as exc:  # noqa: BLE001 - any import failure means 'not available'
         _kernel_error = f"{type(exc).__name__}: {exc}"
         logger.warning(
@@ -74,11 +72,28 @@ def load_fused_commit() -> Any:
     return _kernel
 
 
-def kernel_problem() -> Optional[str]:
+def kernel_problem() -> str | None:
     try:
         load_fused_commit()
     except ImportError as exc:
         return str(exc)
+    return None
+
+
+#: Whether this wrapper is installed on SGLang's class in this process: published by
+#: :mod:`sglang_mamba_dedup.patch_state` after every apply and revert (the patch layer never imports the
+#: plugin's state; the state tells it).
+installed = False
+
+
+def backport_problem() -> str | None:
+    """Why a back-ported (deduplicated) pool could not be committed right now, or None: SGLang's own
+    scatter cannot read the view, so our commit must be installed and its kernel must import."""
+    if not installed:
+        return "the plugin's commit patch is not active (SGLang's own scatter cannot read a deduplicated view)"
+    err = kernel_problem()
+    if err:
+        return f"the plugin's commit kernel is unavailable: {err}"
     return None
 
 
@@ -88,12 +103,22 @@ def reset_kernel_cache() -> None:
     _kernel, _kernel_error = None, None
 
 
-def _bind(args, kwargs):
-    if not kwargs and len(args) == 4:  # SGLang's own call: the four positional arguments
-        return dict(zip(_PARAMS, args))
-    values = dict(zip(_PARAMS, args))
-    values.update(kwargs)
-    return values
+def _bind(
+    last_correct_step_indices,
+    mamba_track_indices=None,
+    mamba_steps_to_track=None,
+    model=None,
+    req_pool_indices=None,
+    *_args,
+    **_kwargs,
+) -> dict:
+    """SGLang's arguments by name, however they were passed (``_bind(*args, **kwargs)``)."""
+    return {
+        "last_correct_step_indices": last_correct_step_indices,
+        "mamba_track_indices": mamba_track_indices,
+        "mamba_steps_to_track": mamba_steps_to_track,
+        "req_pool_indices": req_pool_indices,
+    }
 
 
 class _Route:
@@ -111,7 +136,8 @@ class _Route:
         self.lab, self.pool, self.cache, self.reason = lab, pool, cache, reason
         self.plan = None
 
-    def launch_plan(self, kernel_module):
+    def plan_for(self, kernel_module):
+        """The launch plan of the cache's current tensors (the kernel's layout-keyed cache)."""
         cache = self.cache
         self.plan = kernel_module.get_plan(
             cache.conv, cache.intermediate_conv_window, cache.temporal, cache.intermediate_ssm, "fused_commit"
@@ -122,7 +148,7 @@ class _Route:
         return lab is self.lab and lab.req_to_token_pool.mamba_pool is self.pool and self.pool.mamba_cache is self.cache
 
 
-def _static_reason(lab, pool) -> Optional[str]:
+def _static_reason(lab, pool) -> str | None:
     """The branches SGLang keeps that depend only on the backend and its pool (fixed once built)."""
     if pool is None or not getattr(pool, "_smd_commit_ok", False):
         return "pool not cleared for the plugin's commit"
@@ -160,7 +186,7 @@ def _route(instance) -> _Route:
     return route
 
 
-def _decide(instance, wrapped, call) -> tuple[Optional[_Route], Optional[str]]:
+def _decide(instance, wrapped, call) -> tuple[_Route | None, str | None]:
     """(route, None) when our kernel may serve this call; else (route or None, the branch SGLang keeps)."""
     route = _route(instance)
     if route is None:
@@ -181,13 +207,13 @@ def launch_commit(kernels, plan, route: _Route, accept_steps, accept_slots, trac
     cache = route.cache
     kernels.launch_plan(
         plan,
-        cache.intermediate_ssm,
-        cache.temporal,
-        accept_steps,
-        accept_slots,
-        track_steps,
-        track_slots,
-        "fused_commit",
+        ssm_src=cache.intermediate_ssm,
+        ssm_dst=cache.temporal,
+        accept_steps=accept_steps,
+        accept_slots=accept_slots,
+        track_steps=track_steps,
+        track_slots=track_slots,
+        fn_name="fused_commit",
     )
 
 
@@ -213,12 +239,16 @@ def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
     call_args = args
     if instance is None:
         instance, call_args = _unbound_instance(args)
-    call = _bind(call_args, kwargs)
+    try:
+        call = _bind(*call_args, **kwargs)
+    except TypeError:  # a call form without SGLang's first argument: SGLang's own code says what is wrong
+        report.count_commit(ours=False)
+        return wrapped(*args, **kwargs)
     if instance is None:
         route, reason = None, "unbound call without a backend"
-        if activation.strict():
+        if switch.strict():
             raise RuntimeError(
-                f"sglang-mamba-dedup strict mode ({activation.ENV}=strict): the verify commit was called in a "
+                f"sglang-mamba-dedup strict mode ({switch.ENV}=strict): the verify commit was called in a "
                 "form the plugin cannot read (no backend instance)"
             )
     else:
@@ -242,7 +272,7 @@ def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
     kernels = load_fused_commit()
     launch_commit(
         kernels,
-        route.launch_plan(kernels),
+        route.plan_for(kernels),
         route,
         last_correct,
         state_indices,

@@ -4,7 +4,9 @@ Switch it on with ``SGLANG_MAMBA_DEDUP=1`` (or ``strict``) or SGLang's ``--enabl
 Importing this package is cheap: no torch, no SGLang.
 """
 
-__version__ = "0.1.0"
+from .versions import plugin_version as _plugin_version
+
+__version__ = _plugin_version()
 
 # ``patches/`` (top of the source tree) is shipped as ``sglang_mamba_dedup.patches`` through pyproject's
 # package-dir mapping: install the package (``pip install -e .`` for development) to import it.

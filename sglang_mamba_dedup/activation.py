@@ -26,14 +26,23 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Dict, Optional, Tuple
 
-from . import __version__, report, versions
-from .switch import ACCEPTED, ENV, Mode, SwitchError, current_mode, current_mode_name, parse_mode, safe_mode, strict
+from . import faults, patch_state, report, switch, versions
+from .patches import FEATURES, SWITCHED_FEATURES
+from .switch import (
+    ACCEPTED,
+    ENV,
+    FLAG,
+    Mode,
+    SwitchError,
+    current_mode,
+    current_mode_name,
+    parse_mode,
+    safe_mode,
+    strict,
+)
 
 logger = logging.getLogger("sglang_mamba_dedup")
-
-FLAG = "--enable-mamba-conv-dedup"
 
 __all__ = [
     "ACCEPTED",
@@ -59,8 +68,8 @@ class StrictModeError(RuntimeError):
     """Strict mode and the plugin cannot engage; raised to stop the launch."""
 
 
-_last: Optional[Tuple[str, Optional[str]]] = None
-_last_summary: Optional[str] = None
+_last: tuple[str, str | None] | None = None
+_last_summary: str | None = None
 _programmatic = False
 
 
@@ -70,7 +79,7 @@ def mark_programmatic(on: bool = True) -> None:
     _programmatic = on
 
 
-def last_summary() -> Optional[str]:
+def last_summary() -> str | None:
     """The log line of the last activation in this process (for tests, the doctor and the e2e report)."""
     return _last_summary
 
@@ -90,7 +99,7 @@ def _say(level: int, msg: str, *, visible: bool = False) -> None:
 
 def _handled(level: int) -> bool:
     """Whether a configured handler (not Python's last-resort one) would print a record of ``level``."""
-    lg: Optional[logging.Logger] = logger
+    lg: logging.Logger | None = logger
     while lg is not None:
         if any(h.level <= level for h in lg.handlers):
             return True
@@ -113,9 +122,6 @@ def register() -> None:
 
 def _register() -> None:
     global _last
-    from . import patch_state
-    from .patches import FEATURES, SWITCHED_FEATURES
-
     version = versions.installed_sglang_version()
     raw = os.environ.get(ENV)
     try:
@@ -127,7 +133,8 @@ def _register() -> None:
     if key == _last:
         return
     _last = key
-    head = f"sglang-mamba-dedup {__version__} (SGLang {version or 'not installed'}, pid {os.getpid()})"
+    switch.decide(Mode.OFF)  # until a branch below decides otherwise
+    head = f"sglang-mamba-dedup {versions.plugin_version()} (SGLang {version or 'not installed'}, pid {os.getpid()})"
 
     flag = flag_in_argv()
     problem = versions.support_problem(version)
@@ -180,9 +187,11 @@ def _register() -> None:
         _say(logging.INFO, f"{head}: off ({ENV} unset/0/off), nothing patched")
         return
 
-    results: Dict[str, Optional[str]] = patch_state.apply(FEATURES)
+    switch.decide(mode)
+    results: dict[str, str | None] = patch_state.apply(FEATURES)
     skipped = {f: r for f, r in results.items() if r is not None}
     if mode is Mode.STRICT and skipped:
+        switch.decide(Mode.OFF)
         patch_state.revert()
         raise StrictModeError("; ".join(f"{f}: {r}" for f, r in skipped.items()))
     st = patch_state.status()
@@ -197,19 +206,18 @@ def _register() -> None:
         parts.append("skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped.items()))
     _say(logging.WARNING if skipped or untested else logging.INFO, "; ".join(parts), visible=True)
     if "commit" in applied:
-        from . import faults
-
         faults.install_from_env()  # the e2e's negative control only; unset in every real run
     report.write()
 
 
-def flag_in_argv(argv: Optional[list] = None) -> bool:
+def flag_in_argv(argv: list | None = None) -> bool:
     argv = sys.argv if argv is None else argv
     return any(a == FLAG for a in argv[1:])
 
 
 def reset_for_tests() -> None:
     global _last, _last_summary, _programmatic
+    switch.decide(None)
     _last = None
     _last_summary = None
     _programmatic = False

@@ -18,22 +18,22 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Dict, Optional
 
 from . import report
+from .patches import verify_commit
 
 ENV = "SGLANG_MAMBA_DEDUP_FAULT"
 COMMIT_STEP0 = "commit_step0"
-FAULTS: Dict[str, str] = {
+FAULTS: dict[str, str] = {
     COMMIT_STEP0: "the commit copies draft step 0 instead of the accepted step",
 }
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-_installed: Optional[str] = None
+_installed: str | None = None
 
 
-def installed() -> Optional[str]:
+def installed() -> str | None:
     """The fault in place in this process, or None."""
     return _installed
 
@@ -45,8 +45,6 @@ def install(name: str) -> None:
         raise ValueError(f"{ENV}={name!r} is not a known fault; known: {', '.join(FAULTS)}")
     if _installed == name:
         return
-    from .patches import verify_commit
-
     remove()
     real = verify_commit.launch_commit
 
@@ -66,8 +64,6 @@ def install(name: str) -> None:
 def remove() -> None:
     """Undo :func:`install` (no-op when no fault is in place)."""
     global _installed
-    from .patches import verify_commit
-
     real = getattr(verify_commit.launch_commit, "_smd_real", None)
     if real is not None:
         verify_commit.launch_commit = real
@@ -75,7 +71,16 @@ def remove() -> None:
     report.record_fault(None)
 
 
-def install_from_env() -> Optional[str]:
+def set_env(env: dict[str, str], on: bool) -> dict[str, str]:
+    """Set (``on``: the e2e's ``fault`` runs) or clear this fault's variable in a child's environment."""
+    if on:
+        env[ENV] = COMMIT_STEP0
+    else:
+        env.pop(ENV, None)
+    return env
+
+
+def install_from_env() -> str | None:
     """Install the fault named by :data:`ENV` (called by the activation when the plugin is on); returns its
     name, or None when unset. An unknown name is logged at ERROR and nothing is installed."""
     name = os.environ.get(ENV, "").strip()

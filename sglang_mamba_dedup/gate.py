@@ -26,8 +26,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any
 
 ALLOW_CPU_ENV = "SGLANG_MAMBA_DEDUP_ALLOW_CPU"
 
@@ -38,7 +39,7 @@ _UNSET = object()
 class PoolContext:
     """What the model runner knows and the pool constructor does not (back-port releases)."""
 
-    topk: Optional[int]
+    topk: int | None
     unified: bool = False
     source: str = "ModelRunner._init_pools"
 
@@ -48,7 +49,7 @@ _POOL_CONTEXT: contextvars.ContextVar = contextvars.ContextVar("sglang_mamba_ded
 
 @contextlib.contextmanager
 def speculative_topk(
-    topk: Optional[int], *, unified: bool = False, source: str = "ModelRunner._init_pools"
+    topk: int | None, *, unified: bool = False, source: str = "ModelRunner._init_pools"
 ) -> Iterator[PoolContext]:
     """Publish the EAGLE topk (and unified-memory flag) to pools built inside this block."""
     ctx = PoolContext(topk=topk, unified=bool(unified), source=source)
@@ -59,7 +60,7 @@ def speculative_topk(
         _POOL_CONTEXT.reset(token)
 
 
-def pool_context() -> Optional[PoolContext]:
+def pool_context() -> PoolContext | None:
     return _POOL_CONTEXT.get()
 
 
@@ -68,7 +69,7 @@ def cpu_allowed() -> bool:
     return os.environ.get(ALLOW_CPU_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def device_problem(device: Any) -> Optional[str]:
+def device_problem(device: Any) -> str | None:
     import torch
 
     try:
@@ -84,12 +85,12 @@ def device_problem(device: Any) -> Optional[str]:
     return f"device {dev.type!r} is not CUDA (the CPU override {ALLOW_CPU_ENV}=1 is for tests only)"
 
 
-def conv_kernel_of(cache_params: Any) -> Optional[int]:
+def conv_kernel_of(cache_params: Any) -> int | None:
     k = getattr(getattr(cache_params, "shape", None), "conv_kernel", None)
     return int(k) if k is not None else None
 
 
-def model_problem(cache_params: Any) -> Optional[str]:
+def model_problem(cache_params: Any) -> str | None:
     """Reasons that depend on the model's state shapes alone (KDA, opt-out, conv layout)."""
     shape = getattr(cache_params, "shape", None)
     if shape is None:
@@ -111,7 +112,7 @@ def model_problem(cache_params: Any) -> Optional[str]:
     return None
 
 
-def topk_problem(topk: Any) -> Optional[str]:
+def topk_problem(topk: Any) -> str | None:
     if topk is _UNSET:
         return (
             "speculative_eagle_topk unknown (pool built outside ModelRunner._init_pools and this release's "
@@ -123,30 +124,19 @@ def topk_problem(topk: Any) -> Optional[str]:
     return None
 
 
-def backport_problem() -> Optional[str]:
-    """On releases without upstream dedup, SGLang's own scatter cannot read the view: ours must run."""
-    from . import patch_state
-    from .patches import verify_commit
-
-    if not patch_state.PATCHER.applied("commit") or not patch_state.PATCHER.is_enabled("commit"):
-        return "the plugin's commit patch is not active (SGLang's own scatter cannot read a deduplicated view)"
-    err = verify_commit.kernel_problem()
-    if err:
-        return f"the plugin's commit kernel is unavailable: {err}"
-    return None
-
-
 def check(
     *,
     device: Any,
-    speculative_num_draft_tokens: Optional[int],
+    speculative_num_draft_tokens: int | None,
     cache_params: Any,
     topk: Any = _UNSET,
     unified: bool = False,
     pool: Any = None,
-    backport: bool = False,
-) -> Tuple[bool, Optional[str]]:
-    """``(ok, reason)``. ``topk`` omitted = unknown (a 'no'). ``pool`` = the pool instance, if any."""
+    backport_problem: str | None = None,
+) -> tuple[bool, str | None]:
+    """``(ok, reason)``. ``topk`` omitted = unknown (a 'no'). ``pool`` = the pool instance, if any.
+    ``backport_problem``: on releases without upstream dedup, why the plugin's commit could not read a
+    deduplicated view (the caller asks the patch layer: this module imports neither it nor the kernels)."""
     if speculative_num_draft_tokens is None:
         return False, "speculative decoding off (no conv-window scratch)"
     if int(speculative_num_draft_tokens) < 1:
@@ -158,10 +148,8 @@ def check(
     for problem in (device_problem(device), topk_problem(topk), model_problem(cache_params)):
         if problem:
             return False, problem
-    if backport:
-        problem = backport_problem()
-        if problem:
-            return False, problem
+    if backport_problem:
+        return False, backport_problem
     return True, None
 
 
@@ -184,31 +172,3 @@ def effective_draft_tokens(cache_params: Any, num_draft_tokens: int) -> float:
     ssm = math.prod(int(x) for x in shape.temporal) * cache_params.dtype.temporal.itemsize * layers
     scratch = ssm * d + conv * (d + k - 2) / (k - 1)
     return scratch / (ssm + conv)
-
-
-def describe_release(version: Optional[str]) -> str:
-    """For ``doctor``: which mode the plugin uses on an SGLang release and what it patches there."""
-    from . import versions
-    from .patches import PATCHES
-
-    problem = versions.support_problem(version)
-    if problem:
-        return f"SGLang {version}: not supported ({problem}); nothing is patched."
-    mode = versions.mode_for(version)
-    targets = [f"{p.target} [{p.feature}]" for p in PATCHES if p.feature != "launch_flag" and p.applies_to(version)]
-    if mode == "backport":
-        what = (
-            "back-port mode: SGLang allocates a dense [L, S+1, D, dim, K-1] conv-window scratch; the plugin "
-            "builds MambaPool without it and allocates the deduplicated [L, S+1, dim, D+K-2] buffer + view "
-            "instead (gate permitting; topk comes from ModelRunner._init_pools), commits accepted states with "
-            "its fused kernel (SGLang's scatter cannot read the view), and sizes the mamba cache for the "
-            "dedup footprint."
-        )
-    else:
-        what = (
-            "take-over mode: SGLang already allocates the deduplicated window; the plugin checks that the view "
-            "aliases the physical buffer and records it, commits accepted states with its fused kernel (SGLang's "
-            "own code keeps the KDA, ReplaySSM and pipeline-stable-row branches), and sizes the mamba cache for "
-            "the dedup footprint (upstream still reserves the dense size)."
-        )
-    return f"SGLang {version}: {what} Patched: " + "; ".join(targets) + "."

@@ -10,13 +10,14 @@ logical shape ``[L, S+1, D, dim, K-1]`` with::
 Footprint ratio (physical / dense) = ``(D+K-2) / (D*(K-1))``: 0.5 at D=4, K=4.
 Correct only for a linear draft chain (EAGLE topk <= 1): see :mod:`sglang_mamba_dedup.gate`.
 
-This module needs torch only for :func:`allocate` / :func:`view_of` / :func:`is_dedup_view`; the
+This module needs torch only for :func:`allocate` / :func:`view_of` / :func:`dedup_problem`; the
 byte math is plain integers.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 GB = 1 << 30
 
@@ -35,17 +36,9 @@ def dense_window_bytes(
     return int(num_layers) * int(rows) * int(num_draft_tokens) * dim * win * int(itemsize)
 
 
-def dedup_window_bytes(
-    num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int], itemsize: int
-) -> int:
-    """Bytes of the deduplicated ``[L, rows, dim, D+K-2]`` physical buffer for one conv kind."""
-    dim, win = int(conv_shape[0]), int(conv_shape[1])
-    return int(num_layers) * int(rows) * dim * (int(num_draft_tokens) + win - 1) * int(itemsize)
-
-
 def phys_shape(
     num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int]
-) -> Tuple[int, int, int, int]:
+) -> tuple[int, int, int, int]:
     dim, win = int(conv_shape[0]), int(conv_shape[1])
     return (int(num_layers), int(rows), dim, int(num_draft_tokens) + win - 1)
 
@@ -72,7 +65,7 @@ def allocate(
     conv_shape: Sequence[int],
     dtype: Any,
     device: Any,
-) -> Tuple[Any, Any]:
+) -> tuple[Any, Any]:
     """Allocate one zeroed physical buffer and return ``(phys, view)``; allocates nothing else."""
     import torch
 
@@ -89,7 +82,7 @@ def nbytes(t: Any) -> int:
     return int(t.numel()) * int(t.element_size())
 
 
-def dedup_problem(view: Any, phys: Any) -> Optional[str]:
+def dedup_problem(view: Any, phys: Any) -> str | None:
     """None when ``view`` is exactly the overlapping view of ``phys``; else what differs.
 
     Checks shapes, strides, dtype, device and that ``view[l,s,t,d,w]`` and ``phys[l,s,d,t+w]`` start at
@@ -128,7 +121,3 @@ def dedup_problem(view: Any, phys: Any) -> Optional[str]:
         if a != b:
             return f"view[{l},{s},{t},{d},{w}] and phys[{l},{s},{d},{t + w}] are different memory"
     return None
-
-
-def is_dedup_view(view: Any, phys: Any) -> bool:
-    return dedup_problem(view, phys) is None

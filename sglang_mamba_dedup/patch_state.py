@@ -2,35 +2,43 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Optional
+import logging
+from collections.abc import Iterable
+from typing import Any
 
+from . import report
 from .patcher import Patcher
-from .patches import FEATURES, PATCHES
+from .patches import FEATURES, PATCHES, mamba_pool, verify_commit
 
 PATCHER = Patcher(PATCHES)
+report.set_status_source(lambda: PATCHER.status())
+
+
+def _publish() -> None:
+    """Tell the patch layer what is installed (it never imports this module)."""
+    verify_commit.installed = bool(PATCHER.applied("commit"))
 
 
 def apply(
-    features: Optional[Iterable[str]] = None, version: Optional[str] = None, any_release: bool = False
-) -> Dict[str, Optional[str]]:
+    features: Iterable[str] | None = None, version: str | None = None, any_release: bool = False
+) -> dict[str, str | None]:
     """Apply features (default: all) to the installed SGLang; ``{feature: None or skip reason}``.
 
     ``any_release``: apply even outside the supported range (only for ``launch_flag``, so that the flag never
     breaks a launch); each target is still resolved and its signature checked."""
     if isinstance(features, str):
         features = [features]
-    return PATCHER.apply(FEATURES if features is None else features, version=version, any_release=any_release)
+    result = PATCHER.apply(FEATURES if features is None else features, version=version, any_release=any_release)
+    _publish()
+    return result
 
 
 def live_backport_pools() -> int:
     """Pools alive in this process with our back-port layout (their view needs our commit)."""
-    import sys
-
-    mod = sys.modules.get("sglang_mamba_dedup.patches.mamba_pool")
-    return len(mod.LIVE_BACKPORT_POOLS) if mod is not None else 0
+    return len(mamba_pool.LIVE_BACKPORT_POOLS)
 
 
-def revert(features: Optional[Iterable[str]] = None, force: bool = False) -> Dict[str, Optional[str]]:
+def revert(features: Iterable[str] | None = None, force: bool = False) -> dict[str, str | None]:
     """Undo ``apply`` (all features by default): ``{patch name: None if reverted else why it was kept}``.
 
     While a pool built with our back-port layout is alive, the ``commit`` patch stays (SGLang's own scatter
@@ -40,7 +48,7 @@ def revert(features: Optional[Iterable[str]] = None, force: bool = False) -> Dic
         features = [features]
     wanted = list(FEATURES) if features is None else list(features)
     live = 0 if force else live_backport_pools()
-    kept: Dict[str, Optional[str]] = {}
+    kept: dict[str, str | None] = {}
     if live and "commit" in wanted and PATCHER.applied("commit"):
         wanted = [f for f in wanted if f != "commit"]
         why = (
@@ -48,13 +56,12 @@ def revert(features: Optional[Iterable[str]] = None, force: bool = False) -> Dic
             "commit cannot read; drop them (or revert(force=True)) to revert this patch"
         )
         kept = {name: why for name in PATCHER.applied("commit")}
-        import logging
-
         logging.getLogger("sglang_mamba_dedup").warning("sglang-mamba-dedup revert(): commit patch %s", why)
     result = PATCHER.revert(wanted)
+    _publish()
     result.update(kept)
     return result
 
 
-def status() -> Dict[str, Dict[str, Any]]:
+def status() -> dict[str, dict[str, Any]]:
     return PATCHER.status()

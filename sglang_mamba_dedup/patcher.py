@@ -21,8 +21,9 @@ import importlib
 import inspect
 import logging
 import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any
 
 import wrapt
 from packaging.specifiers import SpecifierSet
@@ -31,8 +32,6 @@ from . import versions
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-#: Attribute set on every proxy we install (wrapt keeps ``_self_*`` attributes on the proxy itself).
-MARKER = "_self_sglang_mamba_dedup_patch"
 #: Attribute set on the wrapper function inside each of our proxies; this is what :func:`is_ours` reads.
 WRAPPER_MARK = "__sglang_mamba_dedup_patch__"
 
@@ -48,17 +47,17 @@ class Patch:
     releases: str
     wrapper: Callable[..., Any]
     #: Parameter names the target must accept (checked before wrapping; a changed signature skips the feature).
-    params: Tuple[str, ...] = ()
+    params: tuple[str, ...] = ()
     #: SGLang callables the wrapper itself calls (see :class:`Callee`); each is resolved and its signature
     #: bound with the arguments the wrapper passes before anything is wrapped.
-    calls: Tuple["Callee", ...] = ()
+    calls: tuple[Callee, ...] = ()
     doc: str = ""
 
     @property
     def target(self) -> str:
         return f"{self.module}.{self.attr}"
 
-    def applies_to(self, version: Optional[str]) -> bool:
+    def applies_to(self, version: str | None) -> bool:
         return versions.in_range(versions.effective(version), SpecifierSet(self.releases))
 
 
@@ -79,7 +78,7 @@ class Callee:
     def target(self) -> str:
         return f"{self.module}.{self.attr}"
 
-    def problem(self) -> Optional[str]:
+    def problem(self) -> str | None:
         """None when the installed release accepts our call, else why not."""
         try:
             parent: Any = importlib.import_module(self.module)
@@ -113,10 +112,10 @@ class PatchStatus:
     feature: str
     target: str
     state: str  # "applied" | "skipped" | "reverted" | "not-applicable"
-    reason: Optional[str] = None
+    reason: str | None = None
     calls: int = 0
 
-    def as_dict(self) -> Dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "feature": self.feature,
             "target": self.target,
@@ -130,7 +129,7 @@ class TargetError(Exception):
     """A target cannot be resolved or does not look like what the patch expects."""
 
 
-def resolve(module_name: str, attr: str) -> Tuple[Any, str, Any]:
+def resolve(module_name: str, attr: str) -> tuple[Any, str, Any]:
     """Import ``module_name`` and walk ``attr``; return ``(parent, last_name, raw_original)``.
 
     For a class attribute the raw object is taken from the class ``__dict__`` (a ``staticmethod`` or
@@ -189,7 +188,7 @@ def check_params(raw: Any, params: Sequence[str], target: str) -> None:
         raise TargetError(f"{target} changed signature: no parameter(s) {', '.join(missing)} (has {sig})")
 
 
-def is_ours(obj: Any, name: Optional[str] = None) -> bool:
+def is_ours(obj: Any, name: str | None = None) -> bool:
     """Whether ``obj`` is a proxy installed by this package (for patch ``name`` if given)."""
     if not isinstance(obj, wrapt.FunctionWrapper):
         return False
@@ -212,33 +211,32 @@ class Patcher:
     """Applies and reverts a table of patches; one instance per process (see :mod:`.patch_state`)."""
 
     def __init__(
-        self, table: Iterable[Patch], version_getter: Callable[[], Optional[str]] = versions.installed_sglang_version
+        self, table: Iterable[Patch], version_getter: Callable[[], str | None] = versions.installed_sglang_version
     ):
-        self.table: List[Patch] = list(table)
+        self.table: list[Patch] = list(table)
         names = [p.name for p in self.table]
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
             raise ValueError(f"duplicate patch names in the table: {sorted(dupes)}")
         self._version_getter = version_getter
-        self._installed: Dict[str, _Installed] = {}
-        self._status: Dict[str, PatchStatus] = {}
-        self._calls: Dict[str, int] = {}
-        self._enabled: Dict[str, bool] = {}
+        self._installed: dict[str, _Installed] = {}
+        self._status: dict[str, PatchStatus] = {}
+        self._calls: dict[str, int] = {}
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ queries
     @property
-    def features(self) -> List[str]:
-        seen: List[str] = []
+    def features(self) -> list[str]:
+        seen: list[str] = []
         for p in self.table:
             if p.feature not in seen:
                 seen.append(p.feature)
         return seen
 
-    def patches_for(self, feature: str, version: Optional[str]) -> List[Patch]:
+    def patches_for(self, feature: str, version: str | None) -> list[Patch]:
         return [p for p in self.table if p.feature == feature and p.applies_to(version)]
 
-    def status(self) -> Dict[str, Dict[str, Any]]:
+    def status(self) -> dict[str, dict[str, Any]]:
         with self._lock:
             out = {}
             for p in self.table:
@@ -249,15 +247,15 @@ class Patcher:
                 out[p.name] = st.as_dict()
             return out
 
-    def applied(self, feature: Optional[str] = None) -> List[str]:
+    def applied(self, feature: str | None = None) -> list[str]:
         return [n for n, inst in self._installed.items() if feature is None or inst.patch.feature == feature]
 
     def calls(self, name: str) -> int:
         return self._calls.get(name, 0)
 
     def check(
-        self, feature: str, version: Optional[str] = None, any_release: bool = False
-    ) -> Tuple[List[Patch], Optional[str], Dict[str, str]]:
+        self, feature: str, version: str | None = None, any_release: bool = False
+    ) -> tuple[list[Patch], str | None, dict[str, str]]:
         """Dry run: ``(selected patches, feature-level reason or None, per-patch reasons)``; wraps nothing.
 
         ``any_release``: ignore the release ranges (every patch of the feature is selected)."""
@@ -271,7 +269,7 @@ class Patcher:
             selected = self.patches_for(feature, version)
         if not selected:
             return [], None, {}  # nothing to do on this release (e.g. a back-port-only feature)
-        reasons: Dict[str, str] = {}
+        reasons: dict[str, str] = {}
         for p in selected:
             if p.name in self._installed:
                 continue
@@ -292,16 +290,9 @@ class Patcher:
         return selected, None, {}
 
     # ------------------------------------------------------------------ actions
-    def set_enabled(self, feature: str, enabled: bool) -> None:
-        """Runtime switch without unwrapping: a disabled feature's wrappers call straight through."""
-        self._enabled[feature] = enabled
-
-    def is_enabled(self, feature: str) -> bool:
-        return self._enabled.get(feature, True)
-
     def apply(
-        self, features: Optional[Iterable[str]] = None, version: Optional[str] = None, any_release: bool = False
-    ) -> Dict[str, Optional[str]]:
+        self, features: Iterable[str] | None = None, version: str | None = None, any_release: bool = False
+    ) -> dict[str, str | None]:
         """Apply ``features`` (default: all). Returns ``{feature: None if applied else reason}``."""
         if isinstance(features, str):
             raise TypeError(f"features must be a list of feature names, not the string {features!r}")
@@ -311,12 +302,12 @@ class Patcher:
             unknown = [f for f in wanted if f not in self.features]
             if unknown:
                 raise KeyError(f"unknown feature(s) {unknown}; known: {self.features}")
-            result: Dict[str, Optional[str]] = {}
+            result: dict[str, str | None] = {}
             for feature in wanted:
                 result[feature] = self._apply_feature(feature, version, any_release)
             return result
 
-    def _apply_feature(self, feature: str, version: Optional[str], any_release: bool = False) -> Optional[str]:
+    def _apply_feature(self, feature: str, version: str | None, any_release: bool = False) -> str | None:
         members = [p for p in self.table if p.feature == feature]
         selected, reason, per_patch = self.check(feature, version, any_release)
         if reason is not None:
@@ -332,7 +323,7 @@ class Patcher:
                         p.name, feature, p.target, "not-applicable", f"only for SGLang {p.releases}"
                     )
             return reason
-        done: List[str] = []
+        done: list[str] = []
         try:
             for p in selected:
                 if p.name in self._installed:
@@ -359,19 +350,16 @@ class Patcher:
         patcher = self
 
         def guarded(wrapped, instance, args, kwargs):
-            if not patcher._enabled.get(p.feature, True):
-                return wrapped(*args, **kwargs)
             patcher._calls[p.name] = patcher._calls.get(p.name, 0) + 1
             return p.wrapper(wrapped, instance, args, kwargs)
 
         setattr(guarded, WRAPPER_MARK, p.name)
         proxy = wrapt.FunctionWrapper(original, guarded)
-        setattr(proxy, MARKER, p.name)
         setattr(parent, attr, proxy)
         self._installed[p.name] = _Installed(p, parent, attr, original, proxy)
         self._status[p.name] = PatchStatus(p.name, p.feature, p.target, "applied", None)
 
-    def _uninstall(self, name: str) -> Optional[str]:
+    def _uninstall(self, name: str) -> str | None:
         inst = self._installed[name]
         current = (
             vars(inst.parent).get(inst.attr) if inspect.isclass(inst.parent) else getattr(inst.parent, inst.attr, None)
@@ -382,11 +370,11 @@ class Patcher:
         del self._installed[name]
         return None
 
-    def revert(self, features: Optional[Iterable[str]] = None) -> Dict[str, Optional[str]]:
+    def revert(self, features: Iterable[str] | None = None) -> dict[str, str | None]:
         """Undo what ``apply`` did (all features by default). Safe to call twice."""
         with self._lock:
             wanted = set(features) if features is not None else None
-            result: Dict[str, Optional[str]] = {}
+            result: dict[str, str | None] = {}
             for name in list(self._installed)[::-1]:
                 inst = self._installed[name]
                 if wanted is not None and inst.patch.feature not in wanted:

@@ -11,13 +11,16 @@ saw. Counting is a Python integer increment: no device work, no host sync.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import secrets
 import sys
 import threading
-from typing import Any, Dict, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
+from . import versions
 from .switch import current_mode_name
 
 REPORT_DIR_ENV = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
@@ -26,10 +29,10 @@ _lock = threading.Lock()
 #: Commit counters: every verify commit, those our kernel served, and the same two for commits that also
 #: carried a track set (SGLang saving mamba states into prefix-cache track slots).
 COUNTERS = ("commit_calls", "ours_commit_calls", "track_commit_calls", "ours_track_commit_calls")
-_events: Dict[str, Any] = dict.fromkeys(COUNTERS, 0)
+_events: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
 
 
-def events() -> Dict[str, Any]:
+def events() -> dict[str, Any]:
     with _lock:
         return json.loads(json.dumps(_events))
 
@@ -41,7 +44,7 @@ def reset() -> None:
         _events.update(dict.fromkeys(COUNTERS, 0))
 
 
-def record_layout(state: str, reason: Optional[str], dense_bytes: int, physical_bytes: int, **extra: Any) -> None:
+def record_layout(state: str, reason: str | None, dense_bytes: int, physical_bytes: int, **extra: Any) -> None:
     """Record the conv-window layout of the pool just built: state is 'ours', 'upstream' or 'stock'."""
     with _lock:
         _events["dedup_layout"] = {
@@ -54,7 +57,7 @@ def record_layout(state: str, reason: Optional[str], dense_bytes: int, physical_
     write()
 
 
-def record_fault(name: Optional[str]) -> None:
+def record_fault(name: str | None) -> None:
     """Record the negative-control fault in place in this process (:mod:`.faults`), or its removal."""
     with _lock:
         if name is None:
@@ -80,9 +83,17 @@ def count_commit(ours: bool, track: bool = False) -> None:
         write()
 
 
-def snapshot() -> Dict[str, Any]:
-    from . import patch_state, versions
+_status_source: Callable[[], dict[str, dict[str, Any]]] = dict
 
+
+def set_status_source(source: Callable[[], dict[str, dict[str, Any]]]) -> None:
+    """Where :func:`snapshot` reads the per-patch status from (set by :mod:`.patch_state`, which sits above
+    this module: the report never imports it)."""
+    global _status_source
+    _status_source = source
+
+
+def snapshot() -> dict[str, Any]:
     return {
         "pid": os.getpid(),
         "argv0": sys.argv[0] if sys.argv else "",
@@ -90,14 +101,14 @@ def snapshot() -> Dict[str, Any]:
         "mode": current_mode_name(),
         "patches": {
             name: {"feature": st["feature"], "state": st["state"], "reason": st["reason"], "calls": st["calls"]}
-            for name, st in patch_state.status().items()
+            for name, st in _status_source().items()
         },
         "events": events(),
     }
 
 
 _atexit_registered = False
-_token: Tuple[int, str] = (0, "")
+_token: tuple[int, str] = (0, "")
 
 
 def report_path(directory: str) -> str:
@@ -109,7 +120,7 @@ def report_path(directory: str) -> str:
     return os.path.join(directory, f"status-{pid}-{_token[1]}.json")
 
 
-def write() -> Optional[str]:
+def write() -> str | None:
     """Write this process's report if the report directory is configured; never raises.
 
     The first write also registers a last one at interpreter exit, so a process that ends normally leaves
@@ -138,10 +149,8 @@ def write() -> Optional[str]:
         return path
     except Exception:  # a report must never break serving
         if tmp is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
         return None
 
 
@@ -149,7 +158,7 @@ def write() -> Optional[str]:
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def _create_temp(path: str) -> Tuple[str, int]:
+def _create_temp(path: str) -> tuple[str, int]:
     """Create ``<path>.<random>.tmp`` exclusively; returns (name, open fd). Unlike ``tempfile.mkstemp``
     the mode is 0o666 less the umask, as ``open(path, "w")`` would give, so a reader that could read the
     report before still can. The name does not match ``status-*.json``, so readers never see a partial file."""

@@ -1,20 +1,21 @@
 """The ``SGLANG_MAMBA_DEDUP`` switch: its values and the mode they select.
 
-Shared by :mod:`.activation` (which acts on the mode) and :mod:`.report` (which records it); it imports
-nothing of the package, so neither of them needs the other for it. :mod:`.activation` re-exports these
-names, so ``activation.ENV``, ``activation.parse_mode`` ... keep working.
+The switch is decided once per process, by :mod:`.activation` (:func:`decide`); the report, the pool and
+commit patches read that decision through :func:`current_mode` / :func:`strict`. This module imports
+nothing of the package, so every layer can read it. :mod:`.activation` re-exports these names.
 """
 
 from __future__ import annotations
 
 import enum
 import os
-from typing import Optional
 
 ENV = "SGLANG_MAMBA_DEDUP"
+#: The launch flag of ``python -m sglang.launch_server`` / ``sglang serve`` (same as ``ENV=1``).
+FLAG = "--enable-mamba-conv-dedup"
 
 
-class Mode(str, enum.Enum):
+class Mode(enum.StrEnum):
     OFF = "off"
     ON = "on"
     STRICT = "strict"
@@ -28,7 +29,7 @@ class SwitchError(ValueError):
     """``SGLANG_MAMBA_DEDUP`` holds a value we do not understand."""
 
 
-def parse_mode(value: Optional[str]) -> Mode:
+def parse_mode(value: str | None) -> Mode:
     if value is None:
         return Mode.OFF
     key = value.strip().lower()
@@ -38,15 +39,26 @@ def parse_mode(value: Optional[str]) -> Mode:
     return _VALUES[key]
 
 
-def safe_mode(value: Optional[str]) -> Mode:
+def safe_mode(value: str | None) -> Mode:
     try:
         return parse_mode(value)
     except SwitchError:
         return Mode.OFF
 
 
+_decided: Mode | None = None
+
+
+def decide(mode: Mode | None) -> None:
+    """Record this process's decision (the activation makes it once per process and switch value); every
+    later :func:`current_mode` returns it. ``None`` forgets it (tests)."""
+    global _decided
+    _decided = mode
+
+
 def current_mode() -> Mode:
-    return safe_mode(os.environ.get(ENV))
+    """The activation's decision for this process, or (before any) what the environment says."""
+    return _decided if _decided is not None else safe_mode(os.environ.get(ENV))
 
 
 def current_mode_name() -> str:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-from typing import Optional, Tuple
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 #: Every SGLang release we test (CI runs the release tests on each; the README's matrix has one row each).
-RELEASES: Tuple[str, ...] = (
+RELEASES: tuple[str, ...] = (
     "0.5.12",
     "0.5.12.post1",
     "0.5.13",
@@ -60,12 +59,12 @@ UNIFIED_POOL = SpecifierSet(f">={UNIFIED_POOL_FROM},<{UNTESTED_FROM}")
 ALLOW_UNTESTED_ENV = "SGLANG_MAMBA_DEDUP_ALLOW_UNTESTED"
 
 
-#: What was run on each release (README matrix and ``doctor``; a test keeps the README in step). CPU: the
+#: What was run on each release (``docs/releases.md`` matrix and ``doctor``; a test keeps the doc in step). CPU: the
 #: ``release`` tests of ``bash .ci/test.sh`` (the whole suite on the base release), with that release's own
-#: SGLang package. GPU: ``benchmarks/release_sim_gpu.py`` (stock vs plugin speculative-decode simulation on
+#: SGLang package. GPU: ``tools/gpu-engine/proofs/release_sim_gpu.py`` (stock vs plugin speculative-decode simulation on
 #: CUDA, bf16, three configs incl. Qwen3.5-0.8B shapes, bit-identical md5s) and the e2e md5 of a real
 #: ``sglang.Engine`` (``tools/gpu-engine/run_e2e.sh``), H200, 2026-11-29 / 2026-12-01.
-_SIM = "simulation bit-identical (md5s in benchmarks/results/release_sims_h200.json)"
+_SIM = "simulation bit-identical (md5s in benchmarks/results/latest/release_sims_h200.json)"
 EVIDENCE = {
     "0.5.12": ("release tests", "not run"),
     "0.5.12.post1": ("release tests", "not run"),
@@ -115,7 +114,15 @@ def matrix() -> str:
     return "\n".join([head] + [matrix_row(r) for r in RELEASES])
 
 
-def installed_sglang_version() -> Optional[str]:
+def plugin_version() -> str:
+    """This plugin's version, from its package metadata (``pyproject.toml`` is the one source)."""
+    try:
+        return importlib.metadata.version("sglang-mamba-dedup")
+    except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path without an install
+        return "0+unknown"
+
+
+def installed_sglang_version() -> str | None:
     """The installed SGLang version string, or None when SGLang is not installed."""
     try:
         return importlib.metadata.version("sglang")
@@ -123,14 +130,14 @@ def installed_sglang_version() -> Optional[str]:
         return None
 
 
-def parse(version: str) -> Optional[Version]:
+def parse(version: str) -> Version | None:
     try:
         return Version(version)
     except InvalidVersion:
         return None
 
 
-def in_range(version: Optional[str], spec: SpecifierSet = SUPPORTED) -> bool:
+def in_range(version: str | None, spec: SpecifierSet = SUPPORTED) -> bool:
     v = parse(version) if version else None
     return v is not None and spec.contains(v, prereleases=True)
 
@@ -139,14 +146,14 @@ def allow_untested() -> bool:
     return os.environ.get(ALLOW_UNTESTED_ENV, "").strip().lower() in ("1", "on", "true", "yes")
 
 
-def is_untested_newer(version: Optional[str]) -> bool:
+def is_untested_newer(version: str | None) -> bool:
     """A release newer than every one we test: 0.5.24, 0.6.0, and also 0.5.23.post1, 0.5.24rc1, 0.5.24.dev0
     (PEP 440 orders pre-releases of 0.5.24 below it, so ``<0.5.24`` alone would call them 'older')."""
     v = parse(version) if version else None
     return v is not None and v > Version(RELEASES[-1])
 
 
-def effective(version: Optional[str]) -> Optional[str]:
+def effective(version: str | None) -> str | None:
     """The release whose patches we select: ``version`` itself, or the newest tested release for an untested
     newer one when :data:`ALLOW_UNTESTED_ENV` is set."""
     if is_untested_newer(version) and allow_untested():
@@ -154,7 +161,7 @@ def effective(version: Optional[str]) -> Optional[str]:
     return version
 
 
-def mode_for(version: Optional[str]) -> str:
+def mode_for(version: str | None) -> str:
     """How the plugin works on a release: 'backport', 'takeover' or 'unsupported'."""
     if is_untested_newer(version) and not allow_untested():
         return "unsupported"
@@ -164,7 +171,7 @@ def mode_for(version: Optional[str]) -> str:
     return "takeover" if in_range(version, UPSTREAM_DEDUP) else "backport"
 
 
-def support_problem(version: Optional[str]) -> Optional[str]:
+def support_problem(version: str | None) -> str | None:
     """None when ``version`` is supported (or untested but allowed), else a sentence saying why not."""
     if version is None:
         return "SGLang is not installed"
@@ -182,18 +189,7 @@ def support_problem(version: Optional[str]) -> Optional[str]:
     return None
 
 
-def untested_note(version: Optional[str]) -> Optional[str]:
+def untested_note(version: str | None) -> str | None:
     if is_untested_newer(version) and allow_untested():
         return f"UNTESTED: SGLang {version} is outside {SUPPORTED}, patched as {RELEASES[-1]} ({ALLOW_UNTESTED_ENV}=1)"
     return None
-
-
-def test_pins(release: str) -> Tuple[str, ...]:
-    """Packages a release's SGLang needs to import on a CPU test machine, beyond the base venv
-    (FACTS §5; 0.5.18/0.5.19 measured 2026-12-01: they fail with transformers 5.19's ``qwen3_asr`` clash)."""
-    v = Version(release)
-    if v < Version(UPSTREAM_DEDUP_FROM):
-        return ("transformers==5.8.1", "tokenizers==0.22.2")
-    if v < Version("0.5.20"):
-        return ("transformers==5.12.1", "tokenizers==0.22.2")
-    return ()

@@ -2,8 +2,8 @@
 
 * ``TRITON_INTERPRET=1`` is set before anything imports triton when no GPU is present, so our Triton
   kernels (and SGLang's) run on CPU tensors, which is how CI tests them.
-* Markers: ``release`` = exercises SGLang itself and runs in every SGLang venv CI builds (0.5.23 and
-  0.5.13.post1); ``gpu`` = needs CUDA.
+* Marker ``release``: exercises SGLang itself; CI runs these tests against every release in
+  ``versions.RELEASES`` (the whole suite against the newest).
 * Every test starts with the plugin switched off and nothing wrapped, and ends the same way.
 """
 
@@ -39,7 +39,6 @@ def allow_cpu(monkeypatch):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "release: exercises the installed SGLang; CI runs it on every release venv")
-    config.addinivalue_line("markers", "gpu: needs a CUDA device")
 
 
 @pytest.fixture(autouse=True)
@@ -55,13 +54,5 @@ def _plugin_clean(monkeypatch):
     yield
     faults.remove()
     patch_state.revert(force=True)
-    for feature in patch_state.PATCHER.features:
-        patch_state.PATCHER.set_enabled(feature, True)
     activation.reset_for_tests()
     report.reset()
-
-
-def sglang_version():
-    from sglang_mamba_dedup import versions
-
-    return versions.installed_sglang_version()

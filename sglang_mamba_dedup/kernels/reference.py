@@ -73,12 +73,3 @@ def tail_copy_reference(src, dst, src_blocks, dst_blocks, offsets) -> None:
             continue
         for j in range(W - b):
             dst[db, :, j] = src[sb, :, j + b]
-
-
-def dedup_window_view(phys: torch.Tensor, n_steps: int, km1: int) -> torch.Tensor:
-    """The overlapping view ``view[l, r, t, d, w] = phys[l, r, d, t + w]`` of
-    ``phys [L, R, dim, D+K-2]`` (any strides), logical ``[L, R, D, dim, K-1]``."""
-    L, R, dim, width = phys.shape
-    assert width == n_steps + km1 - 1, (width, n_steps, km1)
-    sl, sr, sd, sw = phys.stride()
-    return phys.as_strided((L, R, n_steps, dim, km1), (sl, sr, sw, sd, sw), phys.storage_offset())

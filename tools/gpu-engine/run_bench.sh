@@ -9,6 +9,9 @@
 #   pairs   benchmarks/bench_commit_call.py with the .old build and this checkout alternating, 3 processes each
 #           (host overhead of this build vs the older one, same inputs, same machine, interleaved);
 #   matrix  benchmarks/bench_commit_call.py over both models, D in {2,4,8}, accept and accept + track.
+# Results: $OUT/history.csv (the tree's benchmarks/results/history.csv with this run's rows appended) and
+# $OUT/latest/commit_call-<label>-<gpu>.csv (matrix); copy both over benchmarks/results/. The device has no git:
+# BENCH_COMMIT=<sha> names this checkout's commit in the history, OLD_COMMIT=<sha> the .old build's.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -34,38 +37,41 @@ if [[ ,$STEPS, == *,tests,* ]]; then
   # tensors, so they run in their own process with the GPU hidden (mixed in one process, SGLang's kernels get
   # interpreted on CUDA tensors). Logs stay in /tmp: at most 8 files come back from $OUT.
   stamp "GPU tests"
-  PYTHONPATH=$new timeout 300 python3 -P -m pytest -q -n 8 -p no:cacheprovider tests/test_kernel_fused_commit.py \
-    tests/test_kernel_conv_commit.py tests/test_kernel_ssm_commit.py tests/test_kernel_tail_copy.py \
+  PYTHONPATH=$new timeout 300 python3 -P -m pytest -q -n 8 -p no:cacheprovider tests/kernels/test_commit.py \
+    tests/kernels/test_conv_commit.py tests/kernels/test_ssm_commit.py tests/kernels/test_tail_copy.py \
     > /tmp/pytest_gpu.log 2>&1 || status=1
   tail -3 /tmp/pytest_gpu.log
   # The direct launch of the compiled kernel runs only on CUDA: its test alone, unsandboxed output; this
   # recipe fails loudly when the test was skipped or counted no direct launch.
   PYTHONPATH=$new timeout 120 python3 -P -m pytest -q -s -p no:cacheprovider -rA \
-    "tests/test_kernel_fused_commit.py::test_fused_commit_direct_launch_is_used_and_exact" > /tmp/pytest_direct.log 2>&1 || status=1
+    "tests/kernels/test_commit.py::test_fused_commit_direct_launch_is_used_and_exact" > /tmp/pytest_direct.log 2>&1 || status=1
   direct=$(grep -oE '\[direct launches: [0-9]+\]' /tmp/pytest_direct.log | grep -oE '[0-9]+' | tail -1)
-  if grep -q "PASSED tests/test_kernel_fused_commit.py::test_fused_commit_direct_launch_is_used_and_exact" /tmp/pytest_direct.log \
+  if grep -q "PASSED tests/kernels/test_commit.py::test_fused_commit_direct_launch_is_used_and_exact" /tmp/pytest_direct.log \
      && [ "${direct:-0}" -gt 0 ]; then
     stamp "direct launch exercised: $direct direct launches"
   else
     stamp "FAIL: the direct launch did not run (direct launches: ${direct:-none})"; tail -20 /tmp/pytest_direct.log; status=1
   fi
   PYTHONPATH=$new CUDA_VISIBLE_DEVICES= timeout 300 python3 -P -m pytest -q -n 8 -p no:cacheprovider \
-    tests/test_integration_commit_sim.py tests/test_qwen35_smoke.py > /tmp/pytest_sim.log 2>&1 || status=1
+    tests/integration/test_commit_sim.py tests/integration/test_qwen35_smoke.py > /tmp/pytest_sim.log 2>&1 || status=1
   tail -3 /tmp/pytest_sim.log
 fi
 if [[ ,$STEPS, == *,pairs,* ]] && [ -d /tmp/smd-old ]; then
+  [ -f "$OUT/history.csv" ] || cp benchmarks/results/history.csv "$OUT/history.csv"
+  n0=$(wc -l < "$OUT/history.csv")  # the rows after these lines are this step's
   for i in 1 2 3; do
     for b in old new; do
       stamp "pair $i: $b build"
-      pp=$old; [ $b = new ] && pp=$new
-      PYTHONPATH=$pp timeout 120 python3 -P benchmarks/bench_commit_call.py --out "$OUT" --label "$b$i" \
-        --batches 1,16,64 --rounds 3 --calls 60 2>&1 | grep -E '^\| ' | grep -v -- '---' || status=1
+      pp=$old; commit=${OLD_COMMIT:-unknown}
+      [ $b = new ] && { pp=$new; commit=${BENCH_COMMIT:-unknown}; }
+      BENCH_COMMIT=$commit PYTHONPATH=$pp timeout 120 python3 -P benchmarks/bench_commit_call.py --out "$OUT" \
+        --label "$b$i" --batches 1,16,64 --rounds 3 --calls 60 2>&1 | grep -E '^\| ' | grep -v -- '---' || status=1
     done
   done
-  python3 - "$OUT" <<'PY'
-import csv, pathlib, statistics, sys
-out = pathlib.Path(sys.argv[1])
-rows = [r for f in sorted(out.glob("commit_call-*[0-9].csv")) for r in csv.DictReader(open(f))]
+  rm -f "$OUT"/latest/commit_call-old[0-9]-*.csv "$OUT"/latest/commit_call-new[0-9]-*.csv  # their rows: history.csv
+  python3 - "$OUT/history.csv" "$n0" <<'PY'
+import csv, statistics, sys
+rows = list(csv.DictReader(open(sys.argv[1])))[int(sys.argv[2]) - 1 :]
 print("\n| batch | track | build | plugin host us (median of 3 processes, min-max) | plugin call us | SGLang call us |\n|---|---|---|---|---|---|")
 keys = sorted({(int(r["batch"]), r["track"]) for r in rows})
 for b, t in keys:

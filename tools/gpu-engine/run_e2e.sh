@@ -18,8 +18,8 @@
 #   2. installs the plugin from this checkout in its wheel layout with its `sglang.srt.plugins` entry point
 #      (tools/gpu-engine/install-plugin.sh, into /tmp/smd-meta), and checks that
 #      SGLang's own entry-point lookup sees it,
-#   3. puts tools/gpu-engine/sitecustomize.py (the stand-ins of FACTS §8) on PYTHONPATH, so every SGLang
-#      process, the spawned scheduler included, applies them,
+#   3. puts tools/gpu-engine on PYTHONPATH: its sitecustomize.py installs the stand-ins of FACTS §8 (standins/)
+#      in every SGLang process, the spawned scheduler included,
 #   4. runs the e2e driver on a random-weight Qwen3.5-0.8B-architecture model (MTP included) with NEXTN,
 #      with the Triton/torch engine options the stand-ins need; logs, results and reports go to $OUT.
 set -uo pipefail
@@ -62,7 +62,7 @@ if [ -n "${SGLANG_WHEEL:-}" ]; then
     [ -f /tmp/pins/.smd-ok ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/pins $pins >/tmp/smd-pip.log 2>&1 && touch /tmp/pins/.smd-ok; } || { stamp "install of the pins failed"; tail -20 /tmp/smd-pip.log; exit 90; }
     overlay="$overlay/tmp/pins:"
   fi
-  # releases before 0.5.23 import flashinfer (absent here) at module load on CUDA: sitecustomize's stand-in
+  # releases before 0.5.23 import flashinfer (absent here) at module load on CUDA: standins/imports.py
   release_below 0.5.23 && export SGLANG_STANDINS_FLASHINFER=${SGLANG_STANDINS_FLASHINFER:-1}
 fi
 export PYTHONPATH=/tmp/smd-meta:$overlay/tmp/site:$root/.stub:$root/tools/gpu-engine

@@ -7,7 +7,7 @@
 # without its sglang wheel), one or more `sglang-<release>` wheels, and for releases before 0.5.20 the
 # transformers 5.12.1 / tokenizers 0.22.2 / huggingface-hub 1.33.0 wheels they import with (the device's own
 # transformers 5.17 clashes with their `qwen3_asr` config). Each release is installed into its own folder
-# /tmp/rel/<release>; benchmarks/release_sim_gpu.py then runs once per release, in its own process, with that
+# /tmp/rel/<release>; tools/gpu-engine/proofs/release_sim_gpu.py then runs once per release, in its own process, with that
 # folder first on PYTHONPATH. Installed folders stay on a warm machine for the next call.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,7 +27,7 @@ for whl in .whl/sglang-*.whl; do
   extra=""
   python3 -c "import sys; from packaging.version import Version as V; sys.exit(0 if V(sys.argv[1]) < V('0.5.20') else 1)" "$rel" && extra=/tmp/pins:
   echo "===== SGLang $rel"
-  PYTHONPATH="/tmp/smd-meta:/tmp/rel/$rel:$extra/tmp/site:$root/.stub" timeout 420 python3 -P benchmarks/release_sim_gpu.py --out "$OUT" \
+  PYTHONPATH="/tmp/smd-meta:/tmp/rel/$rel:$extra/tmp/site:$root/.stub" timeout 420 python3 -P tools/gpu-engine/proofs/release_sim_gpu.py --out "$OUT" \
     2>&1 | grep -v -E 'Warning|warnings.warn' | tee "$OUT/release-sim-$rel.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 done

@@ -1,0 +1,431 @@
+"""End-to-end check: the same greedy generation with the plugin off and on, compared by md5.
+
+``sglang-mamba-dedup e2e [options]`` (or ``python examples/e2e_md5.py``) runs SGLang's offline
+``sglang.Engine`` several times, each time in a fresh Python process started by this driver, with identical
+arguments: the model, ``--speculative-algorithm NEXTN`` with topk 1 and 4 draft tokens (3 steps),
+temperature 0, a fixed seed and the fixed prompt set shipped in ``data/prompts.json``. An "off" run has
+``SGLANG_MAMBA_DEDUP=0``, an "on" run ``SGLANG_MAMBA_DEDUP=1`` (``--server``: ``launch_server`` without and
+with ``--enable-mamba-conv-dedup``). It hashes the output token ids and the text, prints the versions, the
+GPU, the md5s, each run's rates, the commit counts of the plugin's status report as the *scheduler process*
+wrote it (``SGLANG_MAMBA_DEDUP_REPORT_DIR``), and with ``--throughput-runs`` a throughput table.
+
+Deployment settings by default (:func:`.settings.deployment_defaults`): decode CUDA graphs on
+(``cuda_graph_backend_decode=full``), the radix (prefix) cache on, overlap scheduling as SGLang decides, prefill
+CUDA graphs off (``cuda_graph_backend_prefill=disabled``: SGLang's prefill capture crashed on our machine, with
+and without the plugin). ``--no-cuda-graph`` and ``--no-radix-cache`` give the old settings; an ``--engine-arg``
+always wins over a default. A default the installed SGLang's ``ServerArgs`` has no field for is dropped (the
+header names it), so older releases run with their own defaults.
+
+Every run generates two rounds (:func:`.workload.run_plan`), after an untimed warm-up and an emptied prefix
+cache: round 1 is the prompts; round 2 is every round-1 prompt followed by its round-1 output and a short new
+suffix (:func:`.workload.round2_prompts`), so SGLang reads the mamba states it saved in round 1 back from the
+radix cache. The md5 covers both rounds. With the radix cache on, SGLang >= 0.5.14 passes track slots with every
+verify commit (see :func:`.settings.track_expectation` for what triggers it); the "on" run must then show commits
+with track slots through our kernel (``--expect-track``, the default where SGLang tracks).
+
+``--throughput-runs N``: one untimed throwaway engine start, then N runs per mode alternating off, on, off,
+on, ...; every run also times one request of ``--batch1-tokens`` (batch 1), and round 1 is the full batch.
+Per mode and phase the median and min-max of the tok/s over the runs are printed, "within noise" when the
+off and on ranges overlap (:func:`.stats.compare_spreads`); no ratio of single runs is printed.
+
+Exit status (``driver.EXIT_*``, decided by :mod:`.driver`). Before anything is built or run:
+
+* 2  a usage error (argparse: one ``error:`` line on stderr);
+* 5  cannot run here: the engine needs a CUDA GPU and ``torch.cuda.is_available()`` is False.
+
+After the runs, the first that applies:
+
+* 3  a run failed (the engine did not start, crashed, or timed out; the last line names the logs);
+* 1  the md5s differ (the first differing round, prompt and token are printed);
+* 2  the plugin did not engage in an "on" run: no scheduler report, no dedup layout in place, no bytes
+     saved, no commit ran through our kernels, or (``--expect-track``) no commit with track slots did;
+* 4  an "off" run was not off (a scheduler report shows our commit ran, or the mode was not "off");
+* 6  the negative control was not caught: a ``fault`` run (plugin on, its commit deliberately broken:
+     :mod:`sglang_mamba_dedup.faults`) gave the same md5 as run 1;
+* 0  the md5s are equal and the plugin engaged.
+
+The offline Engine runs in :mod:`.engine` (why it is the default: see there), the server route in
+:mod:`.server`. This module is the command line: the parser, the usage checks that involve several options,
+and :func:`main`, which hands the checked options to :func:`.driver.run`.
+
+``--random-weights`` builds a Qwen3.5-architecture checkpoint with its MTP layer and seeded random
+weights (:mod:`.random_model`) into a temporary directory: no downloads are needed.
+That checkpoint is removed at exit, also after a failure; one built under ``--workdir`` or
+``--random-weights-dir`` stays (and is reused by the next call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import time
+from pathlib import Path
+from typing import NoReturn
+
+from . import driver
+from .engine import Runner
+from .settings import DEFAULT_MODEL
+from .workload import load_prompts
+
+#: Run modes: the plugin off, on, and on with the negative control's fault (:mod:`sglang_mamba_dedup.faults`)
+#: installed.
+MODES = ("off", "on", "fault")
+
+EPILOG = """\
+examples:
+  sglang-mamba-dedup e2e --random-weights                        # Qwen3.5-0.8B architecture, random weights
+  sglang-mamba-dedup e2e --random-weights --throughput-runs 3    # + 1 throwaway, 3 x off,on, throughput table
+  sglang-mamba-dedup e2e --random-weights --server               # the same through launch_server + HTTP
+  sglang-mamba-dedup e2e --random-weights --no-cuda-graph --no-radix-cache   # the old eager, cache-less settings
+  sglang-mamba-dedup e2e --base-url-off http://h:30000 --base-url-on http://h:30001 --model-path M
+  sglang-mamba-dedup e2e --model-path Qwen/Qwen3.5-0.8B --num-prompts 8 --max-new-tokens 64
+  sglang-mamba-dedup e2e --random-weights --modes off,off --workdir ./e2e-work   # harness check, keeps logs
+
+exit status:
+  0  the md5s are equal and the plugin engaged
+  1  the md5s differ
+  2  the plugin did not engage in an "on" run (with --expect-track: also no commit with track slots through
+     our kernel); also any usage error (one "error:" line on stderr)
+  3  a run failed (the engine did not start, crashed or timed out; see the logs named in the last line)
+  4  an "off" run was not off
+  5  cannot run here: no CUDA GPU (checked before anything is built or run)
+  6  the negative control was not caught: a "fault" run gave run 1's md5
+after the runs the first of 3, 1, 2, 4, 6 that applies is the exit status.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line on stderr (exit 2), without the usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _key_value(text: str) -> str:
+    """argparse type of ``--engine-arg``: ``KEY=VALUE`` with a non-empty key (kept as text)."""
+    key, sep, _ = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"must be KEY=VALUE, got {text!r}")
+    return text
+
+
+def _random_dim(text: str) -> tuple[str, int]:
+    """argparse type of ``--random-dim``: ``FIELD=INT`` with FIELD a field of the random model's dims."""
+    import dataclasses
+
+    from .random_model import ModelDims
+
+    key, sep, val = text.partition("=")
+    key = key.strip().replace("-", "_")
+    try:
+        num = int(val)
+    except ValueError:
+        num = None
+    if not sep or not key or num is None:
+        raise argparse.ArgumentTypeError(f"must be KEY=INT, got {text!r}")
+    fields = [f.name for f in dataclasses.fields(ModelDims)]
+    if key not in fields:
+        raise argparse.ArgumentTypeError(f"unknown field {key!r}; one of {', '.join(fields)}")
+    return key, num
+
+
+def _modes(text: str) -> list[str]:
+    """argparse type of ``--modes``: a comma list of at least two runs of ``off``/``on``/``fault``, the
+    first ``off`` or ``on`` (the reference every later run is compared with)."""
+    modes = [x.strip() for x in text.split(",") if x.strip()]
+    if len(modes) < 2 or any(m not in MODES for m in modes) or modes[0] == "fault":
+        raise argparse.ArgumentTypeError(
+            f"must list at least two runs of {'/'.join(repr(m) for m in MODES)}, the first not 'fault', got {text!r}"
+        )
+    return modes
+
+
+def _positive_int(text: str) -> int:
+    try:
+        num = int(text)
+    except ValueError:
+        num = 0
+    if num <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return num
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        num = int(text)
+    except ValueError:
+        num = -1
+    if num < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive integer, got {text!r}")
+    return num
+
+
+def _positive_float(text: str) -> float:
+    try:
+        num = float(text)
+    except ValueError:
+        num = 0.0
+    if not num > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return num
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    from .random_model import PRESETS  # no torch: the presets are plain dataclasses
+
+    p = _Parser(
+        prog=driver.PROG,
+        description="Greedy md5 comparison of a real SGLang run with NEXTN, plugin off vs on (needs a CUDA GPU).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    m = p.add_argument_group("model")
+    m.add_argument("--model-path", default=None, help=f"checkpoint or hub id (default {DEFAULT_MODEL})")
+    m.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="build a checkpoint of --random-preset with seeded random weights (MTP included) "
+        "into a temporary directory, removed at exit (or into --random-weights-dir / "
+        "--workdir, kept) and serve it without a tokenizer",
+    )
+    m.add_argument(
+        "--random-preset",
+        default="qwen3.5-0.8b",
+        choices=sorted(PRESETS),
+        help="architecture of --random-weights (default %(default)s)",
+    )
+    m.add_argument("--random-weights-dir", default=None, help="build (or reuse) the random checkpoint here")
+    m.add_argument("--weights-seed", type=int, default=0, help="seed of the random weights")
+    m.add_argument(
+        "--random-dim",
+        action="append",
+        default=[],
+        metavar="FIELD=INT",
+        type=_random_dim,
+        help="override one architecture field of the random model, e.g. num_hidden_layers=8",
+    )
+    m.add_argument("--draft-model-path", default=None, help="MTP draft checkpoint (default: the model itself)")
+
+    s = p.add_argument_group("speculative decoding")
+    s.add_argument("--speculative-algorithm", default="NEXTN")
+    s.add_argument("--num-steps", type=_positive_int, default=3)
+    s.add_argument("--topk", type=_positive_int, default=1)
+    s.add_argument("--num-draft-tokens", type=_positive_int, default=4)
+
+    g = p.add_argument_group("generation (two rounds per run: the prompts, then prompt + output + a new suffix)")
+    g.add_argument("--prompts", default=None, help="prompt file (default: the shipped data/prompts.json)")
+    g.add_argument("--num-prompts", type=_positive_int, default=None, help="use the first N prompts (default all)")
+    g.add_argument(
+        "--prompt-format",
+        choices=["auto", "text", "ids"],
+        default="auto",
+        help="auto: token ids (text_to_ids) for --random-weights, text otherwise",
+    )
+    g.add_argument(
+        "--vocab-size", type=_positive_int, default=None, help="for --prompt-format ids without a local config"
+    )
+    g.add_argument("--max-new-tokens", type=_positive_int, default=128)
+    g.add_argument("--no-ignore-eos", action="store_true", help="stop at EOS (default: fixed lengths)")
+    g.add_argument("--seed", type=int, default=0, help="SGLang random_seed (and sampling seed)")
+    g.add_argument(
+        "--batch-size",
+        type=_non_negative_int,
+        default=0,
+        help="prompts per generate call (default 0: all at once, the full batch)",
+    )
+    g.add_argument(
+        "--max-running-requests",
+        type=_positive_int,
+        default=None,
+        help="concurrency cap of the scheduler (default: the batch size); fixed so that all runs batch the same way",
+    )
+    g.add_argument(
+        "--warmup-tokens",
+        type=int,
+        default=-1,
+        help="tokens of the untimed warm-up generation of every batch (default -1: max_new_tokens; 0: no warm-up)",
+    )
+
+    e = p.add_argument_group(
+        "engine (defaults: decode CUDA graphs on, prefill CUDA graphs off, radix cache on, overlap as SGLang decides)"
+    )
+    e.add_argument("--mem-fraction-static", type=float, default=None)
+    e.add_argument("--log-level", default="warning")
+    e.add_argument(
+        "--no-cuda-graph",
+        action="store_true",
+        help="decode CUDA graphs off (cuda_graph_backend_decode=disabled; disable_cuda_graph on releases without it)",
+    )
+    e.add_argument(
+        "--no-radix-cache",
+        action="store_true",
+        help="radix (prefix) cache off (disable_radix_cache=true): no track slots, round 2 reads nothing back",
+    )
+    e.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=_key_value,
+        help="extra sglang.Engine argument, same in every run (repeatable), e.g. attention_backend=triton; "
+        "wins over the defaults",
+    )
+
+    sv = p.add_argument_group("server route (what deployments run)")
+    sv.add_argument(
+        "--server",
+        action="store_true",
+        help="run `python -m sglang.launch_server` (the engine arguments as its options, those it does not know "
+        "left out) on a free local port and send the prompts over HTTP: the off run without the launch flag, "
+        "the on run with --enable-mamba-conv-dedup (no SGLANG_MAMBA_DEDUP: the flag is what is tested)",
+    )
+    sv.add_argument(
+        "--base-url-off",
+        default=None,
+        metavar="URL",
+        help="compare two servers you already run (with --base-url-on): md5 only, no status reports; "
+        "their prefix caches are flushed before round 1 and before batch 1",
+    )
+    sv.add_argument("--base-url-on", default=None, metavar="URL")
+
+    r = p.add_argument_group("runs")
+    r.add_argument(
+        "--modes",
+        default=None,
+        type=_modes,
+        help="comma list of runs (default off,on); 'fault' adds the negative control (the plugin on with its "
+        "commit deliberately broken: its md5 must differ, else exit 6; the device recipe runs off,on,fault); "
+        "'off,off' checks the harness (the engagement check is skipped)",
+    )
+    r.add_argument(
+        "--expect-track",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the 'on' run must show commits with track slots through our kernel, else exit 2 (default: yes "
+        "where SGLang passes track slots: radix cache on and a mamba strategy that resolves to extra_buffer, "
+        "SGLang >= 0.5.14; the header says which)",
+    )
+    r.add_argument(
+        "--throughput-runs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="measure throughput: 1 untimed throwaway engine start (an off run), then N runs per mode "
+        "alternating off,on,...; prints per mode and phase (batch 1, full batch) the median and min-max "
+        "(default 0: the --modes runs, no table)",
+    )
+    r.add_argument(
+        "--batch1-tokens",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="new tokens of the batch-1 request of --throughput-runs (default 256)",
+    )
+    r.add_argument(
+        "--no-throwaway",
+        action="store_true",
+        help="with --throughput-runs: no throwaway start (only when this machine already ran an engine)",
+    )
+    r.add_argument(
+        "--throughput-from",
+        action="append",
+        default=[],
+        metavar="SUMMARY.json",
+        help="with --throughput-runs: add the timed runs of an earlier --json-out of the same workload "
+        "(repeatable); their md5s must equal this call's",
+    )
+    r.add_argument(
+        "--time-budget",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="start no further run once the time since the start plus 1.1 x the longest run so far exceeds "
+        "this; the runs not started are listed (fits a call into a time limit)",
+    )
+    r.add_argument("--run-timeout", type=_positive_float, default=1200.0, help="seconds per run")
+    r.add_argument(
+        "--workdir",
+        default=None,
+        help="keep logs, results, reports and the random checkpoint here (default: a temp dir)",
+    )
+    r.add_argument("--json-out", default=None, help="write the summary as JSON here")
+    r.add_argument("--verbose", action="store_true", help="show the engine logs instead of writing them to files")
+    return p
+
+
+def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Usage errors that involve more than one option (``parser.error``: exit 2)."""
+    if bool(args.base_url_off) != bool(args.base_url_on):
+        parser.error("--base-url-off and --base-url-on go together")
+    if args.base_url_off and (args.server or args.random_weights):
+        parser.error("--base-url-off/--base-url-on compare servers you run: no --server or --random-weights")
+    if args.base_url_off and args.modes not in (None, ["off", "on"]):
+        parser.error("--base-url-off/--base-url-on compare exactly one off and one on server (--modes off,on)")
+    if args.throughput_runs < 0:
+        parser.error(f"--throughput-runs must be 0 or more, got {args.throughput_runs}")
+    if args.throughput_runs and args.modes not in (None, ["off", "on"]):
+        parser.error("--throughput-runs plans the runs itself (1 throwaway + N x off,on): leave --modes out")
+    if not args.throughput_runs:
+        given = [
+            o
+            for o, v in (
+                ("--no-throwaway", args.no_throwaway),
+                ("--throughput-from", args.throughput_from),
+                ("--batch1-tokens", args.batch1_tokens is not None),
+            )
+            if v
+        ]
+        if given:
+            parser.error(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} --throughput-runs")
+    if not args.random_weights:
+        given = [
+            o for o, v in (("--random-dim", args.random_dim), ("--random-weights-dir", args.random_weights_dir)) if v
+        ]
+        if given:
+            parser.error(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} --random-weights")
+    if args.prompts is not None:
+        try:
+            load_prompts(args.prompts)
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+            parser.error(f"--prompts {args.prompts!r}: {type(exc).__name__}: {exc}")
+    if args.workdir is not None and Path(args.workdir).exists() and not Path(args.workdir).is_dir():
+        parser.error(f"--workdir {args.workdir!r} exists and is not a folder")
+    if args.json_out is not None:
+        problem = _unwritable(Path(args.json_out))
+        if problem:
+            parser.error(f"--json-out {args.json_out!r}: {problem}")
+    if args.random_weights and importlib.util.find_spec("safetensors") is None:
+        parser.error(
+            "--random-weights writes a checkpoint with safetensors, which is not installed: "
+            "pip install 'sglang-mamba-dedup[e2e]'"
+        )
+    if args.prompt_format == "ids" and not args.random_weights and args.vocab_size is None:
+        model = args.model_path or DEFAULT_MODEL
+        if not (Path(model) / "config.json").exists():
+            parser.error(f"--prompt-format ids needs --vocab-size (no local config.json in {model!r} to read it from)")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written (checked before any run, so a long run never ends in a traceback)."""
+    if path.is_dir():
+        return "is a folder"
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        return f"its folder {str(folder)!r} does not exist"
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "not writable"
+    return None
+
+
+def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
+    """The ``e2e`` command; returns its exit status (usage errors exit 2 through argparse).
+
+    ``runner`` replaces :func:`.engine.run_in_subprocess` (tests); the CUDA check belongs to that default
+    runner and is skipped with another one.
+    """
+    t_start = time.monotonic()
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    _check_usage(parser, args)
+    return driver.run(args, runner, t_start)

@@ -1,0 +1,265 @@
+"""The server route of ``sglang-mamba-dedup e2e``: ``python -m sglang.launch_server`` + HTTP, as users deploy.
+
+:func:`run_server` starts SGLang's own server in a subprocess (its own process group) on a free local port,
+without the launch flag for an "off" run and with ``--enable-mamba-conv-dedup`` for an "on" run (no
+``SGLANG_MAMBA_DEDUP`` in its environment: the flag is what is tested), waits for ``/health``, runs the same
+two-round plan as the offline route (:func:`.workload.run_plan`: warm-up, ``/flush_cache``,
+round 1, round 2 on prefixes of round 1, batch 1 with ``--throughput-runs``) greedily over ``/generate``
+(token ids when there is no tokenizer), and stops the whole process group (SIGTERM, then SIGKILL), also when
+the start fails, a request fails or the user presses Ctrl-C. The server's own log lines of the plugin (its
+activation line) are returned with the outputs.
+
+The engine keywords become ``launch_server`` options (:func:`server_command`); :func:`launchable` leaves out
+those the installed ``launch_server`` does not know (an older release), except the ones the user gave.
+
+:func:`url_runner` talks to a server the user already runs (``--base-url-off`` / ``--base-url-on``): then
+nothing is started and no status report can be read, only the md5 is compared.
+
+Both return what :func:`.engine.run_in_subprocess` returns, so the driver compares them the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import faults, switch
+from ..report import REPORT_DIR_ENV
+from .workload import flush_with_retry, run_plan
+
+#: Engine keywords whose ``None`` the server's command line spells as the choice "none".
+_NONE_IS_A_CHOICE = ("grammar_backend",)
+
+CommandBuilder = Callable[[dict[str, Any], int, bool], list[str]]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_command(engine_kwargs: dict[str, Any], port: int, flag: bool) -> list[str]:
+    """``python -m sglang.launch_server`` with the Engine keywords spelled as its command-line options."""
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--host", "127.0.0.1", "--port", str(port)]
+    for key, value in engine_kwargs.items():
+        opt = "--" + key.replace("_", "-")
+        if value is None and key in _NONE_IS_A_CHOICE:
+            value = "none"
+        if value is None or value is False:
+            continue
+        if value is True:
+            cmd.append(opt)
+        else:
+            cmd += [opt, str(value)]
+    if flag:
+        cmd.append(switch.FLAG)
+    return cmd
+
+
+@functools.lru_cache(maxsize=1)
+def launch_server_options() -> frozenset[str] | None:
+    """The option strings of the installed ``launch_server`` (``ServerArgs.add_cli_args``), or None when
+    SGLang cannot be imported here (then every option is passed)."""
+    try:
+        from sglang.srt.server_args import ServerArgs
+
+        parser = argparse.ArgumentParser(add_help=False)
+        ServerArgs.add_cli_args(parser)
+    except Exception:  # noqa: BLE001 - not importable or not readable here: unknown
+        return None
+    return frozenset(opt for action in parser._actions for opt in action.option_strings)
+
+
+def launchable(
+    engine_kwargs: Mapping[str, Any], options: Collection[str] | None, keep: Collection[str] = ()
+) -> tuple[dict[str, Any], list[str]]:
+    """``(kwargs, left_out)``: the engine keywords whose ``--option`` the installed ``launch_server`` has.
+
+    ``model_path`` and the keys in ``keep`` (what the user gave with ``--engine-arg``) always stay: an option
+    the server does not know then fails the start with SGLang's own message. ``options`` None keeps all.
+    """
+    if options is None:
+        return dict(engine_kwargs), []
+    kept: dict[str, Any] = {}
+    left: list[str] = []
+    for key, value in engine_kwargs.items():
+        if key == "model_path" or key in keep or "--" + key.replace("_", "-") in options:
+            kept[key] = value
+        else:
+            left.append(f"--{key.replace('_', '-')}")
+    return kept, left
+
+
+def _request(url: str, payload: dict | None = None, timeout: float = 30.0) -> Any:
+    data = None if payload is None else json.dumps(payload).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        body = resp.read()
+    return json.loads(body) if body else None
+
+
+def wait_healthy(base_url: str, proc: subprocess.Popen | None, timeout: float) -> str | None:
+    """None once ``GET /health`` answers 200; else why not (the process died, or the time ran out)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return f"the server exited with {proc.returncode} before it was healthy"
+        try:
+            _request(base_url + "/health", timeout=5.0)
+            return None
+        except (urllib.error.URLError, ConnectionError, OSError, ValueError):
+            time.sleep(1.0)
+    return f"the server was not healthy within {timeout:.0f} s"
+
+
+def flush_once(base_url: str, timeout: float = 30.0) -> bool | None:
+    """One ``POST /flush_cache``: True flushed, False refused (requests pending), None when the server has no
+    such endpoint or wants an admin key for it (then the prefix cache stays as it is; the run goes on)."""
+    req = urllib.request.Request(base_url + "/flush_cache", data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            resp.read()
+            return True
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403, 404, 405):
+            return None
+        if exc.code == 400:
+            return False
+        raise
+
+
+def generate(base_url: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """The run plan of ``spec`` (:func:`.workload.run_plan`) over HTTP; the result fields of a run."""
+    key = "input_ids" if spec["prompt_format"] == "ids" else "text"
+
+    def gen(batch: list[Any], sampling: dict[str, Any]) -> list[dict]:
+        out = _request(base_url + "/generate", {key: batch, "sampling_params": sampling}, timeout)
+        return out if isinstance(out, list) else [out]
+
+    return run_plan(spec, gen, lambda: flush_with_retry(lambda: flush_once(base_url, min(timeout, 60.0))))
+
+
+def stop(proc: subprocess.Popen, grace: float = 30.0) -> None:
+    """Stop the server and every process it started (its own process group): SIGTERM, then SIGKILL."""
+    if proc.poll() is None or _group_alive(proc.pid):
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.time() + wait
+            while time.time() < deadline and (proc.poll() is None or _group_alive(proc.pid)):
+                time.sleep(0.2)
+            if proc.poll() is not None and not _group_alive(proc.pid):
+                break
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # pragma: no cover
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def plugin_lines(log_path: Path) -> list[str]:
+    """The plugin's own lines in the server's log output (its activation line, pool and commit notes)."""
+    if not log_path.exists():
+        return []
+    return [ln.rstrip() for ln in log_path.read_text(errors="replace").splitlines() if "sglang-mamba-dedup" in ln]
+
+
+def run_server(
+    spec: dict[str, Any],
+    mode: str,
+    report_dir: Path,
+    log_path: Path,
+    *,
+    timeout: float = 1200.0,
+    verbose: bool = False,
+    command: CommandBuilder = server_command,
+    versions: Callable[[], dict[str, Any]] = dict,
+    gpu: Callable[[], dict[str, Any]] = dict,
+) -> dict[str, Any]:
+    """One run through a fresh ``launch_server``; modes "on" and "fault" add the launch flag."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = os.environ.copy()
+    env.pop(switch.ENV, None)  # off: the plugin stays off; on / fault: the flag alone switches it on
+    faults.set_env(env, mode == "fault")  # the negative control: the plugin on, its commit deliberately broken
+    env[REPORT_DIR_ENV] = str(report_dir)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    cmd = command(spec["engine_kwargs"], port, mode != "off")
+    t0 = time.time()
+    result: dict[str, Any] = {"mode": mode, "ok": False, "command": cmd, "base_url": base}
+    with open(log_path, "w") as log:
+        # cwd: the run's own folder, so nothing in the caller's directory shadows installed packages
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=str(log_path.parent),
+            stdout=None if verbose else log,
+            stderr=None if verbose else subprocess.STDOUT,
+            start_new_session=True,
+        )
+        result["pid"] = proc.pid
+        try:
+            problem = wait_healthy(base, proc, timeout)
+            if problem:
+                result["error"] = problem
+            else:
+                result.update(generate(base, spec, timeout))
+                result["ok"] = True
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            result["error"] = f"request failed: {type(exc).__name__}: {exc}"
+        finally:
+            stop(proc)  # also on KeyboardInterrupt: no server is left behind
+    result["returncode"] = proc.returncode
+    result["wall_seconds"] = time.time() - t0
+    result["plugin_log_lines"] = plugin_lines(log_path)
+    result["versions"] = versions()
+    result["gpu"] = gpu()
+    return result
+
+
+def url_runner(urls: dict[str, str], timeout: float = 1200.0) -> Callable[..., dict[str, Any]]:
+    """A runner that sends the prompts to servers the user already runs (``{"off": url, "on": url}``)."""
+
+    def run(spec: dict[str, Any], mode: str, report_dir: Path, log_path: Path) -> dict[str, Any]:
+        base = urls[mode].rstrip("/")
+        res: dict[str, Any] = {"mode": mode, "ok": False, "pid": None, "base_url": base}
+        try:
+            problem = wait_healthy(base, None, min(timeout, 60.0))
+            if problem:
+                res["error"] = f"{base}: {problem}"
+            else:
+                res.update(generate(base, spec, timeout))
+                res["ok"] = True
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            res["error"] = f"{base}: request failed: {type(exc).__name__}: {exc}"
+        brief = {k: v for k, v in res.items() if k not in ("rounds", "phases")}
+        log_path.write_text(json.dumps(brief, default=str) + "\n")
+        return res
+
+    return run
+
+
+def describe_command(cmd: Sequence[str]) -> str:
+    return " ".join(cmd[1:]) if cmd else ""

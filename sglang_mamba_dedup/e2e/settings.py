@@ -1,0 +1,219 @@
+"""The engine settings of every e2e run: the deployment defaults, what SGLang will do with them, the keywords.
+
+:func:`deployment_defaults`: decode CUDA graphs on (``cuda_graph_backend_decode=full``), prefill CUDA graphs
+off (``cuda_graph_backend_prefill=disabled``: SGLang's prefill capture crashed on our machine, with and
+without the plugin), the radix (prefix) cache on, overlap scheduling as SGLang decides; a default the
+installed SGLang's ``ServerArgs`` has no field for is dropped and named. :func:`track_expectation`: whether
+SGLang will pass track slots with every verify commit under those settings. :func:`build_engine_kwargs`:
+the ``sglang.Engine(**kwargs)`` of every run (the run's own settings, the defaults, ``--engine-arg``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from packaging.version import Version
+
+from .. import versions
+from .context import RunContext
+
+DEFAULT_MODEL = "Qwen/Qwen3.5-0.8B"
+
+
+def _parse_value(text: str) -> Any:
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_engine_args(items: Sequence[str]) -> dict[str, Any]:
+    """``["k=v", ...]`` -> dict; ``v`` parsed as JSON/bool/None where it can be, else a string."""
+    res: dict[str, Any] = {}
+    for it in items or []:
+        key, sep, val = it.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--engine-arg expects KEY=VALUE, got {it!r}")
+        res[key.strip().replace("-", "_")] = _parse_value(val)
+    return res
+
+
+@functools.lru_cache(maxsize=1)
+def server_arg_fields() -> frozenset[str] | None:
+    """The field names of the installed SGLang's ``ServerArgs`` (a dataclass up to 0.5.2x, a msgspec Struct
+    in 0.5.23), or None when SGLang cannot be imported here (then every default is passed)."""
+    try:
+        import dataclasses
+
+        from sglang.srt.server_args import ServerArgs
+
+        if dataclasses.is_dataclass(ServerArgs):
+            return frozenset(f.name for f in dataclasses.fields(ServerArgs))
+        import msgspec
+
+        return frozenset(f.name for f in msgspec.structs.fields(ServerArgs))
+    except Exception:  # noqa: BLE001 - not importable here: unknown
+        return None
+
+
+def deployment_defaults(
+    cuda_graph: bool = True,
+    radix_cache: bool = True,
+    fields: Collection[str] | None = None,
+    sglang_version: str | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """The engine settings deployments run, as ``(kwargs, notes)``; ``notes`` name what was dropped.
+
+    Decode CUDA graphs ``full`` (``--no-cuda-graph``: ``disabled``), prefill CUDA graphs ``disabled`` (SGLang
+    0.5.23's prefill capture died on our machine, with and without the plugin), the radix cache on
+    (``--no-radix-cache``: off), overlap scheduling not set (SGLang's default). With ``fields`` (the
+    installed ``ServerArgs`` fields) a key it does not have is dropped and named in ``notes``; releases
+    before the per-phase graph switches (<= 0.5.13.post1) get ``disable_cuda_graph`` /
+    ``disable_piecewise_cuda_graph`` instead where those exist.
+    """
+    notes: list[str] = []
+    v = versions.parse(sglang_version) if sglang_version else None
+    if radix_cache and v is not None and v < Version(versions.SPEC_RADIX_FROM):
+        radix_cache = False
+        notes.append(
+            f"disable_radix_cache=false (SGLang {sglang_version} refuses speculative decoding with the radix cache "
+            f"for this model before {versions.SPEC_RADIX_FROM}; radix cache off instead)"
+        )
+    wanted: dict[str, Any] = {
+        "cuda_graph_backend_decode": "full" if cuda_graph else "disabled",
+        "cuda_graph_backend_prefill": "disabled",
+        "disable_radix_cache": not radix_cache,
+    }
+    if fields is None:
+        return wanted, notes
+    kept = {k: val for k, val in wanted.items() if k in fields}
+    fallbacks = {
+        "cuda_graph_backend_decode": ("disable_cuda_graph", True) if not cuda_graph else None,
+        "cuda_graph_backend_prefill": ("disable_piecewise_cuda_graph", True),
+    }
+    for key, value in wanted.items():
+        if key in fields:
+            continue
+        alt = fallbacks.get(key)
+        if alt is not None and alt[0] in fields:
+            kept[alt[0]] = alt[1]
+            notes.append(f"{key}={_show(value)} (not a ServerArgs field here; {alt[0]}={_show(alt[1])} instead)")
+        else:
+            why = "; its default: decode CUDA graphs on" if key == "cuda_graph_backend_decode" else ""
+            notes.append(f"{key}={_show(value)} (not a ServerArgs field here{why})")
+    return kept, notes
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def describe_settings(kw: Mapping[str, Any]) -> str:
+    """The deployment-relevant settings of engine keywords in words (graphs, radix cache, overlap)."""
+    dec = kw.get("cuda_graph_backend_decode")
+    if dec is None:
+        decode = "off (disable_cuda_graph)" if kw.get("disable_cuda_graph") else "on (SGLang's default)"
+    else:
+        decode = "off" if dec == "disabled" else f"on ({dec})"
+    pre = kw.get("cuda_graph_backend_prefill")
+    if pre is None:
+        prefill = "off (disable_piecewise_cuda_graph)" if kw.get("disable_piecewise_cuda_graph") else "SGLang's default"
+    else:
+        prefill = "off" if pre == "disabled" else f"on ({pre})"
+    radix = "off" if kw.get("disable_radix_cache") else "on"
+    overlap = "off" if kw.get("disable_overlap_schedule") else "SGLang's default"
+    return (
+        f"decode CUDA graphs {decode}; prefill CUDA graphs {prefill}; radix cache {radix}; overlap scheduling {overlap}"
+    )
+
+
+def track_expectation(kw: Mapping[str, Any], fields: Collection[str] | None) -> tuple[bool, str]:
+    """Will SGLang pass track slots to the post-verify commit with these engine keywords? ``(yes, why)``.
+
+    What triggers it in SGLang 0.5.23 (``sglang/srt/...``):
+
+    * ``arg_groups/overrides.py:454-483`` (``_mamba_radix_cache_resolution``): with the radix cache on, the
+      strategy ``auto`` becomes ``extra_buffer`` when overlap scheduling is on (the default) or page_size > 1,
+      and the model supports it (``supports_mamba_cache_extra_buffer``: Qwen3.5 / Qwen3-Next / Nemotron-H ...
+      with ``linear_attn_backend == "triton"``, the default); otherwise ``no_buffer`` (no tracking).
+      ``arg_groups/model_override_base.py:260`` (``mamba_extra_buffer_of``): extra buffer = radix cache on
+      and strategy ``extra_buffer``/``extra_buffer_lazy``.
+    * ``speculative/eagle_utils.py:372`` -> ``speculative/spec_utils.py:913-936``
+      (``prepare_mamba_track_for_verify``) -> ``managers/schedule_batch.py:2322``
+      (``set_mamba_track_indices_from_reqs``): with the extra buffer, every verify batch gets
+      ``mamba_track_indices`` (each request's ping-pong track slot), and ``spec_utils.py:1240`` passes them
+      to ``update_mamba_state_after_mtp_verify``: so every verify commit has track slots.
+    * ``spec_utils.py:943-995`` (``_verify_commit_step_indices``): a request's ``mamba_steps_to_track`` is the
+      accepted step at which its length crosses a multiple of ``mamba_track_grid`` (``runtime_context.py:1974``:
+      lcm(max(FLA chunk 64, page_size), ``mamba_track_interval`` 256 from ``arg_groups/fields/exec_.py:530``)
+      = 256), else -1 (no copy). With the shipped prompts as ids (2 ... 2464 tokens) and 128 new tokens, 6 of
+      the 34 requests cross a multiple of 256 in round 1 and 28 in round 2 (prompt + 128-token output + a
+      9-token suffix, then 128 more), and the batch-1 request (2 + 256 tokens) crosses 256: states are
+      really snapshotted through the track slots, not only passed along.
+    * Prefill saves states at chunk-aligned (64) positions when an extend is >= 64 tokens
+      (``managers/schedule_batch.py:3137``); round 2's prompts match those and the decode-time snapshots in
+      the radix tree and start from a copy of the cached state (``schedule_batch.py:3240``).
+
+    SGLang <= 0.5.13.post1 has ``mamba_scheduler_strategy`` whose ``auto`` is always ``no_buffer``.
+    """
+    if kw.get("disable_radix_cache"):
+        return False, "the radix cache is off: SGLang saves no mamba states, no track slots"
+    strategy = kw.get("mamba_radix_cache_strategy") or kw.get("mamba_scheduler_strategy") or "auto"
+    if strategy in ("extra_buffer", "extra_buffer_lazy"):
+        return True, f"radix cache on, mamba strategy {strategy!r}: every verify commit carries track slots"
+    if strategy != "auto":
+        return False, f"mamba strategy {strategy!r}: no track slots"
+    if fields is not None and "mamba_radix_cache_strategy" not in fields:
+        return False, "this SGLang resolves mamba strategy 'auto' to no_buffer (<= 0.5.13.post1): no track slots"
+    if kw.get("disable_overlap_schedule") and int(kw.get("page_size") or 1) <= 1:
+        return False, "mamba strategy 'auto' is no_buffer without overlap scheduling at page size 1: no track slots"
+    if kw.get("linear_attn_backend") not in (None, "triton"):
+        return False, f"linear_attn_backend {kw.get('linear_attn_backend')!r}: SGLang keeps no extra buffer"
+    return True, (
+        "radix cache on, mamba strategy 'auto' -> extra_buffer (overlap scheduling on, Triton linear attention): "
+        "every verify commit carries track slots"
+    )
+
+
+def build_engine_kwargs(
+    ctx: RunContext,
+    model_path: str,
+    skip_tokenizer: bool,
+    defaults: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``sglang.Engine(**kwargs)`` of every run (identical by construction).
+
+    Layers, later wins: the run's own settings (model, NEXTN, seed, concurrency), the deployment ``defaults``
+    (:func:`deployment_defaults` for the installed SGLang when not given), the ``--engine-arg`` overrides.
+    The concurrency cap defaults to the batch size, else the number of prompts (``ctx.num_prompts_effective``).
+    """
+    args = ctx.args
+    kw: dict[str, Any] = {
+        "model_path": model_path,
+        "speculative_algorithm": args.speculative_algorithm,
+        "speculative_num_steps": args.num_steps,
+        "speculative_eagle_topk": args.topk,
+        "speculative_num_draft_tokens": args.num_draft_tokens,
+        "speculative_draft_model_path": args.draft_model_path or model_path,
+        "random_seed": args.seed,
+        "max_running_requests": args.max_running_requests or args.batch_size or ctx.num_prompts_effective,
+        "skip_tokenizer_init": bool(skip_tokenizer),
+        "log_level": args.log_level,
+    }
+    if args.mem_fraction_static is not None:
+        kw["mem_fraction_static"] = args.mem_fraction_static
+    if defaults is None:
+        defaults = deployment_defaults(
+            not args.no_cuda_graph, not args.no_radix_cache, server_arg_fields(), versions.installed_sglang_version()
+        )[0]
+    kw.update(defaults)
+    kw.update(parse_engine_args(args.engine_arg))
+    return kw

@@ -1,0 +1,149 @@
+"""Shared launch configuration and argument validation for the commit kernel
+(:mod:`.commit`, the package's one Triton kernel, and the entry points
+expressed through it).
+
+Conventions:
+
+* Row ``r`` of an index set ``(steps, slots)`` copies *source row* ``r`` (the
+  request's position in the verify batch, as SGLang does) at draft step
+  ``s = steps[r]`` into destination slot ``slots[r]``.  A row is skipped, in the
+  kernel and without any host synchronisation, when ``s < 0``, ``s >= D``,
+  ``slot < 0`` or ``slot >= slots+1`` (the destination's slot count).  An
+  optional source-row table (used by :func:`.tail_copy`) makes row ``r`` read
+  source row ``src_rows[r]`` instead, skipped when outside ``[0, R)``.
+* All address arithmetic that involves a layer, row, step or slot index is done
+  in int64; only the element offset inside one (layer, slot) entry is int32
+  (the launchers check that an entry has fewer than 2**31 elements; the
+  tail-copy mode indexes whole window rows in int64 and needs no such check).
+* Copies are bitwise: every dtype is moved as an integer of the same width, so
+  NaN payloads and signed zeros survive unchanged.
+* Duplicated destinations (two valid rows, in the same or in different index
+  sets, naming the same slot): the copies race.  Every element of that slot ends
+  up holding the bytes of exactly one of the contending rows (element stores
+  are atomic), which one is unspecified.  When the contending sources are
+  bit-identical the result is therefore exact.  Detecting duplicates would need
+  a device-to-host synchronisation, so it is not done; SGLang only produces
+  them for padding rows aimed at the scratch slot.
+* The first call (of any entry point) for a given set of tensors builds and
+  caches a small int64 descriptor table on the device, keyed on each tensor's
+  data_ptr, shape, strides, dtype and device (so a tensor changed in place gets
+  a new table); make that first (warm-up) call outside CUDA graph capture.
+  Later calls with the same tensors, unchanged, are capturable.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+INDEX_DTYPES = (torch.int32, torch.int64)
+_INT32_MAX = 2**31 - 1
+_GRID_YZ_MAX = 65535
+
+# Tile sizes and warps. The SSM tile is a flat, contiguous chunk of one state
+# entry; the conv tile a flat chunk of one [dim, K-1] window (whole window rows
+# in the tail-copy mode).  64 KiB SSM tiles
+# with 8 warps were the fastest of 4..128 KiB x 4/8 warps on an H200 at batch 64
+# and 128 (the ``sweep`` rows of benchmarks/results/history.csv, 2026-11-29); at batch 1 every tiling was
+# within the noise of the host-bound timing.
+SSM_TILE_BYTES = 65536
+SSM_NUM_WARPS = 8
+CONV_TILE_ELEMS = 4096
+CONV_NUM_WARPS = 4
+
+
+def launch_config(kind: str, itemsize: int = 4) -> tuple[int, int]:
+    """(block elements, num_warps) for one tile of ``kind`` ("ssm", "conv")."""
+    if kind == "ssm":
+        return max(triton.next_power_of_2(SSM_TILE_BYTES // itemsize), 4), SSM_NUM_WARPS
+    if kind == "conv":
+        return CONV_TILE_ELEMS, CONV_NUM_WARPS
+    raise ValueError(f"unknown tile kind {kind!r}")
+
+
+# ---------------------------------------------------------------- validation
+
+
+def _fmt(t: torch.Tensor) -> str:
+    return f"shape={tuple(t.shape)} stride={tuple(t.stride())} dtype={t.dtype} device={t.device}"
+
+
+def check_state_tensor(name: str, t, ndim_min: int) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name}: dtype {t.dtype} not supported (bf16, fp16, fp32): {_fmt(t)}")
+    if t.ndim < ndim_min:
+        raise ValueError(f"{name}: expected at least {ndim_min} dims, got {_fmt(t)}")
+
+
+def check_same_device(device: torch.device, **tensors) -> None:
+    for name, t in tensors.items():
+        if t is not None and t.device != device:
+            raise ValueError(f"{name} is on {t.device}, expected {device} (all tensors must share one device)")
+
+
+def check_index_pair(steps_name: str, steps, slots_name: str, slots, device: torch.device, max_rows: int) -> int:
+    """Validate one (steps, slots) index set; returns its number of rows."""
+    # Fast path (every call): attribute reads only, no device work.
+    if (
+        isinstance(steps, torch.Tensor)
+        and isinstance(slots, torch.Tensor)
+        and steps.dtype in INDEX_DTYPES
+        and slots.dtype in INDEX_DTYPES
+        and steps.ndim == 1
+        and slots.ndim == 1
+        and steps.device == device
+        and slots.device == device
+        and steps.is_contiguous()
+        and slots.is_contiguous()
+    ):
+        n = steps.shape[0]
+        if slots.shape[0] == n and n <= max_rows:
+            return n
+    # Slow path: say what is wrong.
+    for name, t in ((steps_name, steps), (slots_name, slots)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in INDEX_DTYPES:
+            raise TypeError(f"{name} must be int32 or int64, got {t.dtype}")
+        if t.ndim != 1:
+            raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+        if t.device != device:
+            raise ValueError(f"{name} is on {t.device}, expected {device} (same device as the states)")
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous, got stride {t.stride()}")
+    n = steps.shape[0]
+    if slots.shape[0] != n:
+        raise ValueError(f"{steps_name} has {n} rows but {slots_name} has {slots.shape[0]}")
+    raise ValueError(f"{steps_name} has {n} rows but the source has only {max_rows} rows (row r copies source row r)")
+
+
+def entry_is_dense(t: torch.Tensor, start_dim: int) -> bool:
+    """True when dims ``start_dim..`` of ``t`` are laid out contiguously (row-major)."""
+    expected = 1
+    for i in range(t.ndim - 1, start_dim - 1, -1):
+        if t.shape[i] != 1 and t.stride(i) != expected:
+            return False
+        expected *= t.shape[i]
+    return True
+
+
+def may_overlap_itself(t: torch.Tensor) -> bool:
+    """False when no two elements of ``t`` can share memory, judged from shape and strides alone.
+
+    The dims of size > 1, taken by increasing stride, must each step over the whole extent of the
+    smaller ones.  Every view made by slicing, narrowing, permuting or reshaping a dense buffer
+    passes; a stride 0 (``expand``) or rows that run into each other (``as_strided``) do not, and
+    neither does a rarer interleaved layout that happens not to collide (refused as unprovable)."""
+    extent = 1  # elements spanned by the dims checked so far
+    for stride, size in sorted((t.stride(i), t.shape[i]) for i in range(t.ndim) if t.shape[i] > 1):
+        if stride < extent:
+            return True
+        extent += (size - 1) * stride
+    return False
+
+
+def int_dtype_for(itemsize: int):
+    return {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[itemsize]

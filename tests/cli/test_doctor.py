@@ -1,0 +1,139 @@
+"""``sglang-mamba-dedup doctor``: its report and its exit codes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sglang_mamba_dedup import versions
+from sglang_mamba_dedup.cli import doctor
+
+pytestmark = pytest.mark.release
+
+
+def test_cli_report_on_this_machine():
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_mamba_dedup", "doctor", "--json"], capture_output=True, text=True, timeout=120
+    )
+    info = json.loads(proc.stdout)
+    assert info["sglang"] == versions.installed_sglang_version()
+    assert info["entry_point_registered"] is True
+    assert info["upstream_dedup"] is versions.in_range(info["sglang"], versions.UPSTREAM_DEDUP)
+    assert info["features"]["dedup_layout"]["would_apply"] is True
+    assert info["features"]["commit"]["would_apply"] is True
+    import torch
+
+    if torch.cuda.is_available():
+        assert proc.returncode == 0 and info["problems"] == []
+    else:
+        assert proc.returncode == 1
+        assert any("no CUDA device" in p for p in info["problems"])
+
+
+def _fake_cuda(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Fake H200")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: (9, 0))
+
+
+def test_exit_zero_when_everything_can_engage(monkeypatch, capsys):
+    _fake_cuda(monkeypatch)
+    assert doctor.main([]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: OK" in out and "Fake H200" in out
+    assert "MambaPool.__init__" in out
+
+
+def test_exit_one_on_unsupported_release(monkeypatch, capsys):
+    _fake_cuda(monkeypatch)
+    monkeypatch.setattr(versions, "installed_sglang_version", lambda: "0.5.30")
+    assert doctor.main([]) == 1
+    assert "outside the supported range" in capsys.readouterr().out
+
+
+def test_exit_one_when_sglang_is_missing(monkeypatch, capsys):
+    _fake_cuda(monkeypatch)
+    monkeypatch.setattr(versions, "installed_sglang_version", lambda: None)
+    assert doctor.main([]) == 1
+    assert "SGLang is not installed" in capsys.readouterr().out
+
+
+def test_exit_one_when_a_target_changed(monkeypatch, capsys):
+    import dataclasses
+
+    from sglang_mamba_dedup import patch_state
+    from sglang_mamba_dedup.patcher import Patcher
+
+    _fake_cuda(monkeypatch)
+    broken = [
+        dataclasses.replace(p, params=("renamed_arg",)) if p.name == "mamba_pool.init" else p
+        for p in patch_state.PATCHER.table
+    ]
+    monkeypatch.setattr(patch_state, "PATCHER", Patcher(broken))
+    assert doctor.main([]) == 1
+    out = capsys.readouterr().out
+    assert "renamed_arg" in out and "dedup_layout" in out
+
+
+def test_exit_two_on_bad_switch_value(monkeypatch, capsys):
+    _fake_cuda(monkeypatch)
+    monkeypatch.setenv("SGLANG_MAMBA_DEDUP", "maybe")
+    assert doctor.main([]) == 2
+    assert "accepted values" in capsys.readouterr().out
+
+
+def test_doctor_does_not_wrap_anything(monkeypatch):
+    from sglang_mamba_dedup import patch_state
+
+    doctor.collect()
+    assert patch_state.PATCHER.applied() == []
+
+
+@pytest.mark.parametrize(
+    "release,mode,code",
+    [
+        ("0.5.12", "back-port", 0),
+        ("0.5.13.post1", "back-port", 0),
+        ("0.5.15.post1", "take-over", 0),
+        ("0.5.20", "take-over", 0),
+        ("0.5.11", "not supported", 1),
+    ],
+)
+def test_release_mode_for_an_uninstalled_release(release, mode, code, capsys):
+    assert doctor.main(["--release", release]) == code
+    out = capsys.readouterr().out
+    assert mode in out and release in out
+
+
+def test_doctor_prints_the_matrix_facts_of_the_installed_release(capsys):
+    from sglang_mamba_dedup import versions
+
+    doctor.main([])
+    out = capsys.readouterr().out
+    cpu, gpu = versions.EVIDENCE[versions.installed_sglang_version()]
+    assert f"CPU CI: {cpu} pass; H200: {gpu}" in out
+
+
+def test_cli_usage_errors_are_one_line_on_stderr(capsys):
+    from sglang_mamba_dedup import cli
+
+    assert cli.main(["bogus"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "error: unknown command 'bogus' (choose from doctor, demo, e2e)" in err
+    assert cli.main(["--version", "x"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--version takes no arguments" in err
+    assert cli.main(["--version"]) == 0 and "sglang-mamba-dedup " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("release,code", [("0.5.13.post1", 0), ("0.5.23.post1", 1), ("0.5.11", 1)])
+def test_doctor_release_json(release, code, capsys):
+    import json
+
+    assert doctor.main(["--release", release, "--json"]) == code
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["release"] == release and doc["supported"] is (code == 0)
+    assert bool(doc["patches"]) is (code == 0) and (doc["problem"] is None) is (code == 0)

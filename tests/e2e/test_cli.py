@@ -1,0 +1,197 @@
+"""The e2e command line: usage errors (exit 2, one line), the help, no CUDA (exit 5), the entry points."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_mamba_dedup.e2e import cli, driver
+from tests.support.e2e import ON_REPORTS, FakeRuns, stderr_line
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_cli_help_runs_without_sglang_import():
+    """`python -m sglang_mamba_dedup.e2e --help` is cheap: no torch, no SGLang."""
+    code = (
+        "import sys, runpy; sys.argv=['e2e','--help']\n"
+        "try: runpy.run_module('sglang_mamba_dedup.e2e', run_name='__main__')\n"
+        "except SystemExit: pass\n"
+        "print('MODS', 'torch' in sys.modules, 'sglang' in sys.modules)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert "--random-weights" in r.stdout and "MODS False False" in r.stdout, r.stderr
+
+
+def test_example_wrapper_calls_main(monkeypatch):
+    """The example passes its own arguments (not sys.argv[0]) to cli.main and exits with its status."""
+    import runpy
+
+    seen = []
+
+    def fake_main(argv=None):
+        seen.append(argv)
+        return 7
+
+    monkeypatch.setattr(cli, "main", fake_main)
+    monkeypatch.setattr(sys, "argv", ["e2e_md5.py", "--modes", "off,on,fault"])
+    with pytest.raises(SystemExit) as exc:
+        runpy.run_path(str(ROOT / "examples" / "e2e_md5.py"), run_name="__main__")
+    assert exc.value.code == 7
+    assert seen == [["--modes", "off,on,fault"]]
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--random-weights", "--random-preset", "foo"], "invalid choice: 'foo'"),
+        (["--engine-arg", "novalue"], "KEY=VALUE"),
+        (["--engine-arg", "=1"], "KEY=VALUE"),
+        (["--random-weights", "--random-dim", "num_hidden_layers=abc"], "KEY=INT"),
+        (["--random-weights", "--random-dim", "no_such_field=3"], "no_such_field"),
+        (["--random-dim", "num_hidden_layers=2"], "needs --random-weights"),
+        (["--modes", "off"], "--modes"),
+        (["--modes", "off,maybe"], "--modes"),
+        (["--modes", "fault,on"], "the first not 'fault'"),
+        (["--num-prompts", "0"], "--num-prompts"),
+        (["--model-path", "org/model", "--prompt-format", "ids"], "--vocab-size"),
+        (["--throughput-runs", "2", "--modes", "off,on,off"], "--throughput-runs plans the runs itself"),
+        (["--throughput-runs", "-1"], "--throughput-runs must be 0 or more"),
+        (["--no-throwaway"], "--no-throwaway needs --throughput-runs"),
+        (["--throughput-from", "s.json", "--batch1-tokens", "300"], "--throughput-from and --batch1-tokens need"),
+        (["--throughput-runs", "1", "--batch1-tokens", "0"], "--batch1-tokens"),
+        (["--time-budget", "-5"], "--time-budget"),
+        (["--prompts", "/nonexistent.json"], "FileNotFoundError"),
+        (["--prompts", "{tmp}/bad.json"], "JSONDecodeError"),
+        (["--prompts", "{tmp}/empty.json"], "non-empty strings"),
+        (["--prompts", "{tmp}/none.json"], "non-empty JSON list"),
+        (["--workdir", "{tmp}/bad.json"], "is not a folder"),
+        (["--num-draft-tokens", "0"], "--num-draft-tokens"),
+        (["--batch-size", "-3"], "--batch-size"),
+        (["--max-running-requests", "0"], "--max-running-requests"),
+        (["--run-timeout", "0"], "--run-timeout"),
+        (["--json-out", "/nonexistent/dir/x.json"], "does not exist"),
+        (["--json-out", "{tmp}"], "is a folder"),
+    ],
+    ids=[
+        "preset",
+        "engine-arg",
+        "engine-arg-nokey",
+        "random-dim-int",
+        "random-dim-field",
+        "random-dim-alone",
+        "modes-one",
+        "modes-bad",
+        "modes-fault-first",
+        "num-prompts",
+        "ids-no-vocab",
+        "throughput-modes",
+        "throughput-negative",
+        "no-throwaway-alone",
+        "throughput-options-alone",
+        "batch1-zero",
+        "time-budget",
+        "prompts-missing",
+        "prompts-not-json",
+        "prompts-empty-prompt",
+        "prompts-empty-list",
+        "workdir-a-file",
+        "draft-tokens-0",
+        "batch-size-negative",
+        "max-running-0",
+        "run-timeout-0",
+        "json-out-no-folder",
+        "json-out-a-folder",
+    ],
+)
+def test_usage_errors_exit_2_before_anything_runs(extra, needle, tmp_path, no_build, capsys):
+    runs = FakeRuns(ON_REPORTS)
+    (tmp_path / "bad.json").write_text("not json")
+    (tmp_path / "empty.json").write_text('{"prompts": [""]}')
+    (tmp_path / "none.json").write_text("[]")
+    extra = [x.replace("{tmp}", str(tmp_path)) for x in extra]
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--workdir", str(tmp_path / "w")] + extra, runner=runs)
+    assert exc.value.code == 2
+    line = stderr_line(capsys.readouterr().err)
+    assert needle in line, line
+    assert not runs.calls and not (tmp_path / "w").exists()
+
+
+def test_missing_safetensors_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    real = cli.importlib.util.find_spec
+    monkeypatch.setattr(
+        cli.importlib.util, "find_spec", lambda name, *a: None if name == "safetensors" else real(name, *a)
+    )
+    runs = FakeRuns(ON_REPORTS)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--workdir", str(tmp_path / "w"), "--random-weights"], runner=runs)
+    assert exc.value.code == 2
+    assert "pip install 'sglang-mamba-dedup[e2e]'" in stderr_line(capsys.readouterr().err)
+    assert not runs.calls
+
+
+def test_usage_error_from_the_command_line(tmp_path):
+    """Through the console entry point: exit 2, one line on stderr, no traceback."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglang_mamba_dedup",
+        "e2e",
+        "--random-weights",
+        "--random-preset",
+        "tiny",
+        "--workdir",
+        str(tmp_path / "w"),
+        "--run-timeout",
+        "1",
+        "--random-dim",
+        "x=abc",
+    ]
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=ROOT, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT))
+    )
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "KEY=INT" in stderr_line(r.stderr)
+
+
+def test_help_lists_presets_examples_and_exit_codes():
+    text = cli._build_parser().format_help()
+    from sglang_mamba_dedup.e2e.random_model import PRESETS
+
+    assert all(name in text for name in PRESETS)
+    assert text.count("sglang-mamba-dedup e2e --") >= 2  # example command lines
+    codes = {
+        driver.EXIT_OK,
+        driver.EXIT_MD5_DIFFER,
+        driver.EXIT_NOT_ENGAGED,
+        driver.EXIT_RUN_FAILED,
+        driver.EXIT_OFF_NOT_OFF,
+        driver.EXIT_CANNOT_RUN,
+    }
+    assert len(codes) == 6  # distinct
+    epilog = text[text.index("exit status") :]
+    for c in codes:
+        assert f"\n  {c} " in epilog, epilog
+    assert "CUDA" in epilog and "usage" in epilog
+
+
+def test_no_cuda_stops_before_building_the_checkpoint(monkeypatch, tmp_path, no_build, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    code = cli.main(["--random-weights", "--workdir", str(tmp_path / "w"), "--num-prompts", "2"])
+    assert code == driver.EXIT_CANNOT_RUN
+    captured = capsys.readouterr()
+    line = stderr_line(captured.err)
+    assert "CUDA GPU" in line and "torch.cuda.is_available()" in line
+    assert "RESULT" not in captured.out and not (tmp_path / "w").exists()

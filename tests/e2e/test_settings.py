@@ -1,0 +1,141 @@
+"""The e2e engine settings: deployment defaults per SGLang release, track slots, the engine keywords."""
+
+import pytest
+
+from sglang_mamba_dedup.e2e import cli, settings
+from sglang_mamba_dedup.e2e.context import RunContext
+
+
+def test_engine_args_passthrough_and_defaults():
+    assert settings.parse_engine_args(["a=1", "b=true", "c=triton", "d=0.5", "e=none", "f-g=[1,2]"]) == {
+        "a": 1,
+        "b": True,
+        "c": "triton",
+        "d": 0.5,
+        "e": None,
+        "f_g": [1, 2],
+    }
+    with pytest.raises(ValueError):
+        settings.parse_engine_args(["novalue"])
+
+
+NEW_FIELDS = {"cuda_graph_backend_decode", "cuda_graph_backend_prefill", "disable_radix_cache", "disable_cuda_graph"}
+
+
+NEW_FIELDS |= {"mamba_radix_cache_strategy", "disable_overlap_schedule", "disable_piecewise_cuda_graph"}
+
+
+OLD_FIELDS = {"disable_cuda_graph", "disable_piecewise_cuda_graph", "disable_radix_cache", "mamba_scheduler_strategy"}
+
+
+def test_deployment_defaults_graphs_and_radix_on():
+    kw, notes = settings.deployment_defaults(fields=NEW_FIELDS)
+    assert kw == {
+        "cuda_graph_backend_decode": "full",
+        "cuda_graph_backend_prefill": "disabled",
+        "disable_radix_cache": False,
+    }
+    assert notes == []
+    assert settings.deployment_defaults()[0] == kw  # fields unknown: everything is passed
+    kw, _ = settings.deployment_defaults(cuda_graph=False, radix_cache=False, fields=NEW_FIELDS)
+    assert kw["cuda_graph_backend_decode"] == "disabled" and kw["disable_radix_cache"] is True
+
+
+def test_deployment_defaults_on_an_old_release_drop_and_say_so():
+    kw, notes = settings.deployment_defaults(fields=OLD_FIELDS)
+    # graphs on is that release's own default; its prefill graph switch is the piecewise one
+    assert kw == {"disable_piecewise_cuda_graph": True, "disable_radix_cache": False}
+    assert len(notes) == 2
+    assert notes[0].startswith("cuda_graph_backend_decode=full (not a ServerArgs field here")
+    assert "disable_piecewise_cuda_graph=true instead" in notes[1]
+    kw, notes = settings.deployment_defaults(cuda_graph=False, fields=OLD_FIELDS)
+    assert kw["disable_cuda_graph"] is True and "disable_cuda_graph=true instead" in notes[0]
+    kw, notes = settings.deployment_defaults(fields={"disable_radix_cache"})
+    assert kw == {"disable_radix_cache": False} and len(notes) == 2
+
+
+def test_deployment_defaults_turn_the_radix_off_where_sglang_refuses_it_with_speculation():
+    """Before 0.5.14 SGLang refuses NEXTN + radix cache for hybrid GDN models: the default turns it off, says so."""
+    from sglang_mamba_dedup import versions
+
+    kw, notes = settings.deployment_defaults(sglang_version="0.5.13.post1")
+    assert kw["disable_radix_cache"] is True and any("radix cache off instead" in n for n in notes), notes
+    kw, notes = settings.deployment_defaults(sglang_version=versions.SPEC_RADIX_FROM)
+    assert kw["disable_radix_cache"] is False and notes == []
+
+
+def test_describe_settings():
+    kw, _ = settings.deployment_defaults(fields=NEW_FIELDS)
+    assert settings.describe_settings(kw) == (
+        "decode CUDA graphs on (full); prefill CUDA graphs off; radix cache on; overlap scheduling SGLang's default"
+    )
+    old = settings.describe_settings(
+        {"disable_cuda_graph": True, "disable_radix_cache": True, "disable_overlap_schedule": True}
+    )
+    assert old == (
+        "decode CUDA graphs off (disable_cuda_graph); prefill CUDA graphs SGLang's default; radix cache off; "
+        "overlap scheduling off"
+    )
+
+
+@pytest.mark.parametrize(
+    "kw, fields, expected, needle",
+    [
+        ({"disable_radix_cache": False}, NEW_FIELDS, True, "'auto' -> extra_buffer"),
+        ({}, None, True, "'auto' -> extra_buffer"),
+        ({"disable_radix_cache": True}, NEW_FIELDS, False, "radix cache is off"),
+        ({"mamba_radix_cache_strategy": "no_buffer"}, NEW_FIELDS, False, "'no_buffer'"),
+        ({"mamba_radix_cache_strategy": "extra_buffer"}, NEW_FIELDS, True, "'extra_buffer'"),
+        ({"mamba_scheduler_strategy": "extra_buffer"}, OLD_FIELDS, True, "'extra_buffer'"),
+        ({}, OLD_FIELDS, False, "<= 0.5.13.post1"),
+        ({"disable_overlap_schedule": True}, NEW_FIELDS, False, "without overlap"),
+        ({"disable_overlap_schedule": True, "page_size": 64}, NEW_FIELDS, True, "extra_buffer"),
+        ({"linear_attn_backend": "flashinfer"}, NEW_FIELDS, False, "flashinfer"),
+    ],
+)
+def test_track_expectation(kw, fields, expected, needle):
+    got, why = settings.track_expectation(kw, fields)
+    assert got is expected and needle in why, why
+
+
+@pytest.mark.release
+def test_engine_kwargs_are_sglang_server_args():
+    """Every key the driver passes by default is a field of the installed SGLang's ServerArgs."""
+    pytest.importorskip("sglang.srt.server_args")
+    fields = settings.server_arg_fields()
+    assert fields and "disable_radix_cache" in fields
+    args = cli._build_parser().parse_args(["--mem-fraction-static", "0.5"])
+    ctx = RunContext(args)
+    ctx.num_prompts_effective = 34
+    kw = settings.build_engine_kwargs(ctx, "/m", skip_tokenizer=True)
+    assert set(kw) <= fields, set(kw) - fields
+    assert kw["speculative_algorithm"] == "NEXTN" and kw["speculative_eagle_topk"] == 1
+    assert kw["speculative_num_draft_tokens"] == 4 and kw["speculative_num_steps"] == 3
+    assert kw["speculative_draft_model_path"] == "/m" and kw["max_running_requests"] == 34
+    from packaging.version import Version
+
+    from sglang_mamba_dedup import versions
+
+    # the radix cache is on by default wherever SGLang allows it with speculative decoding
+    allowed = Version(versions.installed_sglang_version()) >= Version(versions.SPEC_RADIX_FROM)
+    assert kw["disable_radix_cache"] is (not allowed)
+    if "cuda_graph_backend_decode" in fields:  # 0.5.14+
+        assert kw["cuda_graph_backend_decode"] == "full" and kw["cuda_graph_backend_prefill"] == "disabled"
+    else:
+        assert "disable_cuda_graph" not in kw  # that release's default: graphs on
+
+
+def test_engine_arg_wins_over_the_defaults():
+    args = cli._build_parser().parse_args(
+        ["--engine-arg", "disable_radix_cache=true", "--engine-arg", "cuda_graph_backend_decode=breakable"]
+    )
+    ctx = RunContext(args)
+    ctx.num_prompts_effective = 2
+    kw = settings.build_engine_kwargs(ctx, "/m", True, defaults=settings.deployment_defaults(fields=NEW_FIELDS)[0])
+    assert kw["disable_radix_cache"] is True and kw["cuda_graph_backend_decode"] == "breakable"
+    args = cli._build_parser().parse_args(["--no-cuda-graph", "--no-radix-cache"])
+    ctx = RunContext(args)
+    ctx.num_prompts_effective = 2
+    kw = settings.build_engine_kwargs(ctx, "/m", True)
+    assert kw["disable_radix_cache"] is True
+    assert kw.get("cuda_graph_backend_decode", "disabled") == "disabled"

@@ -1,0 +1,110 @@
+"""The e2e workload: prompts, token ids, md5s, round 2 and the run plan (a fake engine, no GPU)."""
+
+import pytest
+
+from sglang_mamba_dedup.e2e import stats, workload
+from tests.support.e2e import FakeEngine, fake_ids, plan_spec
+
+
+def test_prompt_set_is_fixed_mixed_and_large_enough():
+    prompts = workload.load_prompts()
+    assert len(prompts) >= 32
+    assert len(set(prompts)) == len(prompts)
+    words = sorted(len(p.split()) for p in prompts)
+    assert words[0] <= 5 and words[-1] >= 1000  # very short and very long prompts
+    assert sum(1 for w in words if 20 <= w <= 200) >= 8  # and plenty in between
+    assert workload.load_prompts() == prompts  # deterministic
+    assert workload.load_prompts(limit=3) == prompts[:3]
+
+
+def test_text_to_ids_is_deterministic_and_in_vocab():
+    text = "Hello, world! Hello again."
+    ids = workload.text_to_ids(text, 1024)
+    assert ids == workload.text_to_ids(text, 1024)
+    assert len(ids) == 7  # Hello , world ! Hello again .
+    assert ids[0] == ids[4]
+    assert all(0 <= i < 1024 for i in ids)
+    # pinned values: the ids must not change across Python versions or machines (crc32, no hash() salt)
+    import zlib
+
+    assert workload.text_to_ids("Hello.", 248320) == [zlib.crc32(b"Hello") % 248320, zlib.crc32(b".") % 248320]
+    with pytest.raises(ValueError):
+        workload.text_to_ids("x", 0)
+
+
+def test_md5_of_ids_and_texts():
+    a = [[1, 2, 3], [4]]
+    assert workload.md5_of_ids(a) == workload.md5_of_ids([[1, 2, 3], [4]])
+    assert workload.md5_of_ids(a) != workload.md5_of_ids([[1, 2], [3, 4]])  # prompt boundaries count
+    assert workload.md5_of_ids(a) != workload.md5_of_ids([[4], [1, 2, 3]])  # order counts
+    assert workload.md5_of_texts(["a", "b"]) == workload.md5_of_texts(["a", "b"])
+    assert workload.md5_of_texts(["a", "b"]) != workload.md5_of_texts(["ab", ""])
+    assert workload.md5_of_texts(["a", None]) is None  # skip_tokenizer_init: no text
+
+
+def test_first_difference():
+    assert workload.first_difference([[1, 2], [3]], [[1, 2], [3]]) is None
+    assert workload.first_difference([[1, 2], [3, 4, 5]], [[1, 2], [3, 9, 5]]) == (1, 1)
+    assert workload.first_difference([[1, 2]], [[1, 2, 3]]) == (0, 2)
+
+
+def test_round2_prompts_extend_round1_by_its_output_and_a_new_suffix():
+    suffixes = workload.round2_suffixes(2, "ids", 1000)
+    assert len(suffixes) == 2 and suffixes[0] != suffixes[1] and all(0 <= t < 1000 for t in suffixes[0])
+    prompts = [[1, 2], [3]]
+    outs = [{"output_ids": [7, 8]}, {"output_ids": [9]}]
+    second = workload.round2_prompts(prompts, outs, suffixes, "ids")
+    assert second == [[1, 2, 7, 8] + suffixes[0], [3, 9] + suffixes[1]]
+    texts = workload.round2_suffixes(2, "text")
+    assert workload.round2_prompts(["Hi.", "Yo"], [{"text": " there"}, {"text": None}], texts, "text") == [
+        "Hi. there" + texts[0],
+        "Yo" + texts[1],
+    ]
+    assert workload.round2_prompts([[1]], [{"output_ids": [2]}], [], "ids") == [[1, 2]]
+    with pytest.raises(ValueError):
+        workload.round2_prompts([[1], [2]], [{"output_ids": []}], [], "ids")
+    with pytest.raises(ValueError):
+        workload.round2_suffixes(1, "ids")  # ids need the vocabulary size
+
+
+def test_run_plan_warms_up_flushes_and_reads_round1_back():
+    fake = FakeEngine(rate=500.0)
+    prompts = [[1, 2, 3], [4, 5]]
+    res = workload.run_plan(
+        plan_spec(prompts, batch1={"prompt_index": 0, "max_new_tokens": 8}), fake.generate, fake.flush, fake.clock
+    )
+    # warm-up (round-1 batch, batch-1 request), flush, round 1, round 2, flush, batch 1
+    assert fake.calls == [(2, 4), (1, 8), "flush", (2, 4), (2, 4), "flush", (1, 8)]
+    r1, r2 = res["rounds"]
+    assert [o["output_ids"] for o in r1["outputs"]] == [fake_ids(p, 4) for p in prompts]
+    assert [m["cached_tokens"] for m in r1["meta"]] == [0, 0]  # cold after the flush
+    assert [m["cached_tokens"] for m in r2["meta"]] == [3 + 4, 2 + 4]  # prompt + output read back
+    assert r1["seconds"] == pytest.approx(8 / 500.0)
+    assert res["phases"]["batch1"]["seconds"] == pytest.approx(8 / 500.0)
+    assert res["cache_flushes"] == [True, True]
+    st = stats.run_stats(res)
+    assert st["rounds"][0]["tokens_per_s"] == pytest.approx(500.0)
+    assert st["rounds"][1]["cached_tokens"] == 13 and st["rounds"][0]["cached_tokens"] == 0
+    assert st["batch1"]["completion_tokens"] == 8 and st["completion_tokens"] == 16
+    assert st["ids_md5"] == workload.md5_of_ids([o["output_ids"] for r in res["rounds"] for o in r["outputs"]])
+
+
+def test_run_plan_without_warmup_or_batch1_and_in_batches():
+    fake = FakeEngine()
+    res = workload.run_plan(plan_spec([[1], [2], [3]], warm=0, bs=2), fake.generate, fake.flush, fake.clock)
+    assert fake.calls == ["flush", (2, 4), (1, 4), (2, 4), (1, 4)]
+    assert "phases" not in res and res["cache_flushes"] == [True]
+    fake = FakeEngine()
+    workload.run_plan(
+        plan_spec([[1]], warm=2, batch1={"prompt_index": 0, "max_new_tokens": 9}), fake.generate, fake.flush
+    )
+    assert fake.calls[:2] == [(1, 2), (1, 2)]  # an explicit warm-up length applies to batch 1 too
+
+
+def test_flush_with_retry():
+    answers = iter([False, False, True])
+    waits = []
+    assert workload.flush_with_retry(lambda: next(answers), sleep=waits.append) is True
+    assert len(waits) == 2
+    assert workload.flush_with_retry(lambda: None, sleep=waits.append) is None  # not supported: no retries
+    assert workload.flush_with_retry(lambda: False, attempts=3, sleep=lambda s: None) is False

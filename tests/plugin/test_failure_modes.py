@@ -1,0 +1,316 @@
+"""What happens when... (README table): each case of the failure-modes issue, checked by its effect."""
+
+import argparse
+import gc
+import importlib
+import logging
+import os
+import sys
+
+import pytest
+
+import sglang_mamba_dedup
+from sglang_mamba_dedup import activation, patch_state, versions
+from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
+
+pytestmark = pytest.mark.release
+
+
+def _parser_accepts_flag():
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return parser.parse_args(["--model-path", "m", "--enable-mamba-conv-dedup"]).enable_mamba_conv_dedup
+
+
+# 1. the launch flag never takes a launch down, whatever the release -------------------------------------
+@pytest.mark.parametrize("fake", ["0.5.24", "0.5.11", "not-a-version"])
+def test_flag_with_a_release_outside_the_range_is_accepted_and_said_once(monkeypatch, caplog, fake):
+    monkeypatch.setattr(versions, "installed_sglang_version", lambda: fake)
+    monkeypatch.setattr(sys, "argv", ["sglang.launch_server", "--model-path", "m", "--enable-mamba-conv-dedup"])
+    with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        activation.register()
+        assert _parser_accepts_flag() is True
+        from sglang.srt.server_args import ServerArgs
+
+        parser = argparse.ArgumentParser()
+        ServerArgs.add_cli_args(parser)
+        try:  # older releases build ServerArgs only where an accelerator exists: our part runs before that
+            ServerArgs.from_cli_args(parser.parse_args(["--model-path", "m", "--enable-mamba-conv-dedup"]))
+        except (RuntimeError, NotImplementedError):
+            pass
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "off, nothing patched" in warnings[0] and "accepted and ignored" in warnings[0]
+    assert set(patch_state.PATCHER.applied()) == {"server_args.add_cli_args", "server_args.from_cli_args"}
+
+
+def test_newer_release_is_off_with_one_warning_and_can_be_allowed(monkeypatch, caplog):
+    monkeypatch.setattr(versions, "installed_sglang_version", lambda: "0.5.24")
+    monkeypatch.setenv(activation.ENV, "1")
+    with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        activation.register()
+    assert not patch_state.PATCHER.applied()
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
+    assert versions.ALLOW_UNTESTED_ENV in caplog.records[0].getMessage()
+    # opted in: patched as the newest tested release, every target checked, said to be untested
+    caplog.clear()
+    activation.reset_for_tests()
+    monkeypatch.setenv(versions.ALLOW_UNTESTED_ENV, "1")
+    with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        activation.register()
+    assert "commit" in {patch_state.PATCHER.table[0].feature} | {
+        p.feature for p in patch_state.PATCHER.table if p.name in patch_state.PATCHER.applied()
+    }
+    assert patch_state.PATCHER.applied("commit") and patch_state.PATCHER.applied("dedup_layout")
+    (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "UNTESTED" in line.getMessage()
+
+
+# 3. a kernel that does not import: tried once, said once, doctor sees it ----------------------------------
+def test_kernel_import_failure_is_remembered_logged_once_and_seen_by_doctor(monkeypatch, caplog):
+    attempts = []
+
+    class _Broken:  # a meta-path finder: any import of our kernels package fails, however it is spelled
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name == "sglang_mamba_dedup.kernels" or name.startswith("sglang_mamba_dedup.kernels."):
+                attempts.append(name)
+                raise ImportError("simulated broken triton")
+            return None
+
+    verify_commit.reset_kernel_cache()
+    monkeypatch.delitem(sys.modules, "sglang_mamba_dedup.kernels", raising=False)
+    monkeypatch.delitem(sys.modules, "sglang_mamba_dedup.kernels.commit", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [_Broken(), *sys.meta_path])
+    try:
+        with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+            for _ in range(5):
+                assert "simulated broken triton" in verify_commit.kernel_problem()
+        assert len(attempts) == 1, "the import must be tried once per process"
+        warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warned) == 1 and "does not import" in warned[0].getMessage()
+        from sglang_mamba_dedup.cli import doctor
+
+        info = doctor.collect()
+        assert any("kernel" in p and "simulated broken triton" in p for p in info["problems"]), info["problems"]
+    finally:
+        verify_commit.reset_kernel_cache()
+
+
+# 4. success is visible where logging is not configured yet ------------------------------------------------
+def test_activation_line_reaches_stderr_without_logging_configured(monkeypatch, capsys):
+    monkeypatch.setenv(activation.ENV, "1")
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    root.handlers = []
+    root.setLevel(logging.WARNING)
+    try:
+        activation.register()
+    finally:
+        root.handlers, _ = saved[0], root.setLevel(saved[1])
+    err = capsys.readouterr().err
+    assert err.count("sglang-mamba-dedup") == 1 and "applied" in err, err
+
+
+# 6. programmatic apply wins over an unset switch ----------------------------------------------------------
+def test_manual_apply_survives_load_plugins_with_the_switch_unset(monkeypatch):
+    monkeypatch.delenv(activation.ENV, raising=False)
+    res = sglang_mamba_dedup.apply("commit")
+    assert res == {"commit": None}
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    activation.register()  # what load_plugins calls (even where the entry point is filtered)
+    assert patch_state.PATCHER.applied("commit"), "a later load_plugins() undid the manual apply"
+    assert "apply() was called in this process" in activation.last_summary()
+    # an explicit off does revert it
+    activation.reset_for_tests()
+    sglang_mamba_dedup.apply(["commit"])
+    monkeypatch.setenv(activation.ENV, "0")
+    activation.register()
+    assert not patch_state.PATCHER.applied("commit")
+
+
+def test_apply_rejects_unknown_features_with_a_message():
+    with pytest.raises(KeyError, match="unknown feature"):
+        sglang_mamba_dedup.apply("comit")
+
+
+# 12. smaller ones ------------------------------------------------------------------------------------------
+def test_long_switch_value_is_truncated(monkeypatch):
+    with pytest.raises(activation.SwitchError) as e:
+        activation.parse_mode("x" * 10_000)
+    assert len(str(e.value)) < 300 and "10000 characters" in str(e.value)
+
+
+def test_doctor_release_garbage_is_a_usage_error(capsys):
+    from sglang_mamba_dedup.cli import doctor
+
+    with pytest.raises(SystemExit) as e:
+        doctor.main(["--release", "garbage"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        doctor.main(["--release", ""])
+    assert e.value.code == 2
+
+
+# pool-level cases, on the real SGLang pool (CPU, with SGLang's hard-coded "cuda" redirected) ------------------
+import torch  # noqa: E402
+
+from tests.support import integration as iu  # noqa: E402
+
+
+def _cp():
+    return iu.make_cache_params(num_layers=2, conv_dim=5, conv_kernel=4, num_heads=2, head_dim=3, state_size=4)
+
+
+def _pool(**kw):
+    return iu.build_pool(cache_params=_cp(), size=3, mamba_size=5, draft_tokens=4, topk=1, **kw)
+
+
+# 2. strict is strict on every release -----------------------------------------------------------------------
+def test_strict_stops_when_the_gate_says_no(monkeypatch):
+    monkeypatch.delenv("SGLANG_MAMBA_DEDUP_ALLOW_CPU", raising=False)  # the gate: device 'cpu' is not CUDA
+    with iu.cpu_stock_paths(), iu.plugin(True, mode="strict"), pytest.raises(RuntimeError, match="strict.*not CUDA"):
+        _pool()
+
+
+def test_strict_stops_when_the_commit_kernel_is_unavailable(monkeypatch):
+    monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")
+    monkeypatch.setattr(verify_commit, "kernel_problem", lambda: "ImportError: simulated")
+    with iu.cpu_stock_paths(), iu.plugin(True, mode="strict"), pytest.raises(RuntimeError, match="strict.*simulated"):
+        _pool()
+
+
+def test_on_mode_logs_why_our_commit_will_not_serve_the_pool(monkeypatch, caplog):
+    monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")
+    monkeypatch.setattr(verify_commit, "kernel_problem", lambda: "ImportError: simulated")
+    from sglang_mamba_dedup.patches import mamba_pool
+
+    mamba_pool._warned.clear()
+    with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        pool = _pool()
+    assert pool.mamba_pool._smd_commit_ok is False or iu.BACKPORT
+    assert any(r.levelno == logging.WARNING and "simulated" in r.getMessage() for r in caplog.records)
+
+
+# 5. revert() never leaves a pool that stock code cannot commit ------------------------------------------------
+@pytest.mark.skipif(not iu.BACKPORT, reason="only back-port pools hold a view SGLang's own scatter cannot read")
+def test_revert_keeps_the_commit_while_a_backport_pool_lives(monkeypatch):
+    monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")
+    from sglang_mamba_dedup import report
+
+    with iu.cpu_stock_paths():
+        os.environ[activation.ENV] = "1"
+        try:
+            patch_state.apply(SWITCHED_FEATURES)
+            pool = _pool()
+            assert pool.mamba_pool._smd_layout == "ours"
+            result = sglang_mamba_dedup.revert()
+            assert any("kept" in (r or "") for r in result.values()), result
+            assert patch_state.PATCHER.applied("commit")
+            backend = iu.build_backend(pool, device="cpu")
+            iu.set_forward_metadata(backend, torch.tensor([1, 2, 3], dtype=torch.int32), 4)
+            report.reset()
+            backend.update_mamba_state_after_mtp_verify(torch.tensor([1, -1, 3]), None, None, None)
+            assert report.events()["ours_commit_calls"] == 1
+            del pool, backend
+            gc.collect()
+            assert patch_state.live_backport_pools() == 0
+            assert all(r is None for r in sglang_mamba_dedup.revert().values())
+            assert not patch_state.PATCHER.applied("commit")
+        finally:
+            os.environ.pop(activation.ENV, None)
+
+
+# 7. another plugin that calls the class attribute directly -----------------------------------------------------
+@pytest.mark.parametrize("style", ["dict_init_keywords", "positional"])
+def test_foreign_wrapper_calling_the_class_attribute_still_gets_our_layout(monkeypatch, style):
+    monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")
+    mp = iu.mem_pool_module()
+    with iu.cpu_stock_paths(), iu.plugin(True):
+        ours = mp.MambaPool.__dict__["__init__"]
+
+        def foreign_init(self, **kw):  # e.g. a profiler plugin that wraps the constructor its own way
+            if style == "dict_init_keywords":
+                return ours(self, **kw)
+            names = ["size", "spec_state_size", "cache_params", "mamba_layer_ids", "device"]
+            if not all(n in kw for n in names):
+                return ours(self, **kw)
+            return ours(self, *[kw.pop(n) for n in names], **kw)
+
+        monkeypatch.setattr(mp.MambaPool, "__init__", foreign_init)
+        pool = _pool()
+    assert pool.mamba_pool._smd_layout == ("ours" if iu.BACKPORT else "upstream")
+
+
+def test_status_of_another_release_patch_keeps_its_own_reason(monkeypatch):
+    """A failing target of one release's patch must not show up as the reason of another release's patch."""
+    import dataclasses
+
+    from sglang_mamba_dedup.patcher import Patcher
+    from sglang_mamba_dedup.patches import PATCHES
+
+    version = versions.installed_sglang_version()
+    estimator = [p for p in PATCHES if p.feature == "estimator"]
+    active = next(p for p in estimator if p.applies_to(version))
+    broken = [dataclasses.replace(p, module="smd_no_such_module") if p is active else p for p in PATCHES]
+    monkeypatch.setattr(patch_state, "PATCHER", Patcher(broken))
+    assert "smd_no_such_module" in patch_state.apply(["estimator"])["estimator"]
+    st = patch_state.status()
+    assert "smd_no_such_module" in st[active.name]["reason"]
+    for p in estimator:
+        if p is not active:
+            assert st[p.name]["state"] == "not-applicable" and "smd_no_such_module" not in st[p.name]["reason"]
+
+
+# 6. UnifiedMambaPool (--enable-unified-memory, 0.5.15+) never runs MambaPool.__init__ -------------------------
+def _unified_pool():
+    """SGLang's own UnifiedMambaPool over a minimal stand-in of its unified buffer (the reliability audit's)."""
+    import types
+
+    import torch
+
+    um = importlib.import_module("sglang.srt.mem_cache.unified_memory_pool")
+    conv = [torch.zeros(2, 7, 8, 3, dtype=torch.bfloat16)]
+    temporal = torch.zeros(2, 7, 2, 4, 4)
+    spec = types.SimpleNamespace(
+        layer_num=2,
+        conv_slice_axis=0,
+        temporal_state_shape=(2, 4, 4),
+        conv_state_shapes=[(8, 3)],
+        conv_dtype=torch.bfloat16,
+        temporal_dtype=torch.float32,
+    )
+    buf = types.SimpleNamespace(
+        mamba_spec=lambda n: spec,
+        mamba_views_for=lambda n: (conv, temporal),
+        max_slots=lambda n: 7,
+        device="cpu",
+        total_bytes=1,
+    )
+    return um.UnifiedMambaPool(
+        unified_buffer=buf, sub_pool_name="m", spec_state_size=2, mamba_layer_ids=[0, 1], speculative_num_draft_tokens=4
+    )
+
+
+@pytest.mark.release
+def test_unified_mamba_pool_is_said_recorded_and_refused_in_strict(allow_cpu, caplog):
+    if not versions.in_range(iu.SGLANG_VERSION, versions.UNIFIED_POOL):
+        pytest.skip(f"SGLang {iu.SGLANG_VERSION} has no UnifiedMambaPool")
+    try:
+        _unified_pool()  # plugin off: does the stand-in buffer fit this release's constructor?
+    except (AttributeError, TypeError, KeyError) as exc:
+        pytest.skip(f"the stand-in unified buffer does not fit SGLang {iu.SGLANG_VERSION}: {exc}")
+    from sglang_mamba_dedup import report
+
+    with iu.plugin(True):
+        pool = _unified_pool()
+        ev = report.events()["dedup_layout"]
+        assert ev["state"] == "stock" and ev["pool"] == "UnifiedMambaPool" and ev["commit"] == "sglang", ev
+        assert pool._smd_commit_ok is False
+        assert patch_state.status()["unified_mamba_pool.init"]["calls"] == 1
+    assert "UnifiedMambaPool (--enable-unified-memory)" in caplog.text
+    with iu.plugin(True, mode="strict"), pytest.raises(RuntimeError, match="strict.*UnifiedMambaPool"):
+        _unified_pool()

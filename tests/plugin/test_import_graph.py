@@ -1,0 +1,126 @@
+"""The plugin's modules import each other without a cycle, function-local imports included.
+
+An AST walk of every module of the package (``patches/`` read as ``sglang_mamba_dedup.patches``, the way it
+is installed), with every ``import`` statement wherever it stands; an edge goes to a module of ours (for
+``from X import Y``: to ``X.Y`` when that is a module, else to ``X``). A package's ``__init__`` imported on
+the way to a submodule is not counted as an edge (Python imports the parent first, but the parent does not
+depend on the child for it). Also no ``sys.modules`` lookup of our own modules (an import in disguise).
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PKG = "sglang_mamba_dedup"
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    found = {}
+    for base, dotted in ((ROOT / PKG, PKG), (ROOT / "patches", f"{PKG}.patches")):
+        for path in base.rglob("*.py"):
+            parts = list(path.relative_to(base).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join([dotted, *parts])] = path
+    return found
+
+
+def _is_package(name: str, mods: dict[str, pathlib.Path]) -> bool:
+    return mods[name].name == "__init__.py"
+
+
+def _edges(name: str, path: pathlib.Path, mods: dict[str, pathlib.Path]) -> set[str]:
+    package = name if _is_package(name, mods) else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod for a in node.names]
+        else:
+            continue
+        out.update(t for t in targets if t in mods and t != name)
+    return out
+
+
+def _graph():
+    mods = _modules()
+    return mods, {name: _edges(name, path, mods) for name, path in mods.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_walk_sees_the_modules_and_the_edges():
+    mods, graph = _graph()
+    assert f"{PKG}.patches.verify_commit" in mods and f"{PKG}.kernels.commit" in mods
+    # the entry point's chain, as SGLang loads it: activation -> patch_state -> the patch table -> a wrapper
+    assert f"{PKG}.patch_state" in graph[f"{PKG}.activation"]
+    assert f"{PKG}.patches" in graph[f"{PKG}.patch_state"]
+    assert f"{PKG}.patches.verify_commit" in graph[f"{PKG}.patches"]
+    # a function-local import is an edge too (apply() imports the activation when called)
+    assert f"{PKG}.activation" in graph[PKG]
+
+
+def test_a_cycle_would_be_found():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle():
+    _, graph = _graph()
+    assert _cycles(graph) == [], "import cycles among our modules"
+
+
+def test_no_sys_modules_lookup_of_our_own_modules():
+    bad = []
+    for path in _modules().values():
+        text = path.read_text()
+        for needle in ("sys.modules[", "sys.modules.get("):
+            start = 0
+            while (i := text.find(needle, start)) >= 0:
+                arg = text[i + len(needle) : i + len(needle) + 60]
+                if arg.lstrip("\"'").startswith(PKG):
+                    bad.append(f"{path.relative_to(ROOT)}: {text[i : i + 60]}")
+                start = i + 1
+    assert not bad, bad
