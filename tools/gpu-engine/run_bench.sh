@@ -37,6 +37,10 @@ if [[ ,$STEPS, == *,tests,* ]]; then
   # tensors, so they run in their own process with the GPU hidden (mixed in one process, SGLang's kernels get
   # interpreted on CUDA tensors). Logs stay in /tmp: at most 8 files come back from $OUT.
   stamp "GPU tests"
+  # Against the installed build, from a copy of tests/ outside the checkout: pytest puts the folder above the
+  # `tests` package first on sys.path, and in the checkout that folder holds the uninstalled source tree
+  # (whose sglang_mamba_dedup has no patches/ subpackage: it is mapped in only when installed).
+  rm -rf /tmp/smd-tests && mkdir -p /tmp/smd-tests && cp -r tests /tmp/smd-tests/ && cd /tmp/smd-tests
   PYTHONPATH=$new timeout 300 python3 -P -m pytest -q -n 8 -p no:cacheprovider tests/kernels/test_commit.py \
     tests/kernels/test_conv_commit.py tests/kernels/test_ssm_commit.py tests/kernels/test_tail_copy.py \
     > /tmp/pytest_gpu.log 2>&1 || status=1
@@ -55,6 +59,7 @@ if [[ ,$STEPS, == *,tests,* ]]; then
   PYTHONPATH=$new CUDA_VISIBLE_DEVICES= timeout 300 python3 -P -m pytest -q -n 8 -p no:cacheprovider \
     tests/integration/test_commit_sim.py tests/integration/test_qwen35_smoke.py > /tmp/pytest_sim.log 2>&1 || status=1
   tail -3 /tmp/pytest_sim.log
+  cd "$root"
 fi
 if [[ ,$STEPS, == *,pairs,* ]] && [ -d /tmp/smd-old ]; then
   [ -f "$OUT/history.csv" ] || cp benchmarks/results/history.csv "$OUT/history.csv"
