@@ -42,7 +42,7 @@ import logging
 import weakref
 from typing import Any
 
-from sglang_mamba_dedup import gate, layout, report, switch, versions
+from sglang_mamba_dedup import gate, layout, ledger, report, switch, versions
 
 from . import verify_commit
 
@@ -120,9 +120,20 @@ def mamba_pool_init(wrapped, instance, args, kwargs):
         report.record_layout("stock", reason, 0, 0, release=_sglang_version())
         return wrapped(*args, **kwargs)
     bound, instance, kwargs = norm
-    if _is_backport():
-        return _backport_init(bound, instance, kwargs)
-    return _takeover_init(bound, instance, kwargs)
+    result = _backport_init(bound, instance, kwargs) if _is_backport() else _takeover_init(bound, instance, kwargs)
+    _record_ledger(instance)
+    return result
+
+
+def _record_ledger(instance) -> None:
+    """What the pool really holds, next to the estimator's reservation (:mod:`sglang_mamba_dedup.ledger`)."""
+    try:
+        doc = ledger.build(instance)
+    except Exception as exc:  # noqa: BLE001 - bookkeeping must never break a pool
+        logger.debug("sglang-mamba-dedup: no memory ledger for this pool: %s", exc)
+        return
+    ledger.log(doc)
+    report.record_ledger(doc)
 
 
 UNIFIED_REASON = (

@@ -27,7 +27,7 @@ import contextlib
 import logging
 from typing import Any
 
-from sglang_mamba_dedup import gate, versions
+from sglang_mamba_dedup import gate, ledger, versions
 
 from . import verify_commit
 
@@ -173,14 +173,27 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
     if d_eff is None:
         last_estimate.update(applied=False, reason=reason)
         logger.info("sglang-mamba-dedup: mamba cache estimator unchanged: %s", reason)
-        return wrapped(*args, **kwargs)
-    with _scoped_draft_tokens(wrapped, instance, d_eff):
         result = wrapped(*args, **kwargs)
-    last_estimate.update(applied=True, reason=None, **info)
-    logger.info(
-        "sglang-mamba-dedup: mamba cache estimator reserves the deduplicated scratch "
-        "(D=%d counted as %.4f dense-equivalent draft tokens)",
-        info["draft_tokens"],
-        d_eff,
-    )
+    else:
+        with _scoped_draft_tokens(wrapped, instance, d_eff):
+            result = wrapped(*args, **kwargs)
+        last_estimate.update(applied=True, reason=None, **info)
+        logger.info(
+            "sglang-mamba-dedup: mamba cache estimator reserves the deduplicated scratch "
+            "(D=%d counted as %.4f dense-equivalent draft tokens)",
+            info["draft_tokens"],
+            d_eff,
+        )
+    _record_reservation(args, kwargs, result)
     return result
+
+
+def _record_reservation(args, kwargs, result) -> None:
+    """What the estimator took for the mamba pool: the memory it was given minus what it returns (GB)."""
+    total = kwargs.get("total_rest_memory", args[0] if args else None)
+    try:
+        reserved = int(round((float(total) - float(result)) * ledger.GIB))
+    except (TypeError, ValueError):
+        return
+    last_estimate["reserved_bytes"] = reserved
+    ledger.record_reservation(reserved, applied=last_estimate.get("applied"), reason=last_estimate.get("reason"))

@@ -41,3 +41,11 @@ def status():
     from . import patch_state
 
     return patch_state.status()
+
+
+def memory_ledger():
+    """The memory ledger of the last ``MambaPool`` built in this process with the plugin on (every buffer's
+    physical and logical bytes, storage counted once, next to the estimator's reservation), or None."""
+    from . import report
+
+    return report.events().get("ledger")

@@ -57,6 +57,13 @@ def record_layout(state: str, reason: str | None, dense_bytes: int, physical_byt
     write()
 
 
+def record_ledger(doc: dict[str, Any]) -> None:
+    """Record the memory ledger of the pool just built (:mod:`.ledger`)."""
+    with _lock:
+        _events["ledger"] = doc
+    write()
+
+
 def record_fault(name: str | None) -> None:
     """Record the negative-control fault in place in this process (:mod:`.faults`), or its removal."""
     with _lock:

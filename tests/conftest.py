@@ -43,7 +43,7 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _plugin_clean(monkeypatch):
-    from sglang_mamba_dedup import activation, faults, patch_state, report
+    from sglang_mamba_dedup import activation, faults, ledger, patch_state, report
 
     monkeypatch.delenv(activation.ENV, raising=False)
     monkeypatch.delenv(faults.ENV, raising=False)
@@ -51,6 +51,7 @@ def _plugin_clean(monkeypatch):
     patch_state.revert(force=True)
     activation.reset_for_tests()
     report.reset()
+    ledger.reset()
     yield
     faults.remove()
     patch_state.revert(force=True)

@@ -1,0 +1,107 @@
+"""The mamba memory ledger (``sglang_mamba_dedup.ledger``): every buffer of a real SGLang pool with its logical
+and physical bytes, each storage counted once, next to the reservation of SGLang's real estimator."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+import torch
+
+import sglang_mamba_dedup
+from sglang_mamba_dedup import layout, ledger, report
+from sglang_mamba_dedup.patches import pool_config
+from tests.support import integration as iu
+
+pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
+
+
+def _cp():
+    return iu.make_cache_params(num_layers=2, conv_dim=8, conv_kernel=4, num_heads=2, head_dim=4, state_size=4)
+
+
+def _independent_storage_bytes(pool) -> int:
+    """Bytes of every distinct storage the pool's state and its kept tensors use (an independent count)."""
+    tensors = []
+    cache = pool.mamba_cache
+    for f in dataclasses.fields(cache):
+        v = getattr(cache, f.name)
+        tensors += [v] if isinstance(v, torch.Tensor) else [t for t in (v or []) if isinstance(t, torch.Tensor)]
+    for v in vars(pool).values():
+        if isinstance(v, torch.Tensor):
+            tensors.append(v)
+        elif isinstance(v, (list, tuple)):
+            tensors += [t for t in v if isinstance(t, torch.Tensor)]
+    return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
+
+
+def test_ledger_lists_every_buffer_and_counts_each_storage_once(caplog):
+    with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        pool = iu.build_pool(cache_params=_cp(), size=3, mamba_size=6, draft_tokens=4, topk=1)
+        doc = sglang_mamba_dedup.memory_ledger()
+    mp = pool.mamba_pool
+    assert doc is not None and doc == report.events()["ledger"] and doc["pool"] == type(mp).__name__
+    rows = doc["buffers"]
+    assert {"conv", "temporal", "intermediate_ssm", "intermediate_conv_window"} <= set(rows), rows
+    # the dedup view: logical = the dense [L, R, D, dim, K-1] bytes, physical = its [L, R, dim, D+K-2] buffer
+    win, phys = rows["intermediate_conv_window"], layout.nbytes(mp._intermediate_conv_window_phys)
+    assert win["logical"] == layout.nbytes(mp.mamba_cache.intermediate_conv_window) and win["physical"] == phys
+    assert win["physical"] * 4 * 3 == win["logical"] * (4 + 4 - 2)  # (D+K-2)/(D*(K-1)) at D=4, K=4
+    assert rows["_intermediate_conv_window_phys"]["physical"] == 0, "a storage is charged once"
+    assert doc["allocated_bytes"] == _independent_storage_bytes(mp) == sum(r["physical"] for r in rows.values())
+    assert doc["allocated_bytes"] < doc["logical_bytes"]
+    assert "reserved_bytes" not in doc  # no estimate ran in this process
+    lines = [r for r in caplog.records if "mamba memory ledger" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].levelno == logging.INFO
+
+
+def test_ledger_envelope_views_of_one_buffer_count_once():
+    """Two views of one byte buffer (the page-major envelope layout's way) are one storage."""
+    buf = torch.zeros(4096, dtype=torch.uint8)
+
+    class _Pool:
+        pass
+
+    @dataclasses.dataclass
+    class _State:
+        conv: list
+        temporal: torch.Tensor
+
+    pool = _Pool()
+    pool.mamba_cache = _State(conv=[buf[:1024].view(torch.bfloat16)], temporal=buf[1024:].view(torch.float32))
+    doc = ledger.build(pool)
+    assert doc["allocated_bytes"] == 4096 and doc["logical_bytes"] == 4096
+    assert doc["buffers"]["conv"]["physical"] == 4096 and doc["buffers"]["temporal"]["physical"] == 0
+
+
+@pytest.mark.parametrize("reserved_gap", [+1, -1], ids=["reserved-covers", "allocated-exceeds"])
+def test_ledger_compares_with_the_estimator_reservation(reserved_gap, caplog):
+    """More allocated than reserved is a WARNING with the excess and the largest buffers; otherwise INFO."""
+    with iu.cpu_stock_paths(), iu.plugin(True):
+        probe = iu.build_pool(cache_params=_cp(), size=3, mamba_size=6, draft_tokens=4, topk=1)
+        allocated = ledger.build(probe.mamba_pool)["allocated_bytes"]
+        ledger.record_reservation(allocated + reserved_gap * 1000, applied=True)
+        with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+            iu.build_pool(cache_params=_cp(), size=3, mamba_size=6, draft_tokens=4, topk=1)
+        doc = sglang_mamba_dedup.memory_ledger()
+    assert doc["reserved_bytes"] == allocated + reserved_gap * 1000
+    assert doc["unreserved_bytes"] == (1000 if reserved_gap < 0 else 0)
+    (line,) = [r for r in caplog.records if "mamba memory ledger" in r.getMessage()]
+    if reserved_gap < 0:
+        assert (
+            line.levelno == logging.WARNING and "1000 bytes) more is allocated than was reserved" in line.getMessage()
+        )
+        assert "largest buffers: intermediate_ssm" in line.getMessage()
+    else:
+        assert line.levelno == logging.INFO
+
+
+def test_ledger_reservation_is_what_the_real_estimator_took():
+    """The estimator patch records the memory SGLang's estimator took (its argument minus its result)."""
+    with iu.plugin(True):
+        size, rest = iu.run_estimator(_cp(), total_rest_gb=1.0, device="cpu")
+    res = ledger.reservation()
+    assert res["reserved_bytes"] == pool_config.last_estimate["reserved_bytes"] > 0
+    assert abs(res["reserved_bytes"] - (1.0 - rest) * ledger.GIB) <= 1
+    assert size > 0
