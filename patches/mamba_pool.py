@@ -126,14 +126,27 @@ def mamba_pool_init(wrapped, instance, args, kwargs):
 
 
 def _record_ledger(instance) -> None:
-    """What the pool really holds, next to the estimator's reservation (:mod:`sglang_mamba_dedup.ledger`)."""
+    """What the pool really holds, next to the estimator's reservation (:mod:`sglang_mamba_dedup.ledger`);
+    the state's ``mem_usage_bytes()`` then reports physical bytes."""
     try:
         doc = ledger.build(instance)
+        _physical_mem_usage_bytes(instance)
     except Exception as exc:  # noqa: BLE001 - bookkeeping must never break a pool
         logger.debug("sglang-mamba-dedup: no memory ledger for this pool: %s", exc)
         return
     ledger.log(doc)
     report.record_ledger(doc)
+
+
+def _physical_mem_usage_bytes(instance) -> None:
+    """SGLang's ``State.mem_usage_bytes()`` sums every field's logical size, so it counts the deduplicated
+    view as the dense window it stands for (``get_kv_size_bytes`` returns it). Give this pool's state an
+    answer in physical bytes: each storage of its fields once (shapes are fixed once the pool is built)."""
+    cache = getattr(instance, "mamba_cache", None)
+    if cache is None or not callable(getattr(cache, "mem_usage_bytes", None)):
+        return
+    physical = ledger.state_bytes(cache)
+    object.__setattr__(cache, "mem_usage_bytes", lambda: physical)  # the state dataclass is frozen
 
 
 UNIFIED_REASON = (

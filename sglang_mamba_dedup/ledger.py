@@ -72,6 +72,12 @@ def buffers(pool: Any) -> list[tuple[str, list]]:
     return out
 
 
+def state_bytes(cache: Any) -> int:
+    """Physical bytes of a state dataclass's fields: each storage once."""
+    keys = {_storage_key(t) for f in dataclasses.fields(cache) for t in _tensors(getattr(cache, f.name, None))}
+    return sum(k[2] for k in keys)
+
+
 def build(pool: Any) -> dict[str, Any]:
     """The pool's ledger: per buffer ``logical`` and ``physical`` bytes (storage counted once, charged to
     the first buffer that holds it), the totals, and the estimator's reservation when one was recorded."""

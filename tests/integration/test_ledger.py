@@ -52,6 +52,13 @@ def test_ledger_lists_every_buffer_and_counts_each_storage_once(caplog):
     assert doc["allocated_bytes"] == _independent_storage_bytes(mp) == sum(r["physical"] for r in rows.values())
     assert doc["allocated_bytes"] < doc["logical_bytes"]
     assert "reserved_bytes" not in doc  # no estimate ran in this process
+    # SGLang's mem_usage_bytes() of the state (get_kv_size_bytes) now says physical bytes: the window's
+    # physical buffer is not a state field, so the state's share is the ledger's minus nothing it shares
+    state = mp.mamba_cache
+    assert state.mem_usage_bytes() == ledger.state_bytes(state)
+    assert state.mem_usage_bytes() < sum(
+        layout.nbytes(getattr(state, f.name)) for f in dataclasses.fields(state) if getattr(state, f.name) is not None
+    )
     lines = [r for r in caplog.records if "mamba memory ledger" in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelno == logging.INFO
 
