@@ -17,7 +17,9 @@ import dataclasses
 import logging
 from typing import Any
 
-GIB = 1 << 30
+from .layout import GB
+
+GIB = GB
 
 logger = logging.getLogger("sglang_mamba_dedup")
 

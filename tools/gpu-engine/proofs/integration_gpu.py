@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # _checkout, also unde
 import _checkout  # noqa: E402
 
 ROOT = _checkout.ROOT
-GB = 1 << 30
+GB = 1 << 30  # layout.GB: this proof runs against older builds too, which may lack it
 MB = 1 << 20
 
 #: (label, plugin on, back-port allocation forced, pool topk) of the pool paths the peak and memory sections build.
