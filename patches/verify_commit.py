@@ -125,7 +125,7 @@ class _Route:
     """What one backend's commit decided for its current pool: built on the first call and reused while
     the backend still has that pool and cache (identity checks only).  ``reason`` None: our kernel
     serves the call.  The launch plan is looked up on every call by the layout of every state tensor
-    (pointer, shape, strides, dtype: :func:`~sglang_mamba_dedup.kernels.fused_commit.get_plan`), read
+    (pointer, shape, strides, dtype: :func:`~sglang_mamba_dedup.kernels.commit.get_plan`), read
     from the live cache, so a tensor changed in place (``as_strided_``, ``set_``) or a list element
     replaced gets a fresh plan; the route keeps a reference to the plan in use (its descriptor table
     must outlive a CUDA graph that captured the launch)."""

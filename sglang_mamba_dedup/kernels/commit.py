@@ -4,7 +4,7 @@ the track index sets, in one launch.  It is the package's only Triton kernel;
 :func:`~.entry_points.tail_copy` launch it with one kind of state.
 
 For each index set ``(steps, slots)`` and each row ``r`` with ``s = steps[r]``
-and ``slot = slots[r]`` valid (see ``_common``)::
+and ``slot = slots[r]`` valid (see :mod:`._validate`)::
 
     conv_dsts[i][l, slot] = conv_srcs[i][l, r, s]    # [dim_i, K-1] window
     ssm_dst[l, slot]      = ssm_src[l, r, s]         # [*ssm_shape]
@@ -651,7 +651,7 @@ def fused_commit(
     No host synchronisation; capturable in a CUDA graph once a first call with the
     same state tensors (same pointers, shapes, strides) has run outside capture; a
     tensor whose layout changed since, even in place, gets a fresh plan.  Duplicated
-    destination slots: see ``sglang_mamba_dedup.kernels._common``.
+    destination slots: see :mod:`sglang_mamba_dedup.kernels._validate`.
     """
     if not isinstance(conv_dsts, (list, tuple)):
         conv_dsts = list(conv_dsts)
