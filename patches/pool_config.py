@@ -27,7 +27,7 @@ import contextlib
 import logging
 from typing import Any
 
-from sglang_mamba_dedup import gate, ledger, versions
+from sglang_mamba_dedup import gate, ledger, sizing, versions
 
 from . import verify_commit
 
@@ -91,17 +91,46 @@ def _inputs(wrapped, instance) -> tuple[int | None, Any, bool, str]:
     )
 
 
+def _reads(fn, name: str) -> bool:
+    """Whether the installed function's code names ``name`` (an attribute or global it reads)."""
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    return code is not None and name in code.co_names
+
+
+def _replayssm(wrapped, instance) -> tuple[bool, bool]:
+    """``(active, estimator_knows)``: whether the pool will run ReplaySSM spec verify (no per-draft SSM
+    scratch; GDN/KDA only), and whether this release's estimator reads that flag (0.5.17+: it then reserves
+    no per-draft scratch at all; 0.5.16 reserves the dense scratch regardless)."""
+    g = getattr(wrapped, "__globals__", {})
+    get_exec = g.get("get_exec")
+    if get_exec is not None:
+        flag = bool(getattr(getattr(get_exec(), "mamba", None), "enable_linear_replayssm_spec", False))
+    else:
+        sa = getattr(instance, "server_args", None)
+        flag = bool(
+            getattr(sa, "enable_linear_replayssm_spec", False) or getattr(sa, "enable_gdn_replayssm_spec", False)
+        )
+    linear = [getattr(instance, n, None) for n in ("hybrid_gdn_config", "hybrid_kda_config")]
+    active = flag and (not hasattr(instance, "hybrid_gdn_config") or any(c is not None for c in linear))
+    return active, _reads(wrapped, "enable_linear_replayssm_spec")
+
+
+def _pd_prefill(wrapped) -> bool:
+    fn = getattr(wrapped, "__globals__", {}).get("_pd_prefill_skips_mamba_spec_state")
+    return bool(fn is not None and fn())
+
+
 def estimator_decision(wrapped, instance) -> tuple[float | None, str | None, dict[str, Any]]:
-    """``(D_eff or None, reason, info)`` for this estimator call."""
+    """``(D_eff or None, reason, info)`` for this estimator call: the draft-token count to scope so that
+    SGLang's ``per_req * D`` reserves what the deduplicated pool allocates per verify row, or why not."""
     spec_alg = getattr(instance, "spec_algorithm", None)
     if spec_alg is None or spec_alg.is_none():
         return None, "speculative decoding off", {}
     d, topk, unified, style = _inputs(wrapped, instance)
     if d is None:
         return None, "speculative_num_draft_tokens unset", {}
-    none_reserved = _no_draft_scratch_reserved(wrapped, instance)
-    if none_reserved:
-        return None, none_reserved, {}
+    if _pd_prefill(wrapped):
+        return None, "PD prefill: SGLang reserves no speculative scratch (and the pool allocates none)", {}
     fused_entry = getattr(instance, "fused_entry_bytes", None)
     if fused_entry is not None and fused_entry("mamba") is not None:
         return None, "fused draft state entry (unified pool)", {}
@@ -120,35 +149,19 @@ def estimator_decision(wrapped, instance) -> tuple[float | None, str | None, dic
     )
     if not ok:
         return None, reason, {}
+    replay, estimator_knows = _replayssm(wrapped, instance)
+    info = {"draft_tokens": int(d), "style": style, "replayssm": replay, "cache_params": cache_params}
+    if replay and not estimator_knows:
+        # 0.5.16: its estimator prices neither ReplaySSM's per-slot rings nor their absence of SSM scratch; a
+        # scoped draft count cannot express that, so the estimate stays SGLang's and the ledger shows the gap
+        info.pop("cache_params")
+        return None, "ReplaySSM on a release whose estimator does not price it (the ledger shows the gap)", info
+    if replay:
+        # this estimator reserves no per-draft scratch; the conv windows the pool still allocates are
+        # reserved by the top-up after the call
+        return None, "ReplaySSM speculative verify: SGLang reserves no per-draft scratch", info
     d_eff = gate.effective_draft_tokens(cache_params, int(d))
-    return d_eff, None, {"draft_tokens": int(d), "effective_draft_tokens": d_eff, "style": style}
-
-
-def _no_draft_scratch_reserved(wrapped, instance) -> str | None:
-    """Why SGLang's estimator reserves no per-draft-token scratch on this call (so scoping the draft-token
-    count changes nothing and the plugin must not claim it did), or None. Read the way the installed
-    estimator reads it: PD prefill (``_pd_prefill_skips_mamba_spec_state``, 0.5.17+) and ReplaySSM spec
-    verify for GDN/KDA (``get_exec().mamba.enable_linear_replayssm_spec``, 0.5.17+;
-    ``server_args.enable_gdn_replayssm_spec`` in 0.5.16)."""
-    g = getattr(wrapped, "__globals__", {})
-    pd_prefill = g.get("_pd_prefill_skips_mamba_spec_state")
-    if pd_prefill is not None and pd_prefill():
-        return "PD prefill: SGLang reserves no speculative scratch"
-    get_exec = g.get("get_exec")
-    if get_exec is not None:
-        replay = bool(getattr(getattr(get_exec(), "mamba", None), "enable_linear_replayssm_spec", False))
-    else:
-        sa = getattr(instance, "server_args", None)
-        replay = bool(
-            getattr(sa, "enable_linear_replayssm_spec", False) or getattr(sa, "enable_gdn_replayssm_spec", False)
-        )
-    linear = [getattr(instance, n, None) for n in ("hybrid_gdn_config", "hybrid_kda_config")]
-    if replay and (not hasattr(instance, "hybrid_gdn_config") or any(c is not None for c in linear)):
-        return (
-            "ReplaySSM speculative verify: SGLang reserves no per-draft scratch here, so the deduplicated "
-            "window frees nothing in this estimate (its conv-window scratch is allocated but not reserved)"
-        )
-    return None
+    return d_eff, None, dict(info, effective_draft_tokens=d_eff)
 
 
 @contextlib.contextmanager
@@ -167,33 +180,158 @@ def _scoped_draft_tokens(wrapped, instance, value: float):
         sa.speculative_num_draft_tokens = saved
 
 
+def _schedule(wrapped, instance) -> tuple[int | None, int | None, int, int | None]:
+    """``(max_mamba_cache_size, max_running_requests, attn_dp_size, mamba_ratio)`` as the estimator left them."""
+    get_schedule = getattr(wrapped, "__globals__", {}).get("get_schedule")
+    src = get_schedule() if get_schedule is not None else getattr(instance, "server_args", None)
+    slots = getattr(src, "max_mamba_cache_size", None)
+    running = getattr(src, "max_running_requests", None)
+    dp = getattr(instance, "attn_dp_size", None) or getattr(getattr(instance, "ps", None), "attn_dp_size", None)
+    if dp is None:
+        sa = getattr(instance, "server_args", None)
+        dp = getattr(instance, "dp_size", 1) if getattr(sa, "enable_dp_attention", False) else 1
+    ratio_fn = getattr(instance, "_calculate_mamba_ratio", None)
+    try:
+        ratio = int(ratio_fn()) if ratio_fn is not None else None
+    except Exception:  # noqa: BLE001 - a release whose ratio needs state we do not have: no prediction
+        ratio = None
+    return slots, running, int(dp or 1), ratio
+
+
+#: Per verify row, the ReplaySSM spec cursors the pool keeps (int32 cache base, int8 flush flag, int32 write
+#: position; 0.5.21+ ``MambaPool.__init__``), which SGLang's estimate leaves out.
+RING_CURSOR_BYTES = 9
+
+
+def _pool_keeps_spec_cursors() -> bool:
+    import sys
+
+    mp = sys.modules.get("sglang.srt.mem_cache.memory_pool")
+    init = getattr(getattr(mp, "MambaPool", None), "__init__", None)
+    code = getattr(getattr(init, "__wrapped__", init), "__code__", None)
+    return code is not None and "replayssm_spec_write_pos" in code.co_names
+
+
+def unreserved_by_sglang(info: dict[str, Any], slots: int, rows: int) -> dict[str, int]:
+    """What the deduplicated ``MambaPool`` will allocate, by buffer, for ``slots`` mamba slots and ``rows``
+    verify rows (each +1 padding, as the pool allocates them), counting only what SGLang's estimate prices:
+    everything for the plain pool (its state and scratch, now priced with the deduplicated draft count);
+    under ReplaySSM (whose ring and state SGLang prices) the conv-window scratch and the spec cursors."""
+    cp = info["cache_params"]
+    per = sizing.request_bytes(cp, info["draft_tokens"], dedup=True, replayssm=info["replayssm"])
+    if info["replayssm"]:
+        return {
+            "conv_scratch": (rows + 1) * per.conv_scratch_physical,
+            "spec_cursors": (rows + 1) * RING_CURSOR_BYTES if _pool_keeps_spec_cursors() else 0,
+        }
+    return {
+        "state": (slots + 1) * per.state,
+        "ssm_scratch": (rows + 1) * per.ssm_scratch,
+        "conv_scratch": (rows + 1) * per.conv_scratch_physical,
+    }
+
+
 def handle_max_mamba_cache(wrapped, instance, args, kwargs):
     d_eff, reason, info = estimator_decision(wrapped, instance)
     last_estimate.clear()
-    if d_eff is None:
-        last_estimate.update(applied=False, reason=reason)
-        logger.info("sglang-mamba-dedup: mamba cache estimator unchanged: %s", reason)
-        result = wrapped(*args, **kwargs)
-    else:
+    scoped = d_eff is not None and abs(d_eff - info["draft_tokens"]) > 1e-12
+    if scoped:
         with _scoped_draft_tokens(wrapped, instance, d_eff):
             result = wrapped(*args, **kwargs)
-        last_estimate.update(applied=True, reason=None, **info)
+    else:
+        result = wrapped(*args, **kwargs)
+    total = kwargs.get("total_rest_memory", args[0] if args else None)
+    try:
+        reserved = int(round((float(total) - float(result)) * ledger.GIB))
+    except (TypeError, ValueError):
+        reserved = None
+    topup, detail = _top_up(wrapped, instance, info, reserved, 0 if info.get("replayssm") else reserved)
+    if topup > 0:
+        result = result - topup / ledger.GIB
+        reserved += topup
+    applied = scoped or topup > 0
+    last_estimate.update(
+        applied=applied,
+        reason=None if applied else (reason or "the estimate already reserves the deduplicated scratch"),
+        top_up_bytes=topup,
+        **{k: v for k, v in info.items() if k != "cache_params"},
+    )
+    if scoped:
         logger.info(
             "sglang-mamba-dedup: mamba cache estimator reserves the deduplicated scratch "
             "(D=%d counted as %.4f dense-equivalent draft tokens)",
             info["draft_tokens"],
             d_eff,
         )
-    _record_reservation(args, kwargs, result)
+    if topup > 0:
+        logger.info(
+            "sglang-mamba-dedup: mamba cache estimator reserves %.3f GiB (%d bytes) more, which the pool allocates "
+            "but SGLang's estimate left out (%s); it comes out of the KV cache's share",
+            topup / ledger.GIB,
+            topup,
+            detail,
+        )
+    if not applied:
+        logger.info("sglang-mamba-dedup: mamba cache estimator unchanged: %s", last_estimate["reason"])
+    if reserved is not None:
+        last_estimate["reserved_bytes"] = reserved
+        ledger.record_reservation(reserved, applied=applied, reason=last_estimate["reason"])
+    _warn_admission(wrapped, instance, info)
     return result
 
 
-def _record_reservation(args, kwargs, result) -> None:
-    """What the estimator took for the mamba pool: the memory it was given minus what it returns (GB)."""
-    total = kwargs.get("total_rest_memory", args[0] if args else None)
-    try:
-        reserved = int(round((float(total) - float(result)) * ledger.GIB))
-    except (TypeError, ValueError):
+def _top_up(wrapped, instance, info: dict[str, Any], reserved: int | None, priced: int | None) -> tuple[int, str]:
+    """Bytes the deduplicated pool will allocate beyond what SGLang's estimate reserved for it (0 when covered
+    or not predictable), and which buffers they are. ``priced``: what the estimate reserved for those buffers
+    (the whole reservation for the plain pool; nothing for the conv scratch under ReplaySSM)."""
+    if reserved is None or "cache_params" not in info:
+        return 0, ""
+    slots, running, dp, ratio = _schedule(wrapped, instance)
+    if slots is None or running is None or ratio is None or ratio <= 0:
+        return 0, ""
+    rows = min(max(1, int(running) // dp), int(slots) // ratio)
+    by_buffer = unreserved_by_sglang(info, int(slots), rows)
+    gap = sum(by_buffer.values()) - (priced if priced is not None else reserved)
+    if gap <= 0:
+        return 0, ""
+    named = ", ".join(f"{k} {v / ledger.GIB:.4f} GiB" for k, v in by_buffer.items() if v)
+    what = "the conv-window scratch under ReplaySSM" if info["replayssm"] else "the pool's padding row"
+    return gap, f"{what}; the pool allocates {named}"
+
+
+_admission_warned: list = []
+
+
+def _warn_admission(wrapped, instance, info: dict[str, Any]) -> None:
+    """One WARNING when the mamba pool caps the running requests below what was asked for."""
+    slots, running, dp, ratio = _schedule(wrapped, instance)
+    if slots is None or running is None or not ratio or _admission_warned:
         return
-    last_estimate["reserved_bytes"] = reserved
-    ledger.record_reservation(reserved, applied=last_estimate.get("applied"), reason=last_estimate.get("reason"))
+    asked = max(1, int(running) // dp)
+    cap = int(slots) // ratio
+    if cap >= asked:
+        return
+    _admission_warned.append((cap, asked))
+    cp = getattr(getattr(instance, "mambaish_config", None), "mamba2_cache_params", None)
+    lifts = ["raise --mem-fraction-static", "or set --max-mamba-cache-size / --mamba-full-memory-ratio"]
+    if info.get("draft_tokens") and cp is not None:
+        per = sizing.request_bytes(cp, 1, dedup=False)
+        lifts.insert(
+            1,
+            f"lower --speculative-num-draft-tokens (now {info['draft_tokens']}; each draft token is up to "
+            f"{(per.ssm_scratch + per.conv_scratch_dense) / (1 << 20):.1f} MiB of verify scratch per request)",
+        )
+    replay_known = "enable_linear_replayssm_spec" in getattr(getattr(instance, "server_args", None), "__dict__", {})
+    linear = getattr(instance, "hybrid_gdn_config", None) is not None
+    if info.get("draft_tokens") and not info.get("replayssm") and replay_known and linear:
+        lifts.insert(1, "add --enable-linear-replayssm-spec (no per-draft SSM scratch)")
+    logger.warning(
+        "sglang-mamba-dedup: the mamba state pool caps running requests at %d of the %d asked for "
+        "(%d mamba slots, %d per request%s). To lift it: %s. `sglang-mamba-dedup plan` shows the sizing.",
+        cap,
+        asked,
+        slots,
+        ratio,
+        " with the radix cache" if ratio > 1 else "",
+        "; ".join(lifts),
+    )

@@ -154,21 +154,15 @@ def check(
 
 
 def effective_draft_tokens(cache_params: Any, num_draft_tokens: int) -> float:
-    """The draft-token count that makes ``per_req * D_eff`` equal the dedup scratch bytes per request.
+    """The draft-token count that makes SGLang's ``per_req * D_eff`` equal the scratch the pool allocates per row.
 
-    SGLang's estimator reserves ``mamba_cache_per_req * D`` of scratch per request
-    (``per_req = conv + ssm`` bytes). With the dedup window the scratch is
-    ``ssm * D + conv * (D+K-2)/(K-1)``, so ``D_eff = (ssm*D + conv*(D+K-2)/(K-1)) / (ssm + conv)``.
+    SGLang's estimator reserves ``mamba_cache_per_req * D`` of scratch per request (``per_req = conv + ssm``
+    bytes, a dense window per draft token). With the dedup window the pool allocates
+    ``ssm * D + conv * (D+K-2)/(K-1)`` per row (:mod:`.sizing` has the arithmetic).
     """
-    import math
+    from . import sizing
 
-    shape = cache_params.shape
-    k = conv_kernel_of(cache_params)
-    if k is None:
+    if conv_kernel_of(cache_params) is None:
         raise ValueError("cache params without conv_kernel")
-    d = int(num_draft_tokens)
-    layers = len(cache_params.layers)
-    conv = sum(math.prod(int(x) for x in cs) for cs in shape.conv) * cache_params.dtype.conv.itemsize * layers
-    ssm = math.prod(int(x) for x in shape.temporal) * cache_params.dtype.temporal.itemsize * layers
-    scratch = ssm * d + conv * (d + k - 2) / (k - 1)
-    return scratch / (ssm + conv)
+    row = sizing.request_bytes(cache_params, int(num_draft_tokens), dedup=True)
+    return row.scratch / row.state

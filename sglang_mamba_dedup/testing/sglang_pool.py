@@ -53,6 +53,7 @@ def build_pool(
     max_context_len: int = 64,
     via_init_pools: bool = True,
     unified: bool = False,
+    extra: dict[str, Any] | None = None,
 ):
     """SGLang's own pool over ``cache_params``, through its constructor (the plugin's patches, if applied, run).
 
@@ -86,6 +87,7 @@ def build_pool(
             max_context_len=max_context_len,
             enable_mamba_extra_buffer=False,
         )
+    kwargs.update(extra or {})
     accepted = inspect.signature(cls.__init__).parameters
     publish = via_init_pools and "speculative_eagle_topk" not in accepted
     ctx = gate.speculative_topk(topk, unified=unified) if publish else contextlib.nullcontext()

@@ -28,7 +28,7 @@ import torch
 
 from sglang_mamba_dedup import patch_state, report, versions
 from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
-from sglang_mamba_dedup.testing import shapes
+from sglang_mamba_dedup.testing import estimator, shapes
 from sglang_mamba_dedup.testing.sglang_pool import (  # the package's one SGLang pool builder
     CudaToDeviceTorch,
     build_pool,
@@ -205,8 +205,7 @@ def cpu_stock_paths(device: str = "cpu"):
 
 
 _published: dict[str, Any] = {}
-#: NEXTN is an alias of EAGLE; 0.5.19's runtime context only knows the canonical name.
-SPEC_ALGORITHM = "EAGLE"
+SPEC_ALGORITHM = estimator.SPEC_ALGORITHM
 
 
 def publish_server_args(topk: int = 1, draft_tokens: int = 4) -> None:
@@ -481,64 +480,17 @@ def run_estimator(
     device: str = "cuda",
     replayssm: bool = False,
 ) -> tuple[int, float]:
-    """Run SGLang's real mamba-cache estimator on a stand-in runner/configurator (attributes only).
-
-    Returns ``(max_mamba_cache_size, rest_memory_gb)`` for a ``total_rest_gb`` budget, radix cache on
-    (the ratio-based auto-fit path). Whatever the plugin patched is what runs.
-    """
-    from sglang.srt.server_args import ServerArgs
-
-    sa = ServerArgs(
-        model_path="dummy",
-        speculative_algorithm=SPEC_ALGORITHM,
-        speculative_eagle_topk=topk,
-        speculative_num_steps=draft_tokens - 1,
-        speculative_num_draft_tokens=draft_tokens,
+    """``(max_mamba_cache_size, rest_memory_gb)`` of SGLang's real estimator for a ``total_rest_gb`` budget,
+    radix cache on (the package's runner, :mod:`sglang_mamba_dedup.testing.estimator`)."""
+    _published.pop("key", None)
+    est = estimator.run(
+        cache_params,
+        total_rest_gb=total_rest_gb,
+        draft_tokens=draft_tokens,
+        topk=topk,
         max_running_requests=max_running_requests,
-        **({"enable_linear_replayssm_spec": True} if replayssm else {}),
-    )
-    spec_alg = types.SimpleNamespace(is_none=lambda: False)
-    if NEW_LAYOUT:
-        from sglang.srt import runtime_context
-        from sglang.srt.mem_cache import kv_cache_configurator as kc
-
-        runtime_context.get_context().set_server_args(sa)
-        _published.pop("key", None)
-
-        class _Configurator(kc.KVCacheConfigurator):
-            def fused_entry_bytes(self, sub_pool_name):  # no fused draft state block
-                return None
-
-        obj = object.__new__(_Configurator)
-        for name, value in dict(
-            mambaish_config=types.SimpleNamespace(mamba2_cache_params=cache_params),
-            pp_size=1,
-            attn_dp_size=1,
-            ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1, tp_size=1, dp_size=1),
-            hybrid_gdn_config=types.SimpleNamespace() if replayssm else None,
-            hybrid_kda_config=None,
-            extra_mamba_cache_bytes_per_req=0,
-            spec_algorithm=spec_alg,
-            device=device,
-            server_args=sa,
-        ).items():
-            setattr(obj, name, value)
-        rest = obj._handle_max_mamba_cache(total_rest_gb)
-        get_schedule = getattr(runtime_context, "get_schedule", None)  # 0.5.17+; 0.5.16 writes server_args
-        size = get_schedule().max_mamba_cache_size if get_schedule is not None else sa.max_mamba_cache_size
-        return int(size), float(rest)
-    mixin = importlib.import_module("sglang.srt.model_executor.model_runner_kv_cache_mixin")
-
-    class _Runner(mixin.ModelRunnerKVCacheMixin):
-        pass
-
-    obj = _Runner.__new__(_Runner)
-    vars(obj).update(
-        mambaish_config=types.SimpleNamespace(mamba2_cache_params=cache_params),
-        server_args=sa,
-        spec_algorithm=spec_alg,
         device=device,
-        dp_size=1,
+        replayssm=replayssm,
+        gdn=replayssm,
     )
-    rest = obj.handle_max_mamba_cache(total_rest_gb)
-    return int(sa.max_mamba_cache_size), float(rest)
+    return est.slots, est.rest_gb
