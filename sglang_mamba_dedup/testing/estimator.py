@@ -87,8 +87,8 @@ def run(
             def fused_entry_bytes(self, sub_pool_name):  # no fused draft state block
                 return None
 
-        obj = object.__new__(_Configurator)
-        for name, value in dict(
+        obj: Any = object.__new__(_Configurator)
+        attrs: dict[str, Any] = dict(
             mambaish_config=mambaish,
             model_config=types.SimpleNamespace(
                 hf_config=types.SimpleNamespace(), num_hidden_layers=len(cache_params.layers), context_len=4096
@@ -102,18 +102,17 @@ def run(
             spec_algorithm=spec_alg,
             device=device,
             server_args=sa,
-        ).items():
-            setattr(obj, name, value)
+        )
+        for attr, value in attrs.items():
+            setattr(obj, attr, value)
         rest = obj._handle_max_mamba_cache(total_rest_gb)
         get_schedule = getattr(runtime_context, "get_schedule", None)  # 0.5.17+; 0.5.16 writes server_args
         size = get_schedule().max_mamba_cache_size if get_schedule is not None else sa.max_mamba_cache_size
     else:
         mixin = importlib.import_module("sglang.srt.model_executor.model_runner_kv_cache_mixin")
 
-        class _Runner(mixin.ModelRunnerKVCacheMixin):
-            pass
-
-        obj = _Runner.__new__(_Runner)
+        runner_cls: Any = type("_Runner", (mixin.ModelRunnerKVCacheMixin,), {})
+        obj = runner_cls.__new__(runner_cls)
         vars(obj).update(mambaish_config=mambaish, server_args=sa, spec_algorithm=spec_alg, device=device, dp_size=1)
         rest = obj.handle_max_mamba_cache(total_rest_gb)
         size = sa.max_mamba_cache_size
