@@ -57,7 +57,9 @@ def test_transformers_reads_config_and_names(tiny_bf16):
         model = NemotronHForCausalLM(cfg)
     theirs = {n: tuple(p.shape) for n, p in model.named_parameters()}
     ours = {
-        n.replace("backbone.", "model.", 1): tuple(s) for n, s, _, _ in rm.weight_specs(TINY) if not n.startswith("mtp.")
+        n.replace("backbone.", "model.", 1): tuple(s)
+        for n, s, _, _ in rm.weight_specs(TINY)
+        if not n.startswith("mtp.")
     }
     assert ours == theirs
 
@@ -69,7 +71,11 @@ def test_sglang_builds_both_models_and_loads_every_weight(tiny_bf16):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run(
         [sys.executable, "-m", "tests.support.sglang_model_load", str(tiny_bf16)],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=280,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=280,
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
@@ -93,7 +99,11 @@ def test_mini_preset_has_nemotron_h_8b_state():
     d = rm.PRESETS["nemotron-h-mini"]
     s = shapes.NEMOTRON_H_8B  # the one shape table
     assert (d.mamba_num_heads, d.mamba_head_dim, d.ssm_state_size, d.mamba_n_groups, d.conv_kernel) == (
-        s.value_heads, s.head_dim, s.ssm_state_size, s.key_heads, s.conv_kernel,
+        s.value_heads,
+        s.head_dim,
+        s.ssm_state_size,
+        s.key_heads,
+        s.conv_kernel,
     )
     assert d.conv_dim == s.conv_dim == 10240
     assert d.mamba_layers >= 2 and "*" in d.pattern and "-" in d.pattern
@@ -110,7 +120,11 @@ def test_shape_table_matches_sglang_nemotron_h_defaults():
     c = NemotronHConfig()
     s = shapes.NEMOTRON_H_8B
     assert (c.mamba_num_heads, c.mamba_head_dim, c.ssm_state_size, c.mamba_n_groups, c.conv_kernel) == (
-        s.value_heads, s.head_dim, s.ssm_state_size, s.key_heads, s.conv_kernel,
+        s.value_heads,
+        s.head_dim,
+        s.ssm_state_size,
+        s.key_heads,
+        s.conv_kernel,
     )
     assert (len(c.hybrid_override_pattern), c.hybrid_override_pattern.count("M")) == (s.layers, s.gdn_layers)
     assert shapes.NEMOTRON_H_8B_TP2.conv_dim * 2 == s.conv_dim

@@ -64,8 +64,12 @@ def main(ckpt: str) -> dict:
             "warnings": [w for w in warnings[before:] if "not found" in w],
             "cache": None
             if cp is None
-            else {"conv": [list(c) for c in cp.shape.conv], "temporal": list(cp.shape.temporal),
-                  "layers": list(cp.layers), "ssm_dtype": str(cp.dtype.temporal)},
+            else {
+                "conv": [list(c) for c in cp.shape.conv],
+                "temporal": list(cp.shape.temporal),
+                "layers": list(cp.layers),
+                "ssm_dtype": str(cp.dtype.temporal),
+            },
         }
     return out
 
