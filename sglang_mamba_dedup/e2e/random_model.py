@@ -35,7 +35,19 @@ How the random weights are shaped (so that greedy decoding is informative):
 Every tensor is drawn on the CPU from its own generator, seeded from ``seed`` and the tensor's name,
 so the bytes do not depend on the machine, the order of tensors, or CUDA.
 
-CLI: ``python -m sglang_mamba_dedup.e2e.random_model OUT_DIR [--preset qwen3.5-0.8b|tiny] [--seed 0]``.
+Nemotron-H presets (:class:`NemotronHDims`, Mamba2): architecture ``NemotronHForCausalLM`` (model type
+``nemotron_h``) with the published parameter names (``backbone.embeddings``, ``backbone.layers.N.mixer.*``,
+``backbone.norm_f``, ``lm_head``) and one MTP step ``mtp.layers.0.*`` (``enorm``, ``hnorm``, ``eh_proj``, an
+attention mixer, ``final_layernorm``), ``num_nextn_predict_layers: 1`` and ``mtp_hybrid_override_pattern: "*"``:
+SGLang's ``ModelConfig(is_draft_model=True)`` renames the architecture to ``NemotronHForCausalLMMTP`` by itself
+(``configs/model_config.py``), whose ``NemotronHMultiTokenPredictor`` builds ``*`` (attention) and ``E`` (MoE)
+steps; an attention-only step keeps the draft free of MoE kernels. The config carries both SGLang's and
+transformers' spellings of the group count and conv kernel (``n_groups`` / ``mamba_n_groups``, ``conv_kernel`` /
+``mamba_d_conv``): SGLang's ``NemotronHConfig.mamba2_cache_params`` reads ``n_groups`` while its mixer reads
+``mamba_n_groups``. The same weight knobs apply: ``eh_proj`` passes the embedding half through
+(``mtp_hidden_mix`` of the hidden half), the mixers' output projections carry ``mix`` / ``mtp_mix``.
+
+CLI: ``python -m sglang_mamba_dedup.e2e.random_model OUT_DIR [--preset NAME] [--seed 0]``.
 """
 
 from __future__ import annotations
@@ -50,10 +62,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..testing.shapes import QWEN35_08B
+from ..testing.shapes import NEMOTRON_H_8B, QWEN35_08B
 
 __all__ = [
     "ModelDims",
+    "NemotronHDims",
     "PRESETS",
     "build_config",
     "weight_specs",
@@ -98,7 +111,66 @@ class ModelDims:
         )
 
 
-PRESETS: dict[str, ModelDims] = {
+@dataclasses.dataclass(frozen=True)
+class NemotronHDims:
+    """A Nemotron-H (Mamba2 hybrid) checkpoint: ``pattern`` is the published ``hybrid_override_pattern``
+    (``M`` Mamba2, ``*`` attention, ``-`` MLP), ``mtp_pattern`` the MTP step's (``*`` only here)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int  # the MLP layers' size
+    pattern: str
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int  # attention head size
+    mamba_num_heads: int
+    mamba_head_dim: int
+    ssm_state_size: int
+    mamba_n_groups: int
+    conv_kernel: int = 4
+    mtp_pattern: str = "*"
+    ssm_dtype: str | None = None  # None: SGLang's default (fp32); "bfloat16": mamba_ssm_dtype in the config
+    chunk_size: int = 128
+    max_position_embeddings: int = 8192
+    layer_norm_epsilon: float = 1e-5
+
+    @property
+    def num_hidden_layers(self) -> int:
+        return len(self.pattern)
+
+    @property
+    def mamba_layers(self) -> int:
+        return self.pattern.count("M")
+
+    @property
+    def mamba_intermediate(self) -> int:
+        return self.mamba_num_heads * self.mamba_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return self.mamba_intermediate + 2 * self.mamba_n_groups * self.ssm_state_size
+
+
+#: Nemotron-H-8B's Mamba2 state per layer (the shape table: 128 heads of 64, state 128, 8 groups, conv kernel 4,
+#: conv dim 10240, SSM 128x64x128) in a model small enough to build in seconds: hidden 1024, 4 Mamba2 + 1 attention +
+#: 3 MLP layers, vocab 32768 (the 8B: hidden 4096, 52 layers, vocab 131072). Attention as in the 8B: 32 query / 8 KV
+#: heads of 128, here 8 / 2.
+_NEMOTRON_MINI = NemotronHDims(
+    vocab_size=32768,
+    hidden_size=1024,
+    intermediate_size=4096,
+    pattern="M-M*M-M-",
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    head_dim=128,
+    mamba_num_heads=NEMOTRON_H_8B.value_heads,
+    mamba_head_dim=NEMOTRON_H_8B.head_dim,
+    ssm_state_size=NEMOTRON_H_8B.ssm_state_size,
+    mamba_n_groups=NEMOTRON_H_8B.key_heads,
+    conv_kernel=NEMOTRON_H_8B.conv_kernel,
+)
+
+PRESETS: dict[str, ModelDims | NemotronHDims] = {
     # Qwen/Qwen3.5-0.8B text part (see the module docstring for the sources); the layer count and the GDN
     # state dimensions come from the shape table (sglang_mamba_dedup.testing.shapes), the rest is the full model's.
     "qwen3.5-0.8b": ModelDims(
@@ -130,6 +202,25 @@ PRESETS: dict[str, ModelDims] = {
         linear_value_head_dim=16,
         max_position_embeddings=4096,
     ),
+    "nemotron-h-mini": _NEMOTRON_MINI,
+    # the same with a bf16 SSM state (mamba_ssm_dtype: bfloat16)
+    "nemotron-h-mini-bf16": dataclasses.replace(_NEMOTRON_MINI, ssm_dtype="bfloat16"),
+    # For CPU tests: 2 Mamba2 layers (SSM 4 heads x 8 x 16: head_dim != state), 1 attention, 2 MLP, MTP; a few MB.
+    "nemotron-h-tiny": NemotronHDims(
+        vocab_size=1024,
+        hidden_size=64,
+        intermediate_size=128,
+        pattern="M-*M-",
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        mamba_num_heads=4,
+        mamba_head_dim=8,
+        ssm_state_size=16,
+        mamba_n_groups=2,
+        chunk_size=16,
+        max_position_embeddings=4096,
+    ),
 }
 
 # Knobs of the random weights (see the module docstring); defaults calibrated for the 0.8B preset.
@@ -146,8 +237,10 @@ DEFAULT_KNOBS = {
 }
 
 
-def build_config(dims: ModelDims, dtype: str = "bfloat16") -> dict:
-    """The ``config.json`` of a text-only Qwen3.5 checkpoint with ``dims``."""
+def build_config(dims: ModelDims | NemotronHDims, dtype: str = "bfloat16") -> dict:
+    """The ``config.json`` of a text-only Qwen3.5 checkpoint (or a Nemotron-H one) with ``dims``."""
+    if isinstance(dims, NemotronHDims):
+        return _nemotron_config(dims, dtype)
     rope = {
         "rope_type": "default",
         "rope_theta": dims.rope_theta,
@@ -217,6 +310,54 @@ def build_config(dims: ModelDims, dtype: str = "bfloat16") -> dict:
     }
 
 
+def _nemotron_config(dims: NemotronHDims, dtype: str) -> dict:
+    cfg = {
+        "architectures": ["NemotronHForCausalLM"],
+        "model_type": "nemotron_h",
+        "vocab_size": dims.vocab_size,
+        "hidden_size": dims.hidden_size,
+        "intermediate_size": dims.intermediate_size,
+        "num_hidden_layers": dims.num_hidden_layers,
+        "hybrid_override_pattern": dims.pattern,
+        "num_attention_heads": dims.num_attention_heads,
+        "num_key_value_heads": dims.num_key_value_heads,
+        "head_dim": dims.head_dim,
+        "attention_head_dim": dims.head_dim,
+        "mlp_hidden_act": "relu2",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "use_bias": False,
+        "layer_norm_epsilon": dims.layer_norm_epsilon,
+        "residual_in_fp32": False,
+        "max_position_embeddings": dims.max_position_embeddings,
+        "mamba_num_heads": dims.mamba_num_heads,
+        "mamba_head_dim": dims.mamba_head_dim,
+        "ssm_state_size": dims.ssm_state_size,
+        "n_groups": dims.mamba_n_groups,  # read by SGLang's mamba2_cache_params and by transformers
+        "mamba_n_groups": dims.mamba_n_groups,  # read by SGLang's MambaMixer2
+        "conv_kernel": dims.conv_kernel,
+        "mamba_d_conv": dims.conv_kernel,
+        "expand": 2,
+        "mamba_hidden_act": "silu",
+        "use_conv_bias": True,
+        "mamba_conv_bias": True,
+        "mamba_proj_bias": False,
+        "chunk_size": dims.chunk_size,
+        "num_nextn_predict_layers": 1,
+        "mtp_hybrid_override_pattern": dims.mtp_pattern,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "dtype": dtype,
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "pad_token_id": None,
+    }
+    if dims.ssm_dtype is not None:
+        cfg["mamba_ssm_dtype"] = dims.ssm_dtype  # SGLang's name (configs/mamba_utils.mamba2_state_dtype)
+        cfg["mamba_ssm_cache_dtype"] = dims.ssm_dtype  # transformers' name
+    return cfg
+
+
 # (name, shape, init kind, fan_in); kinds: embed, head, in, out, mtp_out, conv, a_log, dt_bias,
 # zeros (Gemma-style (1 + w) norms), ones (plain norms), mtp_fc.
 Spec = tuple[str, tuple[int, ...], str, int]
@@ -263,8 +404,68 @@ def _decoder_layer_specs(prefix: str, dims: ModelDims, kind: str, out_kind: str)
     return specs
 
 
-def weight_specs(dims: ModelDims) -> list[Spec]:
+def _nemotron_block_specs(prefix: str, dims: NemotronHDims, kind: str, out_kind: str) -> list[Spec]:
+    H = dims.hidden_size
+    mx = prefix + "mixer."
+    if kind == "M":
+        nh, mi = dims.mamba_num_heads, dims.mamba_intermediate
+        return [
+            (mx + "in_proj.weight", (2 * mi + 2 * dims.mamba_n_groups * dims.ssm_state_size + nh, H), "in", H),
+            (mx + "conv1d.weight", (dims.conv_dim, 1, dims.conv_kernel), "conv", 0),
+            (mx + "conv1d.bias", (dims.conv_dim,), "zeros", 0),
+            (mx + "dt_bias", (nh,), "dt_bias", 0),
+            (mx + "A_log", (nh,), "a_log", 0),
+            (mx + "D", (nh,), "ones", 0),
+            (mx + "norm.weight", (mi,), "ones", 0),
+            (mx + "out_proj.weight", (H, mi), out_kind, mi),
+        ]
+    if kind == "*":
+        qd = dims.num_attention_heads * dims.head_dim
+        kvd = dims.num_key_value_heads * dims.head_dim
+        return [
+            (mx + "q_proj.weight", (qd, H), "in", H),
+            (mx + "k_proj.weight", (kvd, H), "in", H),
+            (mx + "v_proj.weight", (kvd, H), "in", H),
+            (mx + "o_proj.weight", (H, qd), out_kind, qd),
+        ]
+    if kind == "-":
+        ffn = dims.intermediate_size
+        return [
+            (mx + "up_proj.weight", (ffn, H), "in", H),
+            (mx + "down_proj.weight", (H, ffn), out_kind, ffn),
+        ]
+    raise ValueError(f"layer kind {kind!r} is not built here (M, *, - only)")
+
+
+def _nemotron_specs(dims: NemotronHDims) -> list[Spec]:
+    H = dims.hidden_size
+    specs: list[Spec] = [("backbone.embeddings.weight", (dims.vocab_size, H), "embed", 0)]
+    for i, kind in enumerate(dims.pattern):
+        p = f"backbone.layers.{i}."
+        specs.append((p + "norm.weight", (H,), "ones", 0))
+        specs += _nemotron_block_specs(p, dims, kind, "out")
+    specs.append(("backbone.norm_f.weight", (H,), "ones", 0))
+    specs.append(("lm_head.weight", (dims.vocab_size, H), "head", H))
+    last = len(dims.mtp_pattern) - 1
+    for j, kind in enumerate(dims.mtp_pattern):
+        p = f"mtp.layers.{j}."
+        if j == 0:  # the step's start projections
+            specs += [
+                (p + "enorm.weight", (H,), "ones", 0),
+                (p + "hnorm.weight", (H,), "ones", 0),
+                (p + "eh_proj.weight", (H, 2 * H), "mtp_fc", 2 * H),
+            ]
+        specs.append((p + "norm.weight", (H,), "ones", 0))
+        specs += _nemotron_block_specs(p, dims, kind, "mtp_out")
+        if j == last:
+            specs.append((p + "final_layernorm.weight", (H,), "ones", 0))
+    return specs
+
+
+def weight_specs(dims: ModelDims | NemotronHDims) -> list[Spec]:
     """Every tensor of the checkpoint, in file order, with its published name."""
+    if isinstance(dims, NemotronHDims):
+        return _nemotron_specs(dims)
     H = dims.hidden_size
     lm = "model.language_model."
     specs: list[Spec] = [(lm + "embed_tokens.weight", (dims.vocab_size, H), "embed", 0)]
@@ -324,7 +525,7 @@ def _init_tensor(name: str, shape, kind: str, fan_in: int, seed: int, knobs: dic
 
 
 def iter_random_weights(
-    dims: ModelDims, seed: int = 0, dtype: str = "bfloat16", knobs: dict | None = None
+    dims: ModelDims | NemotronHDims, seed: int = 0, dtype: str = "bfloat16", knobs: dict | None = None
 ) -> Iterator[tuple[str, object]]:
     """Yield ``(name, tensor)`` for every tensor of :func:`weight_specs` (CPU, in ``dtype``)."""
     import torch
@@ -340,7 +541,7 @@ def iter_random_weights(
             yield name, t.to(tdtype).contiguous()
 
 
-def resolve_dims(preset: str = "qwen3.5-0.8b", overrides: dict | None = None) -> ModelDims:
+def resolve_dims(preset: str = "qwen3.5-0.8b", overrides: dict | None = None) -> ModelDims | NemotronHDims:
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
     dims = PRESETS[preset]
@@ -407,7 +608,7 @@ def _parse_kv(items: list[str], caster) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m sglang_mamba_dedup.e2e.random_model",
-        description="Write a Qwen3.5-architecture checkpoint (with MTP) with seeded random weights.",
+        description="Write a Qwen3.5- or Nemotron-H-architecture checkpoint (with MTP) with seeded random weights.",
     )
     p.add_argument("out_dir")
     p.add_argument("--preset", default="qwen3.5-0.8b", choices=sorted(PRESETS))

@@ -22,7 +22,9 @@ from .shapes import ModelShape
 
 
 def cache_params(shape: ModelShape, conv_dtype=None, ssm_dtype=None):
-    """SGLang's ``Mamba2CacheParams`` for ``shape`` (TP 1), built with the installed release's classes."""
+    """SGLang's ``Mamba2CacheParams`` for ``shape`` (one rank's state: a TP-sharded entry of the table already holds
+    the per-rank heads and groups), built with the installed release's classes. ``ssm_dtype`` defaults to the
+    shape's own (``ModelShape.ssm_dtype``: fp32, bf16 for the bf16-SSM entries)."""
     import torch
     from sglang.srt.configs.mamba_utils import Mamba2CacheParams, Mamba2StateDType, Mamba2StateShape
 
@@ -32,12 +34,12 @@ def cache_params(shape: ModelShape, conv_dtype=None, ssm_dtype=None):
         n_groups=shape.key_heads,
         num_heads=shape.value_heads,
         head_dim=shape.head_dim,
-        state_size=shape.head_dim,
+        state_size=shape.ssm_state_size,
         conv_kernel=shape.conv_kernel,
     )
     accepted = inspect.signature(Mamba2StateShape.create).parameters
     state_shape = Mamba2StateShape.create(**{k: v for k, v in kwargs.items() if k in accepted})
-    dtype = Mamba2StateDType(conv=conv_dtype or torch.bfloat16, temporal=ssm_dtype or torch.float32)
+    dtype = Mamba2StateDType(conv=conv_dtype or torch.bfloat16, temporal=ssm_dtype or getattr(torch, shape.ssm_dtype))
     return Mamba2CacheParams(shape=state_shape, layers=list(range(shape.gdn_layers)), dtype=dtype)
 
 

@@ -322,8 +322,13 @@ def test_pd_decode_pool_gets_dedup():
 
 
 # ------------------------------------------------------------------------------------------------ estimator
-def test_estimator_reserves_dedup_size_qwen35_08b(capsys):
-    cp = iu.make_cache_params(**iu.QWEN35_08B, conv_dtype=torch.bfloat16)
+@pytest.mark.parametrize("model", ["qwen3.5-0.8b", "nemotron-h-8b-bf16"])
+def test_estimator_reserves_dedup_size(model, capsys):
+    """The estimator's effective draft count from the model's state bytes: GDN, and Mamba2 with head_dim !=
+    state and a bf16 SSM state (Nemotron-H-8B)."""
+    q = shapes.MODELS[model]
+    ssm_dtype = getattr(torch, q.ssm_dtype)
+    cp = iu.make_cache_params(**q.state_dims(), conv_dtype=torch.bfloat16, ssm_dtype=ssm_dtype)
     budget = 40.0
     with iu.plugin(False):
         before, rest_before = iu.run_estimator(cp, total_rest_gb=budget, device="cpu")
@@ -331,10 +336,9 @@ def test_estimator_reserves_dedup_size_qwen35_08b(capsys):
         after, rest_after = iu.run_estimator(cp, total_rest_gb=budget, device="cpu")
         est = dict(pool_config.last_estimate)
     assert est["applied"] and est["draft_tokens"] == 4
-    q = shapes.QWEN35_08B
     d, k = 4, q.conv_kernel
     conv = q.gdn_layers * q.conv_dim * (k - 1) * 2  # bf16
-    ssm = q.gdn_layers * math.prod(q.ssm_shape) * 4  # fp32
+    ssm = q.gdn_layers * math.prod(q.ssm_shape) * ssm_dtype.itemsize
     assert abs(est["effective_draft_tokens"] - (ssm * d + conv * (d + k - 2) / (k - 1)) / (ssm + conv)) < 1e-12
     assert after > before
     with iu.plugin(True):  # topk > 1: no change
@@ -342,7 +346,7 @@ def test_estimator_reserves_dedup_size_qwen35_08b(capsys):
     assert same == before
     with capsys.disabled():
         print(
-            f"\n[estimator sglang {iu.SGLANG_VERSION}] Qwen3.5-0.8B shapes, {budget} GB rest budget, D=4, radix on: "
+            f"\n[estimator sglang {iu.SGLANG_VERSION}] {q.name} shapes, {budget} GB rest budget, D=4, radix on: "
             f"max_mamba_cache_size {before} -> {after} (+{after - before}); rest for KV {rest_before:.3f} -> {rest_after:.3f} GB; "
             f"D_eff={est['effective_draft_tokens']:.4f}"
         )

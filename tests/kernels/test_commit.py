@@ -618,3 +618,36 @@ def test_direct_launch_steps_aside_for_triton_options(monkeypatch, knob):
     if knob == "launch_hook":
         monkeypatch.setattr(rt, "launch_enter_hook", lambda *a: None)
     assert dl.launch_hooks_set() == (knob != "none")
+
+
+@pytest.mark.parametrize("ssm_dtype", [torch.float32, torch.bfloat16], ids=lambda t: "ssm-" + DTYPE_IDS[t])
+def test_fused_commit_mamba2_nemotron_h_layer(ssm_dtype):
+    """One layer of Nemotron-H-8B's TP2 rank (shape table: conv dim 5120, SSM 64x64x128, head_dim != state), fp32 and
+    bf16 SSM, D=4, K=4, dedup windows, accept + track: bit-exact vs the reference and SGLang's own kernels."""
+    from sglang_mamba_dedup.testing.shapes import NEMOTRON_H_8B_TP2 as s
+
+    g, seed = new_generator()
+    n_l, n_r, n_slots, d, k = 1, 2, 5, 4, s.conv_kernel
+    conv_src = conv_source("dedup", n_l, n_r, d, k, s.conv_dim, torch.bfloat16, g)
+    steps, slots = make_index_set(n_r, d, n_slots, g)
+    t_steps, t_slots = make_index_set(n_r, d, n_slots, g, skip_every=2, taken=slots.tolist())
+    kw = dict(
+        conv_dsts=[poison(torch.empty((n_l, n_slots, s.conv_dim, k - 1), dtype=torch.bfloat16, device=DEVICE))],
+        conv_srcs=[conv_src],
+        ssm_dst=poison(torch.empty((n_l, n_slots, *s.ssm_shape), dtype=ssm_dtype, device=DEVICE)),
+        ssm_src=rand((n_l, n_r, d, *s.ssm_shape), ssm_dtype, g),
+        accept_steps=steps,
+        accept_slots=slots,
+        track_steps=t_steps,
+        track_slots=t_slots,
+    )
+    exp = _expected(kw)
+    fused_commit(**kw)
+    _check(kw, exp, f"seed={seed} vs reference")
+    ssm_theirs = poison(torch.empty_like(kw["ssm_dst"]))
+    conv_theirs = poison(torch.empty_like(kw["conv_dsts"][0]))
+    for sl, st in ((slots, steps), (t_slots, t_steps)):
+        sglang_dense_scatter(ssm_theirs, kw["ssm_src"], sl, st)
+        sglang_window_scatter(conv_theirs, conv_src, sl, st)
+    assert_bitwise_equal(kw["ssm_dst"], ssm_theirs, f"seed={seed} ssm vs SGLang")
+    assert_bitwise_equal(kw["conv_dsts"][0], conv_theirs, f"seed={seed} conv vs SGLang")

@@ -20,8 +20,11 @@
 #      SGLang's own entry-point lookup sees it,
 #   3. puts tools/gpu-engine on PYTHONPATH: its sitecustomize.py installs the stand-ins of FACTS §8 (standins/)
 #      in every SGLang process, the spawned scheduler included,
-#   4. runs the e2e driver on a random-weight Qwen3.5-0.8B-architecture model (MTP included) with NEXTN,
-#      with the Triton/torch engine options the stand-ins need; logs, results and reports go to $OUT.
+#   4. runs the e2e driver on a random-weight model (MTP included) with NEXTN, with the Triton/torch engine
+#      options the stand-ins need; logs, results and reports go to $OUT. E2E_PRESET picks the random model's
+#      preset (default qwen3.5-0.8b; nemotron-h-mini / nemotron-h-mini-bf16: Mamba2, Nemotron-H-8B's state),
+#      built once per preset into /tmp/smd-model-<preset>. E2E_SERVER_TOO=1 runs the launch_server route
+#      (off,on) after the offline runs, with the same options; the exit status is the first nonzero.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -92,33 +95,42 @@ export SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=${SGLANG_UNIFIED_RADIX_TREE_CORE_B
 release_args=()
 release_below 0.5.18 && release_args+=(--engine-arg enable_multimodal=false)
 
+PRESET=${E2E_PRESET:-qwen3.5-0.8b}
+e2e() {
 python3 -P -m sglang_mamba_dedup.e2e \
-  --random-weights --random-weights-dir /tmp/smd-model \
-  --modes "$MODES" \
+  --random-weights --random-preset "$PRESET" --random-weights-dir "/tmp/smd-model-$PRESET" \
   --max-new-tokens "${E2E_MAX_NEW_TOKENS:-128}" \
   --mem-fraction-static 0.3 \
   --run-timeout "${E2E_RUN_TIMEOUT:-240}" \
-  --workdir "$OUT/work" --json-out "$OUT/summary.json" \
+  --workdir "$WD" \
   --engine-arg attention_backend=triton \
   --engine-arg sampling_backend=pytorch \
   --engine-arg grammar_backend=none \
   --engine-arg linear_attn_prefill_backend=triton \
   ${release_args[@]+"${release_args[@]}"} \
   --engine-arg tp_size=1 \
-  "$@" 2>&1 | tee "$OUT/e2e.txt"
+  "$@"
+}
+WD=$OUT/work e2e --modes "$MODES" --json-out "$OUT/summary.json" "$@" 2>&1 | tee "$OUT/e2e.txt"
 rc=${PIPESTATUS[0]}
+if [ "${E2E_SERVER_TOO:-0}" = 1 ]; then
+  stamp "e2e exit code $rc; launch_server route (off,on)"
+  WD=$OUT/work-server e2e --server --modes off,on --json-out "$OUT/summary-server.json" "$@" 2>&1 | tee "$OUT/e2e-server.txt"
+  src=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] && rc=$src
+fi
 # keep what comes back small (at most 8 files): one log of all runs, one JSON of all status reports
-for f in "$OUT"/work/run-*.log; do [ -f "$f" ] && { echo "===== $(basename "$f")"; tail -c 300000 "$f"; }; done > "$OUT/runs.log"
+for f in "$OUT"/work/run-*.log "$OUT"/work-server/run-*.log; do [ -f "$f" ] && { echo "===== $f"; tail -c 300000 "$f"; }; done > "$OUT/runs.log"
 python3 - "$OUT" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 reps = {}
-for d in sorted((out / "work").glob("reports-*")):
+for d in sorted([*(out / "work").glob("reports-*"), *(out / "work-server").glob("reports-*")]):
     for r in sorted(d.glob("status-*.json")):
-        try: reps[f"{d.name}/{r.name}"] = json.loads(r.read_text())
-        except Exception as e: reps[f"{d.name}/{r.name}"] = repr(e)
+        try: reps[f"{d.parent.name}/{d.name}/{r.name}"] = json.loads(r.read_text())
+        except Exception as e: reps[f"{d.parent.name}/{d.name}/{r.name}"] = repr(e)
 (out / "reports.json").write_text(json.dumps(reps, indent=1))
 PY
-rm -rf "$OUT/work"
+rm -rf "$OUT/work" "$OUT/work-server"
 stamp "e2e exit code $rc"
 exit "$rc"

@@ -36,6 +36,13 @@ CHECK_IMPORTS = (
     "sglang.srt.speculative.eagle_worker_v2",
     "sglang.srt.models.qwen3_5",
     "sglang.srt.models.qwen3_5_mtp",
+    # Nemotron-H (Mamba2): its mixer calls SGLang's Triton conv (use_triton_causal_conv=True), the Triton
+    # selective_state_update / mamba_chunk_scan_combined and Mixer2RMSNormGated (a fused op: torch under
+    # SGLANG_FORCE_FUSED_OP_BACKEND); nothing on that path needs a stand-in of its own (read in 0.5.23).
+    "sglang.kernels.ops.mamba.triton_ops",
+    "sglang.srt.layers.attention.mamba.mamba",
+    "sglang.srt.models.nemotron_h",
+    "sglang.srt.models.nemotron_h_mtp",
     "sglang.srt.managers.scheduler",
     "sglang.srt.managers.detokenizer_manager",
     "sglang.srt.entrypoints.engine",
