@@ -1,4 +1,4 @@
-"""Command line: ``sglang-mamba-dedup {doctor,demo,e2e}`` (also ``python -m sglang_mamba_dedup``)."""
+"""Command line: ``sglang-mamba-dedup {doctor,demo,plan,e2e}`` (also ``python -m sglang_mamba_dedup``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 COMMANDS = {
     "doctor": ("sglang_mamba_dedup.cli.doctor", "versions, CUDA, what would be patched and why not"),
     "demo": ("sglang_mamba_dedup.cli.demo", "build SGLang's MambaPool with the plugin off and on, print buffer bytes"),
+    "plan": ("sglang_mamba_dedup.cli.plan", "mamba slots, running requests and KV memory, stock vs plugin (CPU)"),
     "e2e": ("sglang_mamba_dedup.e2e.cli", "greedy md5 comparison of a real SGLang run, plugin off vs on"),
 }
 
@@ -15,6 +16,7 @@ EXAMPLES = """examples:
   sglang-mamba-dedup doctor                      # can the plugin engage on this install? (exit 0/1/2)
   sglang-mamba-dedup doctor --release 0.5.13.post1
   sglang-mamba-dedup demo                        # SGLang's real MambaPool, plugin off vs on
+  sglang-mamba-dedup plan --shape qwen3.5-0.8b   # how many requests fit, stock vs plugin
   sglang-mamba-dedup e2e --random-weights        # greedy md5 off vs on (CUDA GPU)
   sglang-mamba-dedup COMMAND --help              # options and exit codes of one command"""
 

@@ -1,0 +1,129 @@
+"""``sglang-mamba-dedup plan``: SGLang's own estimator, stock and with the plugin, for a model's sizing options."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglang_mamba_dedup import sizing
+from sglang_mamba_dedup.cli import plan
+from sglang_mamba_dedup.e2e import random_model
+from sglang_mamba_dedup.patches import pool_config
+from sglang_mamba_dedup.testing import shapes
+from sglang_mamba_dedup.testing.sglang_pool import cache_params
+
+pytestmark = pytest.mark.release
+
+MiB = 1 << 20
+
+
+def _plan(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = plan.main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def _json(capsys, *argv: str) -> dict:
+    rc, out, err = _plan(capsys, *argv, "--json")
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def test_plan_shape_table_and_bytes_per_buffer(capsys):
+    doc = _json(capsys, "--shape", "qwen3.5-0.8b", "--weights-gb", "1.6", "--gpu-memory-gb", "80")
+    q = shapes.QWEN35_08B
+    assert doc["budget_gb"] == pytest.approx(80 * 0.8 - 1.6)
+    stock, ours = doc["stock"], doc["plugin"]
+    # independent arithmetic: 18 layers, conv [6144, 3] bf16, SSM 16x128x128 fp32, D=4
+    per = ours["per_request_mib"]
+    assert per["conv_state"] * MiB == q.gdn_layers * q.conv_dim * 3 * 2
+    assert per["ssm_state"] * MiB == q.gdn_layers * 16 * 128 * 128 * 4
+    assert per["ssm_scratch"] * MiB == 4 * per["ssm_state"] * MiB
+    assert per["conv_scratch_dense"] * MiB == 4 * per["conv_state"] * MiB
+    assert per["conv_scratch_allocated"] * MiB == q.gdn_layers * q.conv_dim * (4 + 4 - 2) * 2
+    for est in (stock, ours):
+        assert est["running_requests"] == min(256, est["mamba_slots"] // est["slots_per_request"])
+        assert est["reserved_gb"] + est["kv_cache_gb"] == pytest.approx(doc["budget_gb"])
+    assert ours["mamba_slots"] > stock["mamba_slots"], "the dedup's saving becomes slots"
+    assert ours["plugin"]["applied"] is True
+
+
+def test_plan_text_table(capsys):
+    rc, out, _ = _plan(
+        capsys, "--shape", "nemotron-h-8b", "--max-running-requests", "64", "--mem-fraction-static", "0.3"
+    )
+    assert rc == 0
+    assert "Nemotron-H-8B (mamba2)" in out and "running requests that fit" in out
+    assert "caps running requests at" in out  # 80 GB x 0.3 cannot hold 64 requests' state x 3 + scratch
+
+
+@pytest.mark.parametrize("preset", ["qwen3.5-0.8b", "nemotron-h-tiny"])
+def test_plan_reads_config_json(preset, tmp_path, capsys):
+    """A model directory with only config.json: its state shape is read as the table / the preset has it."""
+    dims = random_model.PRESETS[preset]
+    (tmp_path / "config.json").write_text(json.dumps(random_model.build_config(dims)))
+    shape, weights = plan.shape_from_config(tmp_path)
+    assert weights is None
+    cp_read, cp_table = cache_params(shape), _preset_cache_params(preset, dims)
+    assert list(cp_read.shape.conv) == list(cp_table.shape.conv)
+    assert tuple(cp_read.shape.temporal) == tuple(cp_table.shape.temporal)
+    assert len(cp_read.layers) == len(cp_table.layers)
+    doc = _json(capsys, "--model-path", str(tmp_path))
+    assert doc["note"] == "weights not counted (pass --weights-gb)"
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * (1 << 20))
+    doc = _json(capsys, "--model-path", str(tmp_path), "--tp-size", "2" if preset == "qwen3.5-0.8b" else "1")
+    assert doc["settings"]["weights_gb"] == pytest.approx((1 << 20) / (1 << 30) / doc["settings"]["tp_size"])
+
+
+def _preset_cache_params(preset, dims):
+    if preset == "qwen3.5-0.8b":
+        return cache_params(shapes.QWEN35_08B)
+    from sglang.srt.configs.nemotron_h import NemotronHConfig
+
+    cfg = random_model.build_config(dims)
+    return NemotronHConfig(**{k: v for k, v in cfg.items() if k not in ("architectures",)}).mamba2_cache_params
+
+
+def test_plan_replayssm_reserves_the_conv_scratch(capsys):
+    """Under ReplaySSM (0.5.17+) stock reserves no conv-window scratch; the plugin reserves it, same slots."""
+    rc, out, err = _plan(capsys, "--shape", "qwen3.5-0.8b", "--enable-linear-replayssm-spec", "--json")
+    if rc == 2 and "no ReplaySSM" in err:
+        pytest.skip(err.strip())
+    doc = json.loads(out)
+    stock, ours = doc["stock"], doc["plugin"]
+    assert ours["mamba_slots"] == stock["mamba_slots"]
+    assert stock["per_request_mib"]["ssm_scratch"] == 0 and ours["per_request_mib"]["replayssm_ring"] > 0
+    if not ours["plugin"]["applied"]:  # 0.5.16: left to SGLang (its estimator does not price ReplaySSM)
+        return
+    rows = min(256, ours["mamba_slots"] // ours["slots_per_request"]) + 1
+    conv_row = sizing.conv_window_physical_bytes(cache_params(shapes.QWEN35_08B), 4)
+    extra = (ours["reserved_gb"] - stock["reserved_gb"]) * (1 << 30)
+    assert extra == pytest.approx(rows * conv_row, abs=rows * pool_config.RING_CURSOR_BYTES + 1)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--shape", "nemotron-h-8b", "--tp-size", "3"], "does not divide"),
+        (["--shape", "nemotron-h-8b-tp2", "--tp-size", "2"], "already one rank"),
+        (["--shape", "nemotron-h-8b", "--enable-linear-replayssm-spec"], "Gated DeltaNet models only"),
+        (["--shape", "qwen3.5-0.8b", "--weights-gb", "70"], "no memory left after the weights"),
+        (["--model-path", "/nonexistent-dir"], "has no config.json"),
+    ],
+    ids=["tp-not-dividing", "tp-twice", "replayssm-on-mamba2", "weights-exceed", "no-config"],
+)
+def test_plan_bad_input_is_one_line_exit_2(argv, message, capsys):
+    rc, out, err = _plan(capsys, *argv)
+    assert rc == 2 and out == ""
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("sglang-mamba-dedup plan:")]
+    assert message in line
+
+
+def test_plan_unknown_model_type(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
+    rc, _, err = _plan(capsys, "--model-path", str(tmp_path))
+    assert rc == 2 and "model_type 'llama' is not a hybrid model the plugin knows" in err
+    with pytest.raises(SystemExit) as exc:
+        plan.main(["--shape", "no-such-model"])
+    assert exc.value.code == 2
