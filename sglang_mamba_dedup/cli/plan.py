@@ -63,7 +63,7 @@ def _gdn_shape(name: str, cfg: dict[str, Any]) -> ModelShape:
 
 
 def _mamba2_shape(name: str, cfg: dict[str, Any]) -> ModelShape:
-    pattern = cfg.get("hybrid_override_pattern")
+    pattern = str(cfg.get("hybrid_override_pattern") or "")
     need = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "conv_kernel")
     missing = [k for k in need if k not in cfg] + ([] if pattern else ["hybrid_override_pattern"])
     if missing:
