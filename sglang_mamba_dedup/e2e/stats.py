@@ -1,6 +1,8 @@
 """The e2e driver's statistics (pure): a run's tokens, rates, cached tokens and md5s (:func:`run_stats`), the
 run schedule (a throwaway start, then alternating modes), per-mode median and min-max, and the off/on
-comparison that says "within noise" when the ranges overlap. No single-run ratios."""
+comparison that says "within noise" when the ranges overlap (no ratio of single runs: separate processes differ
+by 8-12 %). For two servers side by side (``--throughput``, :mod:`.paired`): the pair order (A B, B A, ...), the
+schedule of the pairs, and the per-pair on/off ratios with their median and min-max."""
 
 from __future__ import annotations
 
@@ -198,7 +200,7 @@ def pair_stats(pairs: Sequence[Mapping[str, float | None]], min_pairs: int = MIN
     ``verdict``: "within noise" when the ratio range includes 1, "on faster" / "on slower" when it does not,
     "not compared" below ``min_pairs`` pairs.
     """
-    ratios = [p["on"] / p["off"] for p in pairs if p.get("on") and p.get("off")]
+    ratios = [float(on) / float(off) for p in pairs if (on := p.get("on")) and (off := p.get("off"))]
     res: dict[str, Any] = {
         "ratio": spread(ratios),
         "off": spread([p.get("off") for p in pairs]),
