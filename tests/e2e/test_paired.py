@@ -45,8 +45,9 @@ def test_pair_schedule_first_pairs_then_phases_in_proportion():
         ([(100, 120), (100, 110), (200, 240)], "on faster", (1.2, 1.1, 1.2)),
         ([(100, 80), (100, 90), (100, 95)], "on slower", (0.9, 0.8, 0.95)),
         ([(100, 120), (100, 130)], "not compared", (1.25, 1.2, 1.3)),
+        ([(100, 100), (100, 110), (100, 120)], "within noise", (1.1, 1.0, 1.2)),  # the range touches 1
     ],
-    ids=["noise", "faster", "slower", "too-few"],
+    ids=["noise", "faster", "slower", "too-few", "touching-1"],
 )
 def test_pair_stats_ratio_median_range_and_verdict(pairs, verdict, ratio):
     st = stats.pair_stats([{"off": a, "on": b} for a, b in pairs])
