@@ -44,6 +44,7 @@ for variant in $VARIANTS; do
   extra=()
   [ "$variant" = replayssm ] && read -r -a extra <<< "$REPLAYSSM_ARGS"
   work="$OUT/work-$variant"
+  rm -rf "$work" && mkdir -p "$work"
   stamp "variant $variant: ${extra[*]:-deployment settings}" | tee -a "$OUT/throughput.txt"
   python3 -P -m sglang_mamba_dedup.e2e \
     --random-weights --random-weights-dir /tmp/smd-model \
