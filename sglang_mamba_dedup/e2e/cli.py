@@ -23,7 +23,12 @@ radix cache. The md5 covers both rounds. With the radix cache on, SGLang >= 0.5.
 verify commit (see :func:`.settings.track_expectation` for what triggers it); the "on" run must then show commits
 with track slots through our kernel (``--expect-track``, the default where SGLang tracks).
 
-``--throughput-runs N``: one untimed throwaway engine start, then N runs per mode alternating off, on, off,
+``--server --throughput`` (or with ``--base-url-off/--base-url-on``): the speed, with the off and the on server
+alive at once, requests in pairs A B B A (:mod:`.paired`; per-pair on/off ratios, their median and min-max; one
+md5 for every output). Exit codes as below (a server that does not start: 3).
+
+``--throughput-runs N`` (the offline Engine route; separate processes differ by 8-12 %, so speed claims come
+from ``--throughput``): one untimed throwaway engine start, then N runs per mode alternating off, on, off,
 on, ...; every run also times one request of ``--batch1-tokens`` (batch 1), and round 1 is the full batch.
 Per mode and phase the median and min-max of the tok/s over the runs are printed, "within noise" when the
 off and on ranges overlap (:func:`.stats.compare_spreads`); no ratio of single runs is printed.
@@ -312,7 +317,8 @@ def _build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         metavar="N",
-        help="measure throughput: 1 untimed throwaway engine start (an off run), then N runs per mode "
+        help="throughput of separate processes (the offline Engine route; they differ by 8-12%%, for speed "
+        "claims use --server --throughput): 1 untimed throwaway engine start (an off run), then N runs per mode "
         "alternating off,on,...; prints per mode and phase (batch 1, full batch) the median and min-max "
         "(default 0: the --modes runs, no table)",
     )
@@ -376,7 +382,8 @@ def _build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="SECONDS",
         help="start no further run once the time since the start plus 1.1 x the longest run so far exceeds "
-        "this; the runs not started are listed (fits a call into a time limit)",
+        "this; the runs not started are listed (fits a call into a time limit); with --throughput the same per "
+        "pair (the longest pair of its phase), 30 s kept for stopping the servers",
     )
     r.add_argument("--run-timeout", type=_positive_float, default=1200.0, help="seconds per run")
     r.add_argument(
