@@ -825,12 +825,11 @@ def _failed_runs_text(results: list[dict[str, Any]], verbose: bool) -> str:
     """The failure line of runs that failed: what failed and where its log is, no guess at the cause."""
     failed = [(i, r) for i, r in enumerate(results) if not r.get("ok")]
     errors = "; ".join(dict.fromkeys(str(r.get("error")) for _, r in failed))
+    logs = [str(r["log"]) for _, r in failed if r.get("log")]  # a server never started has none
     where = (
         "see the engine output above (--verbose)"
         if verbose
-        else (
-            f"see {'its log' if len(failed) == 1 else 'the logs'}: " + ", ".join(str(r.get("log")) for _, r in failed)
-        )
+        else (f"see {'its log' if len(logs) == 1 else 'the logs'}: " + ", ".join(logs))
     )
     if len(failed) == len(results):
         return f"all {len(results)} runs failed ({errors}), nothing was compared; {where}"

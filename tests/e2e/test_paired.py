@@ -311,6 +311,15 @@ def test_throughput_failed_start_stops_the_other_server(tmp_path, fake_servers, 
     assert not (tmp_path / "requests.log").exists()  # nothing was sent
 
 
+def test_throughput_failed_off_server_starts_no_on_server(tmp_path, fake_servers, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_SERVER_FAIL", "1")
+    code = cli.main(_args(tmp_path))
+    out = capsys.readouterr().out
+    assert code == driver.EXIT_RUN_FAILED, out
+    assert [m for m, _, _ in fake_servers] == ["off"]
+    assert "not started (the off server failed)" in out and "see its log: " in out and "None" not in out
+
+
 def test_throughput_ctrl_c_stops_both_servers(tmp_path, fake_servers, monkeypatch):
     seen = {}
 
