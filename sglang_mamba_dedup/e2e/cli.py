@@ -23,7 +23,12 @@ radix cache. The md5 covers both rounds. With the radix cache on, SGLang >= 0.5.
 verify commit (see :func:`.settings.track_expectation` for what triggers it); the "on" run must then show commits
 with track slots through our kernel (``--expect-track``, the default where SGLang tracks).
 
-``--throughput-runs N``: one untimed throwaway engine start, then N runs per mode alternating off, on, off,
+``--server --throughput`` (or with ``--base-url-off/--base-url-on``): the speed, with the off and the on server
+alive at once, requests in pairs A B B A (:mod:`.paired`; per-pair on/off ratios, their median and min-max; one
+md5 for every output). Exit codes as below (a server that does not start: 3).
+
+``--throughput-runs N`` (the offline Engine route; separate processes differ by 8-12 %, so speed claims come
+from ``--throughput``): one untimed throwaway engine start, then N runs per mode alternating off, on, off,
 on, ...; every run also times one request of ``--batch1-tokens`` (batch 1), and round 1 is the full batch.
 Per mode and phase the median and min-max of the tok/s over the runs are printed, "within noise" when the
 off and on ranges overlap (:func:`.stats.compare_spreads`); no ratio of single runs is printed.
@@ -77,6 +82,7 @@ examples:
   sglang-mamba-dedup e2e --random-weights                        # Qwen3.5-0.8B architecture, random weights
   sglang-mamba-dedup e2e --random-weights --throughput-runs 3    # + 1 throwaway, 3 x off,on, throughput table
   sglang-mamba-dedup e2e --random-weights --server               # the same through launch_server + HTTP
+  sglang-mamba-dedup e2e --random-weights --server --throughput  # speed: off and on server side by side, A B B A
   sglang-mamba-dedup e2e --random-weights --no-cuda-graph --no-radix-cache   # the old eager, cache-less settings
   sglang-mamba-dedup e2e --base-url-off http://h:30000 --base-url-on http://h:30001 --model-path M
   sglang-mamba-dedup e2e --model-path Qwen/Qwen3.5-0.8B --num-prompts 8 --max-new-tokens 64
@@ -311,16 +317,51 @@ def _build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         metavar="N",
-        help="measure throughput: 1 untimed throwaway engine start (an off run), then N runs per mode "
+        help="throughput of separate processes (the offline Engine route; they differ by 8-12%%, for speed "
+        "claims use --server --throughput): 1 untimed throwaway engine start (an off run), then N runs per mode "
         "alternating off,on,...; prints per mode and phase (batch 1, full batch) the median and min-max "
         "(default 0: the --modes runs, no table)",
+    )
+    r.add_argument(
+        "--throughput",
+        action="store_true",
+        help="with --server (or --base-url-off/--base-url-on): the off and the on server up side by side, both "
+        "warmed up, then --batch1-pairs and --full-pairs pairs of the same request in the order A B, B A, ... "
+        "(prefix cache emptied before each); per phase the on/off ratio of every pair, its median and min-max, "
+        "each mode's median tok/s; any md5 difference exits 1 (docs/e2e.md)",
+    )
+    r.add_argument(
+        "--batch1-pairs",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help="with --throughput: timed pairs of the batch-1 request (default 30), after pair 0",
+    )
+    r.add_argument(
+        "--full-pairs",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help="with --throughput: timed pairs of the full batch (default 10), after pair 0",
+    )
+    r.add_argument(
+        "--csv-out",
+        default=None,
+        metavar="PATH",
+        help="with --throughput: one CSV row per pair (phase, order, seconds, tok/s, ratio, md5s)",
+    )
+    r.add_argument(
+        "--label",
+        default="",
+        help="with --throughput: a name of this call's settings, in the header, the summary and the CSV "
+        "(e.g. replayssm)",
     )
     r.add_argument(
         "--batch1-tokens",
         type=_positive_int,
         default=None,
         metavar="N",
-        help="new tokens of the batch-1 request of --throughput-runs (default 256)",
+        help="new tokens of the batch-1 request of --throughput and --throughput-runs (default 256)",
     )
     r.add_argument(
         "--no-throwaway",
@@ -341,7 +382,8 @@ def _build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="SECONDS",
         help="start no further run once the time since the start plus 1.1 x the longest run so far exceeds "
-        "this; the runs not started are listed (fits a call into a time limit)",
+        "this; the runs not started are listed (fits a call into a time limit); with --throughput the same per "
+        "pair (the longest pair of its phase), 30 s kept for stopping the servers",
     )
     r.add_argument("--run-timeout", type=_positive_float, default=1200.0, help="seconds per run")
     r.add_argument(
@@ -366,18 +408,43 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--throughput-runs must be 0 or more, got {args.throughput_runs}")
     if args.throughput_runs and args.modes not in (None, ["off", "on"]):
         parser.error("--throughput-runs plans the runs itself (1 throwaway + N x off,on): leave --modes out")
+    if args.throughput:
+        if not (args.server or args.base_url_off):
+            parser.error("--throughput runs two servers side by side: add --server or --base-url-off/--base-url-on")
+        if args.throughput_runs or args.modes is not None:
+            parser.error(
+                "--throughput plans its own requests (off and on server, pairs): no --throughput-runs or --modes"
+            )
+        if (args.batch1_pairs, args.full_pairs) == (0, 0):
+            parser.error("--batch1-pairs 0 and --full-pairs 0 leave nothing to time")
+    else:
+        given = [
+            o
+            for o, v in (
+                ("--batch1-pairs", args.batch1_pairs is not None),
+                ("--full-pairs", args.full_pairs is not None),
+                ("--csv-out", args.csv_out),
+                ("--label", args.label),
+            )
+            if v
+        ]
+        if given:
+            parser.error(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} --throughput")
     if not args.throughput_runs:
         given = [
             o
             for o, v in (
                 ("--no-throwaway", args.no_throwaway),
                 ("--throughput-from", args.throughput_from),
-                ("--batch1-tokens", args.batch1_tokens is not None),
+                ("--batch1-tokens", args.batch1_tokens is not None and not args.throughput),
             )
             if v
         ]
         if given:
-            parser.error(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} --throughput-runs")
+            parser.error(
+                f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} --throughput-runs"
+                + (" or --throughput" if given == ["--batch1-tokens"] else "")
+            )
     if not args.random_weights:
         given = [
             o for o, v in (("--random-dim", args.random_dim), ("--random-weights-dir", args.random_weights_dir)) if v
@@ -391,10 +458,10 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
             parser.error(f"--prompts {args.prompts!r}: {type(exc).__name__}: {exc}")
     if args.workdir is not None and Path(args.workdir).exists() and not Path(args.workdir).is_dir():
         parser.error(f"--workdir {args.workdir!r} exists and is not a folder")
-    if args.json_out is not None:
-        problem = _unwritable(Path(args.json_out))
+    for opt, value in (("--json-out", args.json_out), ("--csv-out", args.csv_out)):
+        problem = _unwritable(Path(value)) if value is not None else None
         if problem:
-            parser.error(f"--json-out {args.json_out!r}: {problem}")
+            parser.error(f"{opt} {value!r}: {problem}")
     if args.random_weights and importlib.util.find_spec("safetensors") is None:
         parser.error(
             "--random-weights writes a checkpoint with safetensors, which is not installed: "

@@ -21,7 +21,8 @@ class RunContext:
     before the options were parsed; ``--time-budget`` counts from it), ``plan`` (the runs as ``(mode,
     throwaway)``), ``batch1_tokens`` (``--batch1-tokens`` or 256), ``prompt_format`` (``--prompt-format``;
     ``auto`` becomes ``text`` for servers the user runs), ``no_reports`` (True for those servers: their
-    status reports are not readable). Set while preparing: ``num_prompts_effective`` (prompts in use),
+    status reports are not readable), ``pair_counts`` (``--throughput``: timed pairs per phase,
+    ``--batch1-pairs`` / ``--full-pairs`` or 30 / 10). Set while preparing: ``num_prompts_effective`` (prompts in use),
     ``dropped_defaults`` / ``server_dropped`` (defaults this SGLang has no field for, options this
     ``launch_server`` does not know), ``track_expected`` / ``track_reason``, ``workload`` (md5 per part of the
     run spec) and ``merged`` (the timed runs of ``--throughput-from``). Set while running: ``not_started``
@@ -42,6 +43,7 @@ class RunContext:
     workload: dict[str, str] = dataclasses.field(default_factory=dict)
     merged: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     not_started: list[str] = dataclasses.field(default_factory=list)
+    pair_counts: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def modes(self) -> list[str]:

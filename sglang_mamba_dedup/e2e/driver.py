@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import faults, switch, versions
-from . import engine, random_model, server
+from . import engine, paired, random_model, server
 from .context import RunContext
 from .engine import Runner
 from .reports import (
@@ -44,7 +44,15 @@ from .settings import (
     server_arg_fields,
     track_expectation,
 )
-from .stats import fmt_rate, run_schedule, run_stats, throughput_sample, throughput_stats, throughput_table
+from .stats import (
+    fmt_rate,
+    pair_table,
+    run_schedule,
+    run_stats,
+    throughput_sample,
+    throughput_stats,
+    throughput_table,
+)
 from .workload import first_difference, load_prompts, round2_suffixes, text_to_ids, workload_md5
 
 #: The command's name in its messages (and argparse's ``prog``).
@@ -76,6 +84,11 @@ def run(args: argparse.Namespace, runner: Runner | None = None, t_start: float |
         batch1_tokens=args.batch1_tokens or 256,
         prompt_format=args.prompt_format,
     )
+    if args.throughput:
+        ctx.pair_counts = {
+            "batch1": 30 if args.batch1_pairs is None else args.batch1_pairs,
+            "full": 10 if args.full_pairs is None else args.full_pairs,
+        }
     if args.base_url_off and runner is None:
         runner = server.url_runner({"off": args.base_url_off, "on": args.base_url_on}, args.run_timeout)
         ctx.no_reports = True
@@ -111,11 +124,104 @@ def _run(ctx: RunContext, work: Path, runner: Runner | None, temp_model: Path | 
         return prepared
     spec, model_path, random_info = prepared
     _print_header(ctx, spec, model_path, random_info, work)
-    results = _execute(ctx, spec, work, runner)
     failures: list[tuple[int, str]] = []
+    if ctx.args.throughput:
+        summary = _run_paired(ctx, spec, model_path, random_info, work, failures)
+        return _verdict(ctx, summary, failures, temp_model)
+    results = _execute(ctx, spec, work, runner)
     summary = _compare(ctx, spec, model_path, random_info, results, failures)
     _plugin_status(ctx, results, summary, failures)
     return _verdict(ctx, summary, failures, temp_model)
+
+
+def _run_paired(
+    ctx: RunContext,
+    spec: dict[str, Any],
+    model_path: str,
+    random_info: dict | None,
+    work: Path,
+    failures: list[tuple[int, str]],
+) -> dict[str, Any]:
+    """``--throughput``: both servers side by side (:mod:`.paired`), the pairs' statistics and md5s, the
+    plugin's state in each server; returns the summary."""
+    results, data = paired.execute(ctx, spec, work, say=_print)
+    if not ctx.no_reports:
+        for r in results:
+            r.update(versions=engine.package_versions(), gpu=engine.gpu_info())
+    summary = _summary_base(ctx, spec, model_path, random_info, results)
+    summary["label"] = ctx.args.label
+    if data is None or any(not r.get("ok") for r in results):
+        failures.append((EXIT_RUN_FAILED, _failed_runs_text(results, ctx.args.verbose)))
+    else:
+        summary["throughput"] = _pairs_report(ctx, spec, data, failures)
+    _plugin_status(ctx, results, summary, failures)
+    if not ctx.no_reports:
+        _print(
+            "commits through our kernel per server (ours/all, from its scheduler's status report): "
+            + ", ".join(
+                f"{r['mode']} "
+                + (
+                    "/".join(str(c[k]) for k in ("ours_commit_calls", "commit_calls"))
+                    if (c := (summary["runs"][i].get("commit_counts") or [None])[0])
+                    else "no report"
+                )
+                for i, r in enumerate(results)
+            )
+        )
+    return summary
+
+
+def _pairs_report(
+    ctx: RunContext, spec: dict[str, Any], data: dict[str, Any], failures: list[tuple[int, str]]
+) -> dict[str, Any]:
+    """The pairs of :func:`.paired.run_pairs`: first requests, the table, the md5s, the CSV."""
+    args = ctx.args
+    n = len(spec["prompts"])
+    labels = {
+        "batch1": f"batch 1: 1 request x {ctx.batch1_tokens} new tokens",
+        "full": f"full batch: {n} requests x {args.max_new_tokens} new tokens",
+    }
+    pairs = data["pairs"]
+    for phase, label in labels.items():
+        first = next((p for p in pairs if p["phase"] == phase and p["first"]), None)
+        if first:
+            _print(
+                f"first request of each mode after the warm-up ({label}; pair 0, not in the statistics): "
+                + ", ".join(
+                    f"{m} {fmt_rate(first[m]['tokens_per_s'])} tok/s ({first[m]['seconds']:.3f} s)"
+                    for m in ("off", "on")
+                )
+            )
+    _print(
+        "throughput, two servers side by side (tok/s = new tokens / wall time of the request, prefill included, "
+        "prefix cache emptied before; on/off > 1: on faster):"
+    )
+    for line in pair_table({p: data["stats"][p] for p in labels if ctx.pair_counts.get(p)}, labels):
+        _print("  " + line)
+    if data["not_started"]:
+        _print(f"-- not started (--time-budget {args.time_budget:.0f} s): " + ", ".join(data["not_started"]))
+    for phase in labels:
+        mine = [p for p in pairs if p["phase"] == phase]
+        md5s = {p[m]["ids_md5"] for p in mine for m in ("off", "on")}
+        if mine:
+            _print(
+                f"md5 token ids, {phase}: {len(mine)} pairs x off, on: "
+                + (f"all EQUAL {next(iter(md5s))}" if len(md5s) == 1 else f"DIFFERENT ({len(md5s)} distinct)")
+            )
+    for text in data["mismatches"]:
+        _print(text)
+    if data["mismatches"]:
+        failures.append((EXIT_MD5_DIFFER, f"{len(data['mismatches'])} requests differ: " + data["mismatches"][0]))
+    flushes = [p[m]["flushed"] for p in pairs for m in ("off", "on")]
+    if any(f is not True for f in flushes):
+        _print(
+            f"prefix cache flushes: {sum(f is True for f in flushes)} of {len(flushes)} done "
+            "(the others refused or not supported: those requests may have read a cached prefix)"
+        )
+    if args.csv_out:
+        paired.write_csv(Path(args.csv_out), paired.csv_rows(data, args.label))
+        _print(f"pairs written to {args.csv_out}")
+    return {**data, "labels": labels, "pair_counts": ctx.pair_counts}
 
 
 def _load_merged(paths: Sequence[str], workload: Mapping[str, str]) -> tuple[list[dict[str, Any]], str | None]:
@@ -209,7 +315,9 @@ def _prepare(ctx: RunContext, work: Path, temp_model: Path | None) -> int | tupl
         "batch_size": args.batch_size or len(prompts),
         "warmup_tokens": args.warmup_tokens,
         "round2_suffixes": round2_suffixes(len(prompts), fmt, vocab),
-        "batch1": {"prompt_index": 0, "max_new_tokens": ctx.batch1_tokens} if args.throughput_runs else None,
+        "batch1": {"prompt_index": 0, "max_new_tokens": ctx.batch1_tokens}
+        if args.throughput_runs or args.throughput
+        else None,
     }
     ctx.workload = workload_md5(spec)
     ctx.merged, problem = _load_merged(args.throughput_from, ctx.workload)
@@ -260,6 +368,18 @@ def _print_header(ctx: RunContext, spec: dict[str, Any], model_path: str, random
             + ", ".join(ctx.server_dropped)
         )
     _print(f"track slots: {'required in the on run' if ctx.track_expected else 'not required'} ({ctx.track_reason})")
+    if args.throughput:
+        _print(
+            "throughput: the off server, then the on server, up side by side"
+            + (" (servers you run)" if ctx.no_reports else " (started one after the other)")
+            + f"; warm-up of every timed request; pair 0 (the first request of each mode, reported apart), then "
+            f"{ctx.pair_counts['batch1']} batch-1 pairs (the first prompt alone, {ctx.batch1_tokens} new tokens) "
+            f"and {ctx.pair_counts['full']} full-batch pairs ({len(prompts)} prompts x {args.max_new_tokens} new "
+            "tokens), interleaved, each pair in the order off,on or on,off in turn (A B B A), the prefix cache "
+            "emptied before each request" + (f"; --time-budget {args.time_budget:.0f} s" if args.time_budget else "")
+        )
+        if args.label:
+            _print(f"label: {args.label}")
     if args.throughput_runs:
         _print(
             f"throughput: {'1 untimed throwaway engine start, then ' if not args.no_throwaway else ''}"
@@ -394,56 +514,7 @@ def _compare(
     """md5s and throughput of the runs; appends what failed to ``failures``; returns the summary."""
     args = ctx.args
     prompts = spec["prompts"]
-    sampling = spec["sampling_params"]
-    # versions and GPU from the first run that reports them (they are the engine's environment)
-    first_ok = next((r for r in results if r.get("ok")), None)
-    vers = (first_ok or {}).get("versions") or engine.package_versions()
-    gpu = (first_ok or {}).get("gpu") or {}
-    _print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
-    _print(
-        "gpu: "
-        + (
-            f"{gpu.get('name')} x{gpu.get('count')} (capability {gpu.get('capability')}, CUDA {gpu.get('cuda')})"
-            if gpu.get("name")
-            else f"none ({gpu})"
-        )
-    )
-
-    summary: dict[str, Any] = {
-        "modes": [r["mode"] for r in results],
-        "model_path": model_path,
-        "random_model": random_info,
-        "versions": vers,
-        "gpu": gpu,
-        "engine_kwargs": spec["engine_kwargs"],
-        "settings": describe_settings(spec["engine_kwargs"]),
-        "dropped_defaults": ctx.dropped_defaults,
-        "server_dropped": ctx.server_dropped,
-        "track_expected": ctx.track_expected,
-        "track_reason": ctx.track_reason,
-        "sampling_params": sampling,
-        "num_prompts": len(prompts),
-        "workload": ctx.workload,
-        "not_started": ctx.not_started,
-        "runs": [],
-    }
-    for r in results:
-        summary["runs"].append(
-            {
-                k: r.get(k)
-                for k in (
-                    "mode",
-                    "throwaway",
-                    "ok",
-                    "pid",
-                    "returncode",
-                    "error",
-                    "wall_seconds",
-                    "stats",
-                    "report_problems",
-                )
-            }
-        )
+    summary = _summary_base(ctx, spec, model_path, random_info, results)
     if any(not r.get("ok") for r in results):
         failures.append((EXIT_RUN_FAILED, _failed_runs_text(results, args.verbose)))
         return summary
@@ -526,6 +597,62 @@ def _compare(
         summary["throughput"] = _throughput(ctx, spec, results)
     else:
         _print("throughput: not compared (single runs say nothing about a speed-up; --throughput-runs 3 measures it)")
+    return summary
+
+
+def _summary_base(
+    ctx: RunContext, spec: dict[str, Any], model_path: str, random_info: dict | None, results: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The versions and the GPU (printed) and the summary's fields every route has, one entry per run."""
+    # versions and GPU from the first run that reports them (they are the engine's environment)
+    first_ok = next((r for r in results if r.get("ok")), None)
+    vers = (first_ok or {}).get("versions") or engine.package_versions()
+    gpu = (first_ok or {}).get("gpu") or {}
+    _print("versions: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
+    _print(
+        "gpu: "
+        + (
+            f"{gpu.get('name')} x{gpu.get('count')} (capability {gpu.get('capability')}, CUDA {gpu.get('cuda')})"
+            if gpu.get("name")
+            else f"none ({gpu})"
+        )
+    )
+
+    summary: dict[str, Any] = {
+        "modes": [r["mode"] for r in results],
+        "model_path": model_path,
+        "random_model": random_info,
+        "versions": vers,
+        "gpu": gpu,
+        "engine_kwargs": spec["engine_kwargs"],
+        "settings": describe_settings(spec["engine_kwargs"]),
+        "dropped_defaults": ctx.dropped_defaults,
+        "server_dropped": ctx.server_dropped,
+        "track_expected": ctx.track_expected,
+        "track_reason": ctx.track_reason,
+        "sampling_params": spec["sampling_params"],
+        "num_prompts": len(spec["prompts"]),
+        "workload": ctx.workload,
+        "not_started": ctx.not_started,
+        "runs": [],
+    }
+    for r in results:
+        summary["runs"].append(
+            {
+                k: r.get(k)
+                for k in (
+                    "mode",
+                    "throwaway",
+                    "ok",
+                    "pid",
+                    "returncode",
+                    "error",
+                    "wall_seconds",
+                    "stats",
+                    "report_problems",
+                )
+            }
+        )
     return summary
 
 
@@ -698,12 +825,11 @@ def _failed_runs_text(results: list[dict[str, Any]], verbose: bool) -> str:
     """The failure line of runs that failed: what failed and where its log is, no guess at the cause."""
     failed = [(i, r) for i, r in enumerate(results) if not r.get("ok")]
     errors = "; ".join(dict.fromkeys(str(r.get("error")) for _, r in failed))
+    logs = [str(r["log"]) for _, r in failed if r.get("log")]  # a server never started has none
     where = (
         "see the engine output above (--verbose)"
         if verbose
-        else (
-            f"see {'its log' if len(failed) == 1 else 'the logs'}: " + ", ".join(str(r.get("log")) for _, r in failed)
-        )
+        else (f"see {'its log' if len(logs) == 1 else 'the logs'}: " + ", ".join(logs))
     )
     if len(failed) == len(results):
         return f"all {len(results)} runs failed ({errors}), nothing was compared; {where}"

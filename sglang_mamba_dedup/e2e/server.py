@@ -21,6 +21,7 @@ Both return what :func:`.engine.run_in_subprocess` returns, so the driver compar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -31,13 +32,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import faults, switch
 from ..report import REPORT_DIR_ENV
-from .workload import flush_with_retry, run_plan
+from .workload import Generate, flush_with_retry, run_plan
 
 #: Engine keywords whose ``None`` the server's command line spells as the choice "none".
 _NONE_IS_A_CHOICE = ("grammar_backend",)
@@ -141,15 +142,25 @@ def flush_once(base_url: str, timeout: float = 30.0) -> bool | None:
         raise
 
 
-def generate(base_url: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """The run plan of ``spec`` (:func:`.workload.run_plan`) over HTTP; the result fields of a run."""
-    key = "input_ids" if spec["prompt_format"] == "ids" else "text"
+def http_generate(base_url: str, prompt_format: str, timeout: float) -> Generate:
+    """``generate(prompts, sampling_params) -> answers`` over ``POST /generate`` (token ids for ``"ids"``)."""
+    key = "input_ids" if prompt_format == "ids" else "text"
 
     def gen(batch: list[Any], sampling: dict[str, Any]) -> list[dict]:
         out = _request(base_url + "/generate", {key: batch, "sampling_params": sampling}, timeout)
         return out if isinstance(out, list) else [out]
 
-    return run_plan(spec, gen, lambda: flush_with_retry(lambda: flush_once(base_url, min(timeout, 60.0))))
+    return gen
+
+
+def http_flush(base_url: str, timeout: float) -> Callable[[], bool | None]:
+    """Empty the server's prefix cache, retried while it refuses (:func:`.workload.flush_with_retry`)."""
+    return lambda: flush_with_retry(lambda: flush_once(base_url, min(timeout, 60.0)))
+
+
+def generate(base_url: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """The run plan of ``spec`` (:func:`.workload.run_plan`) over HTTP; the result fields of a run."""
+    return run_plan(spec, http_generate(base_url, spec["prompt_format"], timeout), http_flush(base_url, timeout))
 
 
 def stop(proc: subprocess.Popen, grace: float = 30.0) -> None:
@@ -186,6 +197,51 @@ def plugin_lines(log_path: Path) -> list[str]:
     return [ln.rstrip() for ln in log_path.read_text(errors="replace").splitlines() if "sglang-mamba-dedup" in ln]
 
 
+@contextlib.contextmanager
+def launched(
+    engine_kwargs: dict[str, Any],
+    mode: str,
+    report_dir: Path,
+    log_path: Path,
+    *,
+    timeout: float = 1200.0,
+    verbose: bool = False,
+    command: CommandBuilder = server_command,
+) -> Iterator[dict[str, Any]]:
+    """A ``launch_server`` of ``mode`` on a free local port, stopped (its whole process group) when the block
+    ends, also on an exception or Ctrl-C; modes "on" and "fault" add the launch flag.
+
+    Yields ``{"mode", "command", "base_url", "pid", "error"}`` once ``/health`` answers (``error`` None) or the
+    start failed (``error`` says why); ``returncode`` is added after the stop.
+    """
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = os.environ.copy()
+    env.pop(switch.ENV, None)  # off: the plugin stays off; on / fault: the flag alone switches it on
+    faults.set_env(env, mode == "fault")  # the negative control: the plugin on, its commit deliberately broken
+    env[REPORT_DIR_ENV] = str(report_dir)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    cmd = command(engine_kwargs, port, mode != "off")
+    info: dict[str, Any] = {"mode": mode, "command": cmd, "base_url": base, "error": None}
+    with open(log_path, "w") as log:
+        # cwd: the run's own folder, so nothing in the caller's directory shadows installed packages
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=str(log_path.parent),
+            stdout=None if verbose else log,
+            stderr=None if verbose else subprocess.STDOUT,
+            start_new_session=True,
+        )
+        info["pid"] = proc.pid
+        try:
+            info["error"] = wait_healthy(base, proc, timeout)
+            yield info
+        finally:
+            stop(proc)  # also on KeyboardInterrupt: no server is left behind
+            info["returncode"] = proc.returncode
+
+
 def run_server(
     spec: dict[str, Any],
     mode: str,
@@ -198,40 +254,22 @@ def run_server(
     versions: Callable[[], dict[str, Any]] = dict,
     gpu: Callable[[], dict[str, Any]] = dict,
 ) -> dict[str, Any]:
-    """One run through a fresh ``launch_server``; modes "on" and "fault" add the launch flag."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = os.environ.copy()
-    env.pop(switch.ENV, None)  # off: the plugin stays off; on / fault: the flag alone switches it on
-    faults.set_env(env, mode == "fault")  # the negative control: the plugin on, its commit deliberately broken
-    env[REPORT_DIR_ENV] = str(report_dir)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    cmd = command(spec["engine_kwargs"], port, mode != "off")
+    """One run through a fresh ``launch_server`` (:func:`launched`)."""
     t0 = time.time()
-    result: dict[str, Any] = {"mode": mode, "ok": False, "command": cmd, "base_url": base}
-    with open(log_path, "w") as log:
-        # cwd: the run's own folder, so nothing in the caller's directory shadows installed packages
-        proc = subprocess.Popen(
-            cmd,
-            env=env,
-            cwd=str(log_path.parent),
-            stdout=None if verbose else log,
-            stderr=None if verbose else subprocess.STDOUT,
-            start_new_session=True,
-        )
-        result["pid"] = proc.pid
+    result: dict[str, Any] = {"mode": mode, "ok": False}
+    with launched(
+        spec["engine_kwargs"], mode, report_dir, log_path, timeout=timeout, verbose=verbose, command=command
+    ) as info:
+        result.update(info)
         try:
-            problem = wait_healthy(base, proc, timeout)
-            if problem:
-                result["error"] = problem
-            else:
-                result.update(generate(base, spec, timeout))
+            if not info["error"]:
+                result.update(generate(info["base_url"], spec, timeout))
                 result["ok"] = True
         except (urllib.error.URLError, OSError, ValueError) as exc:
             result["error"] = f"request failed: {type(exc).__name__}: {exc}"
-        finally:
-            stop(proc)  # also on KeyboardInterrupt: no server is left behind
-    result["returncode"] = proc.returncode
+    result["returncode"] = info["returncode"]
+    if result.get("error") is None:
+        result.pop("error", None)
     result["wall_seconds"] = time.time() - t0
     result["plugin_log_lines"] = plugin_lines(log_path)
     result["versions"] = versions()

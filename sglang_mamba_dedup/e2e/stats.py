@@ -1,6 +1,8 @@
 """The e2e driver's statistics (pure): a run's tokens, rates, cached tokens and md5s (:func:`run_stats`), the
 run schedule (a throwaway start, then alternating modes), per-mode median and min-max, and the off/on
-comparison that says "within noise" when the ranges overlap. No single-run ratios."""
+comparison that says "within noise" when the ranges overlap (no ratio of single runs: separate processes differ
+by 8-12 %). For two servers side by side (``--throughput``, :mod:`.paired`): the pair order (A B, B A, ...), the
+schedule of the pairs, and the per-pair on/off ratios with their median and min-max."""
 
 from __future__ import annotations
 
@@ -167,3 +169,75 @@ def throughput_sample(stats: Mapping[str, Any]) -> dict[str, float | None]:
         "batch1": (stats.get("batch1") or {}).get("tokens_per_s"),
         "full": rounds[0].get("tokens_per_s") if rounds else None,
     }
+
+
+# ----------------------------------------------------------------------------- paired servers (--throughput)
+def pair_order(k: int) -> tuple[str, str]:
+    """The order of pair ``k`` (0-based) of a phase: A B, then B A, ... (off first in even pairs), so a drift in
+    time (clocks, temperature, caches) weighs on both modes alike."""
+    return ("off", "on") if k % 2 == 0 else ("on", "off")
+
+
+def pair_schedule(counts: Mapping[str, int]) -> list[tuple[str, int]]:
+    """The pairs of every phase as ``(phase, k)``, in the order they run: first pair 0 of each phase (the first
+    request of each mode after the warm-up, reported apart), then the timed pairs 1..N of the phases
+    interleaved in proportion, so that a time budget that ends the run early cuts every phase alike."""
+    plan = [(phase, 0) for phase, n in counts.items() if n > 0]
+    done = {phase: 0 for phase in counts}
+    while True:
+        left = [p for p, n in counts.items() if done[p] < n]
+        if not left:
+            return plan
+        phase = min(left, key=lambda p: ((done[p] + 1) / counts[p], list(counts).index(p)))
+        done[phase] += 1
+        plan.append((phase, done[phase]))
+
+
+def pair_stats(pairs: Sequence[Mapping[str, float | None]], min_pairs: int = MIN_RUNS_TO_COMPARE) -> dict[str, Any]:
+    """The statistics of one phase's timed pairs (``{"off": tok/s, "on": tok/s}`` each): the per-pair ratio
+    on/off (> 1: on faster), its median and min-max, and each mode's :func:`spread` of tok/s.
+
+    ``verdict``: "within noise" when the ratio range includes 1, "on faster" / "on slower" when it does not,
+    "not compared" below ``min_pairs`` pairs.
+    """
+    ratios = [float(on) / float(off) for p in pairs if (on := p.get("on")) and (off := p.get("off"))]
+    res: dict[str, Any] = {
+        "ratio": spread(ratios),
+        "off": spread([p.get("off") for p in pairs]),
+        "on": spread([p.get("on") for p in pairs]),
+    }
+    r = res["ratio"]
+    if r is None or r["runs"] < min_pairs:
+        res["verdict"] = "not compared"
+        res["text"] = f"not compared: {0 if r is None else r['runs']} pairs ({min_pairs} needed)"
+    elif r["min"] <= 1.0 <= r["max"]:
+        res["verdict"] = "within noise"
+        res["text"] = "within noise: the on/off range includes 1"
+    else:
+        res["verdict"] = "on faster" if r["min"] > 1.0 else "on slower"
+        res["text"] = f"{res['verdict']} in every pair"
+    return res
+
+
+def pair_table(stats: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str]) -> list[str]:
+    """The per-phase :func:`pair_stats` as a Markdown table."""
+
+    def cell(s: Mapping[str, Any] | None, fmt: Any = fmt_rate) -> str:
+        return "n/a" if not s else f"{fmt(s['median'])} ({fmt(s['min'])} - {fmt(s['max'])})"
+
+    lines = [
+        "| phase | pairs | on/off median (min - max) | off tok/s median (min - max) "
+        "| on tok/s median (min - max) | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for phase, st in stats.items():
+        n = st["ratio"]["runs"] if st.get("ratio") else 0
+        lines.append(
+            f"| {labels.get(phase, phase)} | {n} | {cell(st.get('ratio'), fmt_ratio)} | {cell(st.get('off'))} "
+            f"| {cell(st.get('on'))} | {st['text']} |"
+        )
+    return lines
+
+
+def fmt_ratio(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"

@@ -171,12 +171,12 @@ def flush_with_retry(
     return False
 
 
-def _batches(prompts: Sequence[Any], batch_size: int) -> list[list[Any]]:
+def split_batches(prompts: Sequence[Any], batch_size: int) -> list[list[Any]]:
     bs = int(batch_size or 0) or len(prompts)
     return [list(prompts[i : i + bs]) for i in range(0, len(prompts), bs)]
 
 
-def _timed(
+def timed(
     generate: Generate, batches: list[list[Any]], sampling: dict[str, Any], clock: Callable[[], float]
 ) -> dict[str, Any]:
     outputs: list[dict] = []
@@ -216,18 +216,18 @@ def run_plan(
     warm = int(spec.get("warmup_tokens") or 0)
     if warm:
         n = sampling["max_new_tokens"] if warm < 0 else warm
-        for batch in _batches(prompts, bs):
+        for batch in split_batches(prompts, bs):
             generate(batch, dict(sampling, max_new_tokens=n))
         if b1:
             n1 = b1["max_new_tokens"] if warm < 0 else warm
             generate([prompts[b1["prompt_index"]]], dict(sampling, max_new_tokens=n1))
     flushes = [flush()]
-    round1 = _timed(generate, _batches(prompts, bs), sampling, clock)
+    round1 = timed(generate, split_batches(prompts, bs), sampling, clock)
     second = round2_prompts(prompts, round1["outputs"], spec.get("round2_suffixes") or [], fmt)
-    round2 = _timed(generate, _batches(second, bs), sampling, clock)
+    round2 = timed(generate, split_batches(second, bs), sampling, clock)
     res: dict[str, Any] = {"rounds": [round1, round2], "cache_flushes": flushes}
     if b1:
         flushes.append(flush())
         one = [[prompts[b1["prompt_index"]]]]
-        res["phases"] = {"batch1": _timed(generate, one, dict(sampling, max_new_tokens=b1["max_new_tokens"]), clock)}
+        res["phases"] = {"batch1": timed(generate, one, dict(sampling, max_new_tokens=b1["max_new_tokens"]), clock)}
     return res

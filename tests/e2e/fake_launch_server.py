@@ -5,8 +5,9 @@ ids, the same with and without the flag unless FAKE_SERVER_DIFFER=1; ``cached_to
 of an earlier sequence since the last flush), prints an activation line like the plugin's when
 ``--enable-mamba-conv-dedup`` is given, and spawns a child "scheduler" process that writes a status report
 into SGLANG_MAMBA_DEDUP_REPORT_DIR, so the driver's stop must take the whole process group down.
-FAKE_SERVER_FAIL=1 exits before it is healthy; FAKE_SERVER_NO_TRACK=1 reports no commit with track slots;
-FAKE_SERVER_LOG=path appends every request's path there.
+FAKE_SERVER_FAIL=1 exits before it is healthy (FAKE_SERVER_FAIL=on: only with the flag); FAKE_SERVER_NO_TRACK=1
+reports no commit with track slots; FAKE_SERVER_LOG=path appends "off|on PATH" of every request there;
+FAKE_SERVER_CHILD_PID_FILE=path appends the child's pid there.
 """
 
 import argparse
@@ -30,7 +31,8 @@ if d:
         ev["dedup_layout"] = {"state": "upstream", "reason": None, "dense_bytes": 200, "physical_bytes": 100}
     doc = {"pid": os.getpid(), "mode": "on" if flag else "off", "sglang": "fake", "events": ev, "patches": {}}
     Path(d, f"status-{os.getpid()}.json").write_text(json.dumps(doc))
-Path(sys.argv[2]).write_text(str(os.getpid()))
+with open(sys.argv[2], "a") as f:
+    f.write(f"{os.getpid()}\\n")
 time.sleep(3600)
 """
 
@@ -41,7 +43,8 @@ def main():
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--enable-mamba-conv-dedup", action="store_true")
     args, _ = ap.parse_known_args()
-    if os.environ.get("FAKE_SERVER_FAIL") == "1":
+    fail = os.environ.get("FAKE_SERVER_FAIL")
+    if fail == "1" or (fail == "on" and args.enable_mamba_conv_dedup):
         print("fake server: failing on purpose", flush=True)
         sys.exit(7)
     flag = args.enable_mamba_conv_dedup
@@ -85,7 +88,7 @@ def main():
         def do_POST(self):
             if request_log:
                 with open(request_log, "a") as f:
-                    f.write(self.path + "\n")
+                    f.write(f"{'on' if flag else 'off'} {self.path}\n")
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             if self.path == "/flush_cache":
                 seen.clear()
