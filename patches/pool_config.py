@@ -321,10 +321,13 @@ def _warn_admission(wrapped, instance, info: dict[str, Any]) -> None:
             f"lower --speculative-num-draft-tokens (now {info['draft_tokens']}; each draft token is up to "
             f"{(per.ssm_scratch + per.conv_scratch_dense) / (1 << 20):.1f} MiB of verify scratch per request)",
         )
-    replay_known = "enable_linear_replayssm_spec" in getattr(getattr(instance, "server_args", None), "__dict__", {})
+    sa = getattr(instance, "server_args", None)
+    replay_flag = next(
+        (n for n in ("enable_linear_replayssm_spec", "enable_gdn_replayssm_spec") if hasattr(sa, n)), None
+    )
     linear = getattr(instance, "hybrid_gdn_config", None) is not None
-    if info.get("draft_tokens") and not info.get("replayssm") and replay_known and linear:
-        lifts.insert(1, "add --enable-linear-replayssm-spec (no per-draft SSM scratch)")
+    if info.get("draft_tokens") and not info.get("replayssm") and replay_flag and linear:
+        lifts.insert(1, f"add --{replay_flag.replace('_', '-')} (no per-draft SSM scratch)")
     logger.warning(
         "sglang-mamba-dedup: the mamba state pool caps running requests at %d of the %d asked for "
         "(%d mamba slots, %d per request%s). To lift it: %s. `sglang-mamba-dedup plan` shows the sizing.",

@@ -255,6 +255,14 @@ def plan(args) -> dict[str, Any]:
         shape = dataclasses.replace(shape, ssm_dtype=args.mamba_ssm_dtype)
     if args.enable_linear_replayssm_spec and shape.mixer != "gdn":
         raise PlanError(f"--enable-linear-replayssm-spec covers Gated DeltaNet models only, not {shape.mixer}")
+    if args.enable_linear_replayssm_spec:
+        from ..testing import estimator
+
+        if "enable_linear_replayssm_spec" not in estimator.server_args_fields():
+            raise PlanError(
+                f"SGLang {versions.installed_sglang_version()} has no --enable-linear-replayssm-spec "
+                "(0.5.17+; 0.5.16 spells it --enable-gdn-replayssm-spec and its estimator does not price it)"
+            )
     if args.weights_gb is not None:
         weights_gb = args.weights_gb
     elif weights is not None:

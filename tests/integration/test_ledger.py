@@ -104,7 +104,9 @@ def test_ledger_compares_with_the_estimator_reservation(excess, caplog):
         assert line.levelno == logging.WARNING and f"{excess} bytes) more is allocated than was reserved" in text
         assert "largest buffers: intermediate_ssm" in text
     elif excess > 0:
-        assert line.levelno == logging.INFO and f"; {excess} bytes of bookkeeping tensors beyond the reservation" in text
+        assert (
+            line.levelno == logging.INFO and f"; {excess} bytes of bookkeeping tensors beyond the reservation" in text
+        )
     else:
         assert line.levelno == logging.INFO and "beyond" not in text and "more is allocated" not in text
 
@@ -166,10 +168,16 @@ def test_ledger_reserved_covers_allocated(variant, caplog):
         (line,) = [r for r in caplog.records if "mamba memory ledger" in r.getMessage()]
         assert line.levelno == logging.WARNING
         return
-    slot = sizing.request_bytes(cp, 4, dedup=True).state
-    assert allocated <= reserved <= allocated + slot, (allocated, reserved, doc["buffers"], decision)
+    per = sizing.request_bytes(cp, 4, dedup=True)
+    # SGLang's bookkeeping tensors (0.5.12's int64 free-slot list) are no estimator's business: the ledger's
+    # own tolerance (INFO, with their bytes)
+    assert allocated - reserved <= ledger.BOOKKEEPING_BYTES, (allocated, reserved, doc["buffers"], decision)
+    # 0.5.12 reserves a scratch row for every request asked for, also those the mamba pool will not admit:
+    # left as SGLang sized it (the plugin reserves more where needed, never less)
+    unadmitted = max(0, 16 - est.running) if iu.SGLANG_VERSION == "0.5.12" else 0
+    assert reserved - allocated <= per.state + unadmitted * per.scratch, (allocated, reserved, decision)
     (line,) = [r for r in caplog.records if "mamba memory ledger" in r.getMessage()]
-    assert line.levelno == logging.INFO
+    assert line.levelno == logging.INFO and "more is allocated" not in line.getMessage()
     if variant == "replayssm":
         assert decision["applied"] is True and decision["top_up_bytes"] > 0
 
@@ -190,3 +198,33 @@ def test_ledger_stock_gap_is_reported(variant, capsys):
         assert est_on.slots == est.slots
         if decision.get("applied"):
             assert decision["top_up_bytes"] == -gap > 0
+
+
+@pytest.mark.parametrize("budget_gb, capped", [(0.0002, True), (0.05, False)], ids=["capped", "fits"])
+def test_admission_warning_when_the_mamba_pool_caps_running_requests(budget_gb, capped, caplog, monkeypatch):
+    """One WARNING per scheduler with the numbers and what would lift the cap; nothing when the requests fit."""
+    monkeypatch.setattr(pool_config, "_admission_warned", [])
+    cp = _cp_odd()
+    with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        est = estimator.run(cp, total_rest_gb=budget_gb, device="cpu", max_running_requests=16, gdn=True)
+        estimator.run(cp, total_rest_gb=budget_gb, device="cpu", max_running_requests=16, gdn=True)
+    lines = [r for r in caplog.records if "caps running requests" in r.getMessage()]
+    assert (est.running < 16) is capped
+    if not capped:
+        assert lines == []
+        return
+    assert len(lines) == 1 and lines[0].levelno == logging.WARNING, "once per process"
+    text = lines[0].getMessage()
+    assert (
+        f"caps running requests at {est.slots // est.ratio} of the 16 asked for ({est.slots} mamba slots, 3 per request"
+        in text
+    )
+    per_draft = sizing.request_bytes(cp, 1, dedup=False)
+    assert (
+        f"lower --speculative-num-draft-tokens (now 4; each draft token is up to {(per_draft.ssm_scratch + per_draft.conv_scratch_dense) / (1 << 20):.1f} MiB"
+        in text
+    )
+    assert "raise --mem-fraction-static" in text and "sglang-mamba-dedup plan" in text
+    fields = estimator.server_args_fields()
+    flag = next((n for n in ("enable_linear_replayssm_spec", "enable_gdn_replayssm_spec") if n in fields), None)
+    assert (flag is not None) == (f"add --{flag or ''}".replace("_", "-") in text)
