@@ -37,3 +37,20 @@ def test_demo_honours_strict_and_rejects_bad_input(monkeypatch, capsys):
         with pytest.raises(SystemExit) as e:
             demo.main(bad)
         assert e.value.code == 2
+
+
+def test_demo_on_a_mamba2_model_with_bf16_ssm(capsys):
+    """Nemotron-H-8B (bf16 SSM): head_dim != state, conv dim 10240; the demo's bytes follow the shape table."""
+    from sglang_mamba_dedup.testing import shapes
+
+    assert demo.main(["--model", "nemotron-h-8b-bf16", "--slots", "1", "--draft-tokens", "3"]) == 0
+    out = capsys.readouterr().out
+    s = shapes.NEMOTRON_H_8B_BF16
+    mib = 1 << 20
+    ssm = [float(x) for x in _row(out, "ssm_state").split()[1::2]]
+    expected_ssm = 2 * s.gdn_layers * 128 * 64 * 128 * 2 / mib  # (slots + 1) rows, bf16
+    assert ssm == [pytest.approx(expected_ssm, abs=0.01)] * 3
+    physical = [float(x) for x in _row(out, "intermediate_conv_window (physical)").split()[2::2]]
+    dense_row = 2 * s.gdn_layers * 3 * s.conv_dim * 3 * 2 / mib  # rows x layers x D x dim x (K-1) x bf16
+    assert physical[0] == pytest.approx(dense_row, abs=0.01)
+    assert physical[2] == pytest.approx(dense_row * (3 + 4 - 2) / (3 * 3), abs=0.01)

@@ -58,13 +58,23 @@ def _compare(stock, ours, cfg):
     assert stock.step_md5s == ours.step_md5s
 
 
+#: A Mamba2 (Nemotron-H) layer in small: SSM heads x head_dim x state with head_dim != state, conv dim
+#: heads*head_dim + 2*groups*state (4*8 + 2*2*16 = 96), the SSM state in bf16 as Nemotron-H often keeps it.
+MAMBA2_SMALL = dict(num_heads=4, head_dim=8, state_size=16, conv_dim=4 * 8 + 2 * 2 * 16, ssm_dtype=torch.bfloat16)
+
+
 @pytest.mark.parametrize(
-    "draft_tokens,conv_kernel,batch,conv_dtype",
-    [(4, 4, 3, torch.float32), (3, 3, 2, torch.float32), (4, 4, 3, torch.bfloat16)],
-    ids=["D4-K4-bs3-fp32", "D3-K3-bs2-fp32", "D4-K4-bs3-bf16"],
+    "draft_tokens,conv_kernel,batch,conv_dtype,shape",
+    [
+        (4, 4, 3, torch.float32, {}),
+        (3, 3, 2, torch.float32, {}),
+        (4, 4, 3, torch.bfloat16, {}),
+        (4, 4, 3, torch.float32, MAMBA2_SMALL),
+    ],
+    ids=["D4-K4-bs3-fp32", "D3-K3-bs2-fp32", "D4-K4-bs3-bf16", "mamba2-D4-K4-bs3-bf16ssm"],
 )
 def test_speculative_decode_simulation_stock_vs_plugin(
-    kernel_impl, draft_tokens, conv_kernel, batch, conv_dtype, capsys
+    kernel_impl, draft_tokens, conv_kernel, batch, conv_dtype, shape, capsys
 ):
     cfg = iu.SimConfig(
         draft_tokens=draft_tokens,
@@ -73,6 +83,7 @@ def test_speculative_decode_simulation_stock_vs_plugin(
         steps=32,
         conv_dtype=conv_dtype,
         check_outputs=conv_dtype != torch.bfloat16,
+        **shape,
     )
     stock = _run(cfg, on=False)
     ours = _run(cfg, on=True)
