@@ -31,6 +31,7 @@ from .reports import (
     check_off,
     commit_counts,
     describe_report,
+    expected_ranks,
     layout_of,
     read_reports,
     scheduler_reports,
@@ -742,7 +743,12 @@ def _plugin_status(
             summary["runs"][i]["engaged"] = None
             summary["runs"][i]["scheduler_report"] = sched[0] if sched else None
         elif r["mode"] in ("on", "fault"):
-            ok, reasons, rep = check_engaged(reports, parent, expect_track=ctx.track_expected)
+            ok, reasons, rep = check_engaged(
+                reports,
+                parent,
+                expect_track=ctx.track_expected,
+                expect_ranks=expected_ranks(summary.get("engine_kwargs")),
+            )
             if r["mode"] == "fault":
                 with_fault = [s for s in sched if (s.get("events") or {}).get("fault") == faults.COMMIT_STEP0]
                 if not with_fault:

@@ -65,8 +65,14 @@ def scheduler_reports(reports: list[dict], parent_pid: int | None) -> list[dict]
     return [r for r in reports if parent_pid is None or r.get("pid") != parent_pid]
 
 
+def expected_ranks(engine_kwargs: dict | None) -> int:
+    """Scheduler processes that each build a pool and commit: one per tensor- and pipeline-parallel rank."""
+    kw = engine_kwargs or {}
+    return max(1, int(kw.get("tp_size") or 1)) * max(1, int(kw.get("pp_size") or 1))
+
+
 def check_engaged(
-    reports: list[dict], parent_pid: int | None, expect_track: bool = False
+    reports: list[dict], parent_pid: int | None, expect_track: bool = False, expect_ranks: int = 1
 ) -> tuple[bool, list[str], dict | None]:
     """Did the plugin engage in a scheduler process? Returns (engaged, reasons/evidence, report).
 
@@ -74,7 +80,8 @@ def check_engaged(
     the ``Engine``) whose pool has the dedup layout in place ("ours" or "upstream"), saves bytes
     (dense > physical), and whose commits ran through our kernels (``ours_commit_calls`` > 0); with
     ``expect_track`` also commits with track slots (``ours_track_commit_calls`` > 0). Every scheduler
-    report with a pool must pass (one per TP/PP rank).
+    report with a pool must pass (one per TP/PP rank), and there must be ``expect_ranks`` of them: a rank whose
+    scheduler wrote no report, or built its pool without the plugin, fails the check.
     """
     if not reports:
         return (
@@ -104,6 +111,11 @@ def check_engaged(
             r,
         )
     reasons: list[str] = []
+    if len(with_pool) < expect_ranks:
+        reasons.append(
+            f"only {len(with_pool)} of {expect_ranks} scheduler processes (one per TP/PP rank) reported a pool "
+            f"built through the plugin (pids {sorted(r.get('pid') for r in with_pool)})"
+        )
     for r in with_pool:
         lay = layout_of(r) or {}
         counts = commit_counts(r)

@@ -89,3 +89,21 @@ def test_track_proof_in_the_engagement_check():
         [status_report(200), status_report(201, ours_track=0)], 100, expect_track=True
     )
     assert not ok and reasons[0].startswith("pid 201")
+
+
+def test_every_tp_rank_must_report_an_engaged_pool():
+    """TP=2: two scheduler processes, each with its own pool and commit. A rank whose scheduler wrote no report
+    (or built its pool without the plugin) fails the check, even when the other rank engaged."""
+    assert e2e_reports.expected_ranks({"tp_size": 2}) == 2
+    assert e2e_reports.expected_ranks({"tp_size": 2, "pp_size": 2}) == 4
+    assert e2e_reports.expected_ranks(None) == e2e_reports.expected_ranks({"tp_size": None}) == 1
+    both = [status_report(100, state=None, calls=0, ours=0), status_report(200), status_report(201)]
+    ok, reasons, _ = e2e_reports.check_engaged(both, parent_pid=100, expect_ranks=2)
+    assert ok, reasons
+    one = [status_report(100, state=None, calls=0, ours=0), status_report(200)]
+    ok, reasons, _ = e2e_reports.check_engaged(one, parent_pid=100, expect_ranks=2)
+    assert not ok and any("only 1 of 2 scheduler processes" in r for r in reasons), reasons
+    no_pool = [*one, status_report(201, state=None)]  # rank 1's pool built without the plugin
+    ok, reasons, _ = e2e_reports.check_engaged(no_pool, parent_pid=100, expect_ranks=2)
+    assert not ok
+    assert e2e_reports.check_engaged(one, parent_pid=100)[0], "a single-GPU run still needs one rank"
