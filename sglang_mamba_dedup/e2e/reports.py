@@ -114,7 +114,7 @@ def check_engaged(
     if len(with_pool) < expect_ranks:
         reasons.append(
             f"only {len(with_pool)} of {expect_ranks} scheduler processes (one per TP/PP rank) reported a pool "
-            f"built through the plugin (pids {sorted(r.get('pid') for r in with_pool)})"
+            f"built through the plugin (pids {sorted(str(r.get('pid')) for r in with_pool)})"
         )
     for r in with_pool:
         lay = layout_of(r) or {}
