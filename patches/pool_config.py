@@ -18,6 +18,11 @@ Wraps
     windows). The same budget then yields more mamba slots; SGLang's arithmetic is not copied. The scope:
     ``get_spec().override(...)`` (SGLang's own scoped override) on 0.5.17+, the ``server_args`` attribute,
     restored in ``finally``, before. The estimator runs once, at start-up, in the scheduler process.
+    After the call the wrapper predicts what the deduplicated pool will allocate (:mod:`sglang_mamba_dedup.sizing`)
+    and reserves what SGLang's estimate left out, out of the KV cache's share (:func:`_top_up`: the padding rows
+    on older releases; under ReplaySSM, which reserves no per-draft scratch, the conv-window scratch and spec
+    cursors), records the reservation for the ledger, and warns once when the mamba pool caps the running
+    requests (:func:`_warn_admission`).
 Undone by ``sglang_mamba_dedup.revert()``.
 """
 
