@@ -194,9 +194,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def describe_per_request(params) -> dict[str, int]:
     """Bytes of one request's persistent conv and SSM state (what SGLang's estimator multiplies by D)."""
-    import math
+    from .. import sizing
 
-    layers = len(params.layers)
-    conv = sum(math.prod(cs) for cs in params.shape.conv) * params.dtype.conv.itemsize * layers
-    ssm = math.prod(params.shape.temporal) * params.dtype.temporal.itemsize * layers
-    return {"conv": conv, "ssm": ssm}
+    return {"conv": sizing.conv_bytes(params), "ssm": sizing.ssm_bytes(params)}
