@@ -84,7 +84,7 @@ def test_ledger_envelope_views_of_one_buffer_count_once():
 
 
 @pytest.mark.parametrize(
-    "excess", [-1000, 32, ledger.BOOKKEEPING_BYTES + 1], ids=["reserved-covers", "bookkeeping", "allocated-exceeds"]
+    "excess", [-1000, 32, 1 << 20], ids=["reserved-covers", "bookkeeping", "allocated-exceeds-1MiB"]
 )
 def test_ledger_compares_with_the_estimator_reservation(excess, caplog):
     """More allocated than reserved is a WARNING with the excess and the largest buffers; a few bytes of
