@@ -87,10 +87,12 @@ def last_summary() -> str | None:
 def _say(level: int, msg: str, *, visible: bool = False) -> None:
     """Log the activation line. ``visible``: the user asked for the plugin, so the line must reach them even
     where logging is not configured yet (SGLang loads plugins before it sets up logging; Python's fallback
-    handler prints only WARNING and above): then it goes to stderr as well, once."""
+    handler prints only WARNING and above): then it goes to stderr as well, once. A logger turned down on
+    purpose (its own level above ``level``, as ``sglang-mamba-dedup plan`` does) is obeyed."""
     global _last_summary
     _last_summary = msg
-    if level >= logging.WARNING or not visible or (logger.isEnabledFor(level) and _handled(level)):
+    silenced = logger.level > level  # NOTSET (0) unless someone set it
+    if level >= logging.WARNING or not visible or silenced or (logger.isEnabledFor(level) and _handled(level)):
         logger.log(level, msg)
     else:
         sys.stderr.write(msg + "\n")

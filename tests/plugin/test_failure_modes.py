@@ -113,6 +113,23 @@ def test_activation_line_reaches_stderr_without_logging_configured(monkeypatch, 
     assert err.count("sglang-mamba-dedup") == 1 and "applied" in err, err
 
 
+def test_activation_line_obeys_a_logger_turned_down(monkeypatch, capsys):
+    """``sglang-mamba-dedup plan`` turns the plugin's logger down to ERROR while it runs SGLang's estimator with
+    the plugin applied: the activation line must not leak to stderr through the not-configured-yet path."""
+    monkeypatch.setenv(activation.ENV, "1")
+    root, ours = logging.getLogger(), logging.getLogger("sglang_mamba_dedup")
+    saved = root.handlers[:], root.level, ours.level
+    root.handlers = []
+    root.setLevel(logging.WARNING)
+    ours.setLevel(logging.ERROR)
+    try:
+        activation.register()
+    finally:
+        root.handlers, _, _ = saved[0], root.setLevel(saved[1]), ours.setLevel(saved[2])
+    assert "applied" in activation.last_summary(), activation.last_summary()  # it ran and decided
+    assert "sglang-mamba-dedup" not in capsys.readouterr().err
+
+
 # 6. programmatic apply wins over an unset switch ----------------------------------------------------------
 def test_manual_apply_survives_load_plugins_with_the_switch_unset(monkeypatch):
     monkeypatch.delenv(activation.ENV, raising=False)
