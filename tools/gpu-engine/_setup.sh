@@ -87,7 +87,14 @@ standin_engine_args=(
 collect_outputs() {  # collect_outputs WORK LOG_GLOB LOG_OUT REPORTS_OUT [KEY_PREFIX]
   # KEY_PREFIX given: the reports are added to REPORTS_OUT (if there) under "<KEY_PREFIX>reports-*/status-*.json"
   local work=$1 glob=$2 log_out=$3 reports_out=$4 prefix=${5:-} f
-  for f in "$work"/$glob; do [ -f "$f" ] && { echo "===== $prefix$(basename "$f")"; tail -c 300000 "$f"; }; done > "$log_out"
+  # a log over 300 kB keeps its first 100 kB (the start-up: memory lines, patches) and its last 200 kB
+  for f in "$work"/$glob; do
+    [ -f "$f" ] || continue
+    echo "===== $prefix$(basename "$f")"
+    if [ "$(stat -c %s "$f")" -le 300000 ]; then cat "$f"; else
+      head -c 100000 "$f"; echo; echo "[... $(( $(stat -c %s "$f") - 300000 )) bytes left out ...]"; tail -c 200000 "$f"
+    fi
+  done > "$log_out"
   python3 - "$work" "$reports_out" "$prefix" <<'PY'
 import json, pathlib, sys
 work, dest, prefix = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3]

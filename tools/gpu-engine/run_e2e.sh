@@ -22,6 +22,7 @@
 #      preset (default qwen3.5-0.8b; nemotron-h-mini / nemotron-h-mini-bf16: Mamba2, Nemotron-H-8B's state),
 #      built once per preset into /tmp/smd-model-<preset>. E2E_SERVER_TOO=1 runs the launch_server route
 #      (off,on) after the offline runs, with the same options; the exit status is the first nonzero.
+#      E2E_KEEP_WORK=1 keeps the workdirs ($OUT/work*, whole logs and status reports) for the caller.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -63,6 +64,6 @@ collect_outputs "$OUT/work" 'run-*.log' "$OUT/runs.log" "$OUT/reports.json"
 if [ -d "$OUT/work-server" ]; then
   collect_outputs "$OUT/work-server" 'run-*.log' "$OUT/runs-server.log" "$OUT/reports.json" server/
 fi
-rm -rf "$OUT/work" "$OUT/work-server"
+[ "${E2E_KEEP_WORK:-0}" = 1 ] || rm -rf "$OUT/work" "$OUT/work-server"  # run_memory.sh reads the whole logs
 stamp "e2e exit code $rc"
 exit "$rc"
