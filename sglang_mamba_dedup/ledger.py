@@ -83,17 +83,22 @@ def state_bytes(cache: Any) -> int:
 def build(pool: Any) -> dict[str, Any]:
     """The pool's ledger: per buffer ``logical`` and ``physical`` bytes (storage counted once, charged to
     the first buffer that holds it), the totals, and the estimator's reservation when one was recorded."""
-    seen: set = set()
-    rows: dict[str, dict[str, int]] = {}
+    owner: dict[tuple, str] = {}
+    rows: dict[str, dict[str, Any]] = {}
     for name, ts in buffers(pool):
         logical = physical = 0
+        shares: list[str] = []
         for t in ts:
             logical += t.numel() * t.element_size()
             key = _storage_key(t)
-            if key not in seen:
-                seen.add(key)
+            if key not in owner:
+                owner[key] = name
                 physical += key[2]
+            elif owner[key] != name and owner[key] not in shares:
+                shares.append(owner[key])
         rows[name] = {"logical": logical, "physical": physical}
+        if shares:
+            rows[name]["storage_of"] = shares  # its storage is charged to these buffers
     allocated = sum(r["physical"] for r in rows.values())
     ledger: dict[str, Any] = {
         "pool": type(pool).__name__,
@@ -110,9 +115,13 @@ def build(pool: Any) -> dict[str, Any]:
 
 
 def describe(ledger: dict[str, Any]) -> str:
-    """One line: totals, then each buffer's physical (and logical, where they differ) size."""
+    """One line: totals, then each buffer's physical (and logical, where they differ) size; a buffer whose storage
+    is all counted under other buffers says so."""
     parts = []
     for name, r in ledger["buffers"].items():
+        if r["physical"] == 0 and r.get("storage_of"):
+            parts.append(f"{name}: the storage of {' and '.join(r['storage_of'])}, counted there")
+            continue
         text = f"{name} {r['physical'] / GIB:.3f}"
         if r["logical"] != r["physical"]:
             text += f" (logical {r['logical'] / GIB:.3f})"

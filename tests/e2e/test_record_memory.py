@@ -128,7 +128,10 @@ def test_record_memory_puts_the_planner_beside_each_server(tmp_path, capsys):
         assert rows[mode]["planner"]["running_requests"] == doc[key]["running_requests"]
         assert rows[mode]["planner"]["budget_gb"] == round(139.31 * FRACTION - 1.8, 3)
     table = (out / "memory.md").read_text()
-    assert f"| default | on | no | 212 / {doc['plugin']['mamba_slots']} | 70 / {doc['plugin']['running_requests']} |" in table
+    assert (
+        f"| default | on | no | 212 / {doc['plugin']['mamba_slots']} | 70 / {doc['plugin']['running_requests']} |"
+        in table
+    )
     with open(out / "memory.csv") as f:
         assert [r["mode"] for r in csv.DictReader(f)] == ["off", "on"]
     assert "| default | off |" in capsys.readouterr().out

@@ -50,6 +50,8 @@ def test_ledger_lists_every_buffer_and_counts_each_storage_once(caplog):
     assert win["logical"] == layout.nbytes(mp.mamba_cache.intermediate_conv_window) and win["physical"] == phys
     assert win["physical"] * 4 * 3 == win["logical"] * (4 + 4 - 2)  # (D+K-2)/(D*(K-1)) at D=4, K=4
     assert rows["_intermediate_conv_window_phys"]["physical"] == 0, "a storage is charged once"
+    assert rows["_intermediate_conv_window_phys"]["storage_of"] == ["intermediate_conv_window"]
+    assert "storage_of" not in win
     assert doc["allocated_bytes"] == _independent_storage_bytes(mp) == sum(r["physical"] for r in rows.values())
     assert doc["allocated_bytes"] < doc["logical_bytes"]
     assert "reserved_bytes" not in doc  # no estimate ran in this process
@@ -62,6 +64,9 @@ def test_ledger_lists_every_buffer_and_counts_each_storage_once(caplog):
     )
     lines = [r for r in caplog.records if "mamba memory ledger" in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelno == logging.INFO
+    text = lines[0].getMessage()
+    assert f"intermediate_conv_window {phys / ledger.GIB:.3f} (logical " in text
+    assert "_intermediate_conv_window_phys: the storage of intermediate_conv_window, counted there" in text
 
 
 def test_ledger_envelope_views_of_one_buffer_count_once():

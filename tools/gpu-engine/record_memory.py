@@ -97,9 +97,7 @@ def peak_in(window: tuple[datetime, datetime] | None, samples: dict[int, list[tu
         return None
     lo, hi = window
     peaks = [
-        max(m for _, m in rows)
-        for rows in samples.values()
-        if 2 * sum(lo <= t <= hi for t, _ in rows) > len(rows)
+        max(m for _, m in rows) for rows in samples.values() if 2 * sum(lo <= t <= hi for t, _ in rows) > len(rows)
     ]
     return max(peaks) if peaks else None
 
@@ -188,11 +186,28 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
-CSV_FIELDS = (
-    "variant mode replayssm mamba_slots planner_mamba_slots running_requests planner_running_requests admission_cap "
-    "mamba_gb ledger_allocated_gib ledger_reserved_gib topup_gib planner_reserved_gb planner_budget_gb "
-    "free_before_weights_gb free_after_weights_gb weights_gb free_after_pools_gb max_total_num_tokens peak_gpu_mib"
-).split()
+CSV_FIELDS = [
+    "variant",
+    "mode",
+    "replayssm",
+    "mamba_slots",
+    "planner_mamba_slots",
+    "running_requests",
+    "planner_running_requests",
+    "admission_cap",
+    "mamba_gb",
+    "ledger_allocated_gib",
+    "ledger_reserved_gib",
+    "topup_gib",
+    "planner_reserved_gb",
+    "planner_budget_gb",
+    "free_before_weights_gb",
+    "free_after_weights_gb",
+    "weights_gb",
+    "free_after_pools_gb",
+    "max_total_num_tokens",
+    "peak_gpu_mib",
+]
 
 
 def parser() -> argparse.ArgumentParser:
