@@ -233,3 +233,57 @@ def test_admission_warning_when_the_mamba_pool_caps_running_requests(budget_gb, 
     fields = estimator.server_args_fields()
     flag = next((n for n in ("enable_linear_replayssm_spec", "enable_gdn_replayssm_spec") if n in fields), None)
     assert (flag is not None) == (f"add --{flag or ''}".replace("_", "-") in text)
+
+
+def _pd_decode_pool(cp, est, pre_alloc: int):
+    """SGLang's real PD-decode pool (``HybridMambaDecodeReqToTokenPool``) at the estimator's sizes, with
+    ``pre_alloc`` pre-allocated requests, as ``_init_pools`` builds it on a decode server."""
+    import importlib
+    import inspect
+
+    dec = importlib.import_module("sglang.srt.disaggregation.decode")
+    cls = dec.HybridMambaDecodeReqToTokenPool
+    kw = dict(
+        size=est.running,
+        max_context_len=64,
+        device="cpu",
+        enable_memory_saver=False,
+        cache_params=cp,
+        mamba_layer_ids=list(cp.layers),
+        speculative_num_draft_tokens=4,
+        enable_mamba_extra_buffer=False,
+        pre_alloc_size=pre_alloc,
+        enable_overlap_schedule=True,
+        mamba_size=est.slots,
+    )
+    if "speculative_eagle_topk" in inspect.signature(cls.__init__).parameters:
+        kw["speculative_eagle_topk"] = 1
+    from sglang_mamba_dedup import gate
+
+    with gate.speculative_topk(1):  # what _init_pools publishes where the constructor takes no topk
+        return cls(**kw)
+
+
+@pytest.mark.parametrize("pre_alloc", [0, 5])
+def test_ledger_pd_decode_pre_allocation_is_a_warning(pre_alloc, caplog):
+    """The PD-decode pool allocates speculative scratch for ``size + pre_alloc_size`` rows, from a value the
+    estimator is not given: the plugin does not reserve it (docs/memory.md), and its ledger must say so at
+    WARNING with the excess; without pre-allocation the decode pool is covered like the plain one."""
+    # verify rows of ~50 KiB, so that 5 of them are well above the bookkeeping tolerance
+    cp = iu.make_cache_params(num_layers=3, conv_dim=40, conv_kernel=4, num_heads=4, head_dim=16, state_size=16)
+    with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        ledger.reset()
+        est = estimator.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True)
+        pool = _pd_decode_pool(cp, est, pre_alloc)
+        doc = sglang_mamba_dedup.memory_ledger()
+    assert doc is not None and doc["pool"] == type(pool.mamba_pool).__name__
+    assert doc["allocated_bytes"] == _independent_storage_bytes(pool.mamba_pool)
+    (line,) = [r for r in caplog.records if "mamba memory ledger" in r.getMessage()]
+    per = sizing.request_bytes(cp, 4, dedup=True)
+    if pre_alloc == 0:
+        assert doc["unreserved_bytes"] <= ledger.BOOKKEEPING_BYTES and line.levelno == logging.INFO
+        return
+    # at least the pre-allocated requests' verify scratch (deduplicated) is unreserved
+    assert doc["unreserved_bytes"] >= pre_alloc * per.scratch > ledger.BOOKKEEPING_BYTES, (doc["unreserved_bytes"], per)
+    assert line.levelno == logging.WARNING
+    assert f"({doc['unreserved_bytes']} bytes) more is allocated than was reserved" in line.getMessage()
