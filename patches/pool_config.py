@@ -285,22 +285,85 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
     return result
 
 
+def _knob(wrapped, instance, bag: str, name: str) -> Any:
+    """A server setting as the estimator's release reads it: from SGLang's runtime-context bag ``bag``
+    (``get_disagg()``, ``get_schedule()``; 0.5.17+ / 0.5.19+), else from ``server_args``. Missing: ``_MISSING``."""
+    getter = getattr(wrapped, "__globals__", {}).get(bag)
+    src = getter() if getter is not None else getattr(instance, "server_args", None)
+    return getattr(src, name, _MISSING)
+
+
+_MISSING = object()
+
+
+def _extra_buffer(wrapped, instance) -> bool:
+    """Whether the mamba extra (tracking) buffer is on, by the spelling of the release."""
+    g = getattr(wrapped, "__globals__", {})
+    if g.get("get_exec") is not None:
+        flag = getattr(getattr(g["get_exec"](), "mamba", None), "enable_mamba_extra_buffer", None)
+        if flag is not None:
+            return bool(flag)
+    if g.get("mamba_extra_buffer_enabled") is not None:
+        return bool(g["mamba_extra_buffer_enabled"]())
+    value = getattr(getattr(instance, "server_args", None), "enable_mamba_extra_buffer", False)
+    return bool(value() if callable(value) else value)
+
+
+def pd_decode_rows(wrapped, instance, rows: int) -> tuple[int, int] | None:
+    """``(pre_alloc, slots_per_request)`` of the PD-decode pool (``HybridMambaDecodeReqToTokenPool``) this
+    server will build, or None when it builds the plain one. That pool keeps speculative scratch for
+    ``rows + pre_alloc`` requests and at least ``(rows + pre_alloc) x slots_per_request`` mamba slots (sglang
+    #19045, #23643); SGLang's estimate prices ``rows``. ``pre_alloc``: ``disaggregation_decode_extra_slots``
+    (0.5.14+, defaulted at start-up); before, ``SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS``, twice the
+    requests when they are at most 32. A flip-capable prefill (``enable_pd_role_switch``) builds it too."""
+    import importlib
+    import os
+
+    mode = _knob(wrapped, instance, "get_disagg", "disaggregation_mode")
+    if mode != "decode" and _knob(wrapped, instance, "get_disagg", "enable_pd_role_switch") is not True:
+        return None
+    extra = _knob(wrapped, instance, "get_disagg", "disaggregation_decode_extra_slots")
+    if extra is _MISSING:
+        pre = rows * 2 if rows <= 32 else int(os.environ.get("SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS") or 0)
+    else:
+        pre = int(extra or 0)
+    overlap = _knob(wrapped, instance, "get_schedule", "disable_overlap_schedule") is not True
+    extra_buffer = _extra_buffer(wrapped, instance)
+    # the pool's own module (imported by SGLang moments later to build the pool)
+    decode = importlib.import_module("sglang.srt.disaggregation.decode")
+    tracking = getattr(decode, "get_mamba_tracking_slots", None)
+    if tracking is not None:  # 0.5.22+
+        per_request = 1 + int(tracking(extra_buffer=extra_buffer, overlap=overlap, lazy=False))
+    else:
+        per_request = 1 + ((2 if overlap else 1) if extra_buffer else 0)
+    return pre, per_request
+
+
 def _top_up(wrapped, instance, info: dict[str, Any], reserved: int | None, priced: int | None) -> tuple[int, str]:
     """Bytes the deduplicated pool will allocate beyond what SGLang's estimate reserved for it (0 when covered
     or not predictable), and which buffers they are. ``priced``: what the estimate reserved for those buffers
-    (the whole reservation for the plain pool; nothing for the conv scratch under ReplaySSM)."""
+    (the whole reservation for the plain pool; nothing for the conv scratch under ReplaySSM). On a PD-decode
+    server the pool's pre-allocated rows and slots are added (not under ReplaySSM: its ledger says the gap)."""
     if reserved is None or "cache_params" not in info:
         return 0, ""
     slots, running, dp, ratio = _schedule(wrapped, instance)
     if slots is None or running is None or ratio is None or ratio <= 0:
         return 0, ""
     rows = min(max(1, int(running) // dp), int(slots) // ratio)
-    by_buffer = unreserved_by_sglang(info, int(slots), rows)
+    what = "the conv-window scratch under ReplaySSM" if info["replayssm"] else "the pool's padding row"
+    slots = int(slots)
+    pd = None if info["replayssm"] else pd_decode_rows(wrapped, instance, rows)
+    if pd is not None:
+        pre, per_request = pd
+        rows += pre
+        slots = max(slots, rows * per_request)
+        what = f"the PD-decode pool's {pre} pre-allocated requests and padding row"
+        info["pd_decode_pre_alloc"] = pre
+    by_buffer = unreserved_by_sglang(info, slots, rows)
     gap = sum(by_buffer.values()) - (priced if priced is not None else reserved)
     if gap <= 0:
         return 0, ""
     named = ", ".join(f"{k} {v / ledger.GIB:.4f} GiB" for k, v in by_buffer.items() if v)
-    what = "the conv-window scratch under ReplaySSM" if info["replayssm"] else "the pool's padding row"
     return gap, f"{what}; the pool allocates {named}"
 
 

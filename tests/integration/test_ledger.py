@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -264,26 +265,89 @@ def _pd_decode_pool(cp, est, pre_alloc: int):
         return cls(**kw)
 
 
-@pytest.mark.parametrize("pre_alloc", [0, 5])
-def test_ledger_pd_decode_pre_allocation_is_a_warning(pre_alloc, caplog):
-    """The PD-decode pool allocates speculative scratch for ``size + pre_alloc_size`` rows, from a value the
-    estimator is not given: the plugin does not reserve it (docs/memory.md), and its ledger must say so at
-    WARNING with the excess; without pre-allocation the decode pool is covered like the plain one."""
-    # verify rows of ~50 KiB, so that 5 of them are well above the bookkeeping tolerance
+def _decode_settings(fields) -> tuple[dict, int]:
+    """ServerArgs for a PD-decode server, and the pre-allocated requests SGLang will give its pool (16 running):
+    5 where the release takes ``--disaggregation-decode-extra-slots`` (0.5.14+); before, SGLang's own rule
+    (``_init_pools``: twice the requests when they are at most 32, so 32)."""
+    if "disaggregation_decode_extra_slots" in fields:
+        return {"disaggregation_mode": "decode", "disaggregation_decode_extra_slots": 5}, 5
+    return {"disaggregation_mode": "decode"}, 32
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["plugin", "stock"])
+def test_ledger_pd_decode_reserves_the_pre_allocated_rows(on, caplog):
+    """A PD-decode server's pool (``HybridMambaDecodeReqToTokenPool``) keeps speculative scratch for
+    ``size + pre_alloc_size`` rows (sglang #23643), which SGLang's estimate does not price: stock leaves the
+    pre-allocated rows unreserved (the ledger says so at WARNING); the plugin reserves them."""
+    # verify rows of ~50 KiB, so that the pre-allocated ones are well above the bookkeeping tolerance
     cp = iu.make_cache_params(num_layers=3, conv_dim=40, conv_kernel=4, num_heads=4, head_dim=16, state_size=16)
-    with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+    extra, pre_alloc = _decode_settings(estimator.server_args_fields())
+    with iu.cpu_stock_paths(), iu.plugin(on), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         ledger.reset()
-        est = estimator.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True)
+        est = estimator.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True, extra=extra)
         pool = _pd_decode_pool(cp, est, pre_alloc)
-        doc = sglang_mamba_dedup.memory_ledger()
-    assert doc is not None and doc["pool"] == type(pool.mamba_pool).__name__
+        if not on:  # stock's reservation, as the plugin's estimator patch records it when on
+            ledger.record_reservation(est.reserved_bytes)
+        doc = ledger.build(pool.mamba_pool)
+        if not on:
+            ledger.log(doc)  # the plugin's pool patch logs its own
     assert doc["allocated_bytes"] == _independent_storage_bytes(pool.mamba_pool)
+    allocated, reserved = doc["allocated_bytes"], est.reserved_bytes
+    per = sizing.request_bytes(cp, 4, dedup=on)
     (line,) = [r for r in caplog.records if "mamba memory ledger" in r.getMessage()]
-    per = sizing.request_bytes(cp, 4, dedup=True)
-    if pre_alloc == 0:
-        assert doc["unreserved_bytes"] <= ledger.BOOKKEEPING_BYTES and line.levelno == logging.INFO
+    if not on:
+        # stock: the pre-allocated requests' scratch is unreserved (less what the dense conv price over-reserves
+        # on releases whose own pool deduplicates), and the ledger warns
+        assert allocated - reserved > ledger.BOOKKEEPING_BYTES, (allocated, reserved, est, doc["buffers"])
+        assert line.levelno == logging.WARNING
         return
-    # at least the pre-allocated requests' verify scratch (deduplicated) is unreserved
-    assert doc["unreserved_bytes"] >= pre_alloc * per.scratch > ledger.BOOKKEEPING_BYTES, (doc["unreserved_bytes"], per)
-    assert line.levelno == logging.WARNING
-    assert f"({doc['unreserved_bytes']} bytes) more is allocated than was reserved" in line.getMessage()
+    assert pool_config.last_estimate["pd_decode_pre_alloc"] == pre_alloc
+    assert allocated - reserved <= ledger.BOOKKEEPING_BYTES, (allocated, reserved, doc["buffers"])
+    assert reserved - allocated <= per.state, (allocated, reserved)
+    assert line.levelno == logging.INFO
+    (topup,) = [r for r in caplog.records if "pre-allocated requests" in r.getMessage()]
+    assert f"the PD-decode pool's {pre_alloc} pre-allocated requests" in topup.getMessage()
+
+
+@pytest.mark.parametrize("extra_buffer", [False, True], ids=["no-extra-buffer", "extra-buffer"])
+@pytest.mark.parametrize("overlap", [True, False], ids=["overlap", "no-overlap"])
+def test_pd_decode_rows_match_sglangs_decode_pool(extra_buffer, overlap):
+    """The plugin's prediction of the PD-decode pool's mamba slots, ``(rows + pre_alloc) x slots per request``,
+    against SGLang's real pool built with a mamba size below it (so that the pool raises it to its own figure)."""
+    import importlib
+    import inspect
+
+    cls = importlib.import_module("sglang.srt.disaggregation.decode").HybridMambaDecodeReqToTokenPool
+    rows, pre = 3, 2
+    sa = SimpleNamespace(
+        disaggregation_mode="decode",
+        disaggregation_decode_extra_slots=pre,
+        disable_overlap_schedule=not overlap,
+        enable_mamba_extra_buffer=lambda: extra_buffer,
+    )
+
+    def wrapped():  # an estimator whose module has no runtime-context getters: server_args is read
+        pass
+
+    got = pool_config.pd_decode_rows(wrapped, SimpleNamespace(server_args=sa), rows)
+    assert got is not None and got[0] == pre
+    kw = dict(
+        size=rows,
+        max_context_len=64,
+        device="cpu",
+        enable_memory_saver=False,
+        cache_params=_cp(),
+        mamba_layer_ids=list(_cp().layers),
+        speculative_num_draft_tokens=None,
+        enable_mamba_extra_buffer=extra_buffer,
+        pre_alloc_size=pre,
+        enable_overlap_schedule=overlap,
+        mamba_size=1,
+    )
+    if "speculative_eagle_topk" in inspect.signature(cls.__init__).parameters:
+        kw["speculative_eagle_topk"] = 1
+    with iu.plugin(False):
+        pool = cls(**kw)
+    assert (rows + pre) * got[1] == pool.mamba_pool.size, (got, pool.mamba_pool.size)
+    not_decode = SimpleNamespace(server_args=SimpleNamespace(disaggregation_mode="null"))
+    assert pool_config.pd_decode_rows(wrapped, not_decode, rows) is None
