@@ -269,12 +269,16 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
             d_eff,
         )
     if topup > 0:
-        logger.info(
+        # a PD-decode server's pre-allocated rows can be GiBs of KV cache (sglang #23643): said as a WARNING
+        pd_decode = bool(info.get("pd_decode_pre_alloc"))
+        logger.log(
+            logging.WARNING if pd_decode else logging.INFO,
             "sglang-mamba-dedup: mamba cache estimator reserves %.3f GiB (%d bytes) more, which the pool allocates "
-            "but SGLang's estimate left out (%s); it comes out of the KV cache's share",
+            "but SGLang's estimate left out (%s); it comes out of the KV cache's share%s",
             topup / ledger.GIB,
             topup,
             detail,
+            ". Fewer pre-allocated requests (--disaggregation-decode-extra-slots) give it back" if pd_decode else "",
         )
     if not applied:
         logger.info("sglang-mamba-dedup: mamba cache estimator unchanged: %s", last_estimate["reason"])

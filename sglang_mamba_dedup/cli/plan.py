@@ -181,6 +181,18 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--disable-radix-cache", action="store_true", help="one mamba slot per running request")
     ap.add_argument("--enable-linear-replayssm-spec", action="store_true", help="ReplaySSM verify (GDN, 0.5.16+)")
     ap.add_argument("--mamba-ssm-dtype", choices=["float32", "bfloat16"], default=None)
+    ap.add_argument(
+        "--disaggregation-mode",
+        choices=["null", "prefill", "decode"],
+        default="null",
+        help="a PD server: prefill (no speculative state from 0.5.22) or decode (pre-allocated requests)",
+    )
+    ap.add_argument(
+        "--disaggregation-decode-extra-slots",
+        type=int,
+        default=None,
+        help="requests a PD-decode server pre-allocates (0.5.14+; default: SGLang's)",
+    )
     ap.add_argument("--json", action="store_true", help="print the plan as JSON")
     return ap
 
@@ -201,6 +213,7 @@ def _estimate(cp, shape: ModelShape, args, rest_gb: float, plugin: bool) -> dict
             replayssm=args.enable_linear_replayssm_spec,
             radix=not args.disable_radix_cache,
             gdn=shape.mixer == "gdn",
+            extra=_disaggregation(args),
         )
         decision = dict(pool_config.last_estimate) if plugin else {}
     dedup = bool(plugin and decision.get("applied")) or _upstream_dedups()
@@ -228,8 +241,26 @@ def _estimate(cp, shape: ModelShape, args, rest_gb: float, plugin: bool) -> dict
             "conv_scratch_allocated": per.conv_scratch_physical / MiB,
             "replayssm_ring": per.ring / MiB,
         },
-        "plugin": decision and {k: v for k, v in decision.items() if k in ("applied", "reason", "top_up_bytes")},
+        "plugin": decision
+        and {k: v for k, v in decision.items() if k in ("applied", "reason", "top_up_bytes", "pd_decode_pre_alloc")},
     }
+
+
+def _disaggregation(args) -> dict[str, Any]:
+    """The PD settings as ``ServerArgs`` fields (empty for a plain server). A decode server's pre-allocated
+    requests default as SGLang's start-up does it (twice the running requests when they are at most 32, else
+    none), because SGLang resolves that default in its launch hooks, which the planner does not run."""
+    from ..testing import estimator
+
+    out: dict[str, Any] = {}
+    if args.disaggregation_mode != "null":
+        out["disaggregation_mode"] = args.disaggregation_mode
+    if args.disaggregation_mode == "decode" and "disaggregation_decode_extra_slots" in estimator.server_args_fields():
+        extra = args.disaggregation_decode_extra_slots
+        if extra is None:
+            extra = 2 * args.max_running_requests if args.max_running_requests <= 32 else 0
+        out["disaggregation_decode_extra_slots"] = extra
+    return out
 
 
 def _upstream_dedups() -> bool:
@@ -263,6 +294,20 @@ def plan(args) -> dict[str, Any]:
                 f"SGLang {versions.installed_sglang_version()} has no --enable-linear-replayssm-spec "
                 "(0.5.17+; 0.5.16 spells it --enable-gdn-replayssm-spec and its estimator does not price it)"
             )
+    if args.disaggregation_decode_extra_slots is not None:
+        from ..testing import estimator
+
+        if args.disaggregation_mode != "decode":
+            raise PlanError("--disaggregation-decode-extra-slots needs --disaggregation-mode decode")
+        if args.disaggregation_decode_extra_slots < 0:
+            raise PlanError("--disaggregation-decode-extra-slots must be 0 or more")
+        if "disaggregation_decode_extra_slots" not in estimator.server_args_fields():
+            raise PlanError(
+                f"SGLang {versions.installed_sglang_version()} has no --disaggregation-decode-extra-slots (0.5.14+); "
+                "it pre-allocates SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS, or twice the requests up to 32"
+            )
+    if args.disaggregation_mode == "decode":
+        args.disable_radix_cache = True  # SGLang's decode server runs without the radix cache
     if args.weights_gb is not None:
         weights_gb = args.weights_gb
     elif weights is not None:
@@ -291,6 +336,7 @@ def plan(args) -> dict[str, Any]:
             "radix_cache": not args.disable_radix_cache,
             "enable_linear_replayssm_spec": args.enable_linear_replayssm_spec,
             "ssm_dtype": shape.ssm_dtype,
+            "disaggregation_mode": args.disaggregation_mode,
         },
         "budget_gb": budget,
         "note": weights_note,
@@ -306,7 +352,7 @@ def render(doc: dict[str, Any]) -> str:
         f"SGLang {doc['sglang']}: {doc['model']} ({doc['mixer']}), TP {st['tp_size']}, "
         f"D={st['speculative_num_draft_tokens']} draft tokens, max running {st['max_running_requests']}, "
         f"radix {'on' if st['radix_cache'] else 'off'}, ReplaySSM {'on' if st['enable_linear_replayssm_spec'] else 'off'}, "
-        f"SSM {st['ssm_dtype']}",
+        f"SSM {st['ssm_dtype']}" + (f", PD {st['disaggregation_mode']}" if st["disaggregation_mode"] != "null" else ""),
         f"budget {doc['budget_gb']:.2f} GB = {st['gpu_memory_gb']:g} GB x {st['mem_fraction_static']} - weights "
         f"{st['weights_gb']:.2f} GB" + (f" ({doc['note']})" if doc["note"] else ""),
         "",
@@ -336,6 +382,12 @@ def render(doc: dict[str, Any]) -> str:
                 )
                 + ")"
             )
+    pre = (p.get("plugin") or {}).get("pd_decode_pre_alloc")
+    if pre is not None:
+        lines.append(
+            f"PD decode: the pool keeps scratch for {pre} pre-allocated requests beyond the running ones; SGLang's "
+            f"estimate leaves it unreserved, the plugin reserves it ({p['plugin']['top_up_bytes'] / GiB:.3f} GB)"
+        )
     if p.get("plugin"):
         lines.append(f"plugin estimator: {p['plugin']}")
     return "\n".join(lines)

@@ -126,3 +126,32 @@ def test_plan_unknown_model_type(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         plan.main(["--shape", "no-such-model"])
     assert exc.value.code == 2
+
+
+def test_plan_pd_decode_reserves_the_pre_allocated_requests(capsys):
+    """A PD-decode server (radix off, as SGLang runs it; 16 running requests, so 32 pre-allocated by SGLang's
+    default on every release): the decode pool holds 16 + 32 rows of scratch and as many slots, each plus its
+    padding row; the plugin reserves all of it, stock only the running requests'."""
+    doc = _json(capsys, "--shape", "qwen3.5-0.8b", "--disaggregation-mode", "decode", "--max-running-requests", "16")
+    stock, ours = doc["stock"], doc["plugin"]
+    assert doc["settings"]["radix_cache"] is False and ours["plugin"]["pd_decode_pre_alloc"] == 32
+    assert stock["mamba_slots"] == ours["mamba_slots"] == 16
+    per = sizing.request_bytes(cache_params(shapes.QWEN35_08B), 4, dedup=True)
+    rows = 16 + 32 + 1
+    assert ours["reserved_gb"] * (1 << 30) == pytest.approx(rows * (per.state + per.scratch), abs=4096)
+    assert ours["plugin"]["top_up_bytes"] > 0 and ours["reserved_gb"] > stock["reserved_gb"]
+    rc, out, _ = _plan(
+        capsys, "--shape", "qwen3.5-0.8b", "--disaggregation-mode", "decode", "--max-running-requests", "16"
+    )
+    assert rc == 0 and "scratch for 32 pre-allocated requests" in out
+
+
+def test_plan_pd_decode_extra_slots(capsys):
+    argv = ["--shape", "qwen3.5-0.8b", "--max-running-requests", "16", "--disaggregation-decode-extra-slots", "5"]
+    rc, _, err = _plan(capsys, *argv)
+    assert rc == 2 and "needs --disaggregation-mode decode" in err
+    rc, out, err = _plan(capsys, *argv, "--disaggregation-mode", "decode", "--json")
+    if "disaggregation_decode_extra_slots" not in estimator.server_args_fields():  # 0.5.12 ... 0.5.13.post1
+        assert rc == 2 and "SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS" in err
+        return
+    assert rc == 0 and json.loads(out)["plugin"]["plugin"]["pd_decode_pre_alloc"] == 5

@@ -136,7 +136,19 @@ VARIANTS = {
     "max-mamba-cache-size": (dict(max_mamba_cache_size=40), {}),
     "extra-buffer": (dict(radix=True), dict(enable_mamba_extra_buffer=True)),
     "replayssm": (dict(replayssm=True), dict(enable_linear_replayssm_spec=True, enable_gdn_replayssm_spec=True)),
+    # the page-major envelope layout (0.5.23, --enable-page-major-kv-layout): one byte buffer per slot range,
+    # seen as the conv and SSM views
+    "envelope": (dict(extra={"enable_page_major_kv_layout": True}), dict(mamba_envelope_layout=True)),
+    # a PD-prefill server never verifies: from 0.5.22 SGLang builds its pool without speculative state
+    "pd-prefill": (dict(extra={"disaggregation_mode": "prefill"}), dict(speculative_num_draft_tokens=None)),
 }
+
+
+def _pd_prefill_skips_spec_state() -> bool:
+    import importlib
+
+    kc = importlib.import_module("sglang.srt.mem_cache.kv_cache_configurator") if iu.NEW_LAYOUT else None
+    return hasattr(kc, "_pd_prefill_skips_mamba_spec_state")
 
 
 def _cp_odd():
@@ -146,6 +158,10 @@ def _cp_odd():
 def _estimate_then_pool(variant: str, on: bool):
     """SGLang's real estimator, then the real pool at the sizes it chose (plugin ``on`` or off)."""
     est_kw, pool_kw = VARIANTS[variant]
+    if variant == "pd-prefill" and not _pd_prefill_skips_spec_state():
+        pytest.skip("this release's PD-prefill pool keeps the speculative state: the plain variants cover it")
+    if variant == "envelope" and "enable_page_major_kv_layout" not in estimator.server_args_fields():
+        pytest.skip("no envelope layout on this release")
     cp = _cp_odd()
     with iu.cpu_stock_paths(), iu.plugin(on):
         ledger.reset()
@@ -186,6 +202,11 @@ def test_ledger_reserved_covers_allocated(variant, caplog):
     assert line.levelno == logging.INFO and "more is allocated" not in line.getMessage()
     if variant == "replayssm":
         assert decision["applied"] is True and decision["top_up_bytes"] > 0
+    if variant == "envelope":  # really the envelope: the SSM state is a view of the conv state's byte buffer
+        assert doc["buffers"]["temporal"]["physical"] == 0 and doc["buffers"]["temporal"]["storage_of"], doc
+    if variant == "pd-prefill":  # nothing to deduplicate, nothing to top up: said so
+        assert decision["applied"] is False and decision["reason"].startswith("PD prefill"), decision
+        assert "intermediate_conv_window" not in doc["buffers"] and reserved == allocated
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -307,6 +328,7 @@ def test_ledger_pd_decode_reserves_the_pre_allocated_rows(on, caplog):
     assert line.levelno == logging.INFO
     (topup,) = [r for r in caplog.records if "pre-allocated requests" in r.getMessage()]
     assert f"the PD-decode pool's {pre_alloc} pre-allocated requests" in topup.getMessage()
+    assert topup.levelno == logging.WARNING and "--disaggregation-decode-extra-slots" in topup.getMessage()
 
 
 @pytest.mark.parametrize("extra_buffer", [False, True], ids=["no-extra-buffer", "extra-buffer"])
