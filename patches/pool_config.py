@@ -250,7 +250,16 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
         reserved = int(round((float(total) - float(result)) * ledger.GIB))
     except (TypeError, ValueError):
         reserved = None
-    topup, detail = _top_up(wrapped, instance, info, reserved, 0 if info.get("replayssm") else reserved)
+    try:
+        topup, detail = _top_up(wrapped, instance, info, reserved, 0 if info.get("replayssm") else reserved)
+    except Exception as exc:  # noqa: BLE001 - a prediction must never take the server down: SGLang's estimate stays
+        logger.warning(
+            "sglang-mamba-dedup: mamba cache estimator could not predict the pool's allocation (%s: %s); "
+            "SGLang's estimate is kept and the ledger will show any gap",
+            type(exc).__name__,
+            exc,
+        )
+        topup, detail = 0, ""
     if topup > 0:
         result = result - topup / ledger.GIB
         reserved += topup

@@ -373,3 +373,21 @@ def test_pd_decode_rows_match_sglangs_decode_pool(extra_buffer, overlap):
     assert (rows + pre) * got[1] == pool.mamba_pool.size, (got, pool.mamba_pool.size)
     not_decode = SimpleNamespace(server_args=SimpleNamespace(disaggregation_mode="null"))
     assert pool_config.pd_decode_rows(wrapped, not_decode, rows) is None
+
+
+def test_estimator_top_up_fails_open(monkeypatch, caplog):
+    """A prediction that raises (e.g. the decode module failing to import) keeps SGLang's estimate, says so once
+    at WARNING, and does not take the server's start-up down."""
+    cp = _cp_odd()
+
+    def broken(*args, **kwargs):
+        raise ImportError("simulated: no sglang.srt.disaggregation.decode")
+
+    with iu.cpu_stock_paths(), iu.plugin(False):
+        stock = estimator.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True)
+    monkeypatch.setattr(pool_config, "_top_up", broken)
+    with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        est = estimator.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True)
+    (line,) = [r for r in caplog.records if "could not predict" in r.getMessage()]
+    assert line.levelno == logging.WARNING and "simulated" in line.getMessage()
+    assert pool_config.last_estimate["top_up_bytes"] == 0 and est.slots >= stock.slots
