@@ -95,7 +95,7 @@ PATCHES: list[Patch] = [
         releases=OLD_LAYOUT,
         wrapper=pool_config.handle_max_mamba_cache,
         params=("total_rest_memory",),
-        doc="reserves the deduplicated window size, so the budget yields more slots (not where SGLang reserves no draft scratch)",
+        doc="reserves the deduplicated window size (more slots) and what the pool allocates beyond SGLang's estimate: padding rows, ReplaySSM's conv scratch, PD decode's pre-allocated rows",
     ),
     Patch(
         name="kv_cache_configurator.handle_max_mamba_cache",
@@ -105,6 +105,6 @@ PATCHES: list[Patch] = [
         releases=NEW_LAYOUT,
         wrapper=pool_config.handle_max_mamba_cache,
         params=("total_rest_memory",),
-        doc="reserves the deduplicated window size, so the budget yields more slots (not where SGLang reserves no draft scratch)",
+        doc="reserves the deduplicated window size (more slots) and what the pool allocates beyond SGLang's estimate: padding rows, ReplaySSM's conv scratch, PD decode's pre-allocated rows",
     ),
 ]
