@@ -300,7 +300,7 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
 
 def _knob(wrapped, instance, bag: str, name: str) -> Any:
     """A server setting as the estimator's release reads it: from SGLang's runtime-context bag ``bag``
-    (``get_disagg()``, ``get_schedule()``; 0.5.17+ / 0.5.19+), else from ``server_args``. Missing: ``_MISSING``."""
+    (``get_disagg()``, ``get_schedule()``; 0.5.17+), else from ``server_args``. Missing: ``_MISSING``."""
     getter = getattr(wrapped, "__globals__", {}).get(bag)
     src = getter() if getter is not None else getattr(instance, "server_args", None)
     return getattr(src, name, _MISSING)
@@ -322,6 +322,13 @@ def _extra_buffer(wrapped, instance) -> bool:
     return bool(value() if callable(value) else value)
 
 
+def default_pre_alloc(requests: int, otherwise: int = 0) -> int:
+    """How many requests SGLang pre-allocates on a PD-decode server unless told: twice the running requests (per
+    worker) when they are at most 32, else ``otherwise`` (0.5.14+: 0; before: ``SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS``).
+    0.5.14+ resolve it in their launch hooks, which the planner does not run."""
+    return 2 * requests if requests <= 32 else otherwise
+
+
 def pd_decode_rows(wrapped, instance, rows: int) -> tuple[int, int] | None:
     """``(pre_alloc, slots_per_request)`` of the PD-decode pool (``HybridMambaDecodeReqToTokenPool``) this
     server will build, or None when it builds the plain one. That pool keeps speculative scratch for
@@ -337,7 +344,7 @@ def pd_decode_rows(wrapped, instance, rows: int) -> tuple[int, int] | None:
         return None
     extra = _knob(wrapped, instance, "get_disagg", "disaggregation_decode_extra_slots")
     if extra is _MISSING:
-        pre = rows * 2 if rows <= 32 else int(os.environ.get("SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS") or 0)
+        pre = default_pre_alloc(rows, int(os.environ.get("SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS") or 0))
     else:
         pre = int(extra or 0)
     overlap = _knob(wrapped, instance, "get_schedule", "disable_overlap_schedule") is not True

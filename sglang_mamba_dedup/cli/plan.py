@@ -247,9 +247,9 @@ def _estimate(cp, shape: ModelShape, args, rest_gb: float, plugin: bool) -> dict
 
 
 def _disaggregation(args) -> dict[str, Any]:
-    """The PD settings as ``ServerArgs`` fields (empty for a plain server). A decode server's pre-allocated
-    requests default as SGLang's start-up does it (twice the running requests when they are at most 32, else
-    none), because SGLang resolves that default in its launch hooks, which the planner does not run."""
+    """The PD settings as ``ServerArgs`` fields (empty for a plain server); a decode server's pre-allocated
+    requests default as SGLang's start-up sets them (:func:`pool_config.default_pre_alloc`)."""
+    from ..patches import pool_config
     from ..testing import estimator
 
     out: dict[str, Any] = {}
@@ -258,7 +258,7 @@ def _disaggregation(args) -> dict[str, Any]:
     if args.disaggregation_mode == "decode" and "disaggregation_decode_extra_slots" in estimator.server_args_fields():
         extra = args.disaggregation_decode_extra_slots
         if extra is None:
-            extra = 2 * args.max_running_requests if args.max_running_requests <= 32 else 0
+            extra = pool_config.default_pre_alloc(args.max_running_requests)
         out["disaggregation_decode_extra_slots"] = extra
     return out
 
