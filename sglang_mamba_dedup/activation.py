@@ -23,12 +23,12 @@ The switch's values and their parsing (``ENV``, ``Mode``, ``parse_mode`` ...) li
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 
-from . import faults, patch_state, report, switch, versions
-from .patches import FEATURES, SWITCHED_FEATURES
+from . import switch, versions
 from .switch import (
     ACCEPTED,
     ENV,
@@ -41,6 +41,15 @@ from .switch import (
     safe_mode,
     strict,
 )
+
+#: Why the rest of the plugin (wrapt, the patch layer) does not import here, or None. Kept, not raised, so that
+#: SGLang's loader still gets :func:`register`, which stops a strict launch instead of being logged and skipped.
+_load_problem: str | None = None
+try:
+    from . import faults, patch_state, report
+    from .patches import FEATURES, SWITCHED_FEATURES
+except Exception as _exc:  # noqa: BLE001 - any import failure: register() says it, strict stops
+    _load_problem = f"{type(_exc).__name__}: {_exc}"
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -68,7 +77,7 @@ class StrictModeError(RuntimeError):
     """Strict mode and the plugin cannot engage; raised to stop the launch."""
 
 
-_last: tuple[str, str | None] | None = None
+_last: tuple[str, str | None, bool] | None = None
 _last_summary: str | None = None
 _programmatic = False
 
@@ -111,18 +120,63 @@ def _handled(level: int) -> bool:
     return False
 
 
-def register() -> None:
-    """Entry point of the ``sglang.srt.plugins`` group. Fails open, except in strict mode."""
+def register(*, what_if: bool = False) -> None:
+    """Entry point of the ``sglang.srt.plugins`` group. Fails open (one log line), except in strict mode: there
+    any reason not to engage stops the launch with ``SystemExit``, which SGLang's loader does not catch: the
+    release, a target, a set negative-control fault, the plugin failing to import, or raising inside.
+
+    ``what_if``: apply or revert as the switch says, but write no status report and install no fault (the
+    what-if CLIs, ``plan`` and ``demo``, which switch the plugin in their own process and serve nothing)."""
     try:
-        _register()
+        if _load_problem is not None:
+            _cannot_load(_load_problem)
+            return
+        with report.muted() if what_if else contextlib.nullcontext():
+            _register(what_if)
     except StrictModeError as exc:
-        _say(logging.ERROR, f"sglang-mamba-dedup strict mode: {exc}")
-        raise SystemExit(f"sglang-mamba-dedup strict mode ({ENV}=strict): {exc}") from exc
+        _stop(str(exc))
     except Exception as exc:  # the loader would swallow it: say it once, keep SGLang's stock path
-        _say(logging.ERROR, f"sglang-mamba-dedup failed and stays out of the way: {type(exc).__name__}: {exc}")
+        what = f"{type(exc).__name__}: {exc}"
+        _stand_down()
+        if safe_mode(os.environ.get(ENV)) is Mode.STRICT:
+            _stop(f"the plugin failed inside: {what}")
+        _say(logging.ERROR, f"sglang-mamba-dedup failed and stays out of the way: {what}")
 
 
-def _register() -> None:
+def _stop(reason: str) -> None:
+    _say(logging.ERROR, f"sglang-mamba-dedup strict mode: {reason}")
+    raise SystemExit(f"sglang-mamba-dedup strict mode ({ENV}=strict): {reason}")
+
+
+def _stand_down() -> None:
+    """After a failure inside: decided off, and nothing of ours left wrapped (as far as reverting works)."""
+    switch.decide(Mode.OFF)
+    with contextlib.suppress(Exception):
+        patch_state.revert()
+
+
+def _cannot_load(problem: str) -> None:
+    """The plugin's own modules do not import (e.g. wrapt missing): strict stops; asked for, one ERROR line;
+    switched off, an INFO line (nothing was wanted)."""
+    mode = safe_mode(os.environ.get(ENV))
+    if mode is Mode.STRICT:
+        raise StrictModeError(f"the plugin cannot load: {problem}")
+    asked = mode is Mode.ON or flag_in_argv()
+    level = logging.ERROR if asked else logging.INFO
+    _say(level, f"sglang-mamba-dedup cannot load and stays out of the way, SGLang's stock path is kept: {problem}")
+
+
+def _refuse_fault() -> None:
+    """Strict mode and the negative control's variable is set: a stale export must not break a real server."""
+    name = faults.requested()
+    if name is not None:
+        raise StrictModeError(
+            f"{faults.ENV}={name!r} is set: the negative control breaks the plugin's commit on purpose, so every "
+            f"accepted state would be wrong; strict mode refuses it (unset it; a negative-control run uses {ENV}=1)"
+        )
+
+
+def _register(what_if: bool) -> None:
     global _last
     version = versions.installed_sglang_version()
     raw = os.environ.get(ENV)
@@ -131,7 +185,7 @@ def _register() -> None:
         bad = None
     except SwitchError as exc:
         mode, bad = Mode.OFF, str(exc)
-    key = (raw or "", version)
+    key = (raw or "", version, what_if)
     if key == _last:
         return
     _last = key
@@ -165,7 +219,7 @@ def _register() -> None:
         # parses its arguments, so the flag is seen here; the environment carries it to the schedulers.
         os.environ[ENV] = "1"
         mode = Mode.ON
-        _last = (os.environ[ENV], version)
+        _last = (os.environ[ENV], version, what_if)
         head += f" [{FLAG} given]"
     untested = versions.untested_note(version)
     if untested:
@@ -189,6 +243,8 @@ def _register() -> None:
         _say(logging.INFO, f"{head}: off ({ENV} unset/0/off), nothing patched")
         return
 
+    if mode is Mode.STRICT and not what_if:
+        _refuse_fault()
     switch.decide(mode)
     results: dict[str, str | None] = patch_state.apply(FEATURES)
     skipped = {f: r for f, r in results.items() if r is not None}
@@ -207,9 +263,9 @@ def _register() -> None:
     if skipped:
         parts.append("skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped.items()))
     _say(logging.WARNING if skipped or untested else logging.INFO, "; ".join(parts), visible=True)
-    if "commit" in applied:
+    if "commit" in applied and not what_if:
         faults.install_from_env()  # the e2e's negative control only; unset in every real run
-    report.write()
+    report.write()  # muted for a what-if
 
 
 def flag_in_argv(argv: list | None = None) -> bool:

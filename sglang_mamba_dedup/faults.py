@@ -11,7 +11,8 @@ off,on,fault``). ``tests/integration/test_negative_control.py`` checks, on the C
 kernel through SGLang's real commit call.
 
 Never set it in a real deployment: the plugin logs a WARNING when it is installed, and records it in the
-status report (``events.fault``).
+status report (``events.fault``); ``SGLANG_MAMBA_DEDUP=strict`` refuses to start while it is set, ``doctor``
+names it, and the what-if CLIs (``plan``, ``demo``) never install it.
 """
 
 from __future__ import annotations
@@ -80,11 +81,16 @@ def set_env(env: dict[str, str], on: bool) -> dict[str, str]:
     return env
 
 
+def requested() -> str | None:
+    """The value of :data:`ENV` (stripped), a known fault or not; None when unset or blank."""
+    return os.environ.get(ENV, "").strip() or None
+
+
 def install_from_env() -> str | None:
     """Install the fault named by :data:`ENV` (called by the activation when the plugin is on); returns its
     name, or None when unset. An unknown name is logged at ERROR and nothing is installed."""
-    name = os.environ.get(ENV, "").strip()
-    if not name:
+    name = requested()
+    if name is None:
         return None
     try:
         install(name)

@@ -17,7 +17,7 @@ import os
 import secrets
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import versions
@@ -58,9 +58,11 @@ def record_layout(state: str, reason: str | None, dense_bytes: int, physical_byt
 
 
 def record_ledger(doc: dict[str, Any]) -> None:
-    """Record the memory ledger of the pool just built (:mod:`.ledger`)."""
+    """Record the memory ledger of the pool just built (:mod:`.ledger`): ``ledgers`` keeps one per pool, in the
+    order they were built (a draft head's pool next to the target's); ``ledger`` is the last one."""
     with _lock:
         _events["ledger"] = doc
+        _events.setdefault("ledgers", []).append(doc)
     write()
 
 
@@ -116,6 +118,20 @@ def snapshot() -> dict[str, Any]:
 
 _atexit_registered = False
 _token: tuple[int, str] = (0, "")
+_muted = 0
+
+
+@contextlib.contextmanager
+def muted() -> Iterator[None]:
+    """No report file is written inside the block, whatever ``SGLANG_MAMBA_DEDUP_REPORT_DIR`` says (the what-if
+    CLIs, ``plan`` and ``demo``, which run the plugin in their own process but serve nothing); events are
+    still recorded in memory."""
+    global _muted
+    _muted += 1
+    try:
+        yield
+    finally:
+        _muted -= 1
 
 
 def report_path(directory: str) -> str:
@@ -134,7 +150,7 @@ def write() -> str | None:
     exact counts (a process killed by a signal keeps its last power-of-two report)."""
     global _atexit_registered
     directory = os.environ.get(REPORT_DIR_ENV)
-    if not directory:
+    if not directory or _muted:
         return None
     if not _atexit_registered:
         _atexit_registered = True

@@ -33,22 +33,26 @@ def _nbytes_logical(t) -> int:
 
 @contextlib.contextmanager
 def _switch(value: str | None):
-    from .. import activation
+    """The plugin switched to ``value`` inside the block, then back to the environment's switch. A what-if
+    (``demo``, ``plan``): no status report file is written and no negative-control fault is installed, whatever
+    ``SGLANG_MAMBA_DEDUP_REPORT_DIR`` and ``SGLANG_MAMBA_DEDUP_FAULT`` say."""
+    from .. import activation, report
 
     old = os.environ.get(activation.ENV)
     if value is None:
         os.environ.pop(activation.ENV, None)
     else:
         os.environ[activation.ENV] = value
-    activation.register()
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(activation.ENV, None)
-        else:
-            os.environ[activation.ENV] = old
-        activation.register()
+    with report.muted():
+        activation.register(what_if=True)
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop(activation.ENV, None)
+            else:
+                os.environ[activation.ENV] = old
+            activation.register(what_if=True)
 
 
 @contextlib.contextmanager

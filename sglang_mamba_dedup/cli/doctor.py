@@ -1,7 +1,8 @@
 """``sglang-mamba-dedup doctor``: what is installed, what the plugin would do here, and why not.
 
 Exit codes: 0 the plugin can engage on this install; 1 it cannot (SGLang missing or outside the supported
-range, a target missing or changed, no CUDA device); 2 ``SGLANG_MAMBA_DEDUP`` holds a bad value.
+range, a target missing or changed, no CUDA device), or the negative-control fault variable
+``SGLANG_MAMBA_DEDUP_FAULT`` is set; 2 ``SGLANG_MAMBA_DEDUP`` holds a bad value.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from .. import activation, patch_state, versions
+from .. import activation, faults, patch_state, versions
 from ..patches import PATCHES, verify_commit
 
 
@@ -51,6 +52,11 @@ def collect() -> dict[str, Any]:
     except activation.SwitchError as exc:
         info["switch"]["mode"] = None
         info["switch"]["error"] = str(exc)
+
+    fault = _fault()
+    if fault:
+        info["fault"] = fault
+        info["problems"].append(fault["problem"])
 
     cuda: dict[str, Any] = {"available": False}
     try:
@@ -114,6 +120,22 @@ def collect() -> dict[str, Any]:
     return info
 
 
+def _fault() -> dict[str, Any] | None:
+    """The negative-control fault variable, when set: what it does and what the plugin makes of it."""
+    name = faults.requested()
+    if name is None:
+        return None
+    effect = faults.FAULTS.get(name)
+    what = f"{effect} (on: every accepted state goes wrong)" if effect else "not a known fault (on: ERROR, ignored)"
+    return {
+        "variable": faults.ENV,
+        "value": name,
+        "known": effect is not None,
+        "problem": f"{faults.ENV}={name} is set: the NEGATIVE CONTROL, never for serving: {what}; "
+        f"strict mode refuses to start with it. Unset it",
+    }
+
+
 def render(info: dict[str, Any]) -> str:
     out: list[str] = []
     say = out.append
@@ -142,6 +164,8 @@ def render(info: dict[str, Any]) -> str:
         say(f"  switch      {sw['error']}")
     else:
         say(f"  switch      {activation.ENV}={sw['raw'] if sw['raw'] is not None else '<unset>'} -> {sw['mode']}")
+    if info.get("fault"):
+        say(f"  FAULT       {info['fault']['problem']}")
     for feature, f in (info.get("features") or {}).items():
         state = "would apply" if f["would_apply"] else (f["reason"] or "skipped")
         say(f"  feature {feature:<14} {state}")

@@ -54,3 +54,28 @@ def test_demo_on_a_mamba2_model_with_bf16_ssm(capsys):
     dense_row = 2 * s.gdn_layers * 3 * s.conv_dim * 3 * 2 / mib  # rows x layers x D x dim x (K-1) x bf16
     assert physical[0] == pytest.approx(dense_row, abs=0.01)
     assert physical[2] == pytest.approx(dense_row * (3 + 4 - 2) / (3 * 3), abs=0.01)
+
+
+@pytest.mark.parametrize("command", ["plan", "demo"])
+def test_what_if_commands_write_no_report_and_install_no_fault(monkeypatch, tmp_path, capsys, command):
+    """``plan`` and ``demo`` switch the plugin in their own process (``demo._switch``) but serve nothing: with a
+    report folder and the negative-control fault in the environment, no status file appears and no fault is
+    put in place, while the plugin's effect still shows."""
+    from sglang_mamba_dedup import faults, report
+    from sglang_mamba_dedup.cli import plan
+    from sglang_mamba_dedup.patches import verify_commit
+
+    reports = tmp_path / "reports"
+    monkeypatch.setenv(report.REPORT_DIR_ENV, str(reports))
+    monkeypatch.setenv(faults.ENV, faults.COMMIT_STEP0)
+    installs: list[str] = []
+    monkeypatch.setattr(report, "record_fault", lambda name: installs.append(name) if name else None)
+    if command == "plan":
+        assert plan.main(["--shape", "qwen3.5-0.8b", "--json"]) == 0
+        assert '"mamba_slots"' in capsys.readouterr().out
+    else:
+        assert demo.main(["--slots", "1", "--draft-tokens", "2"]) == 0
+        assert _row(capsys.readouterr().out, "post-verify commit").endswith("plugin's fused kernel")
+    assert not reports.exists() or sorted(p.name for p in reports.iterdir()) == []
+    assert installs == [] and faults.installed() is None
+    assert verify_commit.launch_commit.__name__ == "launch_commit"

@@ -219,3 +219,19 @@ def test_report_file_is_written_with_status_and_events(monkeypatch, tmp_path):
     assert data["patches"]["mamba_pool.init"]["state"] == "applied"
     report.write()
     assert json.loads(pathlib.Path(report.report_path(str(tmp_path))).read_text())["events"]["ours_commit_calls"] == 3
+
+
+def test_what_if_register_patches_without_report_or_fault(monkeypatch, tmp_path):
+    """``register(what_if=True)`` (the what-if CLIs): the patches as the switch says, but no status file and no
+    fault; a real ``register()`` afterwards, same switch, still writes the report and installs the fault."""
+    from sglang_mamba_dedup import faults, report
+
+    monkeypatch.setenv(activation.ENV, "1")
+    monkeypatch.setenv(faults.ENV, faults.COMMIT_STEP0)
+    monkeypatch.setenv(report.REPORT_DIR_ENV, str(tmp_path))
+    activation.register(what_if=True)
+    assert _switched_patch_names() <= _wrapped_names()
+    assert list(tmp_path.iterdir()) == [] and faults.installed() is None
+    activation.register()
+    assert faults.installed() == faults.COMMIT_STEP0
+    assert [p.name for p in tmp_path.glob("status-*.json")], "the real activation wrote no report"

@@ -331,3 +331,95 @@ def test_unified_mamba_pool_is_said_recorded_and_refused_in_strict(allow_cpu, ca
     assert "UnifiedMambaPool (--enable-unified-memory)" in caplog.text
     with iu.plugin(True, mode="strict"), pytest.raises(RuntimeError, match="strict.*UnifiedMambaPool"):
         _unified_pool()
+
+
+# 3. strict refuses what it cannot vouch for: the negative-control fault, a plugin that cannot load or fails inside
+@pytest.mark.parametrize("value", ["commit_step0", " commit_step0 ", "no_such_fault"])
+def test_strict_refuses_a_set_fault_variable(monkeypatch, value):
+    """A stale ``SGLANG_MAMBA_DEDUP_FAULT`` must not break a strict server's commit: strict stops the launch."""
+    from sglang_mamba_dedup import faults
+
+    monkeypatch.setenv(activation.ENV, "strict")
+    monkeypatch.setenv(faults.ENV, value)
+    with pytest.raises(SystemExit) as e:
+        activation.register()
+    msg = str(e.value)
+    assert f"{faults.ENV}={value.strip()!r} is set" in msg and "strict mode refuses it" in msg, msg
+    assert faults.installed() is None and verify_commit.launch_commit.__name__ == "launch_commit"
+    assert patch_state.PATCHER.applied() == [], "strict refused, yet something is wrapped"
+
+
+def test_on_mode_still_installs_the_fault_for_the_negative_control(monkeypatch, caplog):
+    from sglang_mamba_dedup import faults
+
+    monkeypatch.setenv(activation.ENV, "1")
+    monkeypatch.setenv(faults.ENV, faults.COMMIT_STEP0)
+    with caplog.at_level(logging.WARNING, logger="sglang_mamba_dedup"):
+        activation.register()
+    assert faults.installed() == faults.COMMIT_STEP0
+    assert "NEGATIVE CONTROL" in caplog.text
+
+
+@pytest.mark.parametrize("mode", ["strict", "on"])
+def test_an_internal_failure_stops_strict_and_leaves_on_out_of_the_way(monkeypatch, caplog, mode):
+    """The plugin raising inside ``register`` (here: the patcher): strict stops the launch; on logs one ERROR line.
+    Either way nothing of ours stays wrapped and the process's decision is off."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated internal failure")
+
+    monkeypatch.setattr(patch_state.PATCHER, "apply", broken)
+    monkeypatch.setenv(activation.ENV, mode)
+    with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        if mode == "strict":
+            with pytest.raises(SystemExit) as e:
+                activation.register()
+            assert "the plugin failed inside: RuntimeError: simulated internal failure" in str(e.value)
+        else:
+            activation.register()
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "simulated internal failure" in errors[0], errors
+    assert activation.current_mode() is activation.Mode.OFF
+    assert patch_state.PATCHER.applied() == []
+
+
+_NO_WRAPT = """
+import builtins
+
+_real_import = builtins.__import__
+
+
+def _import(name, *args, **kwargs):
+    if name == "wrapt" or name.startswith("wrapt."):
+        raise ImportError("simulated: wrapt is not installed")
+    return _real_import(name, *args, **kwargs)
+
+
+builtins.__import__ = _import
+"""
+
+
+@pytest.mark.parametrize("mode", ["strict", "1", "0"])
+def test_a_plugin_that_cannot_load_stops_strict_through_sglangs_loader(monkeypatch, tmp_path, mode):
+    """``import wrapt`` fails in a fresh process; SGLang's own loader runs the entry point. Strict stops the
+    launch (SGLang's loader would only log an import error); on: one ERROR line and the launch goes on; off: quiet."""
+    import subprocess
+
+    (tmp_path / "sitecustomize.py").write_text(_NO_WRAPT)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv(activation.ENV, mode)
+    monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
+    code = "from sglang.srt.plugins import load_plugins; load_plugins(); print('the launch goes on')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    err = proc.stderr
+    assert "Failed to load plugin" not in err, err  # the entry point itself loads
+    said = [ln for ln in err.splitlines() if "ImportError: simulated: wrapt is not installed" in ln]
+    if mode == "strict":
+        assert proc.returncode != 0 and "the launch goes on" not in proc.stdout, (proc.returncode, proc.stdout, err)
+        assert "strict mode" in err and "the plugin cannot load" in err, err
+        return
+    assert proc.returncode == 0 and "the launch goes on" in proc.stdout, (proc.returncode, err)
+    if mode == "1":
+        assert len(said) == 1 and "cannot load and stays out of the way" in said[0], err
+    else:
+        assert said == [], err
