@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import sys
+from typing import NoReturn
 
 from . import switch, versions
 from .switch import (
@@ -143,7 +144,7 @@ def register(*, what_if: bool = False) -> None:
         _say(logging.ERROR, f"sglang-mamba-dedup failed and stays out of the way: {what}")
 
 
-def _stop(reason: str) -> None:
+def _stop(reason: str) -> NoReturn:
     _say(logging.ERROR, f"sglang-mamba-dedup strict mode: {reason}")
     raise SystemExit(f"sglang-mamba-dedup strict mode ({ENV}=strict): {reason}")
 

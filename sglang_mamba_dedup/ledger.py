@@ -5,8 +5,10 @@ such as the deduplicated window's physical buffers) is listed with its logical b
 and its physical bytes: the bytes of its storage, counted once however many views share it (the dedup view and
 its physical buffer, the envelope layout's per-kind views of one byte buffer). The estimator's reservation is
 what ``_handle_max_mamba_cache`` took out of the memory it was given (its argument minus its result), recorded
-by the estimator patch. The pool patch builds the ledger, logs it in one INFO line (a WARNING when more is
-allocated than was reserved, naming the largest buffers and the excess), and records it in the status report.
+by the estimator patch; it belongs to the first pool built after it, so a second pool in the process (a draft
+head's) is said to have none of its own. The pool patch builds each pool's ledger, logs it in one INFO line (a
+WARNING when more is allocated than was reserved beyond the pool's own bookkeeping tensors, naming the largest
+buffers and the excess), and records it in the status report.
 
 Pure bookkeeping: no SGLang import, no device work (shapes, strides and storage sizes only).
 """
