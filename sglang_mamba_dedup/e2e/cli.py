@@ -68,7 +68,7 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from . import driver
+from . import driver, interrupts
 from .engine import Runner
 from .settings import DEFAULT_MODEL
 from .workload import load_prompts
@@ -495,4 +495,10 @@ def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     _check_usage(parser, args)
-    return driver.run(args, runner, t_start)
+    with interrupts.handled():
+        try:
+            return driver.run(args, runner, t_start)
+        except interrupts.Stopped as exc:
+            code = 128 + exc.signum
+            print(f"{driver.PROG}: stopped by {exc.name}; the servers it started are stopped (exit {code})", flush=True)
+            return code

@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import faults, switch
 from ..report import REPORT_DIR_ENV
+from . import interrupts
 from .workload import flush_with_retry, run_plan
 
 #: What runs one generation: ``runner(spec, mode, report_dir, log_path) -> result`` (:func:`run_in_subprocess`
@@ -81,6 +82,11 @@ def run_in_subprocess(
             proc.kill()
             proc.wait()
             rc = "timeout"
+        except BaseException:  # Ctrl-C, SIGTERM, SIGHUP (.interrupts): the engine does not run on
+            with interrupts.stopping():
+                proc.kill()
+                proc.wait()
+            raise
     result: dict[str, Any] = {"mode": mode, "pid": proc.pid, "returncode": rc, "wall_seconds": time.time() - t0}
     if rc == 0 and out_path.exists():
         result.update(json.loads(out_path.read_text()))

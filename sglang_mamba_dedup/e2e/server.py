@@ -38,6 +38,7 @@ from typing import Any
 
 from .. import faults, switch
 from ..report import REPORT_DIR_ENV
+from . import interrupts
 from .workload import Generate, flush_with_retry, run_plan
 
 #: Engine keywords whose ``None`` the server's command line spells as the choice "none".
@@ -115,6 +116,7 @@ def _request(url: str, payload: dict | None = None, timeout: float = 30.0) -> An
 def wait_healthy(base_url: str, proc: subprocess.Popen | None, timeout: float) -> str | None:
     """None once ``GET /health`` answers 200; else why not (the process died, or the time ran out)."""
     deadline = time.time() + timeout
+    pause = 0.1
     while time.time() < deadline:
         if proc is not None and proc.poll() is not None:
             return f"the server exited with {proc.returncode} before it was healthy"
@@ -122,7 +124,8 @@ def wait_healthy(base_url: str, proc: subprocess.Popen | None, timeout: float) -
             _request(base_url + "/health", timeout=5.0)
             return None
         except (urllib.error.URLError, ConnectionError, OSError, ValueError):
-            time.sleep(1.0)
+            time.sleep(pause)
+            pause = min(2 * pause, 1.0)
     return f"the server was not healthy within {timeout:.0f} s"
 
 
@@ -164,30 +167,66 @@ def generate(base_url: str, spec: dict[str, Any], timeout: float) -> dict[str, A
 
 
 def stop(proc: subprocess.Popen, grace: float = 30.0) -> None:
-    """Stop the server and every process it started (its own process group): SIGTERM, then SIGKILL."""
-    if proc.poll() is None or _group_alive(proc.pid):
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.time() + wait
-            while time.time() < deadline and (proc.poll() is None or _group_alive(proc.pid)):
-                time.sleep(0.2)
-            if proc.poll() is not None and not _group_alive(proc.pid):
-                break
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:  # pragma: no cover
-        pass
+    """Stop the server and every process it started (its own process group): SIGTERM, then SIGKILL after
+    ``grace`` seconds, at once when a signal comes meanwhile (:func:`.interrupts.stopping`: none interrupts a
+    stop). Ends with SIGKILL of whatever is left of the group."""
+    with interrupts.stopping():
+        try:
+            if _running(proc):
+                _signal_group(proc, signal.SIGTERM)
+                _wait_stopped(proc, grace)
+        finally:
+            if _running(proc):
+                _signal_group(proc, signal.SIGKILL)
+                _wait_stopped(proc, 10.0, hurry=False)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+
+def _running(proc: subprocess.Popen) -> bool:
+    return proc.poll() is None or _group_alive(proc.pid)
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+
+
+def _wait_stopped(proc: subprocess.Popen, seconds: float, hurry: bool = True) -> None:
+    """Until the group is gone, ``seconds`` are over, or (``hurry``) a signal asks to hurry."""
+    deadline = time.time() + seconds
+    while time.time() < deadline and _running(proc) and not (hurry and interrupts.hurry()):
+        time.sleep(0.1)
 
 
 def _group_alive(pgid: int) -> bool:
+    """Some process of the group runs (a zombie, ended and waiting to be reaped, holds nothing: not counted)."""
+    members = group_members(pgid)
+    if members is not None:
+        return bool(members)
     try:
         os.killpg(pgid, 0)
         return True
     except (ProcessLookupError, PermissionError):
         return False
+
+
+def group_members(pgid: int) -> list[int] | None:
+    """The pids of the process group's running processes (zombies left out), from ``/proc``; None without it."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return None
+    members = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
 
 
 def plugin_lines(log_path: Path) -> list[str]:

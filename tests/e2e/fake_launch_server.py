@@ -7,12 +7,18 @@ of an earlier sequence since the last flush), prints an activation line like the
 into SGLANG_MAMBA_DEDUP_REPORT_DIR, so the driver's stop must take the whole process group down.
 FAKE_SERVER_FAIL=1 exits before it is healthy (FAKE_SERVER_FAIL=on: only with the flag); FAKE_SERVER_NO_TRACK=1
 reports no commit with track slots; FAKE_SERVER_LOG=path appends "off|on PATH" of every request there;
-FAKE_SERVER_CHILD_PID_FILE=path appends the child's pid there.
+FAKE_SERVER_CHILD_PID_FILE=path appends the child's pid there, FAKE_SERVER_PID_FILE=path the server's own;
+FAKE_SERVER_DELAY=seconds delays every /generate; FAKE_SERVER_IGNORE_TERM=1 ignores SIGTERM (a server stuck in
+its teardown); FAKE_SERVER_ANSWER shapes the /generate answers: ``no_ids`` (no output_ids), ``empty`` (no
+tokens), ``short`` (one token), ``strings`` (strings, not objects), ``ids_str`` (output_ids a string),
+``negative`` (completion_tokens -5), ``fail`` (HTTP 500; ``fail_on``: only with the flag);
+FAKE_SERVER_HEALTH_TEXT=1 answers /health with a text body.
 """
 
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -37,6 +43,20 @@ time.sleep(3600)
 """
 
 
+def reshape(answer, shape):
+    """One /generate answer as FAKE_SERVER_ANSWER shapes it."""
+    if shape == "no_ids":
+        return {"meta_info": {}}
+    if shape == "strings":
+        return "x"
+    if shape in ("empty", "short", "ids_str"):
+        ids = {"empty": [], "short": answer["output_ids"][:1], "ids_str": "abc"}[shape]
+        return dict(answer, output_ids=ids, meta_info=dict(answer["meta_info"], completion_tokens=len(ids)))
+    if shape == "negative":
+        return dict(answer, meta_info=dict(answer["meta_info"], completion_tokens=-5))
+    return answer
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
@@ -55,11 +75,18 @@ def main():
             file=sys.stderr,
             flush=True,
         )
+    if os.environ.get("FAKE_SERVER_IGNORE_TERM") == "1":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.environ.get("FAKE_SERVER_PID_FILE"):
+        with open(os.environ["FAKE_SERVER_PID_FILE"], "a") as f:
+            f.write(f"{os.getpid()}\n")
     pid_file = os.environ.get("FAKE_SERVER_CHILD_PID_FILE", "/dev/null")
     subprocess.Popen([sys.executable, "-c", CHILD, "1" if flag else "0", pid_file])
     shift = 1 if (flag and os.environ.get("FAKE_SERVER_DIFFER") == "1") else 0
     seen = []  # the sequences (prompt + output) served since the last flush: the "prefix cache"
     request_log = os.environ.get("FAKE_SERVER_LOG")
+    delay = float(os.environ.get("FAKE_SERVER_DELAY") or 0)
+    shape = os.environ.get("FAKE_SERVER_ANSWER", "")
 
     def cached(ids):
         best = 0
@@ -83,6 +110,13 @@ def main():
             self.wfile.write(body)
 
         def do_GET(self):
+            if self.path == "/health" and os.environ.get("FAKE_SERVER_HEALTH_TEXT") == "1":
+                text = b"OK"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(text)))
+                self.end_headers()
+                self.wfile.write(text)
+                return
             self._send(200 if self.path == "/health" else 404, {})
 
         def do_POST(self):
@@ -100,6 +134,10 @@ def main():
                 return
             if self.path != "/generate":
                 self._send(404, {})
+                return
+            time.sleep(delay)
+            if shape == "fail" or (shape == "fail_on" and flag):
+                self._send(500, {"error": "failing on purpose"})
                 return
             req = json.loads(body)
             n = req["sampling_params"]["max_new_tokens"]
@@ -122,7 +160,7 @@ def main():
                         },
                     }
                 )
-            self._send(200, out)
+            self._send(200, [reshape(o, shape) for o in out])
 
     time.sleep(0.5)  # not healthy at once, as a real server
     ThreadingHTTPServer((args.host, args.port), Handler).serve_forever()

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sglang_mamba_dedup.e2e import cli, driver, engine, paired, server, stats
+from tests.e2e.procs import alive
 from tests.support.e2e import FakeClock, FakeEngine, fake_ids
 
 FAKE_SERVER = str(Path(__file__).resolve().parent / "fake_launch_server.py")
@@ -185,14 +186,6 @@ def test_csv_rows_one_per_pair(tmp_path):
 
 
 # ----------------------------------------------------------------------------- the command, fake servers
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.fixture
 def fake_servers(monkeypatch, tmp_path):
     """launch_server replaced by the fake; records each start and whether the off server was healthy when the
@@ -287,7 +280,7 @@ def test_throughput_servers_side_by_side(tmp_path, fake_servers, capsys):
     assert "md5 token ids, batch1: 4 pairs x off, on: all EQUAL" in out
     # both servers stopped, their children too
     children = _children(tmp_path)
-    assert len(children) == 2 and not any(map(_alive, children))
+    assert len(children) == 2 and not any(map(alive, children))
 
 
 def test_throughput_md5_mismatch_exits_1(tmp_path, fake_servers, monkeypatch, capsys):
@@ -297,7 +290,7 @@ def test_throughput_md5_mismatch_exits_1(tmp_path, fake_servers, monkeypatch, ca
     assert code == driver.EXIT_MD5_DIFFER, out
     assert "md5 differ: batch1 pair 0 (on)" in out and "DIFFERENT" in out and "RESULT: FAIL" in out
     assert json.loads((tmp_path / "s.json").read_text())["exit_code"] == 1
-    assert not any(map(_alive, _children(tmp_path)))
+    assert not any(map(alive, _children(tmp_path)))
 
 
 def test_throughput_failed_start_stops_the_other_server(tmp_path, fake_servers, monkeypatch, capsys):
@@ -307,7 +300,7 @@ def test_throughput_failed_start_stops_the_other_server(tmp_path, fake_servers, 
     assert code == driver.EXIT_RUN_FAILED, out
     assert "exited with 7 before it was healthy" in out
     children = _children(tmp_path)
-    assert len(children) == 1 and not _alive(children[0]), "the off server's process group was left running"
+    assert len(children) == 1 and not alive(children[0]), "the off server's process group was left running"
     assert not (tmp_path / "requests.log").exists()  # nothing was sent
 
 
@@ -332,7 +325,7 @@ def test_throughput_ctrl_c_stops_both_servers(tmp_path, fake_servers, monkeypatc
         cli.main(_args(tmp_path))
     children = _children(tmp_path)
     assert seen["modes"] == ["off", "on"] and len(children) == 2
-    assert not any(map(_alive, children))
+    assert not any(map(alive, children))
 
 
 def test_throughput_against_servers_you_run(tmp_path, monkeypatch, capsys):

@@ -12,6 +12,7 @@ import pytest
 
 from sglang_mamba_dedup.e2e import cli, driver, engine, server, settings
 from sglang_mamba_dedup.e2e.context import RunContext
+from tests.e2e.procs import alive
 
 FAKE_SERVER = str(Path(__file__).resolve().parent / "fake_launch_server.py")
 
@@ -27,14 +28,6 @@ def _server_runner(**kw):
         return server.run_server(spec, mode, report_dir, log_path, timeout=30, command=_fake_command, **kw)
 
     return run
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _server_args(tmp_path, workdir="w", prompts=3, tokens=4):
@@ -65,7 +58,7 @@ def test_server_route_flag_md5_and_plugin_line(tmp_path, monkeypatch, capsys):
     assert code == driver.EXIT_OK, out
     assert "-> EQUAL" in out and "engaged: YES" in out and "off as expected: yes" in out
     children = [int(x) for x in pid_file.read_text().split()]
-    assert len(children) == 2 and not any(map(_alive, children)), "a server's child process was left running"
+    assert len(children) == 2 and not any(map(alive, children)), "a server's child process was left running"
 
 
 def test_server_route_through_main_without_a_runner(tmp_path, monkeypatch, capsys):
@@ -112,7 +105,7 @@ def test_server_is_stopped_on_ctrl_c(tmp_path, monkeypatch):
     }
     with pytest.raises(KeyboardInterrupt):
         server.run_server(spec, "on", tmp_path, tmp_path / "log", timeout=30, command=_fake_command)
-    assert started and not _alive(int(pid_file.read_text().split()[0]))
+    assert started and not alive(int(pid_file.read_text().split()[0]))
 
 
 def test_base_urls_compare_md5_only(tmp_path, monkeypatch, capsys):

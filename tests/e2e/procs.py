@@ -1,0 +1,30 @@
+"""Processes of the e2e tests: is a pid alive, the pids a fake server wrote, and the end of what a test left."""
+
+import os
+import signal
+from pathlib import Path
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie (one that ended and waits to be reaped holds nothing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:  # no /proc here, or it just went
+        return True
+
+
+def read_pids(*paths: Path) -> list[int]:
+    """The pids written into these files, one a line (a missing file holds none)."""
+    return [int(x) for p in paths if p.exists() for x in p.read_text().split()]
+
+
+def kill_left(pids: list[int]) -> list[int]:
+    """SIGKILL each pid still alive (each one a test started); returns those that were."""
+    left = [p for p in pids if alive(p)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return left

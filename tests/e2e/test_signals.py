@@ -1,0 +1,116 @@
+"""No server left behind (audit B2, B3): a real e2e process over fake launch_servers (tests/e2e/fake_e2e.py)
+gets SIGTERM, SIGHUP, SIGINT or two SIGINTs while its servers run; afterwards no process of theirs is alive."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sglang_mamba_dedup.e2e import driver
+from tests.e2e.procs import alive, kill_left, read_pids
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE_E2E = str(Path(__file__).resolve().parent / "fake_e2e.py")
+#: Printed once both servers are up and warmed up: the pairs are running.
+PAIRS_RUN = "pairs (prefix cache emptied before each request)"
+
+
+def _start(tmp_path: Path, *extra: str, **env: str) -> subprocess.Popen:
+    """The e2e over two fake servers, each /generate taking 0.2 s, pairs enough for a minute; its own session."""
+    argv = [sys.executable, FAKE_E2E, "--server", "--prompt-format", "ids", "--vocab-size", "100"]
+    argv += ["--num-prompts", "2", "--max-new-tokens", "3", "--model-path", str(tmp_path)]
+    argv += ["--workdir", str(tmp_path / "w"), "--run-timeout", "20", *extra]
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "FAKE_SERVER_DELAY": "0.2",
+        "FAKE_SERVER_PID_FILE": str(tmp_path / "servers.pid"),
+        "FAKE_SERVER_CHILD_PID_FILE": str(tmp_path / "children.pid"),
+        **env,
+    }
+    with open(tmp_path / "out.txt", "w") as out:
+        return subprocess.Popen(argv, env=full_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_for(tmp_path: Path, text: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in (tmp_path / "out.txt").read_text():
+            return
+        assert proc.poll() is None, (tmp_path / "out.txt").read_text()
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} not printed within {timeout} s")
+
+
+def _processes(tmp_path: Path) -> list[int]:
+    return read_pids(tmp_path / "servers.pid", tmp_path / "children.pid")
+
+
+def _ended(tmp_path: Path, proc: subprocess.Popen, timeout: float = 20.0) -> tuple[int, str]:
+    """The e2e's exit status and output once it ended; every fake server and child it started must be gone."""
+    try:
+        rc = proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        left = kill_left(_processes(tmp_path))
+    out = (tmp_path / "out.txt").read_text()
+    assert not left, f"left running: {left}\n{out}"
+    return rc, out
+
+
+THROUGHPUT = ("--throughput", "--batch1-tokens", "3", "--batch1-pairs", "300", "--full-pairs", "50")
+
+
+@pytest.mark.parametrize(
+    "sig, rc",
+    [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGHUP, 128 + signal.SIGHUP), (signal.SIGINT, -signal.SIGINT)],
+    ids=["term", "hup", "int"],
+)
+def test_a_signal_stops_both_servers(sig, rc, tmp_path):
+    proc = _start(tmp_path, *THROUGHPUT)
+    _wait_for(tmp_path, PAIRS_RUN, proc)
+    assert len(_processes(tmp_path)) == 4 and all(map(alive, _processes(tmp_path)))
+    proc.send_signal(sig)
+    code, out = _ended(tmp_path, proc)
+    assert code == rc, out
+    if sig != signal.SIGINT:
+        assert f"stopped by {signal.Signals(sig).name}" in out, out
+
+
+def test_sigterm_during_a_run_of_the_server_route(tmp_path):
+    """--server without --throughput: one server at a time, stopped as well."""
+    proc = _start(tmp_path, FAKE_SERVER_DELAY="1")
+    _wait_for(tmp_path, "-- run 1/2", proc)
+    deadline = time.monotonic() + 20
+    while len(_processes(tmp_path)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(_processes(tmp_path)) == 2 and all(map(alive, _processes(tmp_path)))
+    proc.send_signal(signal.SIGTERM)
+    code, out = _ended(tmp_path, proc)
+    assert code == 128 + signal.SIGTERM, out
+
+
+def test_second_ctrl_c_during_the_stop_kills_a_server_that_ignores_sigterm(tmp_path):
+    proc = _start(tmp_path, *THROUGHPUT, FAKE_SERVER_IGNORE_TERM="1")
+    _wait_for(tmp_path, PAIRS_RUN, proc)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)  # the stop waits for the "on" server, which ignores SIGTERM
+    assert proc.poll() is None
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    code, out = _ended(tmp_path, proc, timeout=15)
+    assert code == -signal.SIGINT, out
+    assert time.monotonic() - t0 < 12, "the second Ctrl-C must not wait out SIGTERM's grace time"
+    assert "SIGKILL now" in out
+
+
+def test_a_failed_request_stops_both_servers(tmp_path):
+    proc = _start(tmp_path, *THROUGHPUT, FAKE_SERVER_ANSWER="fail_on", FAKE_SERVER_DELAY="0")
+    code, out = _ended(tmp_path, proc, timeout=30)
+    assert code == driver.EXIT_RUN_FAILED and "request failed: HTTPError" in out, out
+    assert len(_processes(tmp_path)) == 4
