@@ -217,23 +217,64 @@ def _pool_keeps_spec_cursors() -> bool:
     return code is not None and "replayssm_spec_write_pos" in code.co_names
 
 
-def unreserved_by_sglang(info: dict[str, Any], slots: int, rows: int) -> dict[str, int]:
+def unreserved_by_sglang(info: dict[str, Any], slots: int, rows: int, scale: float = 1.0) -> dict[str, int]:
     """What the deduplicated ``MambaPool`` will allocate, by buffer, for ``slots`` mamba slots and ``rows``
     verify rows (each +1 padding, as the pool allocates them), counting only what SGLang's estimate prices:
     everything for the plain pool (its state and scratch, now priced with the deduplicated draft count);
-    under ReplaySSM (whose ring and state SGLang prices) the conv-window scratch and the spec cursors."""
+    under ReplaySSM (whose ring and state SGLang prices) the conv-window scratch and the spec cursors.
+    ``scale``: the share of the model's mamba layers this pipeline stage holds (SGLang's ``pp_layer_scale``)."""
     cp = info["cache_params"]
     per = sizing.request_bytes(cp, info["draft_tokens"], dedup=True, replayssm=info["replayssm"])
     if info["replayssm"]:
-        return {
+        out = {
             "conv_scratch": (rows + 1) * per.conv_scratch_physical,
             "spec_cursors": (rows + 1) * RING_CURSOR_BYTES if _pool_keeps_spec_cursors() else 0,
         }
-    return {
-        "state": (slots + 1) * per.state,
-        "ssm_scratch": (rows + 1) * per.ssm_scratch,
-        "conv_scratch": (rows + 1) * per.conv_scratch_physical,
-    }
+    else:
+        out = {
+            "state": (slots + 1) * per.state,
+            "ssm_scratch": (rows + 1) * per.ssm_scratch,
+            "conv_scratch": (rows + 1) * per.conv_scratch_physical,
+        }
+    return {k: int(v * scale) if k != "spec_cursors" else v for k, v in out.items()}
+
+
+def pp_layer_scale(wrapped, instance, cache_params: Any) -> float:
+    """The share of the model's mamba layers SGLang charges one pipeline stage: the largest stage's share
+    (0.5.17+, whose estimator names ``pp_layer_scale``); 1 without PP or on releases that charge every layer."""
+    pp = int(getattr(instance, "pp_size", 1) or 1)
+    get_pp_indices = getattr(wrapped, "__globals__", {}).get("get_pp_indices")
+    if pp <= 1 or get_pp_indices is None or not _reads_var(wrapped, "pp_layer_scale"):
+        return 1.0
+    layers = list(cache_params.layers)
+    total = int(instance.model_config.num_hidden_layers)
+    stage = max(
+        sum(1 for i in layers if start <= i < end)
+        for start, end in (get_pp_indices(total, rank, pp) for rank in range(pp))
+    )
+    return stage / max(len(layers), 1)
+
+
+def _reads_var(fn, name: str) -> bool:
+    """Whether the installed function has a local named ``name`` (a step of its arithmetic)."""
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    return code is not None and name in code.co_varnames
+
+
+def ring_over_reservation(wrapped, instance, info: dict[str, Any], rows: int, asked: int, scale: float) -> int:
+    """Bytes of ReplaySSM ring SGLang reserves for requests the pool never holds: from 0.5.20 its estimator
+    prices a Gated-DeltaNet ring row for every request asked for (``max_running_requests + 1``), while the pool
+    allocates one per request the mamba pool admits (``spec_state_size + 1``). 0 elsewhere."""
+    if not info.get("replayssm") or getattr(instance, "hybrid_kda_config", None) is not None:
+        return 0
+    if not _reads_var(wrapped, "replay_req_slots"):
+        return 0
+    get_exec = getattr(wrapped, "__globals__", {}).get("get_exec")
+    record_len = getattr(getattr(get_exec(), "mamba", None), "linear_replayssm_cache_len", None) if get_exec else None
+    ring = sizing.ring_bytes(info["cache_params"], record_len)
+    if not ring:
+        return 0
+    return int(int(ring) * scale) * max(0, asked - rows)
 
 
 def handle_max_mamba_cache(wrapped, instance, args, kwargs):
@@ -260,10 +301,10 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
             exc,
         )
         topup, detail = 0, ""
-    if topup > 0:
+    if topup:
         result = result - topup / ledger.GIB
         reserved += topup
-    applied = scoped or topup > 0
+    applied = scoped or topup != 0
     last_estimate.update(
         applied=applied,
         reason=None if applied else (reason or "the estimate already reserves the deduplicated scratch"),
@@ -278,10 +319,11 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
             d_eff,
         )
     if topup > 0:
-        # a PD-decode server's pre-allocated rows can be GiBs of KV cache (sglang #23643): said as a WARNING
+        # a PD-decode server's pre-allocated rows can be GiBs of KV cache (sglang #23643), and a top-up above one
+        # slot's state is more than padding: said as a WARNING
         pd_decode = bool(info.get("pd_decode_pre_alloc"))
         logger.log(
-            logging.WARNING if pd_decode else logging.INFO,
+            logging.WARNING if pd_decode or topup > _slot_bytes(info) else logging.INFO,
             "sglang-mamba-dedup: mamba cache estimator reserves %.3f GiB (%d bytes) more, which the pool allocates "
             "but SGLang's estimate left out (%s); it comes out of the KV cache's share%s",
             topup / ledger.GIB,
@@ -289,13 +331,36 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
             detail,
             ". Fewer pre-allocated requests (--disaggregation-decode-extra-slots) give it back" if pd_decode else "",
         )
+    if topup < 0:
+        logger.info(
+            "sglang-mamba-dedup: mamba cache estimator gives %.3f GiB (%d bytes) back to the KV cache, which SGLang's "
+            "estimate reserved but the pool never allocates (%s)",
+            -topup / ledger.GIB,
+            -topup,
+            detail,
+        )
     if not applied:
         logger.info("sglang-mamba-dedup: mamba cache estimator unchanged: %s", last_estimate["reason"])
     if reserved is not None:
+        slots = _schedule(wrapped, instance)[0]
+        logger.info(
+            "sglang-mamba-dedup: mamba cache estimator budget %.4f GiB (%d bytes): %.4f GiB reserved for %s mamba "
+            "slots and their scratch, the rest for the KV cache",
+            float(total),
+            int(round(float(total) * ledger.GIB)),
+            reserved / ledger.GIB,
+            slots,
+        )
         last_estimate["reserved_bytes"] = reserved
         ledger.record_reservation(reserved, applied=applied, reason=last_estimate["reason"])
     _warn_admission(wrapped, instance, info)
     return result
+
+
+def _slot_bytes(info: dict[str, Any]) -> int:
+    """One mamba slot's state (conv + SSM, every layer): the most a padding row can cost."""
+    cp = info.get("cache_params")
+    return sizing.request_bytes(cp, None, dedup=True).state if cp is not None else 0
 
 
 def _knob(wrapped, instance, bag: str, name: str) -> Any:
@@ -361,16 +426,22 @@ def pd_decode_rows(wrapped, instance, rows: int) -> tuple[int, int] | None:
 
 def _top_up(wrapped, instance, info: dict[str, Any], reserved: int | None, priced: int | None) -> tuple[int, str]:
     """Bytes the deduplicated pool will allocate beyond what SGLang's estimate reserved for it (0 when covered
-    or not predictable), and which buffers they are. ``priced``: what the estimate reserved for those buffers
-    (the whole reservation for the plain pool; nothing for the conv scratch under ReplaySSM). On a PD-decode
-    server the pool's pre-allocated rows and slots are added (not under ReplaySSM: its ledger says the gap)."""
+    or not predictable; negative under ReplaySSM when SGLang reserved ring rows the pool never allocates, which
+    go back to the KV cache), and which buffers they are. ``priced``: what the estimate reserved for those
+    buffers (the whole reservation for the plain pool; nothing for the conv scratch under ReplaySSM). On a
+    PD-decode server the pool's pre-allocated rows and slots are added (not under ReplaySSM: its ledger says the
+    gap). Under pipeline parallelism the stage's share of the layers is priced, as SGLang prices it."""
     if reserved is None or "cache_params" not in info:
         return 0, ""
     slots, running, dp, ratio = _schedule(wrapped, instance)
     if slots is None or running is None or ratio is None or ratio <= 0:
         return 0, ""
-    rows = min(max(1, int(running) // dp), int(slots) // ratio)
-    what = "the conv-window scratch under ReplaySSM" if info["replayssm"] else "the pool's padding row"
+    asked = max(1, int(running) // dp)
+    rows = min(asked, int(slots) // ratio)
+    scale = pp_layer_scale(wrapped, instance, info["cache_params"])
+    what = "the conv-window scratch under ReplaySSM" if info["replayssm"] else "the pool's padding rows"
+    if scale != 1.0:
+        what += f" (this pipeline stage's {scale:.3f} of the mamba layers)"
     slots = int(slots)
     pd = None if info["replayssm"] else pd_decode_rows(wrapped, instance, rows)
     if pd is not None:
@@ -379,11 +450,19 @@ def _top_up(wrapped, instance, info: dict[str, Any], reserved: int | None, price
         slots = max(slots, rows * per_request)
         what = f"the PD-decode pool's {pre} pre-allocated requests and padding row"
         info["pd_decode_pre_alloc"] = pre
-    by_buffer = unreserved_by_sglang(info, slots, rows)
-    gap = sum(by_buffer.values()) - (priced if priced is not None else reserved)
+    by_buffer = unreserved_by_sglang(info, slots, rows, scale)
+    over = ring_over_reservation(wrapped, instance, info, rows, asked, scale)
+    gap = sum(by_buffer.values()) - (priced if priced is not None else reserved) - over
+    named = ", ".join(f"{k} {v / ledger.GIB:.4f} GiB" for k, v in by_buffer.items() if v)
+    if over:
+        info["ring_over_reservation"] = over
+        named += (
+            f"; SGLang priced ReplaySSM ring rows for {asked} requests, the pool allocates {rows}: "
+            f"{over / ledger.GIB:.4f} GiB less"
+        )
+        return gap, f"{what}; the pool allocates {named}"
     if gap <= 0:
         return 0, ""
-    named = ", ".join(f"{k} {v / ledger.GIB:.4f} GiB" for k, v in by_buffer.items() if v)
     return gap, f"{what}; the pool allocates {named}"
 
 

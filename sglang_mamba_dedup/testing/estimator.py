@@ -26,6 +26,7 @@ class Estimate:
     ratio: int  # mamba slots per running request (prefix-cache tracking)
     running: int  # running requests the mamba pool admits: min(asked, slots // ratio)
     reserved_bytes: int  # what the estimator took: budget - rest
+    asked: int = 0  # max_running_requests per worker, as asked for
 
 
 def server_args_fields() -> set[str]:
@@ -49,10 +50,29 @@ def run(
     gdn: bool = True,
     max_mamba_cache_size: int | None = None,
     extra: dict[str, Any] | None = None,
+    launch: Any = None,
 ) -> Estimate:
     """Run the installed release's estimator for a ``total_rest_gb`` budget. ``draft_tokens`` None: no
     speculative decoding. ``gdn``: the model is Gated DeltaNet (ReplaySSM applies); ``extra``: more
-    ``ServerArgs`` fields."""
+    ``ServerArgs`` fields. ``launch``: a :class:`sglang_mamba_dedup.launch_config.Launch`, resolved as a real
+    launch resolves it; its settings and model config replace every sizing keyword above."""
+    if launch is not None:
+        sa = launch.server_args
+        saved = getattr(sa, "max_mamba_cache_size", None)
+        try:
+            return _run(
+                cache_params,
+                sa,
+                total_rest_gb,
+                spec=bool(launch.settings["speculative_num_draft_tokens"]),
+                device=device,
+                gdn=gdn,
+                model_config=launch.model_config,
+                asked=launch.settings["max_running_requests"],
+            )
+        finally:  # releases before 0.5.17 write the size into server_args: the next estimate starts afresh
+            if getattr(sa, "max_mamba_cache_size", None) != saved:
+                sa.max_mamba_cache_size = saved
     from sglang.srt.server_args import ServerArgs
 
     fields = server_args_fields()
@@ -75,7 +95,23 @@ def run(
         kw[name] = True
     kw.update(extra or {})
     sa = ServerArgs(**kw)
-    spec_alg = types.SimpleNamespace(is_none=lambda: not draft_tokens)
+    return _run(
+        cache_params, sa, total_rest_gb, spec=bool(draft_tokens), device=device, gdn=gdn, asked=max_running_requests
+    )
+
+
+def _run(
+    cache_params: Any,
+    sa: Any,
+    total_rest_gb: float,
+    *,
+    spec: bool,
+    device: str,
+    gdn: bool,
+    asked: int,
+    model_config: Any = None,
+) -> Estimate:
+    spec_alg = types.SimpleNamespace(is_none=lambda: not spec)
     mambaish = types.SimpleNamespace(mamba2_cache_params=cache_params)
     if versions.in_range(versions.installed_sglang_version(), versions.NEW_LAYOUT):
         from sglang.srt import runtime_context
@@ -88,14 +124,18 @@ def run(
                 return None
 
         obj: Any = object.__new__(_Configurator)
+        pp = int(getattr(sa, "pp_size", 1) or 1)
         attrs: dict[str, Any] = dict(
             mambaish_config=mambaish,
-            model_config=types.SimpleNamespace(
+            model_config=model_config
+            or types.SimpleNamespace(
                 hf_config=types.SimpleNamespace(), num_hidden_layers=len(cache_params.layers), context_len=4096
             ),
-            pp_size=1,
+            pp_size=pp,
             attn_dp_size=1,
-            ps=types.SimpleNamespace(pp_size=1, attn_dp_size=1, tp_size=1, dp_size=1),
+            ps=types.SimpleNamespace(
+                pp_size=pp, attn_dp_size=1, tp_size=int(getattr(sa, "tp_size", 1) or 1), dp_size=1
+            ),
             hybrid_gdn_config=types.SimpleNamespace() if gdn else None,
             hybrid_kda_config=None,
             extra_mamba_cache_bytes_per_req=0,
@@ -121,6 +161,7 @@ def run(
         slots=int(size),
         rest_gb=float(rest),
         ratio=ratio,
-        running=min(max_running_requests, int(size) // ratio),
+        running=min(int(asked), int(size) // ratio),
+        asked=int(asked),
         reserved_bytes=int(round((total_rest_gb - float(rest)) * (1 << 30))),
     )

@@ -60,7 +60,8 @@ def test_plan_text_table(capsys):
 
 @pytest.mark.parametrize("preset", ["qwen3.5-0.8b", "nemotron-h-tiny"])
 def test_plan_reads_config_json(preset, tmp_path, capsys):
-    """A model directory with only config.json: its state shape is read as the table / the preset has it."""
+    """A model directory with only config.json: its state shape is read as the table / the preset has it, and the
+    weights are counted from the safetensors headers (target, and the draft's MTP layers, embedding and head)."""
     dims = random_model.PRESETS[preset]
     (tmp_path / "config.json").write_text(json.dumps(random_model.build_config(dims)))
     shape, weights = plan.shape_from_config(tmp_path)
@@ -68,10 +69,27 @@ def test_plan_reads_config_json(preset, tmp_path, capsys):
     expected = _expected_state(preset, dims)
     assert (shape.gdn_layers, shape.conv_dim, shape.ssm_shape, shape.conv_kernel) == expected
     doc = _json(capsys, "--model-path", str(tmp_path))
-    assert doc["note"] == "weights not counted (pass --weights-gb)"
-    (tmp_path / "model.safetensors").write_bytes(b"\0" * (1 << 20))
-    doc = _json(capsys, "--model-path", str(tmp_path), "--tp-size", "2" if preset == "qwen3.5-0.8b" else "1")
-    assert doc["settings"]["weights_gb"] == pytest.approx((1 << 20) / (1 << 30) / doc["settings"]["tp_size"])
+    assert doc["settings"]["weights_gb"] == 0 and "no safetensors" in doc["weights"]["how"]
+    _write_safetensors(
+        tmp_path / "model.safetensors", {"lm_head.weight": 1 << 20, "mtp.fc.weight": 1 << 18, "x": 1 << 19}
+    )
+    tp = "2" if preset == "qwen3.5-0.8b" else "1"
+    doc = _json(capsys, "--model-path", str(tmp_path), "--tp-size", tp)
+    target, draft = (1 << 20) + (1 << 19), (1 << 18) + (1 << 20)  # the draft: its MTP layer + its own head
+    assert doc["settings"]["weights_gb"] * (1 << 30) == pytest.approx((target + draft) / int(tp))
+    assert "MTP layers" in doc["weights"]["how"]
+
+
+def _write_safetensors(path, tensors: dict[str, int]) -> None:
+    """A safetensors file of uint8 tensors of the given byte sizes (header written by hand: no torch)."""
+    import struct
+
+    header, offset = {}, 0
+    for name, size in tensors.items():
+        header[name] = {"dtype": "U8", "shape": [size], "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)
 
 
 def _expected_state(preset, dims):

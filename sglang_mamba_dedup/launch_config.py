@@ -1,0 +1,343 @@
+"""A ``launch_server`` command line resolved the way the server resolves it, on any machine, for a CUDA device.
+
+The planner (``sglang-mamba-dedup plan -- <launch flags>``) and the sizing tests start here, so that what they
+size is what a real launch would size: SGLang's own CLI parser (``prepare_server_args``), then SGLang's own
+resolution (``ServerArgs.resolve_once`` from 0.5.16's argument pipeline on; ``ServerArgs.__post_init__`` before),
+which decides overlap scheduling, the mamba radix-cache strategy (``auto`` -> ``extra_buffer`` / ``no_buffer``),
+track slots, the memory ratio and the device-dependent defaults. Those decisions read the machine (is it CUDA,
+which compute capability, how much memory); here the machine is said to be a CUDA GPU of ``gpu_memory_gb``
+(SGLang's own ``override_platform`` where the release has it, plus its memory-capacity probe), so a CPU
+machine resolves the launch a GPU would. The model's state shape comes from SGLang's own ``ModelConfig`` of
+the checkpoint's ``config.json`` (its ``mamba2_cache_params``), not from our table.
+
+Never imported on the serving path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+#: The machine the planner resolves a launch for: a Hopper GPU (what the sizing was measured on). Only the facts
+#: the installed release's ``PlatformContext`` knows are passed.
+CUDA_FACTS: dict[str, Any] = dict(
+    is_cuda=True,
+    is_hip=False,
+    is_npu=False,
+    is_xpu=False,
+    is_musa=False,
+    is_mps=False,
+    is_sm90=True,
+    is_sm100=False,
+    is_sm100_or_sm110=False,
+    is_sm110=False,
+    is_sm120=False,
+    is_blackwell=False,
+    is_hopper_with_cuda_12_3=True,
+    has_amx=False,
+    has_flashinfer=False,
+    device_sm=90,
+    device_capability=(9, 0),
+)
+
+
+class LaunchError(ValueError):
+    """The launch flags cannot be resolved (SGLang's parser or resolution refused them): one line, exit 2."""
+
+
+@dataclasses.dataclass
+class Launch:
+    """A resolved launch: SGLang's ``ServerArgs`` as the server would hold it, its model config, and the
+    decisions the sizing depends on (``settings``, printed by the planner)."""
+
+    argv: list[str]
+    server_args: Any
+    model_config: Any
+    settings: dict[str, Any]
+
+    @property
+    def cache_params(self) -> Any:
+        """SGLang's own ``Mamba2CacheParams`` of the model, for one rank of the launch's tensor parallelism."""
+        cfg = mamba_config(self.model_config)
+        try:
+            with _parallel(int(self.settings["tp_size"] or 1)):
+                return cfg.mamba2_cache_params
+        except (AssertionError, RuntimeError) as exc:  # 0.5.14, 0.5.15: it asks the live process group
+            raise LaunchError(f"SGLang's config cannot size the state outside a server: {exc}") from None
+
+
+@contextlib.contextmanager
+def _parallel(tp: int):
+    """The launch's tensor-parallel sizes, for SGLang's config code that reads them from its parallel context
+    (0.5.16+, which would ask an initialised process group otherwise)."""
+    try:
+        from sglang.srt import runtime_context
+    except ImportError:
+        yield
+        return
+    fields = getattr(runtime_context, "_PARALLEL_FIELDS", None)
+    override = getattr(runtime_context.get_parallel(), "override", None)
+    if fields is None or override is None:
+        yield
+        return
+    want = dict(tp_size=tp, attn_tp_size=tp, tp_rank=0, attn_tp_rank=0, attn_cp_size=1, attn_cp_rank=0)
+    with override(**{k: v for k, v in want.items() if k in fields}):
+        yield
+
+
+def mamba_config(model_config: Any) -> Any:
+    """The hybrid config that carries ``mamba2_cache_params`` (the text part of a multimodal model)."""
+    for cfg in (getattr(model_config, "hf_text_config", None), getattr(model_config, "hf_config", None)):
+        if cfg is not None and hasattr(type(cfg), "mamba2_cache_params"):
+            return cfg
+    raise LaunchError(
+        f"{getattr(model_config, 'model_path', 'the model')} is not a hybrid mamba / linear-attention model "
+        "SGLang knows (its config has no mamba2_cache_params)"
+    )
+
+
+def mixer(model_config: Any) -> str:
+    """``gdn`` (Gated DeltaNet: Qwen3-Next, Qwen3.5) or ``mamba2`` (Nemotron-H), from the config class."""
+    name = type(mamba_config(model_config)).__name__.lower()
+    return "mamba2" if "nemotron" in name or "mamba" in name else "gdn"
+
+
+#: ``sglang.srt.utils.common`` probes and what they answer on that machine; releases before 0.5.20 read them
+#: by name (``from sglang.srt.utils import is_cuda``) rather than through ``get_platform()``.
+CUDA_PROBES: dict[str, Any] = dict(
+    is_cuda=True,
+    is_cuda_alike=True,
+    is_hip=False,
+    is_npu=False,
+    is_xpu=False,
+    is_musa=False,
+    is_cpu=False,
+    is_sm90_supported=True,
+    is_sm100_supported=False,
+    is_sm100_or_sm110_supported=False,
+    is_sm110_supported=False,
+    is_sm120_supported=False,
+    is_blackwell_supported=False,
+    is_hopper_with_cuda_12_3=True,
+    cpu_has_amx_support=False,
+    is_flashinfer_available=False,
+)
+
+
+#: Modules the resolution imports lazily that branch on the device at import time (a CUDA answer there would
+#: import SGLang's CUDA kernel package): imported before the probes answer as a GPU.
+PRELOAD = (
+    "sglang.srt.configs.model_config",
+    "sglang.srt.model_loader",
+    "sglang.srt.layers.layernorm",
+    "sglang.srt.layers.quantization",
+    "sglang.srt.mem_cache.memory_pool",
+    "sglang.srt.mem_cache.kv_cache_configurator",
+    "sglang.srt.model_executor.model_runner_kv_cache_mixin",
+)
+
+
+def _hook_modules() -> tuple[str, ...]:
+    """SGLang's argument-resolution hooks (0.5.16+), which its pipeline imports lazily."""
+    import pkgutil
+
+    try:
+        import sglang.srt.arg_groups as groups
+    except ImportError:
+        return ()
+    return tuple(f"{groups.__name__}.{m.name}" for m in pkgutil.iter_modules(groups.__path__))
+
+
+@contextlib.contextmanager
+def cuda_machine(gpu_memory_gb: float):
+    """Within: SGLang's probes answer as on a CUDA GPU with ``gpu_memory_gb`` GiB. Undone on exit."""
+    import importlib
+
+    from sglang.srt.utils import common
+
+    for name in PRELOAD + _hook_modules():  # imported with the machine's real answers: CPU-safe import branches
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    capacity_mib = float(gpu_memory_gb) * 1024
+    answers: dict[str, Any] = {k: (lambda *a, _v=v, **k: _v) for k, v in CUDA_PROBES.items()}
+    answers["get_device_memory_capacity"] = lambda device=None, _c=capacity_mib: _c
+    probes = {name: getattr(common, name) for name in answers if hasattr(common, name)}
+    holders = [m for n, m in list(sys.modules.items()) if n.startswith("sglang") and m is not None]
+    with contextlib.ExitStack() as stack:
+        for m in holders:
+            for name, probe in probes.items():
+                if getattr(m, name, None) is probe:
+                    setattr(m, name, answers[name])
+                    stack.callback(setattr, m, name, probe)
+        rc = sys.modules.get("sglang.srt.runtime_context")
+        override = getattr(rc, "override_platform", None)
+        if override is not None:
+            from sglang.srt import runtime_context
+
+            known = set(getattr(runtime_context, "_PLATFORM_PROBES", {})) | set(
+                getattr(runtime_context, "_PLATFORM_VALUES", {})
+            )
+            stack.enter_context(override(**{k: v for k, v in CUDA_FACTS.items() if k in known}))
+        yield
+
+
+def _with_device(argv: list[str]) -> list[str]:
+    if any(a == "--device" or a.startswith("--device=") for a in argv):
+        return list(argv)
+    return [*argv, "--device", "cuda"]
+
+
+def resolve(argv: list[str], *, gpu_memory_gb: float) -> Launch:
+    """Parse and resolve ``argv`` (``launch_server``'s flags) as the server would on a CUDA GPU of
+    ``gpu_memory_gb``; publish it to SGLang's runtime context (0.5.16+) for the estimator to read."""
+    import argparse
+    import io
+
+    from sglang.srt import server_args as sa_mod
+
+    argv = _with_device(argv)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), cuda_machine(gpu_memory_gb):
+            sa = sa_mod.prepare_server_args(argv)
+            resolve_once = getattr(sa, "resolve_once", None)
+            if resolve_once is not None:
+                resolve_once()
+            model_config = _model_config(sa)
+            publish(sa)
+    except SystemExit:  # argparse: an unknown or malformed flag
+        lines = [ln for ln in err.getvalue().strip().splitlines() if ln.strip()]
+        raise LaunchError(lines[-1] if lines else "SGLang's parser refused the launch flags") from None
+    except (AssertionError, ValueError, argparse.ArgumentError, OSError, RuntimeError) as exc:
+        raise LaunchError(f"SGLang refused the launch flags: {type(exc).__name__}: {exc}") from None
+    return Launch(argv=argv, server_args=sa, model_config=model_config, settings=settings_of(sa))
+
+
+def _model_config(sa: Any) -> Any:
+    try:
+        from sglang.srt.arg_groups.overrides import model_config_of
+    except ImportError:
+        from sglang.srt.configs.model_config import ModelConfig
+
+        return ModelConfig.from_server_args(sa)
+    return model_config_of(sa)
+
+
+def publish(sa: Any) -> None:
+    """Publish ``sa`` to SGLang's runtime context (fresh bags: an earlier estimate's overrides are gone)."""
+    try:
+        from sglang.srt import runtime_context
+    except ImportError:  # before 0.5.14: the estimator reads server_args itself
+        return
+    setter = getattr(runtime_context.get_context(), "set_server_args", None)
+    if setter is not None:  # 0.5.16+ (0.5.14 and 0.5.15 read server_args)
+        setter(sa)
+
+
+def _read(sa: Any, bag: str, name: str, default: Any = None) -> Any:
+    """A resolved setting: from the published runtime-context bag ``bag`` (0.5.16+), else from ``server_args``
+    (resolved in place by older releases)."""
+    try:
+        from sglang.srt import runtime_context
+
+        getter = getattr(runtime_context, bag, None)
+        if getter is not None:
+            src = getter()
+            if bag == "get_exec" and name.startswith("mamba."):
+                src, name = src.mamba, name.split(".", 1)[1]
+            value = getattr(src, name, _MISSING)
+            if value is not _MISSING:
+                return value
+    except (ImportError, RuntimeError, AttributeError):
+        pass
+    return getattr(sa, name.split(".")[-1], default)
+
+
+_MISSING = object()
+
+
+def settings_of(sa: Any) -> dict[str, Any]:
+    """The resolved decisions the mamba sizing depends on, as the server will read them."""
+    replay = _read(sa, "get_exec", "mamba.enable_linear_replayssm_spec", None)
+    if replay is None:
+        replay = bool(getattr(sa, "enable_gdn_replayssm_spec", False))
+    strategy = _read(sa, "get_memory", "mamba_radix_cache_strategy", None) or getattr(
+        sa, "mamba_scheduler_strategy", None
+    )
+    extra = _read(sa, "get_exec", "mamba.enable_mamba_extra_buffer", None)
+    if extra is None:
+        value = getattr(sa, "enable_mamba_extra_buffer", False)
+        extra = value() if callable(value) else value
+    return {
+        "device": getattr(sa, "device", None),
+        "radix_cache": not bool(_read(sa, "get_memory", "disable_radix_cache", False)),
+        "overlap_schedule": not bool(_read(sa, "get_schedule", "disable_overlap_schedule", False)),
+        "mamba_strategy": strategy,
+        "mamba_extra_buffer": bool(extra),
+        "replayssm": bool(replay),
+        "speculative_algorithm": _read(sa, "get_spec", "speculative_algorithm", None),
+        "speculative_num_draft_tokens": _read(sa, "get_spec", "speculative_num_draft_tokens", None),
+        "speculative_eagle_topk": _read(sa, "get_spec", "speculative_eagle_topk", None),
+        "max_running_requests": _read(sa, "get_schedule", "max_running_requests", None),
+        "max_mamba_cache_size": _read(sa, "get_schedule", "max_mamba_cache_size", None),
+        "mem_fraction_static": _read(sa, "get_schedule", "mem_fraction_static", None),
+        "mamba_full_memory_ratio": _read(sa, "get_schedule", "mamba_full_memory_ratio", None),
+        "tp_size": getattr(sa, "tp_size", 1),
+        "pp_size": getattr(sa, "pp_size", 1),
+        "disaggregation_mode": _read(sa, "get_disagg", "disaggregation_mode", "null"),
+    }
+
+
+# --- weights from the checkpoint ------------------------------------------------------------------------------
+
+GIB = 1 << 30
+
+#: Tensors the draft (MTP / NEXTN) model loads from the target's checkpoint besides its own layers: SGLang's MTP
+#: models build their own embedding and output head and load them from the same names.
+DRAFT_SHARED = ("embed_tokens", "lm_head")
+DRAFT_OWN = ("mtp.", "mtp_", ".mtp")
+
+
+def _tensor_bytes(path: Path) -> dict[str, int]:
+    """``name -> bytes`` of every tensor of one safetensors file, from its header (nothing else is read)."""
+    with path.open("rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        if n > 100 << 20:
+            raise ValueError(f"{path.name}: a {n}-byte header is not a safetensors header")
+        header = json.loads(fh.read(n))
+    return {k: int(v["data_offsets"][1]) - int(v["data_offsets"][0]) for k, v in header.items() if k != "__metadata__"}
+
+
+def checkpoint_weights(model_path: Path, *, draft_from_same: bool) -> dict[str, Any]:
+    """The weights one launch loads from ``model_path``, in GiB, and how they were counted: the target (every
+    tensor but the MTP layers), and, when the draft model is the same checkpoint, the draft's (its MTP layers
+    plus its own copy of the embedding and output head). The safetensors headers give each tensor's bytes;
+    without them, the index's ``total_size`` (then the whole checkpoint counts as the target's)."""
+    files = sorted(model_path.glob("*.safetensors"))
+    if files:
+        sizes: dict[str, int] = {}
+        for f in files:
+            sizes.update(_tensor_bytes(f))
+        own = sum(b for k, b in sizes.items() if any(t in k for t in DRAFT_OWN))
+        shared = sum(b for k, b in sizes.items() if any(t in k for t in DRAFT_SHARED))
+        target = sum(sizes.values()) - own
+        draft = own + shared if draft_from_same else 0
+        how = f"{len(files)} safetensors file(s): target {target / GIB:.3f} GiB (all but the MTP layers)"
+        if draft_from_same:
+            how += f", draft {draft / GIB:.3f} GiB (MTP layers {own / GIB:.3f} + its embedding and head)"
+        return {"target_gib": target / GIB, "draft_gib": draft / GIB, "how": how}
+    index = model_path / "model.safetensors.index.json"
+    if index.is_file():
+        total = int(json.loads(index.read_text()).get("metadata", {}).get("total_size", 0))
+        if total > 0:
+            return {
+                "target_gib": total / GIB,
+                "draft_gib": 0.0,
+                "how": "the safetensors index's total_size (shards absent: the draft's share not counted)",
+            }
+    return {"target_gib": 0.0, "draft_gib": 0.0, "how": "no safetensors in the model directory: weights not counted"}

@@ -1,0 +1,151 @@
+"""Sizing on the configuration a real launch resolves: ``launch_server``'s command line through SGLang's own parser
+and resolution (:mod:`sglang_mamba_dedup.launch_config`), then SGLang's real estimator, the planner, and SGLang's
+real pool with the plugin's ledger.
+
+Why: on the H200 (SGLang 0.5.23, 2026-12-02, ``../shared/reports/memory-h200-2026-12-02.md``) a server launched with
+the radix cache and overlap scheduling (the defaults) held 5 mamba slots per running request, where the planner,
+which built ``ServerArgs(**kw)`` by hand, assumed 3; and under ReplaySSM the plugin's estimator reserved 0.777 GiB
+that the pool never allocated (ring rows for every request asked for, the pool's for those it admits).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+
+import pytest
+
+import sglang_mamba_dedup
+from sglang_mamba_dedup import launch_config, ledger, sizing
+from sglang_mamba_dedup.cli import plan
+from sglang_mamba_dedup.e2e import random_model
+from sglang_mamba_dedup.testing import estimator
+from tests.support import integration as iu
+
+pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
+
+GiB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def qwen35_dir(tmp_path_factory):
+    """A Qwen3.5-0.8B + MTP checkpoint directory as the e2e builds it (config only: no weights are read here)."""
+    path = tmp_path_factory.mktemp("qwen3.5-0.8b")
+    (path / "config.json").write_text(json.dumps(random_model.build_config(random_model.PRESETS["qwen3.5-0.8b"])))
+    return path
+
+
+def launch_flags(model, *extra: str) -> list[str]:
+    """The launch of the H200 memory run (``tools/gpu-engine/run_memory.sh`` through the e2e's server route)."""
+    return [
+        "--model-path", str(model), "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4",
+        "--speculative-draft-model-path", str(model), "--max-running-requests", "256", "--skip-tokenizer-init",
+        "--mem-fraction-static", "0.15", *extra,
+    ]  # fmt: skip
+
+
+def _refused_by_release(model, extra) -> str | None:
+    """SGLang's own refusal of this launch on the installed release (0.5.12 ... 0.5.13.post1 resolve the mamba
+    strategy ``auto`` to no_buffer, which they refuse beside the radix cache and speculative decoding)."""
+    try:
+        launch_config.resolve(launch_flags(model, *extra), gpu_memory_gb=139.13)
+    except launch_config.LaunchError as exc:
+        return str(exc)
+    return None
+
+
+#: slots per running request of a real server: 1 for the request + the extra buffer's track slots, 2 with
+#: overlap scheduling (ping-pong), 1 without; the radix cache off keeps 1 in all. Measured on the H200 for the
+#: default launch (5: "256 mamba slots, 5 per request with the radix cache", max_running_requests=51).
+EXPECTED_RATIO = {"default": 5, "no-overlap": 3, "no-radix": 1}
+EXTRA = {"default": (), "no-overlap": ("--disable-overlap-schedule",), "no-radix": ("--disable-radix-cache",)}
+
+
+@pytest.mark.parametrize("variant", list(EXPECTED_RATIO))
+def test_planner_matches_launch_slots_per_request(variant, qwen35_dir, capsys):
+    argv = ["--gpu-memory-gb", "139.13", "--weights-gb", "3.0", "--json", "--", *launch_flags(qwen35_dir)]
+    argv += EXTRA[variant]
+    rc = plan.main(argv)
+    out, err = capsys.readouterr()
+    refused = _refused_by_release(qwen35_dir, EXTRA[variant])
+    if refused:  # the server would not start either: the planner says SGLang's own reason, exit 2
+        assert rc == 2 and "SGLang refused the launch flags" in err and out == "", err
+        return
+    assert rc == 0, err
+    doc = json.loads(out)
+    for key in ("stock", "plugin"):
+        assert doc[key]["slots_per_request"] == EXPECTED_RATIO[variant], (variant, doc["launch"]["resolved"])
+        assert doc[key]["running_requests"] == min(256, doc[key]["mamba_slots"] // EXPECTED_RATIO[variant])
+    resolved = doc["launch"]["resolved"]
+    assert resolved["mamba_extra_buffer"] is (variant == "default")
+    assert resolved["overlap_schedule"] is (variant != "no-overlap")
+
+
+def test_planner_matches_launch_slots_by_sglangs_arithmetic(qwen35_dir, capsys):
+    """The stock slot count for a given estimator budget, by independent arithmetic of SGLang's joint solve
+    (``K = (B r/(1+r) - s (1+D)) // (s (1 + D/ratio))``, ``s`` a slot's dense state, r = 0.9) with the
+    launch's ratio: 5 slots per request, not 3."""
+    if _refused_by_release(qwen35_dir, ()):
+        pytest.skip("this release refuses the default launch (no_buffer with the radix cache)")
+    rest = 17.8695  # the H200 default server's budget: 136.13 GB after the weights - 139.13 GB x 0.85
+    rc = plan.main(["--rest-gb", str(rest), "--json", "--", *launch_flags(qwen35_dir)])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    stock = json.loads(out)["stock"]
+    layers, conv, ssm = 18, 6144 * 3 * 2, 16 * 128 * 128 * 4
+    s, d, ratio = layers * (conv + ssm), 4, 5
+    budget = rest * 0.9 / 1.9 * GiB
+    assert stock["mamba_slots"] == math.floor((budget - s * (1 + d)) // (s * (1 + d / ratio)))
+
+
+def test_replayssm_reserves_what_the_pool_allocates_on_the_launch_config(qwen35_dir, caplog):
+    """ReplaySSM on the server's real resolved configuration, the mamba pool capping the requests: SGLang's
+    estimate prices a ring row per request asked for (0.5.20+), the pool allocates one per request it admits.
+    The plugin's reservation equals the real pool's allocation (within the ledger's bookkeeping tolerance)."""
+    if "enable_linear_replayssm_spec" not in estimator.server_args_fields():
+        pytest.skip("no --enable-linear-replayssm-spec on this release")
+    refused = _refused_by_release(qwen35_dir, ("--enable-linear-replayssm-spec",))
+    if refused:
+        pytest.skip(f"this release refuses the launch: {refused}")
+    launch = launch_config.resolve(launch_flags(qwen35_dir, "--enable-linear-replayssm-spec"), gpu_memory_gb=139.13)
+    assert launch.settings["replayssm"] and launch.settings["mamba_extra_buffer"]
+    try:
+        cp = launch.cache_params
+    except launch_config.LaunchError as exc:
+        pytest.skip(str(exc))
+    with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        ledger.reset()
+        launch_config.publish(launch.server_args)
+        est = estimator.run(cp, total_rest_gb=3.0, launch=launch, device="cpu")
+        assert est.running < 256, est  # the mamba pool caps: the case the server hit
+        pool = iu.build_pool(
+            cache_params=cp,
+            size=est.running,
+            mamba_size=est.slots,
+            draft_tokens=4,
+            topk=1,
+            extra=dict(enable_linear_replayssm_spec=True, enable_mamba_extra_buffer=True),
+        )
+        doc = sglang_mamba_dedup.memory_ledger()
+    allocated, reserved = doc["allocated_bytes"], doc["reserved_bytes"]
+    assert "replayssm_g" in doc["buffers"], "the pool really keeps the ReplaySSM rings"
+    slot = sizing.request_bytes(cp, None, dedup=True).state
+    assert abs(reserved - allocated) <= max(ledger.tolerance(doc), slot), (reserved, allocated, est)
+    assert allocated - reserved <= ledger.tolerance(doc)
+    del pool
+
+
+def test_planner_matches_launch_from_planner_flags(qwen35_dir, capsys):
+    """``plan --model-path`` with the planner's own flags stands for the same launch (NEXTN, the draft from the
+    same checkpoint): 5 slots per request, as the server measured (the planner said 3 before it resolved)."""
+    if _refused_by_release(qwen35_dir, ()):
+        pytest.skip("this release refuses the default launch (no_buffer with the radix cache)")
+    argv = ["--model-path", str(qwen35_dir), "--max-running-requests", "256", "--mem-fraction-static", "0.15"]
+    rc = plan.main([*argv, "--gpu-memory-gb", "139.13", "--weights-gb", "3.0", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["stock"]["slots_per_request"] == doc["plugin"]["slots_per_request"] == EXPECTED_RATIO["default"]
+    assert doc["stock"]["running_requests"] == doc["stock"]["mamba_slots"] // 5 < 256
