@@ -40,7 +40,10 @@ Exit status (``driver.EXIT_*``, decided by :mod:`.driver`). Before anything is b
 
 After the runs, the first that applies:
 
-* 3  a run failed (the engine did not start, crashed, or timed out; the last line names the logs);
+* 3  a run failed (the engine did not start, crashed, or timed out; a request failed or was answered in
+     another shape; the last line names the logs);
+* 7  nothing generated: an answer without ``output_ids``, with no token, or (``ignore_eos``, the default)
+     with fewer than the tokens asked; no md5 is compared (an md5 of nothing is never "EQUAL");
 * 1  the md5s differ (the first differing round, prompt and token are printed);
 * 2  the plugin did not engage in an "on" run: no scheduler report, no dedup layout in place, no bytes
      saved, no commit ran through our kernels, or (``--expect-track``) no commit with track slots did;
@@ -65,6 +68,7 @@ import argparse
 import importlib.util
 import os
 import time
+import urllib.parse
 from pathlib import Path
 from typing import NoReturn
 
@@ -97,7 +101,9 @@ exit status:
   4  an "off" run was not off
   5  cannot run here: no CUDA GPU (checked before anything is built or run)
   6  the negative control was not caught: a "fault" run gave run 1's md5
-after the runs the first of 3, 1, 2, 4, 6 that applies is the exit status.
+  7  nothing generated: an answer without output_ids, with no token, or (ignore_eos) shorter than asked
+after the runs the first of 3, 7, 1, 2, 4, 6 that applies is the exit status; a SIGTERM or SIGHUP stops the
+servers and exits 128 + the signal (143, 129).
 """
 
 
@@ -400,6 +406,11 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     """Usage errors that involve more than one option (``parser.error``: exit 2)."""
     if bool(args.base_url_off) != bool(args.base_url_on):
         parser.error("--base-url-off and --base-url-on go together")
+    for opt, url in (("--base-url-off", args.base_url_off), ("--base-url-on", args.base_url_on)):
+        if url is not None and _server_of(url) is None:
+            parser.error(f"{opt} {url!r}: not an http:// or https:// URL with a host (e.g. http://127.0.0.1:30000)")
+    if args.base_url_off and _server_of(args.base_url_off) == _server_of(args.base_url_on):
+        parser.error("--base-url-off and --base-url-on are the same server: that compares a server with itself")
     if args.base_url_off and (args.server or args.random_weights):
         parser.error("--base-url-off/--base-url-on compare servers you run: no --server or --random-weights")
     if args.base_url_off and args.modes not in (None, ["off", "on"]):
@@ -471,6 +482,19 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         model = args.model_path or DEFAULT_MODEL
         if not (Path(model) / "config.json").exists():
             parser.error(f"--prompt-format ids needs --vocab-size (no local config.json in {model!r} to read it from)")
+
+
+def _server_of(url: str) -> tuple[str, str, int, str] | None:
+    """``(scheme, host, port, path)`` of an http(s) URL (the port its scheme's default when left out), or None."""
+    parts = urllib.parse.urlsplit(url.strip())
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    default = 443 if parts.scheme == "https" else 80
+    return parts.scheme, parts.hostname.lower(), port or default, parts.path.rstrip("/")
 
 
 def _unwritable(path: Path) -> str | None:

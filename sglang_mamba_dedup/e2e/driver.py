@@ -54,13 +54,14 @@ from .stats import (
     throughput_stats,
     throughput_table,
 )
-from .workload import first_difference, load_prompts, round2_suffixes, text_to_ids, workload_md5
+from .workload import first_difference, load_prompts, output_problem, round2_suffixes, text_to_ids, workload_md5
 
 #: The command's name in its messages (and argparse's ``prog``).
 PROG = "sglang-mamba-dedup e2e"
 
 #: The exit codes (what each means: :mod:`.cli`'s docstring and ``--help``). After the runs the first of
-#: run failed, md5 differ, not engaged, off not off, fault not caught that applies is the code (:func:`_verdict`).
+#: run failed, no output, md5 differ, not engaged, off not off, fault not caught that applies is the code
+#: (:func:`_verdict`).
 EXIT_OK = 0
 EXIT_MD5_DIFFER = 1
 EXIT_NOT_ENGAGED = 2
@@ -68,6 +69,8 @@ EXIT_RUN_FAILED = 3
 EXIT_OFF_NOT_OFF = 4
 EXIT_CANNOT_RUN = 5
 EXIT_FAULT_NOT_CAUGHT = 6
+#: Nothing to compare: an answer without ``output_ids``, with no token, or (ignore_eos) shorter than asked.
+EXIT_NO_OUTPUT = 7
 #: A usage error (argparse's own exit status; also an unusable ``--throughput-from``).
 EXIT_USAGE = 2
 
@@ -204,11 +207,20 @@ def _pairs_report(
     for phase in labels:
         mine = [p for p in pairs if p["phase"] == phase]
         md5s = {p[m]["ids_md5"] for p in mine for m in ("off", "on")}
-        if mine:
+        if mine and not data["no_output"]:
             _print(
                 f"md5 token ids, {phase}: {len(mine)} pairs x off, on: "
                 + (f"all EQUAL {next(iter(md5s))}" if len(md5s) == 1 else f"DIFFERENT ({len(md5s)} distinct)")
             )
+    if data["no_output"]:
+        failures.append(
+            (
+                EXIT_NO_OUTPUT,
+                f"nothing generated in {len(data['no_output'])} requests, nothing compared: " + data["no_output"][0],
+            )
+        )
+    if not any(not p["first"] for p in pairs):
+        failures.append((EXIT_RUN_FAILED, "no timed pair ran (--time-budget): nothing was measured"))
     for text in data["mismatches"]:
         _print(text)
     if data["mismatches"]:
@@ -521,6 +533,10 @@ def _compare(
         return summary
     if not results:
         return summary
+    empty = _output_problems(spec, results)
+    if empty:
+        failures.append((EXIT_NO_OUTPUT, "nothing generated, nothing compared: " + "; ".join(empty)))
+        return summary
 
     base = results[0]
     a = base["stats"]
@@ -599,6 +615,24 @@ def _compare(
     else:
         _print("throughput: not compared (single runs say nothing about a speed-up; --throughput-runs 3 measures it)")
     return summary
+
+
+def _output_problems(spec: Mapping[str, Any], results: list[dict[str, Any]]) -> list[str]:
+    """Per run the first round or phase whose outputs :func:`.workload.output_problem` refuses."""
+    sampling = spec["sampling_params"]
+    fixed = bool(sampling.get("ignore_eos"))
+    b1_tokens = (spec.get("batch1") or {}).get("max_new_tokens")
+    problems = []
+    for k, r in enumerate(results, start=1):
+        parts = [(f"round {i + 1}", part, sampling["max_new_tokens"]) for i, part in enumerate(r.get("rounds") or [])]
+        parts += [("batch 1", part, b1_tokens) for part in [(r.get("phases") or {}).get("batch1")] if part]
+        found = (
+            f"{name}: {p}" for name, part, n in parts if (p := output_problem(part["outputs"], n if fixed else None))
+        )
+        problem = next(found, None)
+        if problem:
+            problems.append(f"run {k} ({r['mode']}) {problem}")
+    return problems
 
 
 def _summary_base(
@@ -793,7 +827,14 @@ def _plugin_status(
 
 def _verdict(ctx: RunContext, summary: dict[str, Any], failures: list[tuple[int, str]], temp_model: Path | None) -> int:
     args = ctx.args
-    order = [EXIT_RUN_FAILED, EXIT_MD5_DIFFER, EXIT_NOT_ENGAGED, EXIT_OFF_NOT_OFF, EXIT_FAULT_NOT_CAUGHT]
+    order = [
+        EXIT_RUN_FAILED,
+        EXIT_NO_OUTPUT,
+        EXIT_MD5_DIFFER,
+        EXIT_NOT_ENGAGED,
+        EXIT_OFF_NOT_OFF,
+        EXIT_FAULT_NOT_CAUGHT,
+    ]
     code = EXIT_OK
     for c in order:
         if any(f[0] == c for f in failures):

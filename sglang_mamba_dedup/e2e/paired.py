@@ -39,7 +39,7 @@ from . import server
 from .context import RunContext
 from .reports import read_reports
 from .stats import fmt_rate, fmt_ratio, pair_order, pair_schedule, pair_stats
-from .workload import Generate, first_difference, md5_of_ids, split_batches, timed
+from .workload import Generate, first_difference, md5_of_ids, output_problem, split_batches, timed
 
 #: The phases of the paired measurement, in the order of their tables.
 PHASES = ("batch1", "full")
@@ -92,12 +92,14 @@ def run_pairs(
     far would not fit.
 
     Returns ``{"pairs": [{"phase", "pair", "first", "order", "off": {...}, "on": {...}, "ratio"}],
-    "not_started": ["phase pair k", ...], "stats": {phase: pair_stats}, "mismatches": [text, ...]}``; each
+    "not_started": ["phase pair k", ...], "stats": {phase: pair_stats}, "mismatches": [text, ...], "no_output":
+    [text, ...]}`` (``no_output``: the requests whose outputs :func:`.workload.output_problem` refuses); each
     mode's record ``{"seconds", "completion_tokens", "tokens_per_s", "ids_md5", "flushed"}``.
     """
     pairs: list[dict[str, Any]] = []
     not_started: list[str] = []
     mismatches: list[str] = []
+    no_output: list[str] = []
     reference: dict[str, tuple[str, list[list[int]], str]] = {}  # phase -> (md5, outputs, where)
     longest: dict[str, float] = {}
     total = {phase: n + 1 for phase, n in counts.items() if n > 0}
@@ -112,6 +114,12 @@ def run_pairs(
             flushed = endpoints[mode].flush()
             part = timed(endpoints[mode].generate, batches, sampling, clock)
             outputs = [o["output_ids"] for o in part["outputs"]]
+            where = f"{phase} pair {k} ({mode})"
+            problem = output_problem(
+                part["outputs"], sampling["max_new_tokens"] if sampling.get("ignore_eos") else None
+            )
+            if problem:
+                no_output.append(f"{where}: {problem}")
             tokens = sum(int(m.get("completion_tokens") or 0) for m in part["meta"]) or sum(map(len, outputs))
             secs = float(part["seconds"])
             rec[mode] = {
@@ -121,7 +129,6 @@ def run_pairs(
                 "ids_md5": md5_of_ids(outputs),
                 "flushed": flushed,
             }
-            where = f"{phase} pair {k} ({mode})"
             if phase not in reference:
                 reference[phase] = (rec[mode]["ids_md5"], outputs, where)
             elif rec[mode]["ids_md5"] != reference[phase][0]:
@@ -135,10 +142,11 @@ def run_pairs(
         rec["ratio"] = on / off if on and off else None
         pairs.append(rec)
         same = rec["off"]["ids_md5"] == rec["on"]["ids_md5"] == reference[phase][0]
+        verdict = "not compared (no output)" if no_output else "equal" if same else "DIFFERENT"
         say(
             f"   {phase} pair {k}/{total[phase] - 1}{' (first after warm-up)' if k == 0 else ''} [{rec['order']}]: "
             f"off {fmt_rate(off)} tok/s, on {fmt_rate(on)} tok/s, on/off {fmt_ratio(rec['ratio'])}, "
-            f"md5 {'equal' if same else 'DIFFERENT'}"
+            f"md5 {verdict}"
         )
     stats = {
         phase: pair_stats(
@@ -146,7 +154,13 @@ def run_pairs(
         )
         for phase in counts
     }
-    return {"pairs": pairs, "not_started": not_started, "stats": stats, "mismatches": mismatches}
+    return {
+        "pairs": pairs,
+        "not_started": not_started,
+        "stats": stats,
+        "mismatches": mismatches,
+        "no_output": no_output,
+    }
 
 
 def execute(

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -114,19 +115,64 @@ def _request(url: str, payload: dict | None = None, timeout: float = 30.0) -> An
 
 
 def wait_healthy(base_url: str, proc: subprocess.Popen | None, timeout: float) -> str | None:
-    """None once ``GET /health`` answers 200; else why not (the process died, or the time ran out)."""
+    """None once ``GET /health`` answers 200 (whatever its body) from the server; else why not (the process
+    died, the time ran out, or, for a server started here, the port answers from another process)."""
     deadline = time.time() + timeout
     pause = 0.1
     while time.time() < deadline:
         if proc is not None and proc.poll() is not None:
             return f"the server exited with {proc.returncode} before it was healthy"
         try:
-            _request(base_url + "/health", timeout=5.0)
-            return None
+            with urllib.request.urlopen(base_url + "/health", timeout=5.0) as resp:
+                resp.read()
+            return None if proc is None else _not_ours(base_url, proc)
         except (urllib.error.URLError, ConnectionError, OSError, ValueError):
             time.sleep(pause)
             pause = min(2 * pause, 1.0)
     return f"the server was not healthy within {timeout:.0f} s"
+
+
+def _not_ours(base_url: str, proc: subprocess.Popen) -> str | None:
+    """Why what answered on the port is not the server started here, or None (it is, or this cannot tell)."""
+    if proc.poll() is not None:
+        return f"the server exited with {proc.returncode}; {base_url} answers from another process"
+    port = urllib.parse.urlsplit(base_url).port
+    if port is not None and serves_port(proc.pid, port) is False:
+        return (
+            f"{base_url} answers, but no process of the server started here (pid {proc.pid}) listens on port "
+            f"{port}: another process took the port"
+        )
+    return None
+
+
+def serves_port(pgid: int, port: int) -> bool | None:
+    """Whether a process of the group listens on the local TCP ``port`` (None: ``/proc`` cannot tell)."""
+    inodes = _listening_sockets(port)
+    members = group_members(pgid)
+    if not inodes or members is None:
+        return None
+    for pid in members:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                        return True
+    return False
+
+
+def _listening_sockets(port: int) -> set[str]:
+    """``socket:[inode]`` of every socket listening on the TCP ``port`` (``/proc/net/tcp``, ``tcp6``)."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path("/proc/net", table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                found.add(f"socket:[{cols[9]}]")
+    return found
 
 
 def flush_once(base_url: str, timeout: float = 30.0) -> bool | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 import os
 import re
 import time
@@ -143,12 +144,61 @@ _META_KEYS = (
 )
 
 
-def outputs_and_meta(outputs: Sequence[dict]) -> dict[str, Any]:
-    """The ``outputs`` and ``meta`` fields of a round from SGLang's generate answers (Engine or HTTP)."""
-    return {
-        "outputs": [{"output_ids": list(o.get("output_ids") or []), "text": o.get("text")} for o in outputs],
-        "meta": [{k: (o.get("meta_info") or {}).get(k) for k in _META_KEYS} for o in outputs],
-    }
+def outputs_and_meta(outputs: Sequence[Any]) -> dict[str, Any]:
+    """The ``outputs`` and ``meta`` fields of a round from SGLang's generate answers (Engine or HTTP).
+
+    An answer without ``output_ids`` becomes an empty output marked ``no_ids`` (:func:`output_problem` names it);
+    an answer that is no object, ids that are no list of integers, or a ``completion_tokens`` that is no count
+    (negative) raise ``ValueError``: the request failed.
+    """
+    answers = [_answer(o) for o in outputs]
+    return {"outputs": [_output(o) for o in answers], "meta": [_meta(o) for o in answers]}
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _answer(answer: Any) -> Mapping[str, Any]:
+    if not isinstance(answer, Mapping):
+        raise ValueError(f"an answer is {type(answer).__name__} {_brief(answer)}, not an object")
+    return answer
+
+
+def _output(answer: Mapping[str, Any]) -> dict[str, Any]:
+    ids = answer.get("output_ids")
+    if ids is None:
+        return {"output_ids": [], "text": answer.get("text"), "no_ids": True}
+    if not isinstance(ids, list) or not all(isinstance(t, numbers.Integral) for t in ids):
+        raise ValueError(f"output_ids {_brief(ids)} is not a list of token ids")
+    return {"output_ids": [int(t) for t in ids], "text": answer.get("text")}
+
+
+def _meta(answer: Mapping[str, Any]) -> dict[str, Any]:
+    info = answer.get("meta_info") or {}
+    if not isinstance(info, Mapping):
+        raise ValueError(f"meta_info {_brief(info)} is not an object")
+    count = info.get("completion_tokens")
+    if count is not None and not (isinstance(count, numbers.Integral) and int(count) >= 0):
+        raise ValueError(f"completion_tokens {_brief(count)} is not a token count")
+    return {k: info.get(k) for k in _META_KEYS}
+
+
+def output_problem(outputs: Sequence[Mapping[str, Any]], want: int | None) -> str | None:
+    """Why these outputs (of :func:`outputs_and_meta`) hold nothing to compare, or None: no answers, an answer
+    without ``output_ids`` or with no token, or (``want``: ``ignore_eos`` fixed the length) fewer tokens."""
+    if not outputs:
+        return "no answers"
+    for i, out in enumerate(outputs):
+        got = len(out["output_ids"])
+        if out.get("no_ids"):
+            return f"answer {i} has no output_ids"
+        if got == 0:
+            return f"answer {i} has no token"
+        if want is not None and got < want:
+            return f"answer {i} has {got} of the {want} tokens asked (ignore_eos fixes the length)"
+    return None
 
 
 def flush_with_retry(
@@ -179,7 +229,7 @@ def split_batches(prompts: Sequence[Any], batch_size: int) -> list[list[Any]]:
 def timed(
     generate: Generate, batches: list[list[Any]], sampling: dict[str, Any], clock: Callable[[], float]
 ) -> dict[str, Any]:
-    outputs: list[dict] = []
+    outputs: list[Any] = []
     t0 = clock()
     for batch in batches:
         out = generate(batch, dict(sampling))

@@ -2,6 +2,8 @@
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -28,3 +30,15 @@ def kill_left(pids: list[int]) -> list[int]:
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     return left
+
+
+def start_fake_server(port: int, *options: str, **env: str) -> subprocess.Popen:
+    """tests/e2e/fake_launch_server.py on ``port`` in its own session (end it with ``os.killpg``), quiet."""
+    fake = str(Path(__file__).resolve().parent / "fake_launch_server.py")
+    return subprocess.Popen(
+        [sys.executable, fake, "--port", str(port), *options],
+        env={**os.environ, **env},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )

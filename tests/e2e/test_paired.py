@@ -10,12 +10,11 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from sglang_mamba_dedup.e2e import cli, driver, engine, paired, server, stats
+from sglang_mamba_dedup.e2e import cli, driver, paired, server, stats
 from tests.e2e.procs import alive
 from tests.support.e2e import FakeClock, FakeEngine, fake_ids
 
@@ -186,32 +185,6 @@ def test_csv_rows_one_per_pair(tmp_path):
 
 
 # ----------------------------------------------------------------------------- the command, fake servers
-@pytest.fixture
-def fake_servers(monkeypatch, tmp_path):
-    """launch_server replaced by the fake; records each start and whether the off server was healthy when the
-    on server's command was built (they must start one after the other)."""
-    original = server.server_command
-    starts = []
-
-    def command(engine_kwargs, port, flag):
-        cmd = original(engine_kwargs, port, flag)
-        healthy_off = None
-        if flag and starts:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{starts[0][1]}/health", timeout=5).read()
-                healthy_off = True
-            except OSError:
-                healthy_off = False
-        starts.append(("on" if flag else "off", port, healthy_off))
-        return [sys.executable, FAKE_SERVER] + cmd[3:]
-
-    monkeypatch.setattr(server, "server_command", command)
-    monkeypatch.setattr(engine, "cuda_problem", lambda kw: None)
-    monkeypatch.setenv("FAKE_SERVER_CHILD_PID_FILE", str(tmp_path / "children.pid"))
-    monkeypatch.setenv("FAKE_SERVER_LOG", str(tmp_path / "requests.log"))
-    return starts
-
-
 def _children(tmp_path):
     path = tmp_path / "children.pid"
     return [int(x) for x in path.read_text().split()] if path.exists() else []

@@ -12,7 +12,7 @@ import pytest
 
 from sglang_mamba_dedup.e2e import cli, driver, engine, server, settings
 from sglang_mamba_dedup.e2e.context import RunContext
-from tests.e2e.procs import alive
+from tests.e2e.procs import alive, start_fake_server
 
 FAKE_SERVER = str(Path(__file__).resolve().parent / "fake_launch_server.py")
 
@@ -224,12 +224,7 @@ def test_launch_server_options_of_the_installed_sglang():
 
 def test_flush_once_against_a_server(tmp_path):
     port = server.free_port()
-    proc = subprocess.Popen(
-        [sys.executable, FAKE_SERVER, "--port", str(port)],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_fake_server(port)
     try:
         base = f"http://127.0.0.1:{port}"
         assert server.wait_healthy(base, proc, 30) is None
