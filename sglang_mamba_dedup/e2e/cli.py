@@ -65,6 +65,7 @@ That checkpoint is removed at exit, also after a failure; one built under ``--wo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import time
@@ -395,7 +396,8 @@ def _build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--workdir",
         default=None,
-        help="keep logs, results, reports and the random checkpoint here (default: a temp dir)",
+        help="keep logs, results, reports and the random checkpoint here (default: a temporary folder "
+        "/tmp/smd-e2e-*, removed after a PASS; after a failure or an interruption it is kept and named)",
     )
     r.add_argument("--json-out", default=None, help="write the summary as JSON here")
     r.add_argument("--verbose", action="store_true", help="show the engine logs instead of writing them to files")
@@ -473,6 +475,10 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         problem = _unwritable(Path(value)) if value is not None else None
         if problem:
             parser.error(f"{opt} {value!r}: {problem}")
+    if args.json_out and args.csv_out and os.path.realpath(args.json_out) == os.path.realpath(args.csv_out):
+        parser.error(
+            f"--json-out and --csv-out are the same file {args.csv_out!r}: the summary would overwrite the CSV"
+        )
     if args.random_weights and importlib.util.find_spec("safetensors") is None:
         parser.error(
             "--random-weights writes a checkpoint with safetensors, which is not installed: "
@@ -482,6 +488,9 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         model = args.model_path or DEFAULT_MODEL
         if not (Path(model) / "config.json").exists():
             parser.error(f"--prompt-format ids needs --vocab-size (no local config.json in {model!r} to read it from)")
+    problem = _uncreatable(Path(args.workdir)) if args.workdir is not None else None
+    if problem:
+        parser.error(f"--workdir {args.workdir!r}: cannot be created ({problem})")
 
 
 def _server_of(url: str) -> tuple[str, str, int, str] | None:
@@ -497,8 +506,23 @@ def _server_of(url: str) -> tuple[str, str, int, str] | None:
     return parts.scheme, parts.hostname.lower(), port or default, parts.path.rstrip("/")
 
 
+def _uncreatable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be created, or None; the folders made to find out are removed again."""
+    made = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]  # deepest first
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    for p in made:
+        with contextlib.suppress(OSError):
+            p.rmdir()
+    return None
+
+
 def _unwritable(path: Path) -> str | None:
     """Why ``path`` cannot be written (checked before any run, so a long run never ends in a traceback)."""
+    if path.is_symlink():
+        return "is a symbolic link (not followed: name the file itself)"
     if path.is_dir():
         return "is a folder"
     folder = path.parent if str(path.parent) else Path(".")

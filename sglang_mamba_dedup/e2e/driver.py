@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import faults, switch, versions
-from . import engine, paired, random_model, server
+from . import engine, files, paired, random_model, server
 from .context import RunContext
 from .engine import Runner
 from .reports import (
@@ -112,13 +112,33 @@ def run(args: argparse.Namespace, runner: Runner | None = None, t_start: float |
 
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="smd-e2e-"))
     work.mkdir(parents=True, exist_ok=True)
+    ctx.temp_workdir = None if args.workdir else work
     temp_model = None
     if args.random_weights and not args.workdir and not args.random_weights_dir:
         temp_model = work / "random-model"
+    code = None
     try:
-        return _run(ctx, work, runner, temp_model)
+        code = _run(ctx, work, runner, temp_model)
+        return code
     finally:
         _remove_temp_checkpoint(temp_model)
+        _settle_temp_workdir(ctx, code)
+
+
+def _settle_temp_workdir(ctx: RunContext, code: int | None) -> None:
+    """The temporary workdir goes after a PASS (or when nothing ran); after a failure (:func:`_verdict` said so)
+    or an interruption it stays, for its logs."""
+    temp = ctx.temp_workdir
+    if temp is None or ctx.workdir_kept:
+        return
+    if code is None:
+        print(f"{PROG}: {_kept_line(temp)}", file=sys.stderr, flush=True)
+    else:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _kept_line(work: Path) -> str:
+    return f"the logs are kept in {work} (a temporary folder: remove it when done; --workdir chooses the folder)"
 
 
 def _run(ctx: RunContext, work: Path, runner: Runner | None, temp_model: Path | None) -> int:
@@ -232,8 +252,11 @@ def _pairs_report(
             "(the others refused or not supported: those requests may have read a cached prefix)"
         )
     if args.csv_out:
-        paired.write_csv(Path(args.csv_out), paired.csv_rows(data, args.label))
-        _print(f"pairs written to {args.csv_out}")
+        try:
+            paired.write_csv(Path(args.csv_out), paired.csv_rows(data, args.label))
+            _print(f"pairs written to {args.csv_out}")
+        except OSError as exc:  # a link planted there since the start (O_NOFOLLOW), a folder gone ...
+            _print(f"--csv-out {args.csv_out}: not written ({type(exc).__name__}: {exc})")
     return {**data, "labels": labels, "pair_counts": ctx.pair_counts}
 
 
@@ -843,8 +866,14 @@ def _verdict(ctx: RunContext, summary: dict[str, Any], failures: list[tuple[int,
     summary["failures"] = [f[1] for f in failures]
     summary["exit_code"] = code
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(summary, indent=1, default=str))
+        try:
+            files.write_text(args.json_out, json.dumps(summary, indent=1, default=str))
+        except OSError as exc:  # a link planted there since the start (O_NOFOLLOW), a folder gone ...
+            _print(f"--json-out {args.json_out}: not written ({type(exc).__name__}: {exc})")
     _remove_temp_checkpoint(temp_model)  # before the RESULT line, which stays the last one
+    if ctx.temp_workdir is not None and code != EXIT_OK:
+        ctx.workdir_kept = True
+        _print(_kept_line(ctx.temp_workdir))
     note = f"; {len(ctx.not_started)} planned runs not started (--time-budget)" if ctx.not_started else ""
     _print(
         ("RESULT: PASS" if code == EXIT_OK else "RESULT: FAIL -- " + " | ".join(f[1] for f in failures))

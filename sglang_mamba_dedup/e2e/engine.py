@@ -28,6 +28,7 @@ from typing import Any
 from .. import faults, switch
 from ..report import REPORT_DIR_ENV
 from . import interrupts
+from .files import open_for_writing
 from .workload import flush_with_retry, run_plan
 
 #: What runs one generation: ``runner(spec, mode, report_dir, log_path) -> result`` (:func:`run_in_subprocess`
@@ -66,7 +67,7 @@ def run_in_subprocess(
     env[REPORT_DIR_ENV] = str(report_dir)
     env.setdefault("PYTHONUNBUFFERED", "1")
     t0 = time.time()
-    with open(log_path, "w") as log:
+    with open_for_writing(log_path) as log:
         proc = subprocess.Popen(
             # -P: the current directory (a source checkout, whose sglang_mamba_dedup/ has no patches/) never
             # shadows the installed package in the engine process

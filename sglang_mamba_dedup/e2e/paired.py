@@ -37,6 +37,7 @@ from typing import Any
 
 from . import server
 from .context import RunContext
+from .files import open_for_writing
 from .reports import read_reports
 from .stats import fmt_rate, fmt_ratio, pair_order, pair_schedule, pair_stats
 from .workload import Generate, first_difference, md5_of_ids, output_problem, split_batches, timed
@@ -206,7 +207,7 @@ def execute(
                         mode,
                         rdir,
                         log,
-                        timeout=args.run_timeout,
+                        timeout=_start_timeout(ctx),
                         verbose=args.verbose,
                         command=launch,
                     )
@@ -260,6 +261,14 @@ def execute(
     return results, data
 
 
+def _start_timeout(ctx: RunContext) -> float:
+    """Seconds a server may take to start: ``--run-timeout``, at most what is left of ``--time-budget`` (>= 1)."""
+    if not ctx.args.time_budget:
+        return float(ctx.args.run_timeout)
+    left = ctx.t_start + ctx.args.time_budget - time.monotonic()
+    return min(float(ctx.args.run_timeout), max(1.0, left))
+
+
 #: The columns of ``--csv-out``: one row per pair.
 CSV_FIELDS = (
     "variant",
@@ -306,7 +315,7 @@ def csv_rows(data: Mapping[str, Any], variant: str = "") -> list[dict[str, Any]]
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    with open(path, "w", newline="") as f:
+    with open_for_writing(path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(CSV_FIELDS))
         w.writeheader()
         w.writerows(rows)

@@ -40,6 +40,7 @@ from typing import Any
 from .. import faults, switch
 from ..report import REPORT_DIR_ENV
 from . import interrupts
+from .files import open_for_writing, write_text
 from .workload import Generate, flush_with_retry, run_plan
 
 #: Engine keywords whose ``None`` the server's command line spells as the choice "none".
@@ -308,7 +309,7 @@ def launched(
     env.setdefault("PYTHONUNBUFFERED", "1")
     cmd = command(engine_kwargs, port, mode != "off")
     info: dict[str, Any] = {"mode": mode, "command": cmd, "base_url": base, "error": None}
-    with open(log_path, "w") as log:
+    with open_for_writing(log_path) as log:
         # cwd: the run's own folder, so nothing in the caller's directory shadows installed packages
         proc = subprocess.Popen(
             cmd,
@@ -378,7 +379,7 @@ def url_runner(urls: dict[str, str], timeout: float = 1200.0) -> Callable[..., d
         except (urllib.error.URLError, OSError, ValueError) as exc:
             res["error"] = f"{base}: request failed: {type(exc).__name__}: {exc}"
         brief = {k: v for k, v in res.items() if k not in ("rounds", "phases")}
-        log_path.write_text(json.dumps(brief, default=str) + "\n")
+        write_text(log_path, json.dumps(brief, default=str) + "\n")
         return res
 
     return run
