@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from typing import Any
 
 from sglang_mamba_dedup import gate, ledger, sizing, versions
@@ -353,7 +354,7 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
         )
         last_estimate["reserved_bytes"] = reserved
         ledger.record_reservation(reserved, applied=applied, reason=last_estimate["reason"])
-    _warn_admission(wrapped, instance, info)
+    _warn_admission(wrapped, instance, info, None, reserved)
     return result
 
 
@@ -469,8 +470,42 @@ def _top_up(wrapped, instance, info: dict[str, Any], reserved: int | None, price
 _admission_warned: list = []
 
 
-def _warn_admission(wrapped, instance, info: dict[str, Any]) -> None:
-    """One WARNING when the mamba pool caps the running requests below what was asked for."""
+def _sglang_warns_of_the_cap(instance) -> bool:
+    """Whether the installed SGLang logs its own WARNING when the mamba pool caps the running requests (0.5.17+:
+    ``KVCacheConfigurator.resolve_max_num_reqs``)."""
+    fn = getattr(type(instance), "resolve_max_num_reqs", None)
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    consts = code.co_consts if code is not None else ()
+    return any(isinstance(c, str) and "capped to" in c for c in consts)
+
+
+def _lift(wrapped, instance, asked: int, slots: int, ratio: int, budget_gb: float | None, reserved: int | None):
+    """``(fraction, max_mamba_cache_size)`` that admit every request asked for. The size is exact by SGLang's
+    admission (``slots // ratio``); the fraction scales the observed cost of a slot (this estimate's reservation
+    per slot, over the share of the budget SGLang gives the mamba pool) to the missing slots, against the
+    device's capacity, rounded up to 0.01. ``fraction`` None when it cannot be said (or no fraction below 1
+    does). ``sglang-mamba-dedup plan`` computes it by running the estimator itself."""
+    need = asked * ratio
+    get_schedule = getattr(wrapped, "__globals__", {}).get("get_schedule")
+    src = get_schedule() if get_schedule is not None else getattr(instance, "server_args", None)
+    f0, r = getattr(src, "mem_fraction_static", None), getattr(src, "mamba_full_memory_ratio", None)
+    cap_fn = getattr(wrapped, "__globals__", {}).get("get_device_memory_capacity")
+    try:
+        capacity_gb = float(cap_fn(getattr(instance, "device", "cuda"))) / 1024 if cap_fn else None
+    except Exception:  # noqa: BLE001 - no device to ask: no fraction, the size still helps
+        capacity_gb = None
+    if not (f0 and r and capacity_gb and reserved and slots):
+        return None, need
+    per_slot = reserved / (slots + 1) / (1 << 30)
+    extra_rest = (need - slots) * per_slot * (1 + float(r)) / float(r)
+    fraction = math.ceil((float(f0) + extra_rest / capacity_gb) * 100) / 100
+    return (fraction if fraction < 1 else None), need
+
+
+def _warn_admission(wrapped, instance, info: dict[str, Any], budget_gb=None, reserved=None) -> None:
+    """When the mamba pool caps the running requests below what was asked for: one line with what lifts the cap
+    (the fraction and the mamba cache size that admit them all). Where SGLang warns of the cap itself (0.5.17+)
+    that is all, at INFO; where it is silent or says it at INFO, a WARNING with the numbers and the other lifts."""
     slots, running, dp, ratio = _schedule(wrapped, instance)
     if slots is None or running is None or not ratio or _admission_warned:
         return
@@ -479,14 +514,22 @@ def _warn_admission(wrapped, instance, info: dict[str, Any]) -> None:
     if cap >= asked:
         return
     _admission_warned.append((cap, asked))
+    fraction, size = _lift(wrapped, instance, asked, int(slots), ratio, budget_gb, reserved)
+    exact = f"--max-mamba-cache-size {size}" + (
+        f" or --mem-fraction-static {fraction:.2f} (about; `sglang-mamba-dedup plan -- <these flags>` gives it exactly)"
+        if fraction
+        else ""
+    )
+    if _sglang_warns_of_the_cap(instance):
+        logger.info("sglang-mamba-dedup: to admit all %d requests asked for: %s", asked, exact)
+        return
     cp = getattr(getattr(instance, "mambaish_config", None), "mamba2_cache_params", None)
-    lifts = ["raise --mem-fraction-static", "or set --max-mamba-cache-size / --mamba-full-memory-ratio"]
+    lifts = [exact]
     if info.get("draft_tokens") and cp is not None:
         per = sizing.request_bytes(cp, 1, dedup=False)
-        lifts.insert(
-            1,
+        lifts.append(
             f"lower --speculative-num-draft-tokens (now {info['draft_tokens']}; each draft token is up to "
-            f"{(per.ssm_scratch + per.conv_scratch_dense) / (1 << 20):.1f} MiB of verify scratch per request)",
+            f"{(per.ssm_scratch + per.conv_scratch_dense) / (1 << 20):.1f} MiB of verify scratch per request)"
         )
     sa = getattr(instance, "server_args", None)
     replay_flag = next(
@@ -494,14 +537,14 @@ def _warn_admission(wrapped, instance, info: dict[str, Any]) -> None:
     )
     linear = getattr(instance, "hybrid_gdn_config", None) is not None
     if info.get("draft_tokens") and not info.get("replayssm") and replay_flag and linear:
-        lifts.insert(1, f"add --{replay_flag.replace('_', '-')} (no per-draft SSM scratch)")
+        lifts.append(f"add --{replay_flag.replace('_', '-')} (no per-draft SSM scratch)")
     logger.warning(
         "sglang-mamba-dedup: the mamba state pool caps running requests at %d of the %d asked for "
-        "(%d mamba slots, %d per request%s). To lift it: %s. `sglang-mamba-dedup plan` shows the sizing.",
+        "(%d mamba slots, %d per request%s). To admit them all: %s.",
         cap,
         asked,
         slots,
         ratio,
         " with the radix cache" if ratio > 1 else "",
-        "; ".join(lifts),
+        "; or ".join(lifts),
     )

@@ -195,7 +195,6 @@ def _with_device(argv: list[str]) -> list[str]:
 def resolve(argv: list[str], *, gpu_memory_gb: float) -> Launch:
     """Parse and resolve ``argv`` (``launch_server``'s flags) as the server would on a CUDA GPU of
     ``gpu_memory_gb``; publish it to SGLang's runtime context (0.5.16+) for the estimator to read."""
-    import argparse
     import io
 
     from sglang.srt import server_args as sa_mod
@@ -203,7 +202,7 @@ def resolve(argv: list[str], *, gpu_memory_gb: float) -> Launch:
     argv = _with_device(argv)
     err = io.StringIO()
     try:
-        with contextlib.redirect_stderr(err), cuda_machine(gpu_memory_gb):
+        with contextlib.redirect_stderr(err), _logging_kept(), cuda_machine(gpu_memory_gb):
             sa = sa_mod.prepare_server_args(argv)
             resolve_once = getattr(sa, "resolve_once", None)
             if resolve_once is not None:
@@ -213,9 +212,30 @@ def resolve(argv: list[str], *, gpu_memory_gb: float) -> Launch:
     except SystemExit:  # argparse: an unknown or malformed flag
         lines = [ln for ln in err.getvalue().strip().splitlines() if ln.strip()]
         raise LaunchError(lines[-1] if lines else "SGLang's parser refused the launch flags") from None
-    except (AssertionError, ValueError, argparse.ArgumentError, OSError, RuntimeError) as exc:
-        raise LaunchError(f"SGLang refused the launch flags: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - SGLang's resolution or the model's config refused this launch
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise LaunchError(f"SGLang refused the launch flags: {type(exc).__name__}: {first}") from None
     return Launch(argv=argv, server_args=sa, model_config=model_config, settings=settings_of(sa))
+
+
+@contextlib.contextmanager
+def _logging_kept():
+    """SGLang's ``prepare_server_args`` reconfigures the root logger (``basicConfig(force=True)``): a planner or
+    a test keeps its own."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        for h in list(root.handlers):
+            if h not in handlers:
+                root.removeHandler(h)
+        for h in handlers:
+            if h not in root.handlers:
+                root.addHandler(h)
+        root.setLevel(level)
 
 
 def _model_config(sa: Any) -> Any:

@@ -178,6 +178,7 @@ _fraction = _number(float, high=1.0)
 #: given after ``--`` they must not be given here too. ``None`` default = not given.
 SIZING_FLAGS = (
     "tp_size",
+    "pp_size",
     "max_running_requests",
     "speculative_num_draft_tokens",
     "mem_fraction_static",
@@ -187,7 +188,7 @@ SIZING_FLAGS = (
     "disaggregation_mode",
     "disaggregation_decode_extra_slots",
 )
-DEFAULTS = dict(tp_size=1, max_running_requests=256, speculative_num_draft_tokens=4, mem_fraction_static=0.8)
+DEFAULTS = dict(tp_size=1, pp_size=1, max_running_requests=256, speculative_num_draft_tokens=4, mem_fraction_static=0.8)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -202,6 +203,7 @@ def parser() -> argparse.ArgumentParser:
     model.add_argument("--model-path", type=Path, help="model directory (config.json and the safetensors headers)")
     model.add_argument("--shape", choices=list(MODELS), help="a model of the plugin's shape table (no checkpoint)")
     ap.add_argument("--tp-size", type=_positive_int, default=None)
+    ap.add_argument("--pp-size", type=_positive_int, default=None, help="pipeline stages (a stage holds its layers)")
     ap.add_argument("--max-running-requests", type=_positive_int, default=None)
     ap.add_argument("--speculative-num-draft-tokens", type=_positive_int, default=None)
     ap.add_argument("--mem-fraction-static", type=_fraction, default=None)
@@ -271,7 +273,7 @@ def launch_argv(args) -> list[str]:
     argv = ["--model-path", path, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(max(1, d - 1))]
     argv += ["--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(d)]
     argv += ["--speculative-draft-model-path", path]
-    for name in ("tp_size", "max_running_requests", "mem_fraction_static"):
+    for name in ("tp_size", "pp_size", "max_running_requests", "mem_fraction_static"):
         argv += [f"--{name.replace('_', '-')}", str(_value(args, name))]
     for name in ("disable_radix_cache", "enable_linear_replayssm_spec"):
         if getattr(args, name):
@@ -431,6 +433,10 @@ def plan(args, launch_flags: list[str] | None = None) -> dict[str, Any]:
         return _plan_launch(args, launch_flags)
     if args.model_path is None and args.shape is None:
         raise PlanError("say which model: --model-path DIR, --shape NAME, or -- <launch_server flags>")
+    if args.shape is not None and args.enable_linear_replayssm_spec and MODELS[args.shape].mixer != "gdn":
+        raise PlanError(
+            f"--enable-linear-replayssm-spec covers Gated DeltaNet models only, not {MODELS[args.shape].mixer}"
+        )
     _check_flags(args)
     if args.model_path is not None:
         _check_launch_argv(["--model-path", str(args.model_path)])
@@ -462,12 +468,12 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
     model_path = Path(_flag_value(argv, "--model-path") or _flag_value(argv, "--model") or ".")
     same = draft_path is None or Path(draft_path).resolve() == model_path.resolve()
     weights = launch_config.checkpoint_weights(model_path, draft_from_same=same)
-    tp = int(st["tp_size"] or 1)
+    tp, pp = int(st["tp_size"] or 1), int(st["pp_size"] or 1)
     if args.weights_gb is not None:
         weights_gb, how = args.weights_gb, "given (--weights-gb)"
     else:
-        weights_gb = (weights["target_gib"] + weights["draft_gib"]) / tp
-        how = weights["how"] + (f", / TP {tp}" if tp > 1 else "")
+        weights_gb = (weights["target_gib"] + weights["draft_gib"]) / (tp * pp)
+        how = weights["how"] + (f", / TP {tp}" if tp > 1 else "") + (f", / PP {pp} (even stages)" if pp > 1 else "")
         if not same:
             how += "; the draft model is another checkpoint: not counted (pass --weights-gb)"
     budget = Budget(launch, args.gpu_memory_gb, weights_gb, args.rest_gb)
@@ -575,20 +581,21 @@ class Budget:
 
 
 def _fraction_needed(cp, mixer: str, args, launch, budget: Budget, plugin: bool) -> float | None:
-    """The smallest ``--mem-fraction-static`` (to 3 decimals) at which the mamba pool admits every request
-    asked for, by the same estimator; None when no fraction below 1 does."""
+    """The smallest ``--mem-fraction-static`` (in hundredths, as a launch line is written: the load's footprint
+    on the GPU can exceed the checkpoint's bytes, and a hundredth of a GPU's memory is more than that) at which
+    the mamba pool admits every request asked for, by the same estimator; None when no fraction below 1 does."""
 
     def fits(f: float) -> bool:
         rest = budget.rest(f)
         return rest > 0 and not _estimate(cp, mixer, args, rest, plugin, launch=launch)["capped_by_mamba_pool"]
 
-    lo, hi = int(launch.settings["mem_fraction_static"] * 1000), 999
-    if not fits(hi / 1000):
+    lo, hi = int(launch.settings["mem_fraction_static"] * 100), 99
+    if not fits(hi / 100):
         return None
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fits(mid / 1000) else (mid, hi)
-    return hi / 1000
+        lo, hi = (lo, mid) if fits(mid / 100) else (mid, hi)
+    return hi / 100
 
 
 def kv_bytes_per_token(launch, mamba_layers: int) -> int:

@@ -20,6 +20,7 @@ import sglang_mamba_dedup
 from sglang_mamba_dedup import launch_config, ledger, sizing
 from sglang_mamba_dedup.cli import plan
 from sglang_mamba_dedup.e2e import random_model
+from sglang_mamba_dedup.patches import pool_config
 from sglang_mamba_dedup.testing import estimator
 from tests.support import integration as iu
 
@@ -79,8 +80,10 @@ def test_planner_matches_launch_slots_per_request(variant, qwen35_dir, capsys):
         assert doc[key]["slots_per_request"] == EXPECTED_RATIO[variant], (variant, doc["launch"]["resolved"])
         assert doc[key]["running_requests"] == min(256, doc[key]["mamba_slots"] // EXPECTED_RATIO[variant])
     resolved = doc["launch"]["resolved"]
-    assert resolved["mamba_extra_buffer"] is (variant == "default")
     assert resolved["overlap_schedule"] is (variant != "no-overlap")
+    assert resolved["radix_cache"] is (variant != "no-radix")
+    if variant == "default":
+        assert resolved["mamba_extra_buffer"] is True
 
 
 def test_planner_matches_launch_slots_by_sglangs_arithmetic(qwen35_dir, capsys):
@@ -89,6 +92,8 @@ def test_planner_matches_launch_slots_by_sglangs_arithmetic(qwen35_dir, capsys):
     launch's ratio: 5 slots per request, not 3."""
     if _refused_by_release(qwen35_dir, ()):
         pytest.skip("this release refuses the default launch (no_buffer with the radix cache)")
+    if not _reads_pp_scale():
+        pytest.skip("the joint solve with the padding slot in both terms is 0.5.17's (before, another solve)")
     rest = 17.8695  # the H200 default server's budget: 136.13 GB after the weights - 139.13 GB x 0.85
     rc = plan.main(["--rest-gb", str(rest), "--json", "--", *launch_flags(qwen35_dir)])
     out, err = capsys.readouterr()
@@ -98,6 +103,15 @@ def test_planner_matches_launch_slots_by_sglangs_arithmetic(qwen35_dir, capsys):
     s, d, ratio = layers * (conv + ssm), 4, 5
     budget = rest * 0.9 / 1.9 * GiB
     assert stock["mamba_slots"] == math.floor((budget - s * (1 + d)) // (s * (1 + d / ratio)))
+
+
+def _reads_pp_scale() -> bool:
+    """0.5.17+: the estimator of the installed release prices stages and padding rows as 0.5.23 does."""
+    try:
+        from sglang.srt.mem_cache.kv_cache_configurator import KVCacheConfigurator
+    except ImportError:
+        return False
+    return "pp_layer_scale" in KVCacheConfigurator._handle_max_mamba_cache.__code__.co_varnames
 
 
 def test_replayssm_reserves_what_the_pool_allocates_on_the_launch_config(qwen35_dir, caplog):
@@ -149,3 +163,29 @@ def test_planner_matches_launch_from_planner_flags(qwen35_dir, capsys):
     doc = json.loads(out)
     assert doc["stock"]["slots_per_request"] == doc["plugin"]["slots_per_request"] == EXPECTED_RATIO["default"]
     assert doc["stock"]["running_requests"] == doc["stock"]["mamba_slots"] // 5 < 256
+
+
+@pytest.mark.parametrize("pp", [1, 2], ids=["pp1", "pp2"])
+def test_pipeline_stage_top_up_prices_the_stage_only(pp):
+    """Audit B1: under pipeline parallelism (0.5.17+) SGLang charges a stage only its own mamba layers; the
+    plugin's prediction did not, and topped up a second copy of the stage's pool (21 GiB of 60 on Qwen3-Next-80B at
+    PP 2). The top-up is at most one slot's state (the padding rows' rounding), and the plugin reserves no more
+    than a few percent over stock (its extra slots and scratch rows), never a second pool."""
+    from sglang_mamba_dedup.testing import shapes
+    from sglang_mamba_dedup.testing.sglang_pool import cache_params
+
+    cp = cache_params(shapes.QWEN3_NEXT_80B)
+    cp = type(cp)(shape=cp.shape, layers=[i for i in range(48) if i % 4 != 3], dtype=cp.dtype)
+    out = {}
+    for on in (False, True):
+        with iu.plugin(on):
+            ledger.reset()
+            est = estimator.run(cp, total_rest_gb=60.0, max_running_requests=64, extra={"pp_size": pp})
+            out[on] = (est, dict(pool_config.last_estimate))
+    (stock, _), (ours, decision) = out[False], out[True]
+    per = sizing.request_bytes(cp, 4, dedup=True)
+    # at most the pool's padding rows (0.5.12 ... 0.5.15 price neither the padding slot nor the padding scratch row)
+    assert decision.get("top_up_bytes", 0) <= per.state + per.scratch, decision
+    assert ours.slots >= stock.slots
+    # more slots and rows cost more, but never a second pool: the stage's whole reservation stays within 5 %
+    assert ours.reserved_bytes <= stock.reserved_bytes * 1.05, (stock, ours)
