@@ -510,7 +510,8 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
         est = _estimate(cp, mixer, args, rest, plugin, launch=launch)
         est["kv_tokens"] = int(est["kv_cache_gb"] * GiB) // max(1, kv_bytes_per_token(launch, len(cp.layers)))
         est["fraction_needed"] = None
-        if est["capped_by_mamba_pool"] and args.rest_gb is None:
+        est["starts"] = est["kv_cache_gb"] > 0
+        if (est["capped_by_mamba_pool"] or not est["starts"]) and args.rest_gb is None:
             est["fraction_needed"] = _fraction_needed(cp, mixer, args, launch, budget, plugin)
         doc[key] = est
     per_slot = doc["plugin"]["reserved_gb"] / max(1, doc["plugin"]["mamba_slots"])
@@ -587,7 +588,10 @@ def _fraction_needed(cp, mixer: str, args, launch, budget: Budget, plugin: bool)
 
     def fits(f: float) -> bool:
         rest = budget.rest(f)
-        return rest > 0 and not _estimate(cp, mixer, args, rest, plugin, launch=launch)["capped_by_mamba_pool"]
+        if rest <= 0:
+            return False
+        est = _estimate(cp, mixer, args, rest, plugin, launch=launch)
+        return est["kv_cache_gb"] > 0 and not est["capped_by_mamba_pool"]
 
     lo, hi = int(launch.settings["mem_fraction_static"] * 100), 99
     if not fits(hi / 100):
@@ -722,12 +726,25 @@ def render(doc: dict[str, Any]) -> str:
     row("running requests that fit", s["running_requests"], p["running_requests"], "d")
     row("mamba pool reserved (GB)", s["reserved_gb"], p["reserved_gb"], ".3f")
     row("left for the KV cache (GB)", s["kv_cache_gb"], p["kv_cache_gb"], ".3f")
-    if "kv_tokens" in s:
+    if "kv_tokens" in s and s["kv_tokens"] > 0 and p["kv_tokens"] > 0:
         row("KV cache tokens (about)", s["kv_tokens"], p["kv_tokens"], "d")
     lines.append("per request (MiB):")
     for key in s["per_request_mib"]:
         row(f"  {key.replace('_', ' ')}", s["per_request_mib"][key], p["per_request_mib"][key], ".2f")
     for label, est in (("stock", s), ("plugin", p)):
+        if est.get("starts") is False:
+            need = est.get("fraction_needed")
+            lines.append(
+                f"{label}: the server would not start (SGLang: 'Loaded weights leave no GPU memory for the KV cache'): "
+                f"the mamba pool takes {est['reserved_gb']:.3f} GB of {doc['budget_gb']:.3f}; "
+                + (
+                    f"--mem-fraction-static {need} starts it with all {st['max_running_requests']} requests"
+                    if need
+                    else "no --mem-fraction-static below 1 starts it"
+                )
+                + ", or lower --max-running-requests"
+            )
+            continue
         if est["capped_by_mamba_pool"]:
             need = est.get("fraction_needed")
             lift = (
