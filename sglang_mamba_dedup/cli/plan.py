@@ -51,6 +51,18 @@ class PlanError(ValueError):
     """A bad model or option: one line, exit 2."""
 
 
+#: The largest value a config field may hold before the planner calls it nonsense (no model has more).
+FIELD_LIMIT = 1 << 20
+
+
+def _count(cfg: dict[str, Any], key: str, *, low: int = 1) -> int:
+    """A whole number of the config between ``low`` and :data:`FIELD_LIMIT` (a usage error otherwise)."""
+    value = cfg[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= FIELD_LIMIT:
+        raise PlanError(f"config.json: {key} = {value!r} is not a whole number from {low} to {FIELD_LIMIT}")
+    return value
+
+
 def _gdn_shape(name: str, cfg: dict[str, Any]) -> ModelShape:
     need = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_conv_kernel_dim")
     missing = [k for k in need + ("num_hidden_layers",) if k not in cfg]
@@ -58,44 +70,58 @@ def _gdn_shape(name: str, cfg: dict[str, Any]) -> ModelShape:
         raise PlanError(f"config of {name} lacks {', '.join(missing)}")
     if cfg.get("linear_value_head_dim", cfg["linear_key_head_dim"]) != cfg["linear_key_head_dim"]:
         raise PlanError("linear_key_head_dim != linear_value_head_dim is not a shape the plugin knows")
-    layers = int(cfg["num_hidden_layers"])
+    layers = _count(cfg, "num_hidden_layers")
     if isinstance(cfg.get("layer_types"), list):
+        if len(cfg["layer_types"]) != layers:
+            raise PlanError(
+                f"config.json: layer_types lists {len(cfg['layer_types'])} layers, num_hidden_layers says {layers}"
+            )
         linear = sum(1 for t in cfg["layer_types"] if t == "linear_attention")
-    elif cfg.get("full_attention_interval"):
-        linear = layers - layers // int(cfg["full_attention_interval"])
+    elif cfg.get("full_attention_interval") is not None:
+        linear = layers - layers // _count(cfg, "full_attention_interval")
     else:
         raise PlanError(f"config of {name} says neither layer_types nor full_attention_interval")
     return ModelShape(
         name,
         layers=layers,
         gdn_layers=linear,
-        key_heads=int(cfg["linear_num_key_heads"]),
-        value_heads=int(cfg["linear_num_value_heads"]),
-        head_dim=int(cfg["linear_key_head_dim"]),
-        conv_kernel=int(cfg["linear_conv_kernel_dim"]),
+        key_heads=_count(cfg, "linear_num_key_heads"),
+        value_heads=_count(cfg, "linear_num_value_heads"),
+        head_dim=_count(cfg, "linear_key_head_dim"),
+        conv_kernel=_count(cfg, "linear_conv_kernel_dim", low=2),
+        ssm_dtype=_ssm_dtype(cfg),
     )
 
 
+def _ssm_dtype(cfg: dict[str, Any]) -> str:
+    value = str(cfg.get("mamba_ssm_dtype") or "float32")
+    if value not in ("float32", "bfloat16", "float16"):
+        raise PlanError(f"config.json: mamba_ssm_dtype = {value!r} is not float32, bfloat16 or float16")
+    return value
+
+
 def _mamba2_shape(name: str, cfg: dict[str, Any]) -> ModelShape:
-    pattern = str(cfg.get("hybrid_override_pattern") or "")
+    pattern = cfg.get("hybrid_override_pattern") or ""
+    if not isinstance(pattern, str) or len(pattern) > FIELD_LIMIT:
+        raise PlanError(f"config.json: hybrid_override_pattern = {pattern!r:.40} is not a layer pattern")
     need = ("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "conv_kernel")
     missing = [k for k in need if k not in cfg] + ([] if pattern else ["hybrid_override_pattern"])
     if missing:
         raise PlanError(f"config of {name} lacks {', '.join(missing)}")
-    groups = cfg.get("mamba_n_groups", cfg.get("n_groups"))
-    if groups is None:
+    group_key = "mamba_n_groups" if "mamba_n_groups" in cfg else "n_groups"
+    if group_key not in cfg:
         raise PlanError(f"config of {name} lacks n_groups")
     return ModelShape(
         name,
         layers=len(pattern),
         gdn_layers=pattern.count("M"),
-        key_heads=int(groups),
-        value_heads=int(cfg["mamba_num_heads"]),
-        head_dim=int(cfg["mamba_head_dim"]),
-        conv_kernel=int(cfg["conv_kernel"]),
-        state_size=int(cfg["ssm_state_size"]),
+        key_heads=_count(cfg, group_key),
+        value_heads=_count(cfg, "mamba_num_heads"),
+        head_dim=_count(cfg, "mamba_head_dim"),
+        conv_kernel=_count(cfg, "conv_kernel", low=2),
+        state_size=_count(cfg, "ssm_state_size"),
         mixer="mamba2",
-        ssm_dtype=str(cfg.get("mamba_ssm_dtype") or "float32"),
+        ssm_dtype=_ssm_dtype(cfg),
     )
 
 
@@ -118,8 +144,10 @@ def shape_from_config(path: Path) -> tuple[ModelShape, float | None]:
         raise PlanError(f"{path} has no config.json")
     try:
         cfg = json.loads(cfg_file.read_text())
-    except (OSError, ValueError) as exc:
-        raise PlanError(f"{cfg_file}: not readable JSON ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise PlanError(f"{cfg_file}: not readable JSON ({type(exc).__name__})") from None
+    if not isinstance(cfg, dict):
+        raise PlanError(f"{cfg_file}: not a JSON object")
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else None
     model_type = (text or cfg).get("model_type") or cfg.get("model_type")
     reader = MODEL_TYPES.get(str(model_type))
@@ -128,7 +156,10 @@ def shape_from_config(path: Path) -> tuple[ModelShape, float | None]:
             f"model_type {model_type!r} is not a hybrid model the plugin knows (known: {', '.join(MODEL_TYPES)})"
         )
     shape = reader(path.name, {**cfg, **(text or {})})
-    weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
+    try:
+        weights = sum(f.stat().st_size for f in path.glob("*.safetensors"))
+    except OSError as exc:  # a dangling link
+        raise PlanError(f"{path}: a safetensors file cannot be read ({exc})") from None
     return shape, (weights / GiB if weights else None)
 
 
@@ -467,7 +498,10 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
     draft_path = _flag_value(argv, "--speculative-draft-model-path")
     model_path = Path(_flag_value(argv, "--model-path") or _flag_value(argv, "--model") or ".")
     same = draft_path is None or Path(draft_path).resolve() == model_path.resolve()
-    weights = launch_config.checkpoint_weights(model_path, draft_from_same=same)
+    try:
+        weights = launch_config.checkpoint_weights(model_path, draft_from_same=same)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise PlanError(f"{model_path}: the safetensors headers cannot be read ({type(exc).__name__}: {exc})") from None
     tp, pp = int(st["tp_size"] or 1), int(st["pp_size"] or 1)
     if args.weights_gb is not None:
         weights_gb, how = args.weights_gb, "given (--weights-gb)"
@@ -677,6 +711,7 @@ def _plan_shape(args) -> dict[str, Any]:
     for key, plugin in (("stock", False), ("plugin", True)):
         doc[key] = _estimate(cp, shape.mixer, args, budget, plugin)
         doc[key]["fraction_needed"] = None
+        doc[key]["starts"] = doc[key]["kv_cache_gb"] > 0
     if weights_note:
         doc["note"] += "; " + weights_note
     return doc

@@ -176,3 +176,65 @@ def test_plan_pd_decode_extra_slots(capsys):
         assert rc == 2 and "SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS" in err
         return
     assert rc == 0 and json.loads(out)["plugin"]["plugin"]["pd_decode_pre_alloc"] == 5
+
+
+def _qwen_config() -> dict:
+    return random_model.build_config(random_model.PRESETS["qwen3.5-0.8b"])
+
+
+def _edit_text(**fields):
+    def edit(cfg: dict) -> dict:
+        cfg["text_config"].update(fields)
+        return cfg
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "write, message",
+    [
+        (lambda p: p.write_text("[1, 2, 3]"), "not a JSON object"),
+        (lambda p: p.write_text("[" * 100000), "not readable JSON"),
+        (_edit_text(num_hidden_layers="abc"), "num_hidden_layers = 'abc'"),
+        (_edit_text(num_hidden_layers=400000000), "num_hidden_layers = 400000000"),
+        (_edit_text(linear_num_key_heads=16.9), "linear_num_key_heads = 16.9"),
+        (_edit_text(linear_conv_kernel_dim=1), "linear_conv_kernel_dim = 1"),
+        (_edit_text(mamba_ssm_dtype="fp32"), "mamba_ssm_dtype = 'fp32'"),
+        (_edit_text(layer_types=["linear_attention"] * 100), "layer_types lists 100 layers"),
+    ],
+    ids=["list", "deep", "string-layers", "absurd-layers", "fractional-heads", "kernel-1", "bad-dtype", "layer-types"],
+)
+def test_plan_malformed_config_is_a_usage_error(write, message, tmp_path, capsys):
+    """Audit m10, m11, m13: a malformed or nonsense config.json is one line, exit 2 (not 'SGLang's estimator
+    failed'), before any SGLang work."""
+    cfg = tmp_path / "config.json"
+    if write.__name__ == "<lambda>":
+        write(cfg)
+    else:
+        cfg.write_text(json.dumps(write(_qwen_config())))
+    rc, out, err = _plan(capsys, "--model-path", str(tmp_path))
+    assert rc == 2 and out == "", err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("sglang-mamba-dedup plan: error:") and message in line, line
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-50", "1e300x"])
+def test_plan_numbers_must_be_finite(value, capsys):
+    """Audit m8, m9: NaN, infinity and negative weights are usage errors of argparse (exit 2)."""
+    with pytest.raises(SystemExit) as exc:
+        plan.main(["--shape", "qwen3.5-0.8b", "--weights-gb", value])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        plan.main(["--shape", "qwen3.5-0.8b", "--gpu-memory-gb", value])
+    assert exc.value.code == 2
+    capsys.readouterr()
+
+
+def test_plan_says_when_the_server_would_not_start(capsys):
+    """Audit m14: a PD-decode server pre-allocating a million requests would leave no KV cache: SGLang refuses to
+    start, and the plan says so instead of printing a negative KV cache as a plan."""
+    if "disaggregation_decode_extra_slots" not in estimator.server_args_fields():
+        pytest.skip("no --disaggregation-decode-extra-slots on this release")
+    argv = ["--shape", "qwen3.5-0.8b", "--disaggregation-mode", "decode", "--disaggregation-decode-extra-slots"]
+    rc, out, _ = _plan(capsys, *argv, "1000000")
+    assert rc == 0 and "plugin: the server would not start" in out
