@@ -49,3 +49,11 @@ def memory_ledger():
     from . import report
 
     return report.events().get("ledger")
+
+
+def memory_ledgers() -> list:
+    """Every ``MambaPool``'s ledger in this process, in build order (a draft head's pool after the target's; only
+    the first pool after an estimate carries its reservation)."""
+    from . import report
+
+    return list(report.events().get("ledgers", []))

@@ -480,6 +480,7 @@ def test_a_second_pool_keeps_its_own_ledger_and_has_no_reservation(caplog):
     assert second["allocated_bytes"] == _independent_storage_bytes(head) < first["allocated_bytes"]
     assert second["reservation"] is None and "reserved_bytes" not in second and "unreserved_bytes" not in second
     assert events["ledger"] == second == sglang_mamba_dedup.memory_ledger()
+    assert sglang_mamba_dedup.memory_ledgers() == [first, second]
     assert ledger.build(target.mamba_pool)["reserved_bytes"] == est.reserved_bytes, "the target keeps its own"
     lines = [r for r in caplog.records if "mamba memory ledger" in r.getMessage()]
     assert [r.levelno for r in lines] == [logging.INFO, logging.INFO]
