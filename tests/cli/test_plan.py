@@ -55,7 +55,9 @@ def test_plan_text_table(capsys):
     )
     assert rc == 0
     assert "Nemotron-H-8B (mamba2)" in out and "running requests that fit" in out
-    assert "caps running requests at" in out  # 80 GB x 0.3 cannot hold 64 requests' state x 3 + scratch
+    # 80 GB x 0.3 cannot hold 64 requests' state x 3 + scratch: capped, or (0.5.12.x, which reserves scratch for
+    # every request asked for) no KV cache left, which SGLang refuses to start
+    assert "caps running requests at" in out or "the server would not start" in out
 
 
 @pytest.mark.parametrize("preset", ["qwen3.5-0.8b", "nemotron-h-tiny"])
