@@ -545,8 +545,8 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
         est["kv_tokens"] = int(est["kv_cache_gb"] * GiB) // max(1, kv_bytes_per_token(launch, len(cp.layers)))
         est["fraction_needed"] = None
         est["starts"] = est["kv_cache_gb"] > 0
-        if (est["capped_by_mamba_pool"] or not est["starts"]) and args.rest_gb is None:
-            est["fraction_needed"] = _fraction_needed(cp, mixer, args, launch, budget, plugin)
+        if args.rest_gb is None:  # what fraction admits every request asked for, capped or not
+            est["fraction_needed"] = _fraction_needed(cp, mixer, args, launch, budget, plugin, est)
         doc[key] = est
     per_slot = doc["plugin"]["reserved_gb"] / max(1, doc["plugin"]["mamba_slots"])
     doc["slots_per_100mb"] = round(0.1 / 1.073741824 / per_slot * _mamba_share(st), 2) if per_slot else None
@@ -615,10 +615,11 @@ class Budget:
         return "free x fraction - weights" + (" (" + "; ".join(extra) + ")" if extra else "")
 
 
-def _fraction_needed(cp, mixer: str, args, launch, budget: Budget, plugin: bool) -> float | None:
+def _fraction_needed(cp, mixer: str, args, launch, budget: Budget, plugin: bool, now: dict) -> float | None:
     """The smallest ``--mem-fraction-static`` (in hundredths, as a launch line is written: the load's footprint
     on the GPU can exceed the checkpoint's bytes, and a hundredth of a GPU's memory is more than that) at which
-    the mamba pool admits every request asked for, by the same estimator; None when no fraction below 1 does."""
+    the mamba pool admits every request asked for, by the same estimator (``now``: the estimate at the launch's
+    own fraction); None when no fraction below 1 does."""
 
     def fits(f: float) -> bool:
         rest = budget.rest(f)
@@ -627,8 +628,10 @@ def _fraction_needed(cp, mixer: str, args, launch, budget: Budget, plugin: bool)
         est = _estimate(cp, mixer, args, rest, plugin, launch=launch)
         return est["kv_cache_gb"] > 0 and not est["capped_by_mamba_pool"]
 
-    lo, hi = int(launch.settings["mem_fraction_static"] * 100), 99
-    if not fits(hi / 100):
+    own = int(round(launch.settings["mem_fraction_static"] * 100))
+    admitted = now["kv_cache_gb"] > 0 and not now["capped_by_mamba_pool"]
+    lo, hi = (0, own) if admitted else (own, 99)
+    if not admitted and not fits(hi / 100):
         return None
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -795,6 +798,12 @@ def render(doc: dict[str, Any]) -> str:
             lines.append(
                 f"{label}: the mamba pool caps running requests at {est['running_requests']} of "
                 f"{st['max_running_requests']}; {lift}"
+            )
+    for label, est in (("stock", s), ("plugin", p)):
+        if est.get("starts") is not False and not est["capped_by_mamba_pool"] and est.get("fraction_needed"):
+            lines.append(
+                f"{label}: all {st['max_running_requests']} requests fit; the smallest --mem-fraction-static that "
+                f"admits them is {est['fraction_needed']}"
             )
     if doc.get("slots_per_100mb"):
         lines.append(

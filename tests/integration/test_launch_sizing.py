@@ -189,3 +189,27 @@ def test_pipeline_stage_top_up_prices_the_stage_only(pp):
     assert ours.slots >= stock.slots
     # more slots and rows cost more, but never a second pool: the stage's whole reservation stays within 5 %
     assert ours.reserved_bytes <= stock.reserved_bytes * 1.05, (stock, ours)
+
+
+@pytest.mark.parametrize("asked", [40, 256])
+def test_plan_answers_what_fraction_admits_n_requests(asked, qwen35_dir, capsys):
+    """``plan -- ... --max-running-requests N`` answers "what fraction do I need for N": at the printed fraction the
+    same launch admits all N, a hundredth below it does not (checked by planning both)."""
+    if _refused_by_release(qwen35_dir, ()):
+        pytest.skip("this release refuses the default launch (no_buffer with the radix cache)")
+
+    def run(fraction: float | None = None) -> dict:
+        flags = launch_flags(qwen35_dir, "--max-running-requests", str(asked))
+        if fraction is not None:
+            flags += ["--mem-fraction-static", f"{fraction:.2f}"]
+        rc = plan.main(["--gpu-memory-gb", "139.13", "--weights-gb", "3.0", "--json", "--", *flags])
+        out, err = capsys.readouterr()
+        assert rc == 0, err
+        return json.loads(out)["plugin"]
+
+    need = run()["fraction_needed"]
+    assert need is not None and 0 < need < 1
+    at = run(need)
+    assert at["running_requests"] == asked and at["kv_cache_gb"] > 0
+    below = run(need - 0.01)
+    assert below["running_requests"] < asked or below["kv_cache_gb"] <= 0
