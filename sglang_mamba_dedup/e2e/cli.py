@@ -45,7 +45,7 @@ After the runs, the first that applies:
 * 7  nothing generated: an answer without ``output_ids``, with no token, or (``ignore_eos``, the default)
      with fewer than the tokens asked; no md5 is compared (an md5 of nothing is never "EQUAL");
 * 1  the md5s differ (the first differing round, prompt and token are printed);
-* 2  the plugin did not engage in an "on" run: no scheduler report, no dedup layout in place, no bytes
+* 8  the plugin did not engage in an "on" run: no scheduler report, no dedup layout in place, no bytes
      saved, no commit ran through our kernels, or (``--expect-track``) no commit with track slots did;
 * 4  an "off" run was not off (a scheduler report shows our commit ran, or the mode was not "off");
 * 6  the negative control was not caught: a ``fault`` run (plugin on, its commit deliberately broken:
@@ -96,14 +96,15 @@ examples:
 exit status:
   0  the md5s are equal and the plugin engaged
   1  the md5s differ
-  2  the plugin did not engage in an "on" run (with --expect-track: also no commit with track slots through
-     our kernel); also any usage error (one "error:" line on stderr)
+  2  a usage error (one "error:" line on stderr)
   3  a run failed (the engine did not start, crashed or timed out; see the logs named in the last line)
   4  an "off" run was not off
   5  cannot run here: no CUDA GPU (checked before anything is built or run)
   6  the negative control was not caught: a "fault" run gave run 1's md5
   7  nothing generated: an answer without output_ids, with no token, or (ignore_eos) shorter than asked
-after the runs the first of 3, 7, 1, 2, 4, 6 that applies is the exit status; a SIGTERM or SIGHUP stops the
+  8  the plugin did not engage in an "on" run (with --expect-track: also no commit with track slots through
+     our kernel)
+after the runs the first of 3, 7, 1, 8, 4, 6 that applies is the exit status; a SIGTERM or SIGHUP stops the
 servers and exits 128 + the signal (143, 129).
 """
 
@@ -315,7 +316,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--expect-track",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="the 'on' run must show commits with track slots through our kernel, else exit 2 (default: yes "
+        help="the 'on' run must show commits with track slots through our kernel, else exit 8 (default: yes "
         "where SGLang passes track slots: radix cache on and a mamba strategy that resolves to extra_buffer, "
         "SGLang >= 0.5.14; the header says which)",
     )

@@ -64,7 +64,7 @@ PROG = "sglang-mamba-dedup e2e"
 #: (:func:`_verdict`).
 EXIT_OK = 0
 EXIT_MD5_DIFFER = 1
-EXIT_NOT_ENGAGED = 2
+EXIT_NOT_ENGAGED = 8
 EXIT_RUN_FAILED = 3
 EXIT_OFF_NOT_OFF = 4
 EXIT_CANNOT_RUN = 5
