@@ -485,14 +485,7 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
     except launch_config.LaunchError as exc:
         raise PlanError(str(exc)) from None
     st = launch.settings
-    try:
-        cp = launch.cache_params
-    except launch_config.LaunchError as exc:
-        from ..testing.sglang_pool import cache_params
-
-        path = Path(_flag_value(argv, "--model-path") or _flag_value(argv, "--model") or ".")
-        cp = cache_params(shard(shape_from_config(path)[0], int(st["tp_size"] or 1)))
-        note = f"state shape read by the plugin from config.json ({exc})"
+    cp, note = launch_cache_params(launch)
     if not st["speculative_num_draft_tokens"]:
         raise PlanError("the launch has no speculative decoding (--speculative-algorithm NEXTN): nothing to plan")
     draft_path = _flag_value(argv, "--speculative-draft-model-path")
@@ -551,6 +544,21 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
     per_slot = doc["plugin"]["reserved_gb"] / max(1, doc["plugin"]["mamba_slots"])
     doc["slots_per_100mb"] = round(0.1 / 1.073741824 / per_slot * _mamba_share(st), 2) if per_slot else None
     return doc
+
+
+def launch_cache_params(launch) -> tuple[Any, str | None]:
+    """``(cache params, note)`` of a resolved launch: SGLang's own, or, where the release's config asks a live
+    process group for them (0.5.14, 0.5.15, and older), the plugin's reading of ``config.json`` (the note says so)."""
+    from .. import launch_config
+
+    try:
+        return launch.cache_params, None
+    except launch_config.LaunchError as exc:
+        from ..testing.sglang_pool import cache_params
+
+        path = Path(_flag_value(launch.argv, "--model-path") or _flag_value(launch.argv, "--model") or ".")
+        shape = shard(shape_from_config(path)[0], int(launch.settings["tp_size"] or 1))
+        return cache_params(shape), f"state shape read by the plugin from config.json ({exc})"
 
 
 def _mamba_share(st: dict[str, Any]) -> float:
