@@ -23,28 +23,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-#: The machine the planner resolves a launch for: a Hopper GPU (what the sizing was measured on). Only the facts
-#: the installed release's ``PlatformContext`` knows are passed.
-CUDA_FACTS: dict[str, Any] = dict(
-    is_cuda=True,
-    is_hip=False,
-    is_npu=False,
-    is_xpu=False,
-    is_musa=False,
-    is_mps=False,
-    is_sm90=True,
-    is_sm100=False,
-    is_sm100_or_sm110=False,
-    is_sm110=False,
-    is_sm120=False,
-    is_blackwell=False,
-    is_hopper_with_cuda_12_3=True,
-    has_amx=False,
-    has_flashinfer=False,
-    device_sm=90,
-    device_capability=(9, 0),
-)
-
 
 class LaunchError(ValueError):
     """The launch flags cannot be resolved (SGLang's parser or resolution refused them): one line, exit 2."""
@@ -107,7 +85,8 @@ def mixer(model_config: Any) -> str:
     return "mamba2" if "nemotron" in name or "mamba" in name else "gdn"
 
 
-#: ``sglang.srt.utils.common`` probes and what they answer on that machine; releases before 0.5.20 read them
+#: The machine the planner resolves a launch for, a Hopper GPU (what the sizing was measured on): the
+#: ``sglang.srt.utils.common`` probes and what they answer there; releases before 0.5.20 read them
 #: by name (``from sglang.srt.utils import is_cuda``) rather than through ``get_platform()``.
 CUDA_PROBES: dict[str, Any] = dict(
     is_cuda=True,
@@ -116,6 +95,7 @@ CUDA_PROBES: dict[str, Any] = dict(
     is_npu=False,
     is_xpu=False,
     is_musa=False,
+    is_mps=False,
     is_cpu=False,
     is_sm90_supported=True,
     is_sm100_supported=False,
@@ -140,6 +120,16 @@ PRELOAD = (
     "sglang.srt.mem_cache.kv_cache_configurator",
     "sglang.srt.model_executor.model_runner_kv_cache_mixin",
 )
+
+
+def _platform_facts(runtime_context: Any) -> dict[str, Any]:
+    """The same machine in the words of the release's ``PlatformContext`` (0.5.20+): each fact it knows, answered
+    as its probe in :data:`CUDA_PROBES` answers, plus the compute capability."""
+    probes = getattr(runtime_context, "_PLATFORM_PROBES", {})
+    facts = {fact: CUDA_PROBES[probe] for fact, probe in probes.items() if probe in CUDA_PROBES}
+    values = getattr(runtime_context, "_PLATFORM_VALUES", {})
+    facts.update({k: v for k, v in (("device_sm", 90), ("device_capability", (9, 0))) if k in values})
+    return facts
 
 
 def _hook_modules() -> tuple[str, ...]:
@@ -179,10 +169,7 @@ def cuda_machine(gpu_memory_gb: float):
         if override is not None:
             from sglang.srt import runtime_context
 
-            known = set(getattr(runtime_context, "_PLATFORM_PROBES", {})) | set(
-                getattr(runtime_context, "_PLATFORM_VALUES", {})
-            )
-            stack.enter_context(override(**{k: v for k, v in CUDA_FACTS.items() if k in known}))
+            stack.enter_context(override(**_platform_facts(runtime_context)))
         yield
 
 

@@ -650,7 +650,9 @@ def _fraction_needed(cp, mixer: str, args, launch, budget: Budget, plugin: bool,
 def kv_bytes_per_token(launch, mamba_layers: int) -> int:
     """KV-cache bytes per token of the target's full-attention layers plus the draft's (MTP) layers, one rank,
     in the model's dtype: what turns the KV share into SGLang's ``max_total_num_tokens`` (pages not counted)."""
-    cfg = launch_config_text(launch)
+    from .. import launch_config
+
+    cfg = launch_config.mamba_config(launch.model_config)
     layers = int(getattr(cfg, "num_hidden_layers", 0))
     pattern = getattr(cfg, "hybrid_override_pattern", None)
     attn = pattern.count("*") if isinstance(pattern, str) else max(0, layers - mamba_layers)
@@ -662,12 +664,6 @@ def kv_bytes_per_token(launch, mamba_layers: int) -> int:
         or int(getattr(cfg, "hidden_size", 0)) // int(getattr(cfg, "num_attention_heads", 1))
     )
     return 2 * (attn + draft) * heads * head_dim * 2
-
-
-def launch_config_text(launch):
-    from .. import launch_config
-
-    return launch_config.mamba_config(launch.model_config)
 
 
 def _plan_shape(args) -> dict[str, Any]:
