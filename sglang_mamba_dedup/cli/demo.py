@@ -10,6 +10,7 @@ import sys
 
 from ..testing.sglang_pool import CudaToDeviceTorch
 from ..testing.shapes import MODELS
+from ._args import environ, positive_int, switched
 
 MiB = 1 << 20
 
@@ -32,30 +33,6 @@ def _nbytes_logical(t) -> int:
 
 
 @contextlib.contextmanager
-def _switch(value: str | None):
-    """The plugin switched to ``value`` inside the block, then back to the environment's switch. A what-if
-    (``demo``, ``plan``): no status report file is written and no negative-control fault is installed, whatever
-    ``SGLANG_MAMBA_DEDUP_REPORT_DIR`` and ``SGLANG_MAMBA_DEDUP_FAULT`` say."""
-    from .. import activation, report
-
-    old = os.environ.get(activation.ENV)
-    if value is None:
-        os.environ.pop(activation.ENV, None)
-    else:
-        os.environ[activation.ENV] = value
-    with report.muted():
-        activation.register(what_if=True)
-        try:
-            yield
-        finally:
-            if old is None:
-                os.environ.pop(activation.ENV, None)
-            else:
-                os.environ[activation.ENV] = old
-            activation.register(what_if=True)
-
-
-@contextlib.contextmanager
 def _cpu_stand_in(device: str):
     """On a CPU-only machine: SGLang's hard-coded "cuda" -> CPU, and the plugin's CUDA gate overridden."""
     if device != "cpu":
@@ -65,17 +42,13 @@ def _cpu_stand_in(device: str):
 
     from .. import gate
 
-    saved_torch, saved_env = memory_pool.torch, os.environ.get(gate.ALLOW_CPU_ENV)
+    saved_torch = memory_pool.torch
     memory_pool.torch = CudaToDeviceTorch(device)
-    os.environ[gate.ALLOW_CPU_ENV] = "1"
     try:
-        yield True
+        with environ(gate.ALLOW_CPU_ENV, "1"):
+            yield True
     finally:
         memory_pool.torch = saved_torch
-        if saved_env is None:
-            os.environ.pop(gate.ALLOW_CPU_ENV, None)
-        else:
-            os.environ[gate.ALLOW_CPU_ENV] = saved_env
 
 
 def describe(pool) -> dict[str, int]:
@@ -87,16 +60,6 @@ def describe(pool) -> dict[str, int]:
         "intermediate_conv_window (physical)": _nbytes_physical(getattr(c, "intermediate_conv_window", None)),
         "intermediate_conv_window (logical)": _nbytes_logical(getattr(c, "intermediate_conv_window", None)),
     }
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 EPILOG = """examples:
@@ -115,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--model", default="qwen3.5-0.8b", choices=list(MODELS))
-    ap.add_argument("--slots", type=_positive, default=4, help="mamba slots (requests) of the pool (>= 1)")
-    ap.add_argument("--draft-tokens", type=_positive, default=4, help="draft tokens per verify (>= 1)")
+    ap.add_argument("--slots", type=positive_int, default=4, help="mamba slots (requests) of the pool (>= 1)")
+    ap.add_argument("--draft-tokens", type=positive_int, default=4, help="draft tokens per verify (>= 1)")
     ap.add_argument("--device", default=None, help="default: cuda if available, else cpu")
     args = ap.parse_args(argv)
 
@@ -156,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         for label, switch, topk in runs:
             report.reset()
-            with _switch(switch):
+            with switched(switch):
                 try:
                     pool = build_pool(
                         cache_params(MODELS[args.model]),

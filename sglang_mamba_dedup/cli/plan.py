@@ -24,13 +24,13 @@ import contextlib
 import dataclasses
 import json
 import logging
-import math
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
 from ..testing.shapes import MODELS, ModelShape
+from ._args import number, positive_int, switched
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -182,28 +182,7 @@ def shard(shape: ModelShape, tp: int) -> ModelShape:
     )
 
 
-def _number(kind, *, low: float = 0.0, high: float | None = None, allow_low: bool = False):
-    """An argparse type: a finite number above ``low`` (or equal, with ``allow_low``) and below ``high``."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-        if value < low or (value == low and not allow_low) or (high is not None and value >= high):
-            bound = f">= {low:g}" if allow_low else f"> {low:g}"
-            raise argparse.ArgumentTypeError(
-                f"must be {bound}" + (f" and < {high:g}" if high is not None else "") + f", got {text!r}"
-            )
-        return value
-
-    return parse
-
-
-_positive_int = _number(int)
-_fraction = _number(float, high=1.0)
+_fraction = number(float, high=1.0)
 
 #: Sizing flags that also exist as launch flags: given as planner flags they are turned into launch flags;
 #: given after ``--`` they must not be given here too. ``None`` default = not given.
@@ -233,27 +212,27 @@ def parser() -> argparse.ArgumentParser:
     model = ap.add_mutually_exclusive_group()
     model.add_argument("--model-path", type=Path, help="model directory (config.json and the safetensors headers)")
     model.add_argument("--shape", choices=list(MODELS), help="a model of the plugin's shape table (no checkpoint)")
-    ap.add_argument("--tp-size", type=_positive_int, default=None)
-    ap.add_argument("--pp-size", type=_positive_int, default=None, help="pipeline stages (a stage holds its layers)")
-    ap.add_argument("--max-running-requests", type=_positive_int, default=None)
-    ap.add_argument("--speculative-num-draft-tokens", type=_positive_int, default=None)
+    ap.add_argument("--tp-size", type=positive_int, default=None)
+    ap.add_argument("--pp-size", type=positive_int, default=None, help="pipeline stages (a stage holds its layers)")
+    ap.add_argument("--max-running-requests", type=positive_int, default=None)
+    ap.add_argument("--speculative-num-draft-tokens", type=positive_int, default=None)
     ap.add_argument("--mem-fraction-static", type=_fraction, default=None)
     ap.add_argument(
         "--gpu-memory-gb",
-        type=_number(float),
+        type=number(float),
         default=80.0,
         help="the GPU's free memory (GiB) when the server starts loading: SGLang's 'Load weight begin. avail mem=' "
         "(default 80)",
     )
     ap.add_argument(
         "--weights-gb",
-        type=_number(float, allow_low=True),
+        type=number(float, inclusive=True),
         default=None,
         help="weights on one rank, target and draft (default: counted from the checkpoint's tensors)",
     )
     ap.add_argument(
         "--rest-gb",
-        type=_number(float),
+        type=number(float),
         default=None,
         help="the memory SGLang handed its mamba estimator (a server log's 'estimator budget'): replaces the "
         "budget arithmetic, to check the sizing against a server",
@@ -346,13 +325,12 @@ def _estimate(cp, mixer: str, args, rest_gb: float, plugin: bool, launch=None) -
     from .. import ledger, sizing
     from ..patches import pool_config
     from ..testing import estimator
-    from .demo import _switch
 
     if launch is not None:
         d, replay = launch.settings["speculative_num_draft_tokens"], launch.settings["replayssm"]
     else:
         d, replay = _value(args, "speculative_num_draft_tokens"), bool(args.enable_linear_replayssm_spec)
-    with _switch("1" if plugin else "0"):
+    with switched("1" if plugin else "0"):
         ledger.reset()
         if launch is not None:
             from .. import launch_config

@@ -58,7 +58,7 @@ def test_demo_on_a_mamba2_model_with_bf16_ssm(capsys):
 
 @pytest.mark.parametrize("command", ["plan", "demo"])
 def test_what_if_commands_write_no_report_and_install_no_fault(monkeypatch, tmp_path, capsys, command):
-    """``plan`` and ``demo`` switch the plugin in their own process (``demo._switch``) but serve nothing: with a
+    """``plan`` and ``demo`` switch the plugin in their own process (``cli._args.switched``) but serve nothing: with a
     report folder and the negative-control fault in the environment, no status file appears and no fault is
     put in place, while the plugin's effect still shows."""
     from sglang_mamba_dedup import faults, report

@@ -1,0 +1,70 @@
+"""What the commands share: one argparse number type, and the plugin switched for a block (``demo``, ``plan``)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+from collections.abc import Callable, Iterator
+
+
+def number(
+    kind: Callable[[str], float], *, low: float = 0.0, high: float | None = None, inclusive: bool = False
+) -> Callable[[str], float]:
+    """An argparse ``type=``: a finite ``kind`` (``int`` or ``float``) above ``low`` (or equal to it, with
+    ``inclusive``) and below ``high``; anything else is argparse's usage error, which says the bounds."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        if value < low or (value == low and not inclusive) or (high is not None and value >= high):
+            bound = f">= {low:g}" if inclusive else f"> {low:g}"
+            raise argparse.ArgumentTypeError(
+                f"must be {bound}" + (f" and < {high:g}" if high is not None else "") + f", got {text!r}"
+            )
+        return value
+
+    return parse
+
+
+#: A whole number of at least 1 (slots, requests, draft tokens, TP size).
+positive_int = number(int)
+
+
+@contextlib.contextmanager
+def environ(name: str, value: str | None) -> Iterator[None]:
+    """The environment variable ``name`` set to ``value`` (None: unset) inside the block, then as it was."""
+
+    def put(text: str | None) -> None:
+        if text is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = text
+
+    old = os.environ.get(name)
+    put(value)
+    try:
+        yield
+    finally:
+        put(old)
+
+
+@contextlib.contextmanager
+def switched(value: str | None) -> Iterator[None]:
+    """The plugin switched to ``value`` inside the block, then back to the environment's switch. A what-if
+    (``demo``, ``plan``): no status report file is written and no negative-control fault is installed, whatever
+    ``SGLANG_MAMBA_DEDUP_REPORT_DIR`` and ``SGLANG_MAMBA_DEDUP_FAULT`` say."""
+    from .. import activation, report
+
+    with report.muted():
+        try:
+            with environ(activation.ENV, value):
+                activation.register(what_if=True)
+                yield
+        finally:
+            activation.register(what_if=True)
