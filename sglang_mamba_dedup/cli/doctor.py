@@ -19,6 +19,7 @@ from packaging.specifiers import SpecifierSet
 
 from .. import activation, faults, patch_state, versions
 from ..patches import PATCHES, verify_commit
+from . import evidence
 
 
 def _pkg(name: str) -> str | None:
@@ -75,15 +76,9 @@ def collect() -> dict[str, Any]:
 
     problem = versions.support_problem(info["sglang"])
     info["release_mode"] = versions.mode_for(info["sglang"])
-    if info["sglang"] in versions.EVIDENCE:
-        cpu, gpu = versions.EVIDENCE[info["sglang"]]
-        info["tested"] = {"cpu_ci": f"{cpu} pass", "h200": gpu, "notes": versions.NOTES.get(info["sglang"], "")}
-    elif info["sglang"]:
-        info["tested"] = {
-            "cpu_ci": "never tested",
-            "h200": "never tested",
-            "notes": versions.untested_note(info["sglang"]) or "",
-        }
+    tested = evidence.tested(info["sglang"])
+    if tested is not None:
+        info["tested"] = tested
     if problem:
         info["problems"].append(problem)
     else:

@@ -110,10 +110,11 @@ def test_release_mode_for_an_uninstalled_release(release, mode, code, capsys):
 
 def test_doctor_prints_the_matrix_facts_of_the_installed_release(capsys):
     from sglang_mamba_dedup import versions
+    from sglang_mamba_dedup.cli import evidence
 
     doctor.main([])
     out = capsys.readouterr().out
-    cpu, gpu = versions.EVIDENCE[versions.installed_sglang_version()]
+    cpu, gpu = evidence.EVIDENCE[versions.installed_sglang_version()]
     assert f"CPU CI: {cpu} pass; H200: {gpu}" in out
 
 
