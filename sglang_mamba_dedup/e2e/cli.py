@@ -7,7 +7,7 @@ temperature 0, a fixed seed and the fixed prompt set shipped in ``data/prompts.j
 ``SGLANG_MAMBA_DEDUP=0``, an "on" run ``SGLANG_MAMBA_DEDUP=1`` (``--server``: ``launch_server`` without and
 with ``--enable-mamba-conv-dedup``). It hashes the output token ids and the text, prints the versions, the
 GPU, the md5s, each run's rates, the commit counts of the plugin's status report as the *scheduler process*
-wrote it (``SGLANG_MAMBA_DEDUP_REPORT_DIR``), and with ``--throughput-runs`` a throughput table.
+wrote it (``SGLANG_MAMBA_DEDUP_REPORT_DIR``).
 
 Deployment settings by default (:func:`.settings.deployment_defaults`): decode CUDA graphs on
 (``cuda_graph_backend_decode=full``), the radix (prefix) cache on, overlap scheduling as SGLang decides, prefill
@@ -27,30 +27,9 @@ with track slots through our kernel (``--expect-track``, the default where SGLan
 alive at once, requests in pairs A B B A (:mod:`.paired`; per-pair on/off ratios, their median and min-max; one
 md5 for every output). Exit codes as below (a server that does not start: 3).
 
-``--throughput-runs N`` (the offline Engine route; separate processes differ by 8-12 %, so speed claims come
-from ``--throughput``): one untimed throwaway engine start, then N runs per mode alternating off, on, off,
-on, ...; every run also times one request of ``--batch1-tokens`` (batch 1), and round 1 is the full batch.
-Per mode and phase the median and min-max of the tok/s over the runs are printed, "within noise" when the
-off and on ranges overlap (:func:`.stats.compare_spreads`); no ratio of single runs is printed.
-
-Exit status (``driver.EXIT_*``, decided by :mod:`.driver`). Before anything is built or run:
-
-* 2  a usage error (argparse: one ``error:`` line on stderr);
-* 5  cannot run here: the engine needs a CUDA GPU and ``torch.cuda.is_available()`` is False.
-
-After the runs, the first that applies:
-
-* 3  a run failed (the engine did not start, crashed, or timed out; a request failed or was answered in
-     another shape; the last line names the logs);
-* 7  nothing generated: an answer without ``output_ids``, with no token, or (``ignore_eos``, the default)
-     with fewer than the tokens asked; no md5 is compared (an md5 of nothing is never "EQUAL");
-* 1  the md5s differ (the first differing round, prompt and token are printed);
-* 8  the plugin did not engage in an "on" run: no scheduler report, no dedup layout in place, no bytes
-     saved, no commit ran through our kernels, or (``--expect-track``) no commit with track slots did;
-* 4  an "off" run was not off (a scheduler report shows our commit ran, or the mode was not "off");
-* 6  the negative control was not caught: a ``fault`` run (plugin on, its commit deliberately broken:
-     :mod:`sglang_mamba_dedup.faults`) gave the same md5 as run 1;
-* 0  the md5s are equal and the plugin engaged.
+Exit status: :data:`.verdict.MEANINGS` (``--help`` lists it, :data:`EPILOG`). Before anything is built or run a
+usage error exits 2 (argparse: one ``error:`` line on stderr) and a machine without a CUDA GPU 5; after the runs
+the first code of :data:`.verdict.PRECEDENCE` that applies; a SIGTERM or SIGHUP exits 128 + the signal.
 
 The offline Engine runs in :mod:`.engine` (why it is the default: see there), the server route in
 :mod:`.server`. This module is the command line: the parser, the usage checks that involve several options,
@@ -68,12 +47,14 @@ import argparse
 import contextlib
 import importlib.util
 import os
+import signal
+import textwrap
 import time
 import urllib.parse
 from pathlib import Path
 from typing import NoReturn
 
-from . import driver, interrupts
+from . import driver, interrupts, render, verdict
 from .engine import Runner
 from .settings import DEFAULT_MODEL
 from .workload import load_prompts
@@ -82,10 +63,10 @@ from .workload import load_prompts
 #: installed.
 MODES = ("off", "on", "fault")
 
-EPILOG = """\
+EPILOG = (
+    """\
 examples:
   sglang-mamba-dedup e2e --random-weights                        # Qwen3.5-0.8B architecture, random weights
-  sglang-mamba-dedup e2e --random-weights --throughput-runs 3    # + 1 throwaway, 3 x off,on, throughput table
   sglang-mamba-dedup e2e --random-weights --server               # the same through launch_server + HTTP
   sglang-mamba-dedup e2e --random-weights --server --throughput  # speed: off and on server side by side, A B B A
   sglang-mamba-dedup e2e --random-weights --no-cuda-graph --no-radix-cache   # the old eager, cache-less settings
@@ -94,26 +75,26 @@ examples:
   sglang-mamba-dedup e2e --random-weights --modes off,off --workdir ./e2e-work   # harness check, keeps logs
 
 exit status:
-  0  the md5s are equal and the plugin engaged
-  1  the md5s differ
-  2  a usage error (one "error:" line on stderr)
-  3  a run failed (the engine did not start, crashed or timed out; see the logs named in the last line)
-  4  an "off" run was not off
-  5  cannot run here: no CUDA GPU (checked before anything is built or run)
-  6  the negative control was not caught: a "fault" run gave run 1's md5
-  7  nothing generated: an answer without output_ids, with no token, or (ignore_eos) shorter than asked
-  8  the plugin did not engage in an "on" run (with --expect-track: also no commit with track slots through
-     our kernel)
-after the runs the first of 3, 7, 1, 8, 4, 6 that applies is the exit status; a SIGTERM or SIGHUP stops the
-servers and exits 128 + the signal (143, 129).
 """
+    + "".join(
+        "\n".join(textwrap.wrap(f"{code}  {text}", 114, initial_indent="  ", subsequent_indent="     ")) + "\n"
+        for code, text in sorted(verdict.MEANINGS.items())
+    )
+    + textwrap.fill(
+        f"after the runs the first of {', '.join(map(str, verdict.PRECEDENCE))} that applies is the exit status; "
+        f"a SIGTERM or SIGHUP stops the servers and exits {verdict.EXIT_SIGNAL_BASE} + the signal "
+        f"({verdict.EXIT_SIGNAL_BASE + signal.SIGTERM}, {verdict.EXIT_SIGNAL_BASE + signal.SIGHUP}).",
+        114,
+    )
+    + "\n"
+)
 
 
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose usage errors are one line on stderr (exit 2), without the usage dump."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(verdict.EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def _key_value(text: str) -> str:
@@ -189,7 +170,7 @@ def _build_parser() -> argparse.ArgumentParser:
     from .random_model import PRESETS  # no torch: the presets are plain dataclasses
 
     p = _Parser(
-        prog=driver.PROG,
+        prog=render.PROG,
         description="Greedy md5 comparison of a real SGLang run with NEXTN, plugin off vs on (needs a CUDA GPU).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -321,16 +302,6 @@ def _build_parser() -> argparse.ArgumentParser:
         "SGLang >= 0.5.14; the header says which)",
     )
     r.add_argument(
-        "--throughput-runs",
-        type=int,
-        default=0,
-        metavar="N",
-        help="throughput of separate processes (the offline Engine route; they differ by 8-12%%, for speed "
-        "claims use --server --throughput): 1 untimed throwaway engine start (an off run), then N runs per mode "
-        "alternating off,on,...; prints per mode and phase (batch 1, full batch) the median and min-max "
-        "(default 0: the --modes runs, no table)",
-    )
-    r.add_argument(
         "--throughput",
         action="store_true",
         help="with --server (or --base-url-off/--base-url-on): the off and the on server up side by side, both "
@@ -369,20 +340,7 @@ def _build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=None,
         metavar="N",
-        help="new tokens of the batch-1 request of --throughput and --throughput-runs (default 256)",
-    )
-    r.add_argument(
-        "--no-throwaway",
-        action="store_true",
-        help="with --throughput-runs: no throwaway start (only when this machine already ran an engine)",
-    )
-    r.add_argument(
-        "--throughput-from",
-        action="append",
-        default=[],
-        metavar="SUMMARY.json",
-        help="with --throughput-runs: add the timed runs of an earlier --json-out of the same workload "
-        "(repeatable); their md5s must equal this call's",
+        help="with --throughput: new tokens of the batch-1 request (default 256)",
     )
     r.add_argument(
         "--time-budget",
@@ -418,17 +376,11 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("--base-url-off/--base-url-on compare servers you run: no --server or --random-weights")
     if args.base_url_off and args.modes not in (None, ["off", "on"]):
         parser.error("--base-url-off/--base-url-on compare exactly one off and one on server (--modes off,on)")
-    if args.throughput_runs < 0:
-        parser.error(f"--throughput-runs must be 0 or more, got {args.throughput_runs}")
-    if args.throughput_runs and args.modes not in (None, ["off", "on"]):
-        parser.error("--throughput-runs plans the runs itself (1 throwaway + N x off,on): leave --modes out")
     if args.throughput:
         if not (args.server or args.base_url_off):
             parser.error("--throughput runs two servers side by side: add --server or --base-url-off/--base-url-on")
-        if args.throughput_runs or args.modes is not None:
-            parser.error(
-                "--throughput plans its own requests (off and on server, pairs): no --throughput-runs or --modes"
-            )
+        if args.modes is not None:
+            parser.error("--throughput plans its own requests (off and on server, pairs): no --modes")
         if (args.batch1_pairs, args.full_pairs) == (0, 0):
             parser.error("--batch1-pairs 0 and --full-pairs 0 leave nothing to time")
     else:
@@ -437,6 +389,7 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
             for o, v in (
                 ("--batch1-pairs", args.batch1_pairs is not None),
                 ("--full-pairs", args.full_pairs is not None),
+                ("--batch1-tokens", args.batch1_tokens is not None),
                 ("--csv-out", args.csv_out),
                 ("--label", args.label),
             )
@@ -444,21 +397,6 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         ]
         if given:
             parser.error(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} --throughput")
-    if not args.throughput_runs:
-        given = [
-            o
-            for o, v in (
-                ("--no-throwaway", args.no_throwaway),
-                ("--throughput-from", args.throughput_from),
-                ("--batch1-tokens", args.batch1_tokens is not None and not args.throughput),
-            )
-            if v
-        ]
-        if given:
-            parser.error(
-                f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} --throughput-runs"
-                + (" or --throughput" if given == ["--batch1-tokens"] else "")
-            )
     if not args.random_weights:
         given = [
             o for o, v in (("--random-dim", args.random_dim), ("--random-weights-dir", args.random_weights_dir)) if v
@@ -548,6 +486,6 @@ def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
         try:
             return driver.run(args, runner, t_start)
         except interrupts.Stopped as exc:
-            code = 128 + exc.signum
-            print(f"{driver.PROG}: stopped by {exc.name}; the servers it started are stopped (exit {code})", flush=True)
+            code = verdict.EXIT_SIGNAL_BASE + exc.signum
+            render.stopped(exc.name, code)
             return code

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from . import server
-from .context import RunContext
+from .context import RunContext, RunResult
 from .files import open_for_writing
 from .reports import read_reports
 from .stats import fmt_rate, fmt_ratio, pair_order, pair_schedule, pair_stats
@@ -171,15 +171,15 @@ def execute(
     *,
     command: server.CommandBuilder | None = None,
     say: Callable[[str], Any] = print,
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """Both servers up (or the user's), warm-up, the pairs, both stopped. Returns one result per server (as the
-    driver's runs: ``mode``, ``ok``, ``pid``, ``error``, ``reports``, ...) and the pairs of :func:`run_pairs`
-    (None when a server did not start or a request failed)."""
+) -> tuple[list[RunResult], dict[str, Any] | None]:
+    """Both servers up (or the user's), warm-up, the pairs, both stopped. Returns one result per server (its
+    status reports read) and the pairs of :func:`run_pairs` (None when a server did not start or a request
+    failed)."""
     args = ctx.args
     requests = phase_requests(spec)
-    counts = ctx.pair_counts
     deadline = ctx.t_start + args.time_budget - STOP_RESERVE_S if args.time_budget else None
-    results: list[dict[str, Any]] = []
+    results: list[RunResult] = []
+    started: dict[str, dict[str, Any]] = {}  # mode -> server.launched's info (gets its returncode when stopped)
     data: dict[str, Any] | None = None
     launch = command or server.server_command
     with contextlib.ExitStack() as servers:
@@ -189,15 +189,15 @@ def execute(
             rdir.mkdir(parents=True, exist_ok=True)
             for old in rdir.glob("status-*.json"):
                 old.unlink()
-            res: dict[str, Any] = {"mode": mode, "ok": False, "throwaway": False, "log": str(log)}
+            res = RunResult(mode, log=str(log))
             results.append(res)
             t0 = time.monotonic()
             if ctx.no_reports:
                 base = (args.base_url_off if mode == "off" else args.base_url_on).rstrip("/")
-                res.update(pid=None, base_url=base, error=server.wait_healthy(base, None, min(args.run_timeout, 60.0)))
+                res.error = server.wait_healthy(base, None, min(args.run_timeout, 60.0))
                 say(f"-- server {mode}: {base}")
             else:
-                res["report_dir"] = str(rdir)
+                res.report_dir = str(rdir)
                 say(
                     f"-- starting the {mode} server: launch_server {'with' if mode == 'on' else 'without'} the flag ..."
                 )
@@ -212,21 +212,18 @@ def execute(
                         command=launch,
                     )
                 )
-                res["server"] = info  # gets its returncode when stopped
-                res.update(pid=info["pid"], base_url=info["base_url"], command=info["command"], error=info["error"])
+                started[mode] = info
+                res.pid, res.command, res.error, base = info["pid"], info["command"], info["error"], info["base_url"]
                 say("   server: " + server.describe_command(info["command"]))
-            if res["error"]:
-                say(f"   FAILED: {res['error']}")
+            if res.error:
+                say(f"   FAILED: {res.error}")
                 if mode == "off":
-                    results.append(
-                        {"mode": "on", "ok": False, "throwaway": False, "error": "not started (the off server failed)"}
-                    )
+                    results.append(RunResult("on", error="not started (the off server failed)"))
                 break
-            res["start_seconds"] = time.monotonic() - t0
-            say(f"   healthy after {res['start_seconds']:.1f} s at {res['base_url']}")
+            say(f"   healthy after {time.monotonic() - t0:.1f} s at {base}")
             endpoints[mode] = Endpoint(
-                server.http_generate(res["base_url"], spec["prompt_format"], args.run_timeout),
-                server.http_flush(res["base_url"], args.run_timeout),
+                server.http_generate(base, spec["prompt_format"], args.run_timeout),
+                server.http_flush(base, args.run_timeout),
             )
         else:
             try:
@@ -240,24 +237,23 @@ def execute(
                 data = run_pairs(
                     endpoints,
                     requests,
-                    counts,
+                    ctx.pair_counts,
                     time_left=(lambda: deadline - time.monotonic()) if deadline is not None else None,
                     say=say,
                 )
                 for r in results:
-                    r["ok"] = True
+                    r.ok = True
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 for r in results:
-                    r["error"] = f"request failed: {type(exc).__name__}: {exc}"
+                    r.error = f"request failed: {type(exc).__name__}: {exc}"
                 say(f"   FAILED: request failed: {type(exc).__name__}: {exc}")
     for r in results:
-        info = r.pop("server", None)
-        if info is not None:
-            r["returncode"] = info.get("returncode")
-            r["plugin_log_lines"] = server.plugin_lines(Path(r["log"]))
-            for line in r["plugin_log_lines"]:
-                say(f"   server log ({r['mode']}): {line}")
-        r["reports"], r["report_problems"] = read_reports(r.get("report_dir"))
+        if r.mode in started:
+            r.returncode = started[r.mode].get("returncode")
+            r.plugin_log_lines = server.plugin_lines(Path(str(r.log)))
+            for line in r.plugin_log_lines:
+                say(f"   server log ({r.mode}): {line}")
+        r.reports, r.report_problems = read_reports(r.report_dir)
     return results, data
 
 

@@ -15,7 +15,7 @@ from ..report import COUNTERS, REPORT_DIR_ENV
 ENGAGED_LAYOUTS = ("ours", "upstream")
 
 
-def read_reports(report_dir: os.PathLike | None) -> tuple[list[dict], list[str]]:
+def read_reports(report_dir: str | os.PathLike | None) -> tuple[list[dict], list[str]]:
     """All ``status-<pid>.json`` reports in ``report_dir`` and the problems met reading them."""
     reports: list[dict] = []
     problems: list[str] = []

@@ -4,7 +4,7 @@
 without the launch flag for an "off" run and with ``--enable-mamba-conv-dedup`` for an "on" run (no
 ``SGLANG_MAMBA_DEDUP`` in its environment: the flag is what is tested), waits for ``/health``, runs the same
 two-round plan as the offline route (:func:`.workload.run_plan`: warm-up, ``/flush_cache``,
-round 1, round 2 on prefixes of round 1, batch 1 with ``--throughput-runs``) greedily over ``/generate``
+round 1, round 2 on prefixes of round 1) greedily over ``/generate``
 (token ids when there is no tokenizer), and stops the whole process group (SIGTERM, then SIGKILL), also when
 the start fails, a request fails or the user presses Ctrl-C. The server's own log lines of the plugin (its
 activation line) are returned with the outputs.
@@ -378,7 +378,7 @@ def url_runner(urls: dict[str, str], timeout: float = 1200.0) -> Callable[..., d
                 res["ok"] = True
         except (urllib.error.URLError, OSError, ValueError) as exc:
             res["error"] = f"{base}: request failed: {type(exc).__name__}: {exc}"
-        brief = {k: v for k, v in res.items() if k not in ("rounds", "phases")}
+        brief = {k: v for k, v in res.items() if k != "rounds"}
         write_text(log_path, json.dumps(brief, default=str) + "\n")
         return res
 

@@ -1,8 +1,6 @@
-"""The e2e driver's statistics (pure): a run's tokens, rates, cached tokens and md5s (:func:`run_stats`), the
-run schedule (a throwaway start, then alternating modes), per-mode median and min-max, and the off/on
-comparison that says "within noise" when the ranges overlap (no ratio of single runs: separate processes differ
-by 8-12 %). For two servers side by side (``--throughput``, :mod:`.paired`): the pair order (A B, B A, ...), the
-schedule of the pairs, and the per-pair on/off ratios with their median and min-max."""
+"""The e2e driver's statistics (pure): a run's tokens, rates, cached tokens and md5s (:func:`run_stats`); for two
+servers side by side (``--throughput``, :mod:`.paired`) the pair order (A B, B A, ...), the schedule of the pairs,
+and the per-pair on/off ratios with their median and min-max."""
 
 from __future__ import annotations
 
@@ -12,10 +10,8 @@ from typing import Any
 
 from .workload import md5_of_ids, md5_of_texts
 
-#: Fewer runs per mode than this: the throughput table shows medians and ranges but compares nothing.
-MIN_RUNS_TO_COMPARE = 3
-#: The throughput phases of a run: batch 1 (one request of --batch1-tokens) and the full batch (round 1).
-PHASES = ("batch1", "full")
+#: Fewer timed pairs of a phase than this: the table shows medians and ranges but compares nothing.
+MIN_PAIRS_TO_COMPARE = 3
 
 
 def spread(values: Sequence[float | None]) -> dict[str, Any] | None:
@@ -27,88 +23,8 @@ def spread(values: Sequence[float | None]) -> dict[str, Any] | None:
     return {"runs": len(vals), "median": statistics.median(vals), "min": vals[0], "max": vals[-1]}
 
 
-def compare_spreads(
-    off: Mapping[str, Any] | None, on: Mapping[str, Any] | None, min_runs: int = MIN_RUNS_TO_COMPARE
-) -> dict[str, Any]:
-    """Off vs on for one phase: "within noise" when the min-max ranges overlap, else which mode is faster
-    (higher tok/s) and by how much, median vs median. Fewer than ``min_runs`` runs in a mode: not compared.
-
-    Returns ``{"verdict": "not compared" | "within noise" | "on faster" | "off faster", "overlap",
-    "median_change_pct" (on vs off, %), "text"}``.
-    """
-    if not off or not on:
-        return {"verdict": "not compared", "overlap": None, "median_change_pct": None, "text": "not compared: no runs"}
-    if off["runs"] < min_runs or on["runs"] < min_runs:
-        return {
-            "verdict": "not compared",
-            "overlap": None,
-            "median_change_pct": None,
-            "text": f"not compared: {off['runs']} off / {on['runs']} on runs ({min_runs} per mode needed)",
-        }
-    change = 100.0 * (on["median"] / off["median"] - 1.0) if off["median"] > 0 else None
-    overlap = max(off["min"], on["min"]) <= min(off["max"], on["max"])
-    if overlap:
-        verdict = "within noise"
-        text = "within noise: the off and on ranges overlap" + (
-            f" (medians: on {change:+.1f}% vs off)" if change is not None else ""
-        )
-    else:
-        faster, slower = ("on", off) if on["median"] > off["median"] else ("off", on)
-        quick = on if faster == "on" else off
-        pct = 100.0 * (quick["median"] / slower["median"] - 1.0) if slower["median"] > 0 else float("inf")
-        verdict = f"{faster} faster"
-        text = (
-            f"{faster} faster: median {pct:.1f}% above {'off' if faster == 'on' else 'on'} (the ranges do not overlap)"
-        )
-    return {"verdict": verdict, "overlap": overlap, "median_change_pct": change, "text": text}
-
-
-def throughput_stats(
-    samples: Sequence[tuple[str, Mapping[str, float | None]]], phases: Sequence[str] = PHASES
-) -> dict[str, dict[str, Any]]:
-    """Per phase: the :func:`spread` of each mode's tok/s and their :func:`compare_spreads`.
-    ``samples``: ``(mode, {phase: tok/s})`` of every timed run (throwaway runs left out by the caller)."""
-    res: dict[str, dict[str, Any]] = {}
-    for phase in phases:
-        off = spread([s.get(phase) for m, s in samples if m == "off"])
-        on = spread([s.get(phase) for m, s in samples if m == "on"])
-        res[phase] = {"off": off, "on": on, "comparison": compare_spreads(off, on)}
-    return res
-
-
-def throughput_table(stats: Mapping[str, Mapping[str, Any]], labels: Mapping[str, str]) -> list[str]:
-    """The stats of :func:`throughput_stats` as a Markdown table (one line per phase)."""
-
-    def cell(s: Mapping[str, Any] | None) -> str:
-        if not s:
-            return "n/a"
-        return f"{fmt_rate(s['median'])} ({fmt_rate(s['min'])} - {fmt_rate(s['max'])}, {s['runs']} runs)"
-
-    lines = [
-        "| phase | off: median tok/s (min - max, runs) | on: median tok/s (min - max, runs) | off vs on |",
-        "|---|---|---|---|",
-    ]
-    for phase, st in stats.items():
-        lines.append(
-            f"| {labels.get(phase, phase)} | {cell(st.get('off'))} | {cell(st.get('on'))} | "
-            f"{st['comparison']['text']} |"
-        )
-    return lines
-
-
 def fmt_rate(x: float | None) -> str:
     return "n/a" if x is None else f"{x:,.1f}"
-
-
-def run_schedule(
-    modes: Sequence[str] | None, throughput_runs: int = 0, throwaway: bool = True
-) -> list[tuple[str, bool]]:
-    """The runs, in order, as ``(mode, throwaway)``: ``modes`` (default off,on), or with ``throughput_runs``
-    N one throwaway "off" start (unless ``throwaway`` is False) and N x (off, on)."""
-    if throughput_runs > 0:
-        plan = [("off", True)] if throwaway else []
-        return plan + [(m, False) for _ in range(throughput_runs) for m in ("off", "on")]
-    return [(m, False) for m in (modes or ["off", "on"])]
 
 
 # ----------------------------------------------------------------------------- summary of a run
@@ -135,7 +51,8 @@ def part_stats(part: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_stats(res: dict[str, Any]) -> dict[str, Any]:
-    """The summary of one run's result (:func:`.workload.run_plan`'s fields): per round, in all, batch 1."""
+    """The summary of one run's result (:func:`.workload.run_plan`'s fields): per round and in all. ``batch1`` is
+    always None (the separate-run timing of a batch-1 request is gone; the key stays for the summary's readers)."""
     rounds = res.get("rounds") or []
     outs = [o for r in rounds for o in (r.get("outputs") or [])]
     meta = [m for r in rounds for m in (r.get("meta") or [{} for _ in (r.get("outputs") or [])])]
@@ -148,7 +65,6 @@ def run_stats(res: dict[str, Any]) -> dict[str, Any]:
             if i >= len(hist):
                 hist.extend([0] * (i + 1 - len(hist)))
             hist[i] += int(v)
-    b1 = (res.get("phases") or {}).get("batch1")
     return {
         "rounds": per_round,
         "completion_tokens": completion,
@@ -157,17 +73,8 @@ def run_stats(res: dict[str, Any]) -> dict[str, Any]:
         "accepted_drafts_histogram": hist or None,
         "ids_md5": md5_of_ids([o["output_ids"] for o in outs]),
         "text_md5": md5_of_texts([o.get("text") for o in outs]),
-        "batch1": part_stats(b1) if b1 else None,
+        "batch1": None,
         "cache_flushes": res.get("cache_flushes"),
-    }
-
-
-def throughput_sample(stats: Mapping[str, Any]) -> dict[str, float | None]:
-    """A run's tok/s per phase: batch 1 (its own request) and the full batch (round 1)."""
-    rounds = stats.get("rounds") or []
-    return {
-        "batch1": (stats.get("batch1") or {}).get("tokens_per_s"),
-        "full": rounds[0].get("tokens_per_s") if rounds else None,
     }
 
 
@@ -193,7 +100,7 @@ def pair_schedule(counts: Mapping[str, int]) -> list[tuple[str, int]]:
         plan.append((phase, done[phase]))
 
 
-def pair_stats(pairs: Sequence[Mapping[str, float | None]], min_pairs: int = MIN_RUNS_TO_COMPARE) -> dict[str, Any]:
+def pair_stats(pairs: Sequence[Mapping[str, float | None]], min_pairs: int = MIN_PAIRS_TO_COMPARE) -> dict[str, Any]:
     """The statistics of one phase's timed pairs (``{"off": tok/s, "on": tok/s}`` each): the per-pair ratio
     on/off (> 1: on faster), its median and min-max, and each mode's :func:`spread` of tok/s.
 

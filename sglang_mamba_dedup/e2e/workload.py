@@ -75,7 +75,8 @@ def first_difference(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]]) -> 
 
 
 def workload_md5(spec: Mapping[str, Any]) -> dict[str, str]:
-    """md5 of every part of the spec that decides what a run generates (runs merge only when all are equal)."""
+    """md5 of every part of the spec that decides what a run generates (the summary's ``workload``: two calls
+    measured the same thing when all are equal)."""
     keys = (
         "engine_kwargs",
         "prompts",
@@ -246,38 +247,27 @@ def run_plan(
 ) -> dict[str, Any]:
     """What every run does, Engine or HTTP alike (``generate(prompts, sampling_params) -> answers``):
 
-    1. untimed warm-up: the round-1 batches (and the batch-1 request), ``warmup_tokens`` each (-1: all),
-       so Triton compilation and autotuning are not timed;
+    1. untimed warm-up: the round-1 batches, ``warmup_tokens`` each (-1: all), so Triton compilation and
+       autotuning are not timed;
     2. empty the prefix cache (``flush``), so round 1 starts cold in every run;
     3. round 1, timed: the prompts in batches of ``batch_size`` (all at once by default: the full batch);
     4. round 2, timed: :func:`round2_prompts` of round 1's outputs; their long prefixes are read back from
-       the radix cache;
-    5. with ``spec["batch1"]``: empty the cache, then one request (``prompt_index``, ``max_new_tokens``),
-       timed: batch 1.
+       the radix cache.
 
-    Returns ``{"rounds": [round1, round2], "phases": {"batch1": ...}, "cache_flushes": [...]}``, each round
-    and phase ``{"seconds", "outputs", "meta"}``.
+    Returns ``{"rounds": [round1, round2], "cache_flushes": [flushed]}``, each round ``{"seconds", "outputs",
+    "meta"}``.
     """
     prompts = spec["prompts"]
     fmt = spec["prompt_format"]
     bs = int(spec.get("batch_size") or 0) or len(prompts)
     sampling = dict(spec["sampling_params"])
-    b1 = spec.get("batch1")
     warm = int(spec.get("warmup_tokens") or 0)
     if warm:
         n = sampling["max_new_tokens"] if warm < 0 else warm
         for batch in split_batches(prompts, bs):
             generate(batch, dict(sampling, max_new_tokens=n))
-        if b1:
-            n1 = b1["max_new_tokens"] if warm < 0 else warm
-            generate([prompts[b1["prompt_index"]]], dict(sampling, max_new_tokens=n1))
     flushes = [flush()]
     round1 = timed(generate, split_batches(prompts, bs), sampling, clock)
     second = round2_prompts(prompts, round1["outputs"], spec.get("round2_suffixes") or [], fmt)
     round2 = timed(generate, split_batches(second, bs), sampling, clock)
-    res: dict[str, Any] = {"rounds": [round1, round2], "cache_flushes": flushes}
-    if b1:
-        flushes.append(flush())
-        one = [[prompts[b1["prompt_index"]]]]
-        res["phases"] = {"batch1": timed(generate, one, dict(sampling, max_new_tokens=b1["max_new_tokens"]), clock)}
-    return res
+    return {"rounds": [round1, round2], "cache_flushes": flushes}

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from sglang_mamba_dedup.e2e import cli, driver, server, workload
+from sglang_mamba_dedup.e2e import cli, server, verdict, workload
 from tests.e2e.procs import start_fake_server
 from tests.e2e.test_paired import _args as _throughput_args
 from tests.e2e.test_server_route import _server_args, _server_runner
@@ -19,7 +19,7 @@ def _result_line(out: str) -> str:
 
 
 def _assert_no_output(code: int, out: str) -> None:
-    assert code == driver.EXIT_NO_OUTPUT == 7, out
+    assert code == verdict.EXIT_NO_OUTPUT == 7, out
     assert "EQUAL" not in out and "md5 equal" not in out, out
     line = _result_line(out)
     assert line.startswith("RESULT: FAIL -- nothing generated") and line.endswith("(exit 7)"), line
@@ -100,11 +100,11 @@ def test_answers_of_another_shape_are_a_failed_request(shape, needle, tmp_path, 
     monkeypatch.setenv("FAKE_SERVER_ANSWER", shape)
     code = cli.main(_server_args(tmp_path), runner=_server_runner())
     out = capsys.readouterr().out
-    assert code == driver.EXIT_RUN_FAILED, out
+    assert code == verdict.EXIT_RUN_FAILED, out
     assert "request failed: ValueError: " + needle in _result_line(out), out
 
 
 def test_health_with_a_text_body_is_up(two_servers, capsys):
     code = cli.main(two_servers(FAKE_SERVER_HEALTH_TEXT="1") + BASE)
     out = capsys.readouterr().out
-    assert code == driver.EXIT_OK and "-> EQUAL" in out, out
+    assert code == verdict.EXIT_OK and "-> EQUAL" in out, out

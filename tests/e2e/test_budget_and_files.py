@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_mamba_dedup.e2e import cli, driver, workload
+from sglang_mamba_dedup.e2e import cli, verdict, workload
 from tests.e2e.test_paired import _args as _throughput_args
 from tests.support.e2e import FakeEngine
 
@@ -19,7 +19,7 @@ ARGS = ["--prompt-format", "ids", "--vocab-size", "50", "--num-prompts", "2", "-
 def test_a_budget_with_no_timed_pair_fails(tmp_path, fake_servers, capsys):
     code = cli.main(_throughput_args(tmp_path, "--time-budget", "5"))
     out = capsys.readouterr().out
-    assert code == driver.EXIT_RUN_FAILED, out
+    assert code == verdict.EXIT_RUN_FAILED, out
     assert "no timed pair ran (--time-budget)" in out.splitlines()[-1]
 
 
@@ -46,7 +46,7 @@ def test_a_link_planted_during_the_run_is_not_followed(tmp_path, capsys):
 
     argv = ARGS + ["--modes", "off,off", "--json-out", str(out), "--workdir", str(tmp_path / "w")]
     code = cli.main(argv, runner=runner)
-    assert code == driver.EXIT_OK and victim.read_text() == "keep me"
+    assert code == verdict.EXIT_OK and victim.read_text() == "keep me"
     assert f"--json-out {out}: not written (OSError" in capsys.readouterr().out
 
 
@@ -81,7 +81,7 @@ def temp_root(tmp_path, monkeypatch):
 
 def test_the_temporary_workdir_goes_after_a_pass(temp_root, capsys):
     code = cli.main(ARGS + ["--modes", "off,off"], runner=lambda spec, *a: _fake_run(spec))
-    assert code == driver.EXIT_OK, capsys.readouterr().out
+    assert code == verdict.EXIT_OK, capsys.readouterr().out
     assert list(temp_root.iterdir()) == []
 
 
@@ -92,7 +92,7 @@ def test_the_temporary_workdir_stays_after_a_failure_and_is_named(temp_root, tmp
         runner=lambda spec, *a: _fake_run(spec, differ=next(runs)),
     )
     lines = capsys.readouterr().out.strip().splitlines()
-    assert code == driver.EXIT_MD5_DIFFER
+    assert code == verdict.EXIT_MD5_DIFFER
     (kept,) = temp_root.iterdir()
     assert kept.name.startswith("smd-e2e-") and (kept / "reports-0-off").is_dir()
     assert lines[-2].startswith(f"the logs are kept in {kept} ") and lines[-1].startswith("RESULT: FAIL")
@@ -102,5 +102,5 @@ def test_the_temporary_workdir_stays_after_a_failure_and_is_named(temp_root, tmp
 
 def test_a_given_workdir_stays_after_a_pass(tmp_path, capsys):
     code = cli.main(ARGS + ["--modes", "off,off", "--workdir", str(tmp_path / "w")], runner=lambda s, *a: _fake_run(s))
-    assert code == driver.EXIT_OK and Path(tmp_path / "w" / "reports-0-off").is_dir()
+    assert code == verdict.EXIT_OK and Path(tmp_path / "w" / "reports-0-off").is_dir()
     assert "the logs are kept" not in capsys.readouterr().out

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_mamba_dedup.e2e import cli, driver
+from sglang_mamba_dedup.e2e import cli, verdict
 from tests.support.e2e import ON_REPORTS, FakeRuns, stderr_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,11 +64,11 @@ def test_example_wrapper_calls_main(monkeypatch):
         (["--modes", "fault,on"], "the first not 'fault'"),
         (["--num-prompts", "0"], "--num-prompts"),
         (["--model-path", "org/model", "--prompt-format", "ids"], "--vocab-size"),
-        (["--throughput-runs", "2", "--modes", "off,on,off"], "--throughput-runs plans the runs itself"),
-        (["--throughput-runs", "-1"], "--throughput-runs must be 0 or more"),
-        (["--no-throwaway"], "--no-throwaway needs --throughput-runs"),
-        (["--throughput-from", "s.json", "--batch1-tokens", "300"], "--throughput-from and --batch1-tokens need"),
-        (["--throughput-runs", "1", "--batch1-tokens", "0"], "--batch1-tokens"),
+        (["--throughput-runs", "3"], "unrecognized arguments: --throughput-runs 3"),
+        (["--throughput-from", "s.json"], "unrecognized arguments: --throughput-from s.json"),
+        (["--no-throwaway"], "unrecognized arguments: --no-throwaway"),
+        (["--batch1-tokens", "300"], "--batch1-tokens needs --throughput"),
+        (["--batch1-tokens", "0"], "--batch1-tokens"),
         (["--time-budget", "-5"], "--time-budget"),
         (["--prompts", "/nonexistent.json"], "FileNotFoundError"),
         (["--prompts", "{tmp}/bad.json"], "JSONDecodeError"),
@@ -94,10 +94,10 @@ def test_example_wrapper_calls_main(monkeypatch):
         "modes-fault-first",
         "num-prompts",
         "ids-no-vocab",
-        "throughput-modes",
-        "throughput-negative",
-        "no-throwaway-alone",
-        "throughput-options-alone",
+        "removed-throughput-runs",
+        "removed-throughput-from",
+        "removed-no-throwaway",
+        "batch1-tokens-alone",
         "batch1-zero",
         "time-budget",
         "prompts-missing",
@@ -170,19 +170,13 @@ def test_help_lists_presets_examples_and_exit_codes():
 
     assert all(name in text for name in PRESETS)
     assert text.count("sglang-mamba-dedup e2e --") >= 2  # example command lines
-    codes = {
-        driver.EXIT_OK,
-        driver.EXIT_MD5_DIFFER,
-        driver.EXIT_NOT_ENGAGED,
-        driver.EXIT_RUN_FAILED,
-        driver.EXIT_OFF_NOT_OFF,
-        driver.EXIT_CANNOT_RUN,
-    }
-    assert len(codes) == 6  # distinct
-    epilog = text[text.index("exit status") :]
-    for c in codes:
-        assert f"\n  {c} " in epilog, epilog
-    assert "CUDA" in epilog and "usage" in epilog
+    codes = {getattr(verdict, name) for name in dir(verdict) if name.startswith("EXIT_") and name != "EXIT_SIGNAL_BASE"}
+    assert len(codes) == len([n for n in dir(verdict) if n.startswith("EXIT_")]) - 1  # one code, one meaning
+    assert set(verdict.MEANINGS) == codes and set(verdict.PRECEDENCE) <= codes
+    epilog = " ".join(text[text.index("exit status") :].split())  # the lines joined where the help wrapped them
+    for code, meaning in verdict.MEANINGS.items():
+        assert f" {code} {' '.join(meaning.split())}" in epilog, (code, epilog)
+    assert "the first of 3, 7, 1, 8, 4, 6 that applies" in epilog and "(143, 129)" in epilog
 
 
 def test_no_cuda_stops_before_building_the_checkpoint(monkeypatch, tmp_path, no_build, capsys):
@@ -190,7 +184,7 @@ def test_no_cuda_stops_before_building_the_checkpoint(monkeypatch, tmp_path, no_
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     code = cli.main(["--random-weights", "--workdir", str(tmp_path / "w"), "--num-prompts", "2"])
-    assert code == driver.EXIT_CANNOT_RUN
+    assert code == verdict.EXIT_CANNOT_RUN
     captured = capsys.readouterr()
     line = stderr_line(captured.err)
     assert "CUDA GPU" in line and "torch.cuda.is_available()" in line

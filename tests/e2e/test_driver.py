@@ -1,12 +1,12 @@
-"""The e2e driver through main() with faked runs: md5s, engagement, the negative control, throughput,
-the time budget, exit codes and the temporary checkpoint."""
+"""The e2e driver through main() with faked runs: md5s, engagement, the negative control, the time budget,
+exit codes and the temporary checkpoint."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from sglang_mamba_dedup.e2e import cli, driver
+from sglang_mamba_dedup.e2e import cli, driver, verdict
 from tests.support.e2e import ARGS, FAULT_REPORTS, ON_REPORTS, FakeRuns, status_report
 
 
@@ -14,7 +14,7 @@ def test_main_pass_when_equal_and_engaged(workdir, tmp_path, capsys):
     runs = FakeRuns(ON_REPORTS)
     code = cli.main(ARGS + workdir + ["--json-out", str(tmp_path / "s.json")], runner=runs)
     out = capsys.readouterr().out
-    assert code == driver.EXIT_OK, out
+    assert code == verdict.EXIT_OK, out
     assert [m for m, _ in runs.calls] == ["off", "on"]
     spec_off, spec_on = runs.calls[0][1], runs.calls[1][1]
     assert spec_off == spec_on  # identical arguments in both runs
@@ -44,7 +44,7 @@ def test_main_negative_control_caught(workdir, tmp_path, capsys):
     runs = FakeRuns(FAULT_REPORTS, differ={"fault": 1}, rates={"off": [1.0], "on": [1.0], "fault": [1.0]})
     code = cli.main(ARGS + workdir + ["--modes", "off,on,fault", "--json-out", str(tmp_path / "s.json")], runner=runs)
     out = capsys.readouterr().out
-    assert code == driver.EXIT_OK, out
+    assert code == verdict.EXIT_OK, out
     assert [m for m, _ in runs.calls] == ["off", "on", "fault"]
     assert (
         "negative control caught: run 3 (fault) differs from run 1 (off) (first difference at round 1, prompt 1" in out
@@ -58,14 +58,14 @@ def test_main_negative_control_not_caught_is_a_failure(workdir, capsys):
     runs = FakeRuns(FAULT_REPORTS, rates={"off": [1.0], "on": [1.0], "fault": [1.0]})  # the fault changed nothing
     code = cli.main(ARGS + workdir + ["--modes", "off,on,fault"], runner=runs)
     out = capsys.readouterr().out
-    assert code == driver.EXIT_FAULT_NOT_CAUGHT == 6
+    assert code == verdict.EXIT_FAULT_NOT_CAUGHT == 6
     assert "negative control NOT caught: run 3" in out and "RESULT: FAIL" in out
 
 
 def test_main_fault_run_without_the_fault_in_its_report_is_not_engaged(workdir, capsys):
     reports = {**ON_REPORTS, "fault": [status_report(0)]}  # the scheduler never installed the fault
     runs = FakeRuns(reports, differ={"fault": 1}, rates={"off": [1.0], "on": [1.0], "fault": [1.0]})
-    assert cli.main(ARGS + workdir + ["--modes", "off,on,fault"], runner=runs) == driver.EXIT_NOT_ENGAGED
+    assert cli.main(ARGS + workdir + ["--modes", "off,on,fault"], runner=runs) == verdict.EXIT_NOT_ENGAGED
     assert "no scheduler report shows the fault commit_step0 installed" in capsys.readouterr().out
 
 
@@ -73,25 +73,25 @@ def test_main_md5_differ(workdir, capsys):
     runs = FakeRuns(ON_REPORTS, differ={"on": 1})
     code = cli.main(ARGS + workdir, runner=runs)
     out = capsys.readouterr().out
-    assert code == driver.EXIT_MD5_DIFFER
+    assert code == verdict.EXIT_MD5_DIFFER
     assert "DIFFERENT" in out and "round 1, prompt 1, token 2" in out
 
 
 def test_main_not_engaged_is_nonzero(workdir, capsys):
     # md5s equal, but the scheduler never used our commit: a no-op plugin must not pass
     runs = FakeRuns({"on": [status_report(0, ours=0)]})
-    assert cli.main(ARGS + workdir, runner=runs) == driver.EXIT_NOT_ENGAGED
+    assert cli.main(ARGS + workdir, runner=runs) == verdict.EXIT_NOT_ENGAGED
     assert "engaged: NO" in capsys.readouterr().out
 
 
 def test_main_no_track_commit_of_ours_is_not_engaged(workdir, capsys):
     runs = FakeRuns({"on": [status_report(0, track=10, ours_track=0)]})
-    assert cli.main(ARGS + workdir, runner=runs) == driver.EXIT_NOT_ENGAGED
+    assert cli.main(ARGS + workdir, runner=runs) == verdict.EXIT_NOT_ENGAGED
     assert "no commit with track slots ran through our kernel" in capsys.readouterr().out.splitlines()[-1]
     # not required: without the radix cache, or when the user says so
     for extra in (["--no-radix-cache"], ["--no-expect-track"]):
         runs = FakeRuns({"on": [status_report(0, track=0, ours_track=0)]})
-        assert cli.main(ARGS + workdir + extra, runner=runs) == driver.EXIT_OK
+        assert cli.main(ARGS + workdir + extra, runner=runs) == verdict.EXIT_OK
         out = capsys.readouterr().out
         assert "track slots: not required" in out
     assert "radix cache off" in out or "--no-expect-track" in out
@@ -99,89 +99,24 @@ def test_main_no_track_commit_of_ours_is_not_engaged(workdir, capsys):
 
 def test_main_missing_report_is_nonzero(workdir):
     runs = FakeRuns({})
-    assert cli.main(ARGS + workdir, runner=runs) == driver.EXIT_NOT_ENGAGED
+    assert cli.main(ARGS + workdir, runner=runs) == verdict.EXIT_NOT_ENGAGED
 
 
 def test_main_off_run_not_off(workdir):
     runs = FakeRuns({"on": [status_report(0)], "off": [status_report(0, mode="off", ours=7)]})
-    assert cli.main(ARGS + workdir, runner=runs) == driver.EXIT_OFF_NOT_OFF
+    assert cli.main(ARGS + workdir, runner=runs) == verdict.EXIT_OFF_NOT_OFF
 
 
 def test_main_run_failure(workdir, capsys):
     runs = FakeRuns(ON_REPORTS, fail_mode="on")
-    assert cli.main(ARGS + workdir, runner=runs) == driver.EXIT_RUN_FAILED
+    assert cli.main(ARGS + workdir, runner=runs) == verdict.EXIT_RUN_FAILED
     assert "boom" in capsys.readouterr().out
 
 
 def test_main_harness_mode_off_off(workdir, capsys):
     runs = FakeRuns({})
-    assert cli.main(ARGS + workdir + ["--modes", "off,off"], runner=runs) == driver.EXIT_OK
+    assert cli.main(ARGS + workdir + ["--modes", "off,off"], runner=runs) == verdict.EXIT_OK
     assert "not checked" in capsys.readouterr().out
-
-
-def test_throughput_runs_throwaway_alternating_table(workdir, tmp_path, capsys):
-    rates = {"off": [900.0, 1000.0, 1010.0, 990.0], "on": [1005.0, 1020.0, 995.0]}  # the first off is the throwaway
-    runs = FakeRuns(ON_REPORTS, rates=rates)
-    code = cli.main(ARGS + workdir + ["--throughput-runs", "3", "--json-out", str(tmp_path / "s.json")], runner=runs)
-    out = capsys.readouterr().out
-    assert code == driver.EXIT_OK, out
-    assert [m for m, _ in runs.calls] == ["off", "off", "on", "off", "on", "off", "on"]
-    assert runs.calls[0][1]["batch1"] == {"prompt_index": 0, "max_new_tokens": 256}
-    assert (
-        "[throwaway: untimed]"
-        in out.splitlines()[[i for i, ln in enumerate(out.splitlines()) if "-- run 1/7" in ln][0]]
-    )
-    assert "throughput (3 off and 3 on runs, alternating, after 1 untimed throwaway engine start" in out
-    assert (
-        "| batch 1: 1 request x 256 new tokens | 1,000.0 (990.0 - 1,010.0, 3 runs) | 1,005.0 (995.0 - 1,020.0, 3 runs) | within noise"
-        in out
-    )
-    assert "| full batch: round 1, 2 requests x 4 new tokens |" in out
-    assert "md5 token ids, batch 1: run 1 " in out and "all 7 runs EQUAL" in out
-    assert "ratio" not in out
-    summary = json.loads((tmp_path / "s.json").read_text())
-    th = summary["throughput"]
-    assert (
-        th["phases"]["batch1"]["off"]["median"] == pytest.approx(1000.0)
-        and th["phases"]["batch1"]["comparison"]["overlap"]
-    )
-    assert len(th["samples"]) == 6 and summary["runs"][0]["throwaway"] is True
-    assert summary["modes"] == ["off", "off", "on", "off", "on", "off", "on"]
-
-
-def test_throughput_faster_mode_and_no_throwaway(workdir, capsys):
-    rates = {"off": [1000.0, 1001.0, 1002.0], "on": [1100.0, 1101.0, 1102.0]}
-    runs = FakeRuns(ON_REPORTS, rates=rates)
-    assert cli.main(ARGS + workdir + ["--throughput-runs", "3", "--no-throwaway"], runner=runs) == driver.EXIT_OK
-    out = capsys.readouterr().out
-    assert [m for m, _ in runs.calls] == ["off", "on"] * 3
-    assert "on faster: median 10.0% above off (the ranges do not overlap)" in out
-    assert "throwaway" not in out.split("throughput (")[1]
-
-
-def test_throughput_from_earlier_summary_merges_samples(workdir, tmp_path, capsys):
-    first = tmp_path / "first.json"
-    runs = FakeRuns(ON_REPORTS, rates={"off": [500.0, 1000.0, 1000.0], "on": [1100.0]})
-    assert cli.main(ARGS + workdir + ["--throughput-runs", "2", "--json-out", str(first)], runner=runs) == 0
-    capsys.readouterr()
-    runs = FakeRuns(ON_REPORTS, rates={"off": [1000.0], "on": [1100.0]})
-    extra = ["--throughput-runs", "1", "--no-throwaway", "--throughput-from", str(first)]
-    assert cli.main(ARGS + workdir + extra, runner=runs) == driver.EXIT_OK
-    out = capsys.readouterr().out
-    assert "throughput (3 off and 3 on runs, alternating, 4 of them from --throughput-from" in out
-    assert "on faster: median 10.0% above off" in out
-    assert out.count("md5 token ids, merged ") == 4 and "DIFFERENT" not in out
-
-
-def test_throughput_from_another_workload_is_refused(workdir, tmp_path, capsys):
-    first = tmp_path / "first.json"
-    cli.main(ARGS + workdir + ["--throughput-runs", "1", "--json-out", str(first)], runner=FakeRuns(ON_REPORTS))
-    capsys.readouterr()
-    runs = FakeRuns(ON_REPORTS)
-    extra = ["--throughput-runs", "1", "--max-new-tokens", "5", "--throughput-from", str(first)]
-    assert cli.main(ARGS + workdir + extra, runner=runs) == 2
-    err = capsys.readouterr().err
-    assert "another workload (sampling_params differ" in err and not runs.calls
 
 
 def test_time_budget_stops_starting_runs(workdir, monkeypatch, tmp_path, capsys):
@@ -194,19 +129,20 @@ def test_time_budget_stops_starting_runs(workdir, monkeypatch, tmp_path, capsys)
             return super().__call__(*a)
 
     runs = Slow(ON_REPORTS)
+    modes = ["--modes", "off,on,off,on,off,on,off"]
     code = cli.main(
-        ARGS + workdir + ["--throughput-runs", "3", "--time-budget", "450", "--json-out", str(tmp_path / "s.json")],
-        runner=runs,
+        ARGS + workdir + modes + ["--time-budget", "450", "--json-out", str(tmp_path / "s.json")], runner=runs
     )
     out = capsys.readouterr().out
     assert len(runs.calls) == 4  # 400 s used: a 5th run (110 s) would end after 450 s
-    assert code == driver.EXIT_OK, out
-    assert "not started (--time-budget 450 s" in out and "run 5 (on), run 6 (off), run 7 (on)" in out
-    assert "not compared: 2 off / 1 on runs" in out
+    assert code == verdict.EXIT_OK, out
+    assert "not started (--time-budget 450 s" in out and "run 5 (off), run 6 (on), run 7 (off)" in out
+    assert out.count("-> EQUAL") == 3  # the runs that ran are compared
     assert "(exit 0; 3 planned runs not started (--time-budget))" in out.splitlines()[-1]
-    assert json.loads((tmp_path / "s.json").read_text())["not_started"] == ["run 5 (on)", "run 6 (off)", "run 7 (on)"]
+    assert json.loads((tmp_path / "s.json").read_text())["not_started"] == ["run 5 (off)", "run 6 (on)", "run 7 (off)"]
     runs = Slow(ON_REPORTS)
-    assert cli.main(ARGS + workdir + ["--throughput-runs", "1", "--time-budget", "150"], runner=runs) == 3
+    assert cli.main(ARGS + workdir + ["--time-budget", "150"], runner=runs) == verdict.EXIT_RUN_FAILED
+    assert [m for m, _ in runs.calls] == ["off"]
     assert "no 'on' run was started" in capsys.readouterr().out
 
 
@@ -248,7 +184,7 @@ def test_temporary_checkpoint_is_removed_at_exit(monkeypatch, tmp_path, capsys, 
         with pytest.raises(RuntimeError):
             cli.main(ARGS, runner=runs)
     else:
-        assert cli.main(ARGS, runner=runs) == driver.EXIT_OK
+        assert cli.main(ARGS, runner=runs) == verdict.EXIT_OK
     assert runs.calls or raise_in
     assert "removed the temporary random-weight checkpoint" in capsys.readouterr().out
     if not raise_in:  # a PASS: the temporary workdir goes as a whole
@@ -262,7 +198,7 @@ def test_temporary_checkpoint_is_removed_at_exit(monkeypatch, tmp_path, capsys, 
 def test_temporary_checkpoint_is_removed_when_a_run_fails(monkeypatch, tmp_path):
     tmp = _temp_runs(monkeypatch, tmp_path)
     runs = SeesModel(ON_REPORTS, fail_mode="on")
-    assert cli.main(ARGS, runner=runs) == driver.EXIT_RUN_FAILED
+    assert cli.main(ARGS, runner=runs) == verdict.EXIT_RUN_FAILED
     (work,) = tmp.glob("smd-e2e-*")
     assert not (work / "random-model").exists()
 
@@ -271,14 +207,14 @@ def test_temporary_checkpoint_is_removed_when_a_run_fails(monkeypatch, tmp_path)
 def test_user_checkpoint_stays(monkeypatch, tmp_path, keep):
     _temp_runs(monkeypatch, tmp_path)
     runs = SeesModel(ON_REPORTS)
-    assert cli.main(ARGS + [keep, str(tmp_path / "mine")], runner=runs) == driver.EXIT_OK
+    assert cli.main(ARGS + [keep, str(tmp_path / "mine")], runner=runs) == verdict.EXIT_OK
     model = tmp_path / "mine" / "random-model" if keep == "--workdir" else tmp_path / "mine"
     assert (model / "config.json").exists() and (model / "model.safetensors").exists()
 
 
 def test_all_runs_failed_does_not_blame_the_plugin(workdir, tmp_path, capsys):
     runs = FakeRuns({}, fail_mode=("off", "on"))
-    assert cli.main(ARGS + workdir, runner=runs) == driver.EXIT_RUN_FAILED
+    assert cli.main(ARGS + workdir, runner=runs) == verdict.EXIT_RUN_FAILED
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("RESULT: FAIL") and last.endswith("(exit 3)"), last
     assert "plugin" not in last and "not loaded" not in last and "engaged" not in last, last
@@ -288,7 +224,7 @@ def test_all_runs_failed_does_not_blame_the_plugin(workdir, tmp_path, capsys):
 
 def test_failed_on_run_is_not_judged_for_engagement(workdir, tmp_path, capsys):
     runs = FakeRuns(ON_REPORTS, fail_mode="on")
-    assert cli.main(ARGS + workdir, runner=runs) == driver.EXIT_RUN_FAILED
+    assert cli.main(ARGS + workdir, runner=runs) == verdict.EXIT_RUN_FAILED
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert "not loaded" not in last and "not engaged" not in last, last
     assert "run 2 (on) failed" in last and str(tmp_path / "w" / "run-1-on.log") in last

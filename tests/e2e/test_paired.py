@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_mamba_dedup.e2e import cli, driver, paired, server, stats
+from sglang_mamba_dedup.e2e import cli, paired, server, stats, verdict
 from tests.e2e.procs import alive
 from tests.support.e2e import FakeClock, FakeEngine, fake_ids
 
@@ -223,7 +223,7 @@ def test_throughput_servers_side_by_side(tmp_path, fake_servers, capsys):
         _args(tmp_path, "--json-out", str(tmp_path / "s.json"), "--csv-out", str(tmp_path / "p.csv"), "--label", "L")
     )
     out = capsys.readouterr().out
-    assert code == driver.EXIT_OK, out
+    assert code == verdict.EXIT_OK, out
     # off first, on only once off was healthy, each on its own port
     assert [(m, h) for m, _, h in fake_servers] == [("off", None), ("on", True)]
     assert fake_servers[0][1] != fake_servers[1][1]
@@ -260,7 +260,7 @@ def test_throughput_md5_mismatch_exits_1(tmp_path, fake_servers, monkeypatch, ca
     monkeypatch.setenv("FAKE_SERVER_DIFFER", "1")
     code = cli.main(_args(tmp_path, "--json-out", str(tmp_path / "s.json")))
     out = capsys.readouterr().out
-    assert code == driver.EXIT_MD5_DIFFER, out
+    assert code == verdict.EXIT_MD5_DIFFER, out
     assert "md5 differ: batch1 pair 0 (on)" in out and "DIFFERENT" in out and "RESULT: FAIL" in out
     assert json.loads((tmp_path / "s.json").read_text())["exit_code"] == 1
     assert not any(map(alive, _children(tmp_path)))
@@ -270,7 +270,7 @@ def test_throughput_failed_start_stops_the_other_server(tmp_path, fake_servers, 
     monkeypatch.setenv("FAKE_SERVER_FAIL", "on")
     code = cli.main(_args(tmp_path))
     out = capsys.readouterr().out
-    assert code == driver.EXIT_RUN_FAILED, out
+    assert code == verdict.EXIT_RUN_FAILED, out
     assert "exited with 7 before it was healthy" in out
     children = _children(tmp_path)
     assert len(children) == 1 and not alive(children[0]), "the off server's process group was left running"
@@ -281,7 +281,7 @@ def test_throughput_failed_off_server_starts_no_on_server(tmp_path, fake_servers
     monkeypatch.setenv("FAKE_SERVER_FAIL", "1")
     code = cli.main(_args(tmp_path))
     out = capsys.readouterr().out
-    assert code == driver.EXIT_RUN_FAILED, out
+    assert code == verdict.EXIT_RUN_FAILED, out
     assert [m for m, _, _ in fake_servers] == ["off"]
     assert "not started (the off server failed)" in out and "see its log: " in out and "None" not in out
 
@@ -320,7 +320,7 @@ def test_throughput_against_servers_you_run(tmp_path, monkeypatch, capsys):
         for p in procs:
             os.killpg(p.pid, signal.SIGKILL)
     out = capsys.readouterr().out
-    assert code == driver.EXIT_OK, out
+    assert code == verdict.EXIT_OK, out
     assert "(servers you run)" in out and "plugin status: not readable" in out and "| batch 1" in out
     gens = [ln.split()[0] for ln in (tmp_path / "requests.log").read_text().splitlines() if ln.endswith("/generate")]
     expected = [m for _, k in stats.pair_schedule({"batch1": 3, "full": 1}) for m in stats.pair_order(k)]
@@ -331,15 +331,14 @@ def test_throughput_against_servers_you_run(tmp_path, monkeypatch, capsys):
     "argv, needle",
     [
         (["--throughput"], "add --server or --base-url-off/--base-url-on"),
-        (["--server", "--throughput", "--throughput-runs", "2"], "no --throughput-runs or --modes"),
-        (["--server", "--throughput", "--modes", "off,on"], "no --throughput-runs or --modes"),
+        (["--server", "--throughput", "--modes", "off,on"], "(off and on server, pairs): no --modes"),
         (["--server", "--throughput", "--batch1-pairs", "0", "--full-pairs", "0"], "leave nothing to time"),
         (["--server", "--batch1-pairs", "3"], "--batch1-pairs needs --throughput"),
         (["--server", "--csv-out", "x.csv", "--label", "a"], "--csv-out and --label need --throughput"),
         (["--server", "--throughput", "--full-pairs", "-1"], "--full-pairs"),
         (["--server", "--throughput", "--csv-out", "/nonexistent/x.csv"], "--csv-out"),
     ],
-    ids=["no-server", "with-runs", "with-modes", "zero-pairs", "pairs-alone", "csv-alone", "negative", "csv-folder"],
+    ids=["no-server", "with-modes", "zero-pairs", "pairs-alone", "csv-alone", "negative", "csv-folder"],
 )
 def test_throughput_usage_errors(argv, needle, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_mamba_dedup.e2e import cli, driver, engine, server, settings
+from sglang_mamba_dedup.e2e import cli, engine, server, settings, verdict
 from sglang_mamba_dedup.e2e.context import RunContext
 from tests.e2e.procs import alive, start_fake_server
 
@@ -55,7 +55,7 @@ def test_server_route_flag_md5_and_plugin_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP", "1")  # must not reach the server: the flag is what is tested
     code = cli.main(_server_args(tmp_path), runner=_server_runner())
     out = capsys.readouterr().out
-    assert code == driver.EXIT_OK, out
+    assert code == verdict.EXIT_OK, out
     assert "-> EQUAL" in out and "engaged: YES" in out and "off as expected: yes" in out
     children = [int(x) for x in pid_file.read_text().split()]
     assert len(children) == 2 and not any(map(alive, children)), "a server's child process was left running"
@@ -69,7 +69,7 @@ def test_server_route_through_main_without_a_runner(tmp_path, monkeypatch, capsy
     )
     code = cli.main(_server_args(tmp_path, prompts=2, tokens=3) + ["--run-timeout", "30"])
     out = capsys.readouterr().out
-    assert code == driver.EXIT_OK, out
+    assert code == verdict.EXIT_OK, out
     assert "launch_server with --enable-mamba-conv-dedup" in out
     assert "server log: sglang-mamba-dedup 0.1.0 (SGLang fake" in out, "the server's own plugin line is shown"
 
@@ -77,11 +77,11 @@ def test_server_route_through_main_without_a_runner(tmp_path, monkeypatch, capsy
 def test_server_route_md5_differ_and_failed_start(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_SERVER_DIFFER", "1")
     args = _server_args(tmp_path, "a", prompts=2, tokens=3)
-    assert cli.main(args, runner=_server_runner()) == driver.EXIT_MD5_DIFFER
+    assert cli.main(args, runner=_server_runner()) == verdict.EXIT_MD5_DIFFER
     monkeypatch.delenv("FAKE_SERVER_DIFFER")
     monkeypatch.setenv("FAKE_SERVER_FAIL", "1")
     args = _server_args(tmp_path, "b", prompts=2, tokens=3)
-    assert cli.main(args, runner=_server_runner()) == driver.EXIT_RUN_FAILED
+    assert cli.main(args, runner=_server_runner()) == verdict.EXIT_RUN_FAILED
     assert "exited with 7 before it was healthy" in capsys.readouterr().out
 
 
@@ -143,7 +143,7 @@ def test_base_urls_compare_md5_only(tmp_path, monkeypatch, capsys):
         for p in procs:
             os.killpg(p.pid, signal.SIGKILL)
     out = capsys.readouterr().out
-    assert code == driver.EXIT_OK, out
+    assert code == verdict.EXIT_OK, out
     assert "-> EQUAL" in out and "not readable" in out and "engaged" not in out.split("plugin status")[1]
     with pytest.raises(SystemExit) as e:
         cli.main(["--base-url-off", urls["off"]])
@@ -166,7 +166,7 @@ def test_server_route_two_rounds_flush_and_track_counts(tmp_path, monkeypatch, c
         runner=runner,
     )
     out = capsys.readouterr().out
-    assert code == driver.EXIT_OK, out
+    assert code == verdict.EXIT_OK, out
     # per server: warm-up, flush, round 1, round 2 (one batch each)
     assert [ln.split()[1] for ln in requests.read_text().splitlines()] == [
         "/generate",
@@ -188,16 +188,8 @@ def test_server_route_two_rounds_flush_and_track_counts(tmp_path, monkeypatch, c
 def test_server_route_without_track_commits_is_not_engaged(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_SERVER_NO_TRACK", "1")
     args = _server_args(tmp_path)
-    assert cli.main(args, runner=_server_runner()) == driver.EXIT_NOT_ENGAGED
+    assert cli.main(args, runner=_server_runner()) == verdict.EXIT_NOT_ENGAGED
     assert "no commit with track slots ran through our kernel" in capsys.readouterr().out
-
-
-def test_server_route_throughput_batch1(tmp_path, capsys):
-    args = _server_args(tmp_path)
-    args += ["--throughput-runs", "1", "--no-throwaway", "--batch1-tokens", "6"]
-    assert cli.main(args, runner=_server_runner()) == driver.EXIT_OK
-    out = capsys.readouterr().out
-    assert "batch 1: 6 tokens in" in out and "not compared: 1 off / 1 on runs (3 per mode needed)" in out
 
 
 def test_launchable_keeps_what_launch_server_knows():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_mamba_dedup.e2e import driver
+from sglang_mamba_dedup.e2e import verdict
 from tests.e2e.procs import alive, kill_left, read_pids
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,5 +112,5 @@ def test_second_ctrl_c_during_the_stop_kills_a_server_that_ignores_sigterm(tmp_p
 def test_a_failed_request_stops_both_servers(tmp_path):
     proc = _start(tmp_path, *THROUGHPUT, FAKE_SERVER_ANSWER="fail_on", FAKE_SERVER_DELAY="0")
     code, out = _ended(tmp_path, proc, timeout=30)
-    assert code == driver.EXIT_RUN_FAILED and "request failed: HTTPError" in out, out
+    assert code == verdict.EXIT_RUN_FAILED and "request failed: HTTPError" in out, out
     assert len(_processes(tmp_path)) == 4

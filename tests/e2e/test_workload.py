@@ -70,35 +70,30 @@ def test_round2_prompts_extend_round1_by_its_output_and_a_new_suffix():
 def test_run_plan_warms_up_flushes_and_reads_round1_back():
     fake = FakeEngine(rate=500.0)
     prompts = [[1, 2, 3], [4, 5]]
-    res = workload.run_plan(
-        plan_spec(prompts, batch1={"prompt_index": 0, "max_new_tokens": 8}), fake.generate, fake.flush, fake.clock
-    )
-    # warm-up (round-1 batch, batch-1 request), flush, round 1, round 2, flush, batch 1
-    assert fake.calls == [(2, 4), (1, 8), "flush", (2, 4), (2, 4), "flush", (1, 8)]
+    res = workload.run_plan(plan_spec(prompts), fake.generate, fake.flush, fake.clock)
+    # warm-up (the round-1 batch), flush, round 1, round 2
+    assert fake.calls == [(2, 4), "flush", (2, 4), (2, 4)]
     r1, r2 = res["rounds"]
     assert [o["output_ids"] for o in r1["outputs"]] == [fake_ids(p, 4) for p in prompts]
     assert [m["cached_tokens"] for m in r1["meta"]] == [0, 0]  # cold after the flush
     assert [m["cached_tokens"] for m in r2["meta"]] == [3 + 4, 2 + 4]  # prompt + output read back
     assert r1["seconds"] == pytest.approx(8 / 500.0)
-    assert res["phases"]["batch1"]["seconds"] == pytest.approx(8 / 500.0)
-    assert res["cache_flushes"] == [True, True]
+    assert res["cache_flushes"] == [True]
     st = stats.run_stats(res)
     assert st["rounds"][0]["tokens_per_s"] == pytest.approx(500.0)
     assert st["rounds"][1]["cached_tokens"] == 13 and st["rounds"][0]["cached_tokens"] == 0
-    assert st["batch1"]["completion_tokens"] == 8 and st["completion_tokens"] == 16
+    assert st["completion_tokens"] == 16 and st["batch1"] is None
     assert st["ids_md5"] == workload.md5_of_ids([o["output_ids"] for r in res["rounds"] for o in r["outputs"]])
 
 
-def test_run_plan_without_warmup_or_batch1_and_in_batches():
+def test_run_plan_without_warmup_and_in_batches():
     fake = FakeEngine()
     res = workload.run_plan(plan_spec([[1], [2], [3]], warm=0, bs=2), fake.generate, fake.flush, fake.clock)
     assert fake.calls == ["flush", (2, 4), (1, 4), (2, 4), (1, 4)]
-    assert "phases" not in res and res["cache_flushes"] == [True]
+    assert set(res) == {"rounds", "cache_flushes"} and res["cache_flushes"] == [True]
     fake = FakeEngine()
-    workload.run_plan(
-        plan_spec([[1]], warm=2, batch1={"prompt_index": 0, "max_new_tokens": 9}), fake.generate, fake.flush
-    )
-    assert fake.calls[:2] == [(1, 2), (1, 2)]  # an explicit warm-up length applies to batch 1 too
+    workload.run_plan(plan_spec([[1], [2]], warm=2), fake.generate, fake.flush)
+    assert fake.calls[:2] == [(2, 2), "flush"]  # an explicit warm-up length
 
 
 def test_flush_with_retry():

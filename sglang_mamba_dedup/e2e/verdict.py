@@ -1,0 +1,286 @@
+"""What an e2e call ends in: the exit codes, and the judgement of its runs (pure: no printing, no I/O).
+
+:func:`judge_runs` (the md5 route) and :func:`judge_pairs` (``--throughput``) take the run results, their status
+reports and the pairs, and return a :class:`Verdict`: the exit code, the failures in the order they were found,
+and what :mod:`.render` prints about the md5s and the plugin in each run. After the runs the first code of
+:data:`PRECEDENCE` that has a failure is the exit code; :data:`MEANINGS` is what ``--help`` lists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import faults
+from .context import RunResult
+from .reports import check_engaged, check_off, commit_counts, expected_ranks, layout_of, scheduler_reports
+from .workload import first_difference, output_problem
+
+EXIT_OK = 0
+EXIT_MD5_DIFFER = 1
+#: argparse's own exit status; nothing else exits 2.
+EXIT_USAGE = 2
+EXIT_RUN_FAILED = 3
+EXIT_OFF_NOT_OFF = 4
+EXIT_CANNOT_RUN = 5
+EXIT_FAULT_NOT_CAUGHT = 6
+EXIT_NO_OUTPUT = 7
+EXIT_NOT_ENGAGED = 8
+#: Stopped by a signal: this + the signal's number (:mod:`.cli`).
+EXIT_SIGNAL_BASE = 128
+
+#: What each exit code means, one meaning per code (``--help`` renders it: :data:`.cli.EPILOG`).
+MEANINGS: dict[int, str] = {
+    EXIT_OK: "the md5s are equal and the plugin engaged",
+    EXIT_MD5_DIFFER: "the md5s differ",
+    EXIT_USAGE: 'a usage error (one "error:" line on stderr)',
+    EXIT_RUN_FAILED: "a run failed (the engine did not start, crashed or timed out; see the logs named in the "
+    "last line)",
+    EXIT_OFF_NOT_OFF: 'an "off" run was not off',
+    EXIT_CANNOT_RUN: "cannot run here: no CUDA GPU (checked before anything is built or run)",
+    EXIT_FAULT_NOT_CAUGHT: 'the negative control was not caught: a "fault" run gave run 1\'s md5',
+    EXIT_NO_OUTPUT: "nothing generated: an answer without output_ids, with no token, or (ignore_eos) shorter "
+    "than asked",
+    EXIT_NOT_ENGAGED: 'the plugin did not engage in an "on" run (with --expect-track: also no commit with track '
+    "slots through our kernel)",
+}
+#: After the runs, the first of these codes that has a failure is the exit code.
+PRECEDENCE = (
+    EXIT_RUN_FAILED,
+    EXIT_NO_OUTPUT,
+    EXIT_MD5_DIFFER,
+    EXIT_NOT_ENGAGED,
+    EXIT_OFF_NOT_OFF,
+    EXIT_FAULT_NOT_CAUGHT,
+)
+
+#: One failure: its exit code and the text of the ``RESULT`` line.
+Failure = tuple[int, str]
+
+
+@dataclasses.dataclass
+class Md5Check:
+    """Run ``run`` (1-based, > 1) against run 1: equal token-id md5s, and where the first token differs."""
+
+    run: int
+    mode: str
+    same: bool
+    where: str | None  # "round 1, prompt 1, token 2"; None when equal or nowhere to point at
+
+
+@dataclasses.dataclass
+class PluginCheck:
+    """The plugin's state in one run's scheduler, from its status reports."""
+
+    index: int  # 0-based
+    mode: str
+    judged: str  # "engaged" (on, fault), "off", or "failed" (a failed run that is not "off": not judged)
+    ok: bool | None
+    reasons: list[str]
+    scheduler: list[dict[str, Any]]  # the reports of its scheduler processes
+    shown: list[dict[str, Any]]  # those worth a description (with a pool, else the first)
+    report: dict[str, Any] | None  # the report the judgement rests on
+    track_commits: int | None = None  # commits with track slots through our kernel, where required and engaged
+
+    def summary(self) -> dict[str, Any]:
+        """Its fields of the run's entry in the JSON summary."""
+        out: dict[str, Any] = {"commit_counts": [dict(commit_counts(s), pid=s.get("pid")) for s in self.shown]}
+        if self.judged == "failed":
+            out.update(engaged=None, scheduler_report=self.scheduler[0] if self.scheduler else None)
+        elif self.judged == "engaged":
+            out.update(engaged=self.ok, engagement_reasons=self.reasons, scheduler_report=dict(self.report or {}))
+        else:
+            out.update(scheduler_report=self.scheduler[0] if self.scheduler else None)
+        return out
+
+
+@dataclasses.dataclass
+class Verdict:
+    code: int
+    failures: list[Failure]  # in the order they were found
+    compared: bool  # the md5 route compared the runs' md5s (every run went through, each generated)
+    md5: list[Md5Check]  # every later run against run 1
+    plugin: list[PluginCheck]  # every run whose reports were read
+
+    @property
+    def negative_control(self) -> list[dict[str, Any]]:
+        return [{"run": c.run, "caught": not c.same} for c in self.md5 if c.mode == "fault"]
+
+
+def exit_code(failures: Sequence[Failure]) -> int:
+    """The first code of :data:`PRECEDENCE` among the failures; :data:`EXIT_OK` when there is none."""
+    return next((c for c in PRECEDENCE if any(f[0] == c for f in failures)), EXIT_OK)
+
+
+def judge_runs(
+    results: Sequence[RunResult],
+    spec: Mapping[str, Any],
+    planned: Sequence[str],
+    *,
+    track_expected: bool,
+    no_reports: bool,
+    verbose: bool = False,
+) -> Verdict:
+    """The md5 route: every run went through, then run 1 against every later run, then the plugin."""
+    failures: list[Failure] = []
+    checks: list[Md5Check] = []
+    compared = False
+    if any(not r.ok for r in results):
+        failures.append((EXIT_RUN_FAILED, failed_runs_text(results, verbose)))
+    elif problems := output_problems(results, spec):
+        failures.append((EXIT_NO_OUTPUT, "nothing generated, nothing compared: " + "; ".join(problems)))
+    elif results:
+        compared = True
+        checks = _md5_checks(results, len(spec["prompts"]))
+        failures += _md5_failures(results, checks)
+    return _with_plugin(results, failures, compared, checks, planned, spec, track_expected, no_reports)
+
+
+def judge_pairs(
+    results: Sequence[RunResult],
+    data: Mapping[str, Any] | None,
+    spec: Mapping[str, Any],
+    *,
+    track_expected: bool,
+    no_reports: bool,
+    verbose: bool = False,
+) -> Verdict:
+    """``--throughput``: both servers went through, the pairs (:func:`.paired.run_pairs`), then the plugin."""
+    failures: list[Failure] = []
+    if data is None or any(not r.ok for r in results):
+        failures.append((EXIT_RUN_FAILED, failed_runs_text(results, verbose)))
+    else:
+        if data["no_output"]:
+            n = len(data["no_output"])
+            failures.append(
+                (EXIT_NO_OUTPUT, f"nothing generated in {n} requests, nothing compared: {data['no_output'][0]}")
+            )
+        if not any(not p["first"] for p in data["pairs"]):
+            failures.append((EXIT_RUN_FAILED, "no timed pair ran (--time-budget): nothing was measured"))
+        if data["mismatches"]:
+            n = len(data["mismatches"])
+            failures.append((EXIT_MD5_DIFFER, f"{n} requests differ: {data['mismatches'][0]}"))
+    return _with_plugin(results, failures, False, [], ("off", "on"), spec, track_expected, no_reports)
+
+
+def _with_plugin(
+    results: Sequence[RunResult],
+    failures: list[Failure],
+    compared: bool,
+    checks: list[Md5Check],
+    planned: Sequence[str],
+    spec: Mapping[str, Any],
+    track_expected: bool,
+    no_reports: bool,
+) -> Verdict:
+    plugin = [] if no_reports else plugin_checks(results, track_expected, expected_ranks(spec.get("engine_kwargs")))
+    for c in plugin:
+        if c.ok is False and c.judged == "engaged":
+            failures.append((EXIT_NOT_ENGAGED, "plugin not engaged: " + "; ".join(c.reasons)))
+        elif c.ok is False:
+            failures.append((EXIT_OFF_NOT_OFF, "the off run was not off: " + "; ".join(c.reasons)))
+    if "on" in planned and not any(r.mode == "on" for r in results):
+        failures.append((EXIT_RUN_FAILED, "no 'on' run was started (--time-budget): nothing shows the plugin"))
+    return Verdict(exit_code(failures), failures, compared, checks, plugin)
+
+
+def _md5_checks(results: Sequence[RunResult], n_prompts: int) -> list[Md5Check]:
+    base = results[0]
+    checks = []
+    for k, r in enumerate(results[1:], start=2):
+        same = _stat(base, "ids_md5") == _stat(r, "ids_md5")
+        d = None if same else first_difference(all_outputs(base), all_outputs(r))
+        checks.append(Md5Check(k, r.mode, same, f"{where(d[0], n_prompts)}, token {d[1]}" if d else None))
+    return checks
+
+
+def _md5_failures(results: Sequence[RunResult], checks: Sequence[Md5Check]) -> list[Failure]:
+    base = results[0]
+    failures: list[Failure] = []
+    for c in checks:
+        if c.mode == "fault":
+            if c.same:
+                failures.append((EXIT_FAULT_NOT_CAUGHT, negative_control_text(c)))
+        elif not c.same:
+            at = f"md5 differ (run 1 {base.mode} vs run {c.run} {c.mode}); first difference at {c.where}"
+            failures.append((EXIT_MD5_DIFFER, at if c.where else "md5 differ"))
+        elif _stat(base, "text_md5") != _stat(results[c.run - 1], "text_md5"):
+            failures.append((EXIT_MD5_DIFFER, f"token ids equal but texts differ (run 1 vs run {c.run})"))
+    return failures
+
+
+def negative_control_text(c: Md5Check) -> str:
+    return (
+        f"negative control NOT caught: run {c.run} (fault: {faults.FAULTS[faults.COMMIT_STEP0]}) gave run 1's md5; "
+        "this md5 check cannot see a broken commit"
+    )
+
+
+def plugin_checks(results: Sequence[RunResult], track_expected: bool, expect_ranks: int = 1) -> list[PluginCheck]:
+    """Per run: an "on" or "fault" run engaged (a fault run also shows the fault installed), an "off" run stayed
+    off; a failed run that is not "off" is not judged (a missing or partial report says nothing there)."""
+    out = []
+    for i, r in enumerate(results):
+        sched = scheduler_reports(r.reports, r.pid)
+        shown = [s for s in sched if layout_of(s) is not None] or sched[:1]
+        if r.mode != "off" and not r.ok:
+            out.append(PluginCheck(i, r.mode, "failed", None, [], sched, shown, None))
+        elif r.mode in ("on", "fault"):
+            ok, reasons, rep = check_engaged(r.reports, r.pid, expect_track=track_expected, expect_ranks=expect_ranks)
+            if r.mode == "fault" and not any(
+                (s.get("events") or {}).get("fault") == faults.COMMIT_STEP0 for s in sched
+            ):
+                ok, reasons = False, [*reasons, f"no scheduler report shows the fault {faults.COMMIT_STEP0} installed"]
+            track = None
+            if ok and track_expected:
+                track = min(commit_counts(s)["ours_track_commit_calls"] for s in shown)
+            out.append(PluginCheck(i, r.mode, "engaged", ok, reasons, sched, shown, rep, track))
+        else:
+            ok, reasons = check_off(r.reports, r.pid)
+            out.append(PluginCheck(i, r.mode, "off", ok, reasons, sched, shown, sched[0] if sched else None))
+    return out
+
+
+def output_problems(results: Sequence[RunResult], spec: Mapping[str, Any]) -> list[str]:
+    """Per run that went through, the first round whose outputs :func:`.workload.output_problem` refuses."""
+    sampling = spec["sampling_params"]
+    want = sampling["max_new_tokens"] if sampling.get("ignore_eos") else None
+    problems = []
+    for k, r in enumerate(results, start=1):
+        found = (
+            f"round {i + 1}: {p}" for i, part in enumerate(r.rounds) if (p := output_problem(part["outputs"], want))
+        )
+        problem = next(found, None)
+        if problem:
+            problems.append(f"run {k} ({r.mode}) {problem}")
+    return problems
+
+
+def failed_runs_text(results: Sequence[RunResult], verbose: bool) -> str:
+    """The failure line of runs that failed: what failed and where its log is, no guess at the cause."""
+    failed = [(i, r) for i, r in enumerate(results) if not r.ok]
+    errors = "; ".join(dict.fromkeys(str(r.error) for _, r in failed))
+    logs = [r.log for _, r in failed if r.log]  # a server never started has none
+    at = (
+        "see the engine output above (--verbose)"
+        if verbose
+        else (f"see {'its log' if len(logs) == 1 else 'the logs'}: " + ", ".join(logs))
+    )
+    if len(failed) == len(results):
+        return f"all {len(results)} runs failed ({errors}), nothing was compared; {at}"
+    names = ", ".join(f"run {i + 1} ({r.mode})" for i, r in failed)
+    return f"{names} failed ({errors}), nothing was compared; {at}"
+
+
+def all_outputs(r: RunResult) -> list[list[int]]:
+    """The output token ids of every request of a run, round 1 then round 2."""
+    return [o["output_ids"] for part in r.rounds for o in part.get("outputs") or []]
+
+
+def where(index: int, round1_size: int) -> str:
+    return f"round 1, prompt {index}" if index < round1_size else f"round 2, prompt {index - round1_size}"
+
+
+def _stat(r: RunResult, key: str) -> Any:
+    return (r.stats or {}).get(key)
