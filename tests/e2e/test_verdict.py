@@ -1,0 +1,209 @@
+"""The e2e's judgement, called directly (no printing): run results and status reports in, the exit code and the
+failures out, for every code after the runs and their precedence."""
+
+import itertools
+
+import pytest
+
+from sglang_mamba_dedup.e2e import stats, verdict, workload
+from sglang_mamba_dedup.e2e.context import RunResult
+from tests.support.e2e import FakeEngine, plan_spec, status_report
+
+SPEC = dict(plan_spec([[1, 2, 3], [4, 5]]), engine_kwargs={"tp_size": 1})
+ON = [status_report(0)]
+OFF = [status_report(0, mode="off", state="upstream", calls=5, ours=0)]
+FAULT = [status_report(0, fault="commit_step0")]
+
+
+def _run(mode, reports=(), differ=None, ok=True, answer=None, pid=1000):
+    """A run of ``mode`` over the fake engine (``differ``: the prompt whose output gets one token changed), its
+    reports written by scheduler processes (pids after ``pid``)."""
+    docs = [dict(d, pid=pid + 1 + i) for i, d in enumerate(reports)]
+    if not ok:
+        return RunResult(mode, pid=pid, error="engine process exited with 1", log=f"/w/run-{mode}.log", reports=docs)
+    if answer is None:
+        fake = FakeEngine(differ_prompt=None if differ is None else SPEC["prompts"][differ])
+        answer = {"ok": True, "pid": pid, **workload.run_plan(SPEC, fake.generate, fake.flush, fake.clock)}
+    r = RunResult.of(mode, answer, log=f"/w/run-{mode}.log", reports=docs)
+    r.stats = stats.run_stats(answer)
+    return r
+
+
+def _judge(*results, planned=None, track=True, no_reports=False):
+    modes = planned or [r.mode for r in results]
+    return verdict.judge_runs(list(results), SPEC, modes, track_expected=track, no_reports=no_reports)
+
+
+def test_equal_md5s_and_engaged_pass():
+    v = _judge(_run("off", OFF), _run("on", ON))
+    assert (v.code, v.failures) == (verdict.EXIT_OK, [])
+    assert v.compared and [(c.run, c.mode, c.same) for c in v.md5] == [(2, "on", True)]
+    off, on = v.plugin
+    assert (off.judged, off.ok, on.judged, on.ok, on.track_commits) == ("off", True, "engaged", True, 10)
+    assert on.summary()["engaged"] is True and on.summary()["commit_counts"][0]["ours_commit_calls"] == 10
+    assert "engaged" not in off.summary()
+
+
+@pytest.mark.parametrize(
+    "results, code, needle",
+    [
+        (
+            lambda: [_run("off", OFF), _run("on", ON, differ=1)],
+            verdict.EXIT_MD5_DIFFER,
+            "md5 differ (run 1 off vs run 2 on); first difference at round 1, prompt 1, token 2",
+        ),
+        (lambda: [_run("off", OFF), _run("on")], verdict.EXIT_NOT_ENGAGED, "no status report was written"),
+        (
+            lambda: [_run("off", OFF), _run("on", [status_report(0, ours=0)])],
+            verdict.EXIT_NOT_ENGAGED,
+            "no commit ran through our kernels (10 commit calls, 0 ours)",
+        ),
+        (
+            lambda: [_run("off", OFF), _run("on", [status_report(0, ours_track=0)])],
+            verdict.EXIT_NOT_ENGAGED,
+            "no commit with track slots ran through our kernel",
+        ),
+        (
+            lambda: [_run("off", [status_report(0, mode="off", ours=7)]), _run("on", ON)],
+            verdict.EXIT_OFF_NOT_OFF,
+            "the off run was not off: pid 1001: 7 commits through our kernels in the off run",
+        ),
+        (
+            lambda: [_run("off", OFF), _run("on", ON), _run("fault", FAULT)],
+            verdict.EXIT_FAULT_NOT_CAUGHT,
+            "negative control NOT caught: run 3",
+        ),
+        (
+            lambda: [_run("off", OFF), _run("on", ON), _run("fault", ON, differ=0)],
+            verdict.EXIT_NOT_ENGAGED,
+            "no scheduler report shows the fault commit_step0 installed",
+        ),
+        (
+            lambda: [_run("off", OFF), _run("on", ON, ok=False)],
+            verdict.EXIT_RUN_FAILED,
+            "run 2 (on) failed (engine process exited with 1), nothing was compared; see its log: /w/run-on.log",
+        ),
+        (
+            lambda: [_run("off", OFF, ok=False), _run("on", ON, ok=False)],
+            verdict.EXIT_RUN_FAILED,
+            "all 2 runs failed (engine process exited with 1), nothing was compared; see the logs: /w/run-off.log",
+        ),
+        (
+            lambda: [
+                _run("off", OFF),
+                _run("on", ON, answer={"ok": True, "rounds": [{"outputs": [{"output_ids": []}]}]}),
+            ],
+            verdict.EXIT_NO_OUTPUT,
+            "nothing generated, nothing compared: run 2 (on) round 1: ",
+        ),
+    ],
+    ids=[
+        "md5-differ",
+        "no-report",
+        "no-commit-of-ours",
+        "no-track-commit-of-ours",
+        "off-not-off",
+        "fault-not-caught",
+        "fault-not-installed",
+        "run-failed",
+        "all-failed",
+        "no-output",
+    ],
+)
+def test_each_failure_has_its_code(results, code, needle):
+    v = _judge(*results())
+    assert v.code == code, v.failures
+    assert [c for c, _ in v.failures] == [code] and needle in v.failures[0][1], v.failures
+
+
+def test_the_negative_control_caught_passes_and_points_at_the_difference():
+    v = _judge(_run("off", OFF), _run("on", ON), _run("fault", FAULT, differ=1))
+    assert (v.code, v.failures) == (verdict.EXIT_OK, [])
+    assert v.negative_control == [{"run": 3, "caught": True}]
+    assert v.md5[1].where == "round 1, prompt 1, token 2"
+
+
+def test_track_slots_are_only_required_where_expected():
+    results = [_run("off", OFF), _run("on", [status_report(0, track=0, ours_track=0)])]
+    assert _judge(*results, track=True).code == verdict.EXIT_NOT_ENGAGED
+    v = _judge(*results, track=False)
+    assert v.code == verdict.EXIT_OK and v.plugin[1].track_commits is None
+
+
+def test_a_failed_on_run_is_not_judged_for_engagement():
+    v = _judge(_run("off", OFF), _run("on", ok=False))  # no report either: not "not engaged"
+    assert [c for c, _ in v.failures] == [verdict.EXIT_RUN_FAILED] and not v.compared
+    assert v.plugin[1].judged == "failed" and v.plugin[1].summary()["engaged"] is None
+
+
+def test_no_on_run_started_fails():
+    v = _judge(_run("off", OFF), planned=["off", "on"])
+    assert v.code == verdict.EXIT_RUN_FAILED
+    assert v.failures[-1][1].startswith("no 'on' run was started (--time-budget)")
+    assert _judge(_run("off", OFF), _run("off", OFF)).code == verdict.EXIT_OK  # off,off: nothing to engage
+
+
+def test_servers_you_run_are_judged_by_md5_only():
+    v = _judge(_run("off"), _run("on"), no_reports=True)  # no reports at all: not readable, not "not engaged"
+    assert (v.code, v.plugin) == (verdict.EXIT_OK, [])
+    assert _judge(_run("off"), _run("on", differ=0), no_reports=True).code == verdict.EXIT_MD5_DIFFER
+
+
+@pytest.mark.parametrize(
+    "results, code",
+    [
+        (lambda: [_run("off", OFF, ok=False), _run("on")], verdict.EXIT_RUN_FAILED),  # failed before not engaged
+        (lambda: [_run("off", OFF), _run("on", differ=0)], verdict.EXIT_MD5_DIFFER),  # differ before not engaged
+        (
+            lambda: [_run("off", [status_report(0, mode="off", ours=7)]), _run("on")],
+            verdict.EXIT_NOT_ENGAGED,  # not engaged before off not off
+        ),
+        (
+            lambda: [_run("off", [status_report(0, mode="off", ours=7)]), _run("on", ON), _run("fault", FAULT)],
+            verdict.EXIT_OFF_NOT_OFF,  # off not off before the negative control
+        ),
+    ],
+    ids=["failed-vs-engaged", "md5-vs-engaged", "engaged-vs-off", "off-vs-fault"],
+)
+def test_several_failures_the_first_by_precedence(results, code):
+    v = _judge(*results())
+    assert len(v.failures) == 2 and v.code == code, v.failures
+
+
+def test_exit_code_precedence():
+    assert verdict.PRECEDENCE == (3, 7, 1, 8, 4, 6)  # the documented order (--help, docs/e2e.md)
+    assert verdict.exit_code([]) == verdict.EXIT_OK
+    for a, b in itertools.combinations(verdict.PRECEDENCE, 2):  # a comes first in PRECEDENCE
+        assert verdict.exit_code([(b, "x"), (a, "y")]) == a
+
+
+def _pairs(mismatches=(), no_output=(), timed=True):
+    pair = {"phase": "batch1", "pair": 0, "first": True}
+    return {
+        "pairs": [pair, dict(pair, pair=1, first=False)] if timed else [pair],
+        "mismatches": list(mismatches),
+        "no_output": list(no_output),
+    }
+
+
+@pytest.mark.parametrize(
+    "data, code, needle",
+    [
+        (_pairs(), verdict.EXIT_OK, None),
+        (_pairs(mismatches=["md5 differ: batch1 pair 1 (on) a vs b"]), verdict.EXIT_MD5_DIFFER, "1 requests differ"),
+        (_pairs(no_output=["batch1 pair 0 (off): empty"]), verdict.EXIT_NO_OUTPUT, "nothing generated in 1 requests"),
+        (_pairs(timed=False), verdict.EXIT_RUN_FAILED, "no timed pair ran (--time-budget)"),
+        (None, verdict.EXIT_RUN_FAILED, "all 2 runs failed"),
+    ],
+    ids=["pass", "mismatch", "no-output", "no-timed-pair", "no-pairs"],
+)
+def test_pairs_verdict(data, code, needle):
+    results = [_run("off", OFF), _run("on", ON)]
+    if data is None:
+        results = [
+            RunResult("off", error="did not start", log="/w/server-off.log"),
+            RunResult("on", error="not started"),
+        ]
+    v = verdict.judge_pairs(results, data, SPEC, track_expected=True, no_reports=False)
+    assert v.code == code, v.failures
+    assert needle is None and v.failures == [] or needle in v.failures[0][1]
