@@ -123,38 +123,50 @@ def _bind(
 
 class _Route:
     """What one backend's commit decided for its current pool: built on the first call and reused while
-    the backend still has that pool and cache (identity checks only).  ``reason`` None: our kernel
-    serves the call.  The launch plan is looked up on every call by the layout of every state tensor
-    (pointer, shape, strides, dtype: :func:`~sglang_mamba_dedup.kernels.commit.get_plan`), read
-    from the live cache, so a tensor changed in place (``as_strided_``, ``set_``) or a list element
-    replaced gets a fresh plan; the route keeps a reference to the plan in use (its descriptor table
-    must outlive a CUDA graph that captured the launch)."""
+    the backend still has that pool and cache (identity checks only).  ``reason`` None: our kernel serves
+    the call through :meth:`commit` (``kernel``: the module :mod:`sglang_mamba_dedup.kernels.commit`, its
+    ``get_plan`` and ``launch``, bound once); otherwise ``kernel`` is None."""
 
-    __slots__ = ("lab", "pool", "cache", "reason", "plan")
+    __slots__ = ("linear_backend", "pool", "cache", "kernel", "reason", "plan")
 
-    def __init__(self, lab, pool, cache, reason):
-        self.lab, self.pool, self.cache, self.reason = lab, pool, cache, reason
+    def __init__(self, linear_backend, pool, cache, kernel, reason):
+        self.linear_backend, self.pool, self.cache = linear_backend, pool, cache
+        self.kernel, self.reason = kernel, reason
         self.plan = None
 
-    def plan_for(self, kernel_module):
-        """The launch plan of the cache's current tensors (the kernel's layout-keyed cache)."""
-        cache = self.cache
-        self.plan = kernel_module.get_plan(
-            cache.conv, cache.intermediate_conv_window, cache.temporal, cache.intermediate_ssm, "fused_commit"
+    def still_valid(self, linear_backend) -> bool:
+        return (
+            linear_backend is self.linear_backend
+            and linear_backend.req_to_token_pool.mamba_pool is self.pool
+            and self.pool.mamba_cache is self.cache
         )
-        return self.plan
 
-    def still_valid(self, lab) -> bool:
-        return lab is self.lab and lab.req_to_token_pool.mamba_pool is self.pool and self.pool.mamba_cache is self.cache
+    def commit(self, steps, slots, track_steps, track_slots) -> None:
+        """Our commit's one kernel launch (``track_*`` both None: no track set); the seam the negative
+        control (:mod:`sglang_mamba_dedup.faults`) breaks.
+
+        The plan is looked up on every call by the layout of every state tensor (pointer, shape, strides,
+        dtype: :func:`~sglang_mamba_dedup.kernels.plan.get_plan`), read from the live cache, so a tensor
+        changed in place (``as_strided_``, ``set_``) or a list element replaced gets a fresh plan; the
+        route keeps a reference to the plan in use (its descriptor table must outlive a CUDA graph that
+        captured the launch)."""
+        cache, kernel = self.cache, self.kernel
+        self.plan = kernel.get_plan(cache.conv, cache.intermediate_conv_window, cache.temporal, cache.intermediate_ssm)
+        kernel.launch(
+            self.plan,
+            ssm=(cache.intermediate_ssm, cache.temporal),
+            accept=(steps, slots),
+            track=(track_steps, track_slots),
+        )
 
 
-def _static_reason(lab, pool) -> str | None:
+def _static_reason(linear_backend, pool) -> str | None:
     """The branches SGLang keeps that depend only on the backend and its pool (fixed once built)."""
     if pool is None or not getattr(pool, "_smd_commit_ok", False):
         return "pool not cleared for the plugin's commit"
     if getattr(pool, "replayssm_is_kda", False):
         return "ReplaySSM-KDA"
-    if getattr(lab, "accept_lens_pool", None) is not None:
+    if getattr(linear_backend, "accept_lens_pool", None) is not None:
         return "KDA fused accept"
     cache = pool.mamba_cache
     if getattr(cache, "intermediate_ssm", None) is None:
@@ -168,16 +180,18 @@ def _static_reason(lab, pool) -> str | None:
 
 def _route(instance) -> _Route:
     """This backend's cached route (rebuilt when its pool or state tensors changed)."""
-    lab = getattr(instance, "linear_attn_backend", None)
+    linear_backend = getattr(instance, "linear_attn_backend", None)
     route = getattr(instance, "_smd_route", None)
     try:
-        if route is not None and route.still_valid(lab):
+        if route is not None and route.still_valid(linear_backend):
             return route
     except AttributeError:
         pass
-    pool = getattr(getattr(lab, "req_to_token_pool", None), "mamba_pool", None)
+    pool = getattr(getattr(linear_backend, "req_to_token_pool", None), "mamba_pool", None)
     cache = getattr(pool, "mamba_cache", None)
-    route = _Route(lab, pool, cache, _static_reason(lab, pool))
+    reason = _static_reason(linear_backend, pool)
+    kernel = load_fused_commit() if reason is None else None  # imported already: _static_reason asked
+    route = _Route(linear_backend, pool, cache, kernel, reason)
     if pool is not None and cache is not None:
         try:
             instance._smd_route = route
@@ -186,11 +200,9 @@ def _route(instance) -> _Route:
     return route
 
 
-def _decide(instance, wrapped, call) -> tuple[_Route | None, str | None]:
-    """(route, None) when our kernel may serve this call; else (route or None, the branch SGLang keeps)."""
+def _decide(instance, wrapped, call) -> tuple[_Route, str | None]:
+    """(route, None) when our kernel may serve this call; else (route, the branch SGLang keeps)."""
     route = _route(instance)
-    if route is None:
-        return None, "pool not cleared for the plugin's commit"
     if route.reason is not None:
         return route, route.reason
     if call.get("req_pool_indices") is not None:
@@ -199,22 +211,6 @@ def _decide(instance, wrapped, call) -> tuple[_Route | None, str | None]:
         if stable is not None and stable():
             return route, "pipeline stable rows"
     return route, None
-
-
-def launch_commit(kernels, plan, route: _Route, accept_steps, accept_slots, track_steps, track_slots) -> None:
-    """The one kernel launch of our commit: the seam the wrapper calls (by this module's global name) and
-    the negative control (:mod:`sglang_mamba_dedup.faults`) breaks."""
-    cache = route.cache
-    kernels.launch_plan(
-        plan,
-        ssm_src=cache.intermediate_ssm,
-        ssm_dst=cache.temporal,
-        accept_steps=accept_steps,
-        accept_slots=accept_slots,
-        track_steps=track_steps,
-        track_slots=track_slots,
-        fn_name="fused_commit",
-    )
 
 
 def _unbound_instance(args):
@@ -260,25 +256,16 @@ def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
     last_correct = call["last_correct_step_indices"]
     track_idx = call.get("mamba_track_indices")
     track_steps = call.get("mamba_steps_to_track")
-    lab = route.lab
+    linear_backend = route.linear_backend
     n = last_correct.shape[0]
-    slots = lab.forward_metadata.mamba_cache_indices
+    slots = linear_backend.forward_metadata.mamba_cache_indices
     state_indices = slots if slots.shape[0] == n else slots[:n]  # SGLang's [:n], without a new view when equal
     if track_idx is not None:
         assert track_steps is not None
-        translate = getattr(lab, "_translate_mamba_indices", None)  # 0.5.23: virtual -> physical slot ids
+        translate = getattr(linear_backend, "_translate_mamba_indices", None)  # 0.5.23: virtual -> physical slot ids
         if translate is not None:
             track_idx = translate(track_idx)
-    kernels = load_fused_commit()
-    launch_commit(
-        kernels,
-        route.plan_for(kernels),
-        route,
-        last_correct,
-        state_indices,
-        track_steps if track_idx is not None else None,
-        track_idx,
-    )
+    route.commit(last_correct, state_indices, track_steps if track_idx is not None else None, track_idx)
     ple = getattr(instance, "_update_ple_state_after_mtp_verify", None)
     if ple is not None:
         ple(state_indices, last_correct, track_idx, track_steps)  # the call checked by CALLEES

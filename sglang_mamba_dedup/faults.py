@@ -2,9 +2,9 @@
 
 ``SGLANG_MAMBA_DEDUP_FAULT=commit_step0`` (together with the plugin switched on) makes the plugin's commit
 copy draft step 0 of every accepted request row instead of its accepted step; skipped rows (step -1) and
-the track set stay as they are. The fault replaces
-:func:`sglang_mamba_dedup.patches.verify_commit.launch_commit`, the one launch the commit wrapper makes
-(looked up by its module-global name on every call), so it reaches every commit our kernel serves, and
+the track set stay as they are. The fault replaces the method
+:meth:`sglang_mamba_dedup.patches.verify_commit._Route.commit`, the one launch the commit wrapper makes
+(looked up on the route's class on every call), so it reaches every commit our kernel serves, and
 nothing else. With partial acceptance in the workload the outputs must then change: an end-to-end md5
 check that still says "equal" with the fault in place proves nothing (``sglang-mamba-dedup e2e --modes
 off,on,fault``). ``tests/integration/test_negative_control.py`` checks, on the CPU, that the fault reaches the
@@ -47,16 +47,16 @@ def install(name: str) -> None:
     if _installed == name:
         return
     remove()
-    real = verify_commit.launch_commit
+    real = verify_commit._Route.commit
 
-    def launch_commit_step0(kernels, plan, route, accept_steps, accept_slots, track_steps, track_slots):
+    def commit_step0(route, steps, slots, track_steps, track_slots):
         import torch
 
-        step0 = torch.where(accept_steps >= 0, torch.zeros_like(accept_steps), accept_steps)
-        return real(kernels, plan, route, step0, accept_slots, track_steps, track_slots)
+        step0 = torch.where(steps >= 0, torch.zeros_like(steps), steps)
+        return real(route, step0, slots, track_steps, track_slots)
 
-    launch_commit_step0._smd_real = real  # type: ignore[attr-defined]
-    verify_commit.launch_commit = launch_commit_step0
+    commit_step0._smd_real = real  # type: ignore[attr-defined]
+    verify_commit._Route.commit = commit_step0  # type: ignore[method-assign]
     _installed = name
     report.record_fault(name)
     logger.warning("sglang-mamba-dedup: NEGATIVE CONTROL %s=%s: %s (never in a real run)", ENV, name, FAULTS[name])
@@ -65,9 +65,9 @@ def install(name: str) -> None:
 def remove() -> None:
     """Undo :func:`install` (no-op when no fault is in place)."""
     global _installed
-    real = getattr(verify_commit.launch_commit, "_smd_real", None)
+    real = getattr(verify_commit._Route.commit, "_smd_real", None)
     if real is not None:
-        verify_commit.launch_commit = real
+        verify_commit._Route.commit = real  # type: ignore[method-assign]
     _installed = None
     report.record_fault(None)
 

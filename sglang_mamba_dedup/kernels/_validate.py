@@ -1,35 +1,5 @@
-"""Shared launch configuration and argument validation for the commit kernel
-(:mod:`.commit`, the package's one Triton kernel, and the entry points
-expressed through it).
-
-Conventions:
-
-* Row ``r`` of an index set ``(steps, slots)`` copies *source row* ``r`` (the
-  request's position in the verify batch, as SGLang does) at draft step
-  ``s = steps[r]`` into destination slot ``slots[r]``.  A row is skipped, in the
-  kernel and without any host synchronisation, when ``s < 0``, ``s >= D``,
-  ``slot < 0`` or ``slot >= slots+1`` (the destination's slot count).  An
-  optional source-row table (used by :func:`.tail_copy`) makes row ``r`` read
-  source row ``src_rows[r]`` instead, skipped when outside ``[0, R)``.
-* All address arithmetic that involves a layer, row, step or slot index is done
-  in int64; only the element offset inside one (layer, slot) entry is int32
-  (the launchers check that an entry has fewer than 2**31 elements; the
-  tail-copy mode indexes whole window rows in int64 and needs no such check).
-* Copies are bitwise: every dtype is moved as an integer of the same width, so
-  NaN payloads and signed zeros survive unchanged.
-* Duplicated destinations (two valid rows, in the same or in different index
-  sets, naming the same slot): the copies race.  Every element of that slot ends
-  up holding the bytes of exactly one of the contending rows (element stores
-  are atomic), which one is unspecified.  When the contending sources are
-  bit-identical the result is therefore exact.  Detecting duplicates would need
-  a device-to-host synchronisation, so it is not done; SGLang only produces
-  them for padding rows aimed at the scratch slot.
-* The first call (of any entry point) for a given set of tensors builds and
-  caches a small int64 descriptor table on the device, keyed on each tensor's
-  data_ptr, shape, strides, dtype and device (so a tensor changed in place gets
-  a new table); make that first (warm-up) call outside CUDA graph capture.
-  Later calls with the same tensors, unchanged, are capturable.
-"""
+"""Launch configuration and argument checks of the commit kernel (:mod:`.commit`); the index semantics
+they serve are the package's contract (:mod:`sglang_mamba_dedup.kernels`)."""
 
 from __future__ import annotations
 
@@ -103,21 +73,26 @@ def check_index_pair(steps_name: str, steps, slots_name: str, slots, device: tor
         if slots.shape[0] == n and n <= max_rows:
             return n
     # Slow path: say what is wrong.
-    for name, t in ((steps_name, steps), (slots_name, slots)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in INDEX_DTYPES:
-            raise TypeError(f"{name} must be int32 or int64, got {t.dtype}")
-        if t.ndim != 1:
-            raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
-        if t.device != device:
-            raise ValueError(f"{name} is on {t.device}, expected {device} (same device as the states)")
-        if not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous, got stride {t.stride()}")
+    check_index(steps_name, steps, device)
+    check_index(slots_name, slots, device)
     n = steps.shape[0]
     if slots.shape[0] != n:
         raise ValueError(f"{steps_name} has {n} rows but {slots_name} has {slots.shape[0]}")
     raise ValueError(f"{steps_name} has {n} rows but the source has only {max_rows} rows (row r copies source row r)")
+
+
+def check_index(name: str, t, device: torch.device) -> None:
+    """One index tensor: a contiguous 1-D int32/int64 tensor on ``device``."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{name} must be int32 or int64, got {t.dtype}")
+    if t.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device}, expected {device} (same device as the states)")
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous, got stride {t.stride()}")
 
 
 def entry_is_dense(t: torch.Tensor, start_dim: int) -> bool:

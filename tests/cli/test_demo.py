@@ -78,4 +78,4 @@ def test_what_if_commands_write_no_report_and_install_no_fault(monkeypatch, tmp_
         assert _row(capsys.readouterr().out, "post-verify commit").endswith("plugin's fused kernel")
     assert not reports.exists() or sorted(p.name for p in reports.iterdir()) == []
     assert installs == [] and faults.installed() is None
-    assert verify_commit.launch_commit.__name__ == "launch_commit"
+    assert verify_commit._Route.commit.__name__ == "commit"

@@ -50,19 +50,19 @@ def test_negative_control_fault_reaches_the_kernel(kernel_impl, monkeypatch):
     with iu.cpu_stock_paths(cfg.device), iu.plugin(True):
         ours = iu.simulate(cfg)
 
-    kernels = verify_commit.load_fused_commit()
-    real_launch = kernels.launch_plan
+    kernel = verify_commit.load_fused_commit()
+    real_launch = kernel.launch
     launched_steps = []
 
-    def counting_launch(plan, ssm_src, ssm_dst, accept_steps, *args, **kwargs):
-        launched_steps.append(accept_steps.tolist())
-        return real_launch(plan, ssm_src, ssm_dst, accept_steps, *args, **kwargs)
+    def counting_launch(plan, **kwargs):
+        launched_steps.append(kwargs["accept"][0].tolist())
+        return real_launch(plan, **kwargs)
 
-    monkeypatch.setattr(kernels, "launch_plan", counting_launch)
+    monkeypatch.setattr(kernel, "launch", counting_launch)
     with iu.cpu_stock_paths(cfg.device), _fault_run(monkeypatch):
         assert faults.installed() == faults.COMMIT_STEP0
         faulty = iu.simulate(cfg)
-    assert faults.installed() is None and verify_commit.launch_commit.__name__ == "launch_commit"
+    assert faults.installed() is None and verify_commit._Route.commit.__name__ == "commit"
 
     # stock == plugin, bit for bit
     for a, b in zip(stock.final, ours.final):
@@ -88,7 +88,7 @@ def test_negative_control_fault_reaches_the_kernel(kernel_impl, monkeypatch):
 def test_negative_control_unknown_fault_installs_nothing(monkeypatch, caplog):
     monkeypatch.setenv(faults.ENV, "commit_everything_wrong")
     assert faults.install_from_env() is None
-    assert faults.installed() is None and verify_commit.launch_commit.__name__ == "launch_commit"
+    assert faults.installed() is None and verify_commit._Route.commit.__name__ == "commit"
     assert "commit_everything_wrong" in caplog.text and "no fault installed" in caplog.text
 
 

@@ -5,7 +5,6 @@ Bit-exact against the reference and against SGLang 0.5.23's own kernels
 
 from tests.support.kernels import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
     DEVICE,
-    OTHER_DEVICE,
     DTYPE_IDS,
     DTYPES,
     assert_bitwise_equal,
@@ -27,8 +26,9 @@ import sys
 import pytest
 import torch
 
-from sglang_mamba_dedup.kernels import clear_plan_cache, fused_commit
-from sglang_mamba_dedup.kernels.reference import fused_commit_reference
+from sglang_mamba_dedup.kernels import cached_plan_count, clear_plan_cache, fused_commit
+from sglang_mamba_dedup.kernels.plan import get_plan
+from tests.support.reference import fused_commit_reference
 
 L, R, N_SLOTS = 2, 5, 13
 DIMS = (7, 5)  # two conv kinds, odd dims
@@ -195,71 +195,6 @@ def test_fused_commit_plan_cache_follows_tensors():
         _check(kw, exp, f"seed={seed} second call")
 
 
-def _bad_kw():
-    g, _ = new_generator()
-    kw, _ = _case(2, 3, "dedup", torch.bfloat16, torch.float32, g, False)
-    return kw
-
-
-@pytest.mark.parametrize(
-    "case, exc, match",
-    [
-        ("list_length", ValueError, "conv_dsts but"),
-        ("ssm_half", ValueError, "both be given"),
-        ("nothing", ValueError, "nothing to commit"),
-        ("layers", ValueError, "layer count"),
-        ("slots", ValueError, "slots, expected"),
-        ("km1", ValueError, "share K-1"),
-        ("steps_geom", ValueError, "rows/steps"),
-        ("state_shape", ValueError, "state shape mismatch"),
-        ("conv_dtype_pair", TypeError, "is torch.float16 but"),
-        ("ssm_not_dense", ValueError, "dense"),
-        ("index_dtype", TypeError, "int32 or int64"),
-        ("index_wrong_device", ValueError, "expected"),
-        ("state_wrong_device", ValueError, "expected"),
-        ("track_len", ValueError, "rows but track_slots"),
-        ("not_tensor", TypeError, "torch.Tensor"),
-    ],
-)
-def test_fused_commit_bad_arguments(case, exc, match):
-    kw = _bad_kw()
-    c0, s0 = kw["conv_dsts"][0], kw["conv_srcs"][0]
-    if case == "list_length":
-        kw["conv_srcs"] = kw["conv_srcs"][:1]
-    elif case == "ssm_half":
-        kw["ssm_src"] = None
-    elif case == "nothing":
-        kw.update(conv_dsts=[], conv_srcs=[], ssm_dst=None, ssm_src=None)
-    elif case == "layers":
-        kw["conv_dsts"][1] = kw["conv_dsts"][1][:1]
-    elif case == "slots":
-        kw["ssm_dst"] = kw["ssm_dst"][:, :4]
-    elif case == "km1":
-        kw["conv_dsts"][1] = kw["conv_dsts"][1][..., :1]
-        kw["conv_srcs"][1] = kw["conv_srcs"][1][..., :1]
-    elif case == "steps_geom":
-        kw["ssm_src"] = kw["ssm_src"][:, :, :1]
-    elif case == "state_shape":
-        kw["ssm_dst"] = kw["ssm_dst"][..., :2]
-    elif case == "conv_dtype_pair":
-        kw["conv_dsts"][0] = c0.half()
-    elif case == "ssm_not_dense":
-        kw["ssm_dst"] = kw["ssm_dst"].transpose(3, 4).contiguous().transpose(3, 4)
-    elif case == "index_dtype":
-        kw["accept_steps"] = kw["accept_steps"].to(torch.int16)
-    elif case == "index_wrong_device":
-        kw["accept_slots"] = torch.zeros(R, dtype=torch.int64, device=OTHER_DEVICE)
-    elif case == "state_wrong_device":
-        kw["conv_srcs"][0] = torch.empty(s0.shape, dtype=s0.dtype, device=OTHER_DEVICE)
-    elif case == "track_len":
-        kw["track_steps"] = kw["accept_steps"]
-        kw["track_slots"] = kw["accept_slots"][:2]
-    elif case == "not_tensor":
-        kw["accept_steps"] = kw["accept_steps"].tolist()
-    with pytest.raises(exc, match=match):
-        fused_commit(**kw)
-
-
 # ---------------------------------------------------------------- GPU only
 
 
@@ -345,9 +280,8 @@ def test_fused_commit_ssm_tilings(monkeypatch, tile_bytes):
     exp = _expected(kw)
     fused_commit(**kw)
     _check(kw, exp, f"seed={seed} tile={tile_bytes}")
-    (plan,) = [
-        p for per in importlib.import_module("sglang_mamba_dedup.kernels.commit")._plans.values() for p in per.values()
-    ]
+    assert cached_plan_count() == 1
+    plan = _plan_of(kw)
     n_ssm_tiles = plan.tiles - plan.conv_tiles
     assert n_ssm_tiles == max(1, -(-60 * 4 // tile_bytes)), n_ssm_tiles  # 60 fp32 elements per entry
     clear_plan_cache()
@@ -395,12 +329,13 @@ def test_fused_commit_descriptor_table_columns():
     """The descriptor table holds each conv kind's pointers, dim, strides and first tile in its named columns."""
     import importlib
 
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.commit")
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.plan")
     g, seed = new_generator()
     clear_plan_cache()
     kw, _ = _case(2, 4, "dedup", torch.bfloat16, torch.float32, g, False, strided=True)
     fused_commit(**kw)
-    (plan,) = [p for per in fc._plans.values() for p in per.values()]
+    assert cached_plan_count() == 1
+    plan = _plan_of(kw)
     meta = plan.meta.cpu().tolist()
     assert len(meta) == len(kw["conv_dsts"]) + 1 and all(len(row) == fc.META_COLS.value for row in meta)
     tile = 0
@@ -417,34 +352,34 @@ def test_fused_commit_descriptor_table_columns():
     clear_plan_cache()
 
 
-def _all_plans(fc):
-    return [p for per in fc._plans.values() for p in per.values()]
+def _plan_of(kw):
+    """The cached plan of ``kw``'s state tensors (a cache hit after a call with them)."""
+    return get_plan(kw["conv_dsts"], kw["conv_srcs"], kw["ssm_dst"], kw["ssm_src"])
 
 
 def test_fused_commit_plan_lives_with_its_destination_and_holds_no_state():
     """The cache keeps a plan as long as its first destination tensor lives, reuses it on the next call,
     and holds no reference to any state tensor: dropping the tensors drops the plan."""
     import gc
-    import importlib
     import weakref
 
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.commit")
     g, seed = new_generator()
     clear_plan_cache()
     kw, _ = _case(2, 3, "dedup", torch.bfloat16, torch.float32, g, True)
     fused_commit(**kw)
-    (plan,) = _all_plans(fc)
+    assert cached_plan_count() == 1
+    plan = _plan_of(kw)
     # new accept slots, apart from the track slots (a shared slot would race: see kernels/_validate.py)
     kw["accept_steps"], kw["accept_slots"] = make_index_set(R, 2, N_SLOTS, g, taken=kw["track_slots"].tolist())
     exp = _expected(kw)
     fused_commit(**kw)
     _check(kw, exp, f"seed={seed} second call")
-    assert _all_plans(fc) == [plan], "the second call with the same tensors must reuse the cached plan"
+    assert cached_plan_count() == 1 and _plan_of(kw) is plan, "the second call must reuse the cached plan"
     gone = [weakref.ref(t) for t in (*kw["conv_dsts"], *kw["conv_srcs"], kw["ssm_dst"], kw["ssm_src"])]
     del kw, exp
     gc.collect()
     assert all(r() is None for r in gone), "a cached plan keeps a state tensor alive"
-    assert _all_plans(fc) == [], "the plan outlived its destination tensor"
+    assert cached_plan_count() == 0, "the plan outlived its destination tensor"
     clear_plan_cache()
 
 
@@ -544,7 +479,7 @@ def test_fused_commit_direct_launch_is_used_and_exact(monkeypatch):
         exp = _expected(kw)
         fused_commit(**kw)  # Triton's path: compiles, then builds the direct launcher
         _check(kw, exp, f"seed={seed} first call")
-        (plan,) = [p for p in _all_plans(fc) if p.direct]
+        plan = _plan_of(kw)
         assert isinstance(plan.direct[(track, False)], fc.DirectLaunch), plan.direct
         jit = fc._fused_commit_kernel
 

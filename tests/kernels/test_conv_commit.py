@@ -2,7 +2,6 @@
 
 from tests.support.kernels import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
     DEVICE,
-    OTHER_DEVICE,
     DTYPE_IDS,
     DTYPES,
     assert_bitwise_equal,
@@ -11,7 +10,6 @@ from tests.support.kernels import (  # noqa: I001  (sets TRITON_INTERPRET before
     make_index_set,
     new_generator,
     poison,
-    rand,
     sglang_dense_scatter,
     sglang_window_scatter,
     strided_dst,
@@ -21,7 +19,7 @@ import pytest
 import torch
 
 from sglang_mamba_dedup.kernels import conv_commit
-from sglang_mamba_dedup.kernels.reference import conv_commit_reference
+from tests.support.reference import conv_commit_reference
 
 L, R, DIM, N_SLOTS = 2, 5, 7, 13
 
@@ -94,57 +92,3 @@ def test_conv_commit_empty_batch_is_noop():
     e = torch.empty(0, dtype=torch.int64, device=DEVICE)
     conv_commit(conv_dst=dst, conv_src=src, accept_steps=e, accept_slots=e)
     assert torch.isnan(dst).all()
-
-
-def _bad_args():
-    g, _ = new_generator()
-    src = conv_source("dedup", L, R, 4, 4, DIM, torch.bfloat16, g)
-    dst = torch.zeros((L, N_SLOTS, DIM, 3), dtype=torch.bfloat16, device=DEVICE)
-    idx = torch.zeros(3, dtype=torch.int64, device=DEVICE)
-    return src, dst, idx
-
-
-@pytest.mark.parametrize(
-    "case, exc, match",
-    [
-        ("dim_mismatch", ValueError, "shape mismatch"),
-        ("dtype_mismatch", TypeError, "conv_dst is"),
-        ("float_index", TypeError, "int32 or int64"),
-        ("int16_index", TypeError, "int32 or int64"),
-        ("index_2d", ValueError, "1-D"),
-        ("length_mismatch", ValueError, "rows but accept_slots"),
-        ("too_many_rows", ValueError, "source has only"),
-        ("index_wrong_device", ValueError, "expected"),
-        ("src_wrong_device", ValueError, "expected"),
-        ("track_half", ValueError, "both be given"),
-        ("int_state", TypeError, "not supported"),
-    ],
-)
-def test_conv_commit_bad_arguments(case, exc, match):
-    src, dst, idx = _bad_args()
-    kw = dict(conv_dst=dst, conv_src=src, accept_steps=idx, accept_slots=idx)
-    if case == "dim_mismatch":
-        kw["conv_dst"] = dst[:, :, :5]
-    elif case == "dtype_mismatch":
-        kw["conv_dst"] = dst.half()
-    elif case == "float_index":
-        kw["accept_steps"] = idx.float()
-    elif case == "int16_index":
-        kw["accept_slots"] = idx.to(torch.int16)
-    elif case == "index_2d":
-        kw["accept_steps"] = idx[None]
-    elif case == "length_mismatch":
-        kw["accept_slots"] = idx[:2]
-    elif case == "too_many_rows":
-        kw["accept_steps"] = kw["accept_slots"] = torch.zeros(R + 1, dtype=torch.int64, device=DEVICE)
-    elif case == "index_wrong_device":
-        kw["accept_slots"] = torch.zeros(3, dtype=torch.int64, device=OTHER_DEVICE)
-    elif case == "src_wrong_device":
-        kw["conv_src"] = torch.empty(src.shape, dtype=src.dtype, device=OTHER_DEVICE)
-    elif case == "track_half":
-        kw["track_steps"] = idx
-    elif case == "int_state":
-        kw["conv_dst"] = dst.to(torch.int32)
-        kw["conv_src"] = rand(src.shape, torch.float32, new_generator()[0]).to(torch.int32)
-    with pytest.raises(exc, match=match):
-        conv_commit(**kw)

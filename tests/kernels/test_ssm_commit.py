@@ -2,7 +2,6 @@
 
 from tests.support.kernels import (  # noqa: I001  (sets TRITON_INTERPRET before triton loads)
     DEVICE,
-    OTHER_DEVICE,
     DTYPE_IDS,
     DTYPES,
     assert_bitwise_equal,
@@ -18,7 +17,7 @@ import pytest
 import torch
 
 from sglang_mamba_dedup.kernels import ssm_commit
-from sglang_mamba_dedup.kernels.reference import ssm_commit_reference
+from tests.support.reference import ssm_commit_reference
 
 L, R, N_SLOTS = 2, 5, 11
 SHAPE = (3, 5, 7)  # odd, not a multiple of the tile
@@ -70,37 +69,3 @@ def test_ssm_commit_tile_multiple_entry():
     ssm_commit_reference(ssm_dst=expected, ssm_src=src, accept_steps=steps, accept_slots=slots)
     ssm_commit(ssm_dst=dst, ssm_src=src, accept_steps=steps, accept_slots=slots)
     assert_bitwise_equal(dst, expected, f"seed={seed}")
-
-
-@pytest.mark.parametrize(
-    "case, exc, match",
-    [
-        ("shape_mismatch", ValueError, "shape mismatch"),
-        ("entry_not_dense", ValueError, "dense"),
-        ("dtype_mismatch", TypeError, "ssm_dst is"),
-        ("uint8_index", TypeError, "int32 or int64"),
-        ("rank", ValueError, "one more dim"),
-        ("index_wrong_device", ValueError, "expected"),
-    ],
-)
-def test_ssm_commit_bad_arguments(case, exc, match):
-    g, _ = new_generator()
-    src = rand((L, R, 2, *SHAPE), torch.float32, g)
-    dst = torch.zeros((L, N_SLOTS, *SHAPE), device=DEVICE)
-    idx = torch.zeros(2, dtype=torch.int64, device=DEVICE)
-    kw = dict(ssm_dst=dst, ssm_src=src, accept_steps=idx, accept_slots=idx)
-    if case == "shape_mismatch":
-        kw["ssm_dst"] = dst[..., :4]
-    elif case == "entry_not_dense":
-        kw["ssm_dst"] = dst.transpose(2, 3)
-        kw["ssm_src"] = src.transpose(3, 4)
-    elif case == "dtype_mismatch":
-        kw["ssm_dst"] = dst.bfloat16()
-    elif case == "uint8_index":
-        kw["accept_steps"] = idx.to(torch.uint8)
-    elif case == "rank":
-        kw["ssm_src"] = src[:, 0]
-    elif case == "index_wrong_device":
-        kw["accept_steps"] = torch.zeros(2, dtype=torch.int64, device=OTHER_DEVICE)
-    with pytest.raises(exc, match=match):
-        ssm_commit(**kw)

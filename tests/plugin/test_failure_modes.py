@@ -345,7 +345,7 @@ def test_strict_refuses_a_set_fault_variable(monkeypatch, value):
         activation.register()
     msg = str(e.value)
     assert f"{faults.ENV}={value.strip()!r} is set" in msg and "strict mode refuses it" in msg, msg
-    assert faults.installed() is None and verify_commit.launch_commit.__name__ == "launch_commit"
+    assert faults.installed() is None and verify_commit._Route.commit.__name__ == "commit"
     assert patch_state.PATCHER.applied() == [], "strict refused, yet something is wrapped"
 
 
