@@ -1,51 +1,12 @@
-"""Build a Qwen3.5-architecture checkpoint with seeded random weights (MTP layer included).
+"""Build a checkpoint with seeded random weights and its MTP layer: Qwen3.5 (Gated DeltaNet) or Nemotron-H (Mamba2).
 
-No model can be downloaded on our machines, yet the end-to-end check (``sglang_mamba_dedup.e2e``)
-needs a hybrid Gated-DeltaNet model with an MTP head that SGLang serves with NEXTN. This module
-writes one into a directory:
-
-* ``config.json``: architecture ``Qwen3_5ForConditionalGeneration`` (model type ``qwen3_5``) with
-  ``language_model_only: true``, so SGLang builds no vision tower and switches its draft worker to
-  ``Qwen3_5ForCausalLMMTP`` by itself; the text part is a ``qwen3_5_text`` config.
-* ``model.safetensors``: the published parameter names (``model.language_model.*``, ``lm_head``,
-  ``mtp.*``), which both SGLang's loader and transformers' ``Qwen3_5ForCausalLM`` read.
-* ``generation_config.json`` and ``random_model.json`` (how it was built: preset, seed, knobs).
-
-No tokenizer is written: serve it with ``skip_tokenizer_init`` and token-id prompts.
-
-Default dimensions are Qwen3.5-0.8B's (published config / model card: 24 layers, 18 GDN + 6 full
-attention, hidden 1024, FFN 3584, 8 query / 2 KV heads of 256, GDN 16 key and 16 value heads of
-128, conv kernel 4, vocab 248320, rope theta 1e7, one MTP layer); the layer count and the GDN state
-dimensions are read from :data:`sglang_mamba_dedup.testing.shapes.QWEN35_08B`, the package's one shape table.
-One deliberate deviation: the published 0.8B ties its output head to the embedding; a *random* tied
-head makes greedy decoding repeat the last input token, so the head here is untied.
-
-How the random weights are shaped (so that greedy decoding is informative):
-
-* the embedding rows are unit-variance and the head is an independent random matrix, so with the
-  mixer and MLP outputs small the model predicts ``next = f(current token)`` for a fixed random map
-  ``f``; output projections of every block carry ``mix`` (relative strength), so the context (the
-  GDN states, conv windows and attention) decides the near ties. A corrupted state therefore
-  changes tokens, which is what an md5 comparison needs;
-* the MTP ``fc`` passes the embedding half through (identity) and a ``mtp_hidden_mix`` share of the
-  target's hidden state, and its own layer carries ``mtp_mix``: the draft predicts about ``f(t)``
-  and agrees with the target only part of the time, so verify accepts 0..3 draft tokens
-  (partial acceptance), exercising every accepted-step index of the state commit.
-
-Every tensor is drawn on the CPU from its own generator, seeded from ``seed`` and the tensor's name,
-so the bytes do not depend on the machine, the order of tensors, or CUDA.
-
-Nemotron-H presets (:class:`NemotronHDims`, Mamba2): architecture ``NemotronHForCausalLM`` (model type
-``nemotron_h``) with the published parameter names (``backbone.embeddings``, ``backbone.layers.N.mixer.*``,
-``backbone.norm_f``, ``lm_head``) and one MTP step ``mtp.layers.0.*`` (``enorm``, ``hnorm``, ``eh_proj``, an
-attention mixer, ``final_layernorm``), ``num_nextn_predict_layers: 1`` and ``mtp_hybrid_override_pattern: "*"``:
-SGLang's ``ModelConfig(is_draft_model=True)`` renames the architecture to ``NemotronHForCausalLMMTP`` by itself
-(``configs/model_config.py``), whose ``NemotronHMultiTokenPredictor`` builds ``*`` (attention) and ``E`` (MoE)
-steps; an attention-only step keeps the draft free of MoE kernels. The config carries both SGLang's and
-transformers' spellings of the group count and conv kernel (``n_groups`` / ``mamba_n_groups``, ``conv_kernel`` /
-``mamba_d_conv``): SGLang's ``NemotronHConfig.mamba2_cache_params`` reads ``n_groups`` while its mixer reads
-``mamba_n_groups``. The same weight knobs apply: ``eh_proj`` passes the embedding half through
-(``mtp_hidden_mix`` of the hidden half), the mixers' output projections carry ``mix`` / ``mtp_mix``.
+No model can be downloaded on our machines, yet the e2e check needs a hybrid model with an MTP head that SGLang
+serves with NEXTN. :func:`build_random_model` writes ``config.json`` (the published architecture and parameter
+names; Qwen3.5's layer and GDN dimensions from :data:`sglang_mamba_dedup.testing.shapes.QWEN35_08B`),
+``model.safetensors``, ``generation_config.json`` and ``random_model.json`` (preset, seed, knobs); no tokenizer
+(serve it with ``skip_tokenizer_init`` and token-id prompts). Every tensor comes from its own CPU generator,
+seeded from ``seed`` and its name. Why the weights are shaped as they are (an untied head, the ``mix`` knobs, the
+MTP pass-through) and the config details SGLang relies on: docs/e2e.md, "The random-weight checkpoint".
 
 CLI: ``python -m sglang_mamba_dedup.e2e.random_model OUT_DIR [--preset NAME] [--seed 0]``.
 """
@@ -64,15 +25,7 @@ from typing import Any
 
 from ..testing.shapes import NEMOTRON_H_8B, QWEN35_08B
 
-__all__ = [
-    "ModelDims",
-    "NemotronHDims",
-    "PRESETS",
-    "build_config",
-    "weight_specs",
-    "build_random_model",
-    "main",
-]
+__all__ = ["ModelDims", "NemotronHDims", "PRESETS", "build_config", "weight_specs", "build_random_model", "main"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,8 +124,8 @@ _NEMOTRON_MINI = NemotronHDims(
 )
 
 PRESETS: dict[str, ModelDims | NemotronHDims] = {
-    # Qwen/Qwen3.5-0.8B text part (see the module docstring for the sources); the layer count and the GDN
-    # state dimensions come from the shape table (sglang_mamba_dedup.testing.shapes), the rest is the full model's.
+    # Qwen/Qwen3.5-0.8B text part (published config); the layer count and the GDN state dimensions come from the
+    # shape table (sglang_mamba_dedup.testing.shapes), the rest is the full model's.
     "qwen3.5-0.8b": ModelDims(
         vocab_size=248320,
         hidden_size=1024,
@@ -223,12 +176,7 @@ PRESETS: dict[str, ModelDims | NemotronHDims] = {
     ),
 }
 
-# Knobs of the random weights (see the module docstring); defaults calibrated for the 0.8B preset.
-# Measured with transformers (fp32, CPU) on the 0.8B preset, teacher-forced over random tokens:
-# mix 0.01 / 0.02 / 0.035 / 0.05 -> the target's greedy token equals f(current token) at 89 / 79 / 68 /
-# 60 % of positions; with mix 0.035 and mtp_hidden_mix 0.03 the first draft token (MTP layer left
-# out) equals the target's next token at 64 %. So about a third of the tokens are decided by the
-# context, and verify accepts a varying number of draft tokens.
+#: Knobs of the random weights, calibrated on the 0.8B preset (docs/e2e.md, "The random-weight checkpoint").
 DEFAULT_KNOBS = {
     "mix": 0.03,
     "mtp_mix": 0.05,
