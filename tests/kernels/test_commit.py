@@ -421,7 +421,7 @@ def test_direct_launch_built_from_a_mocked_compiled_kernel_falls_back_per_pointe
     """``_DirectLaunch.build`` with a mocked compiled kernel and binder (no GPU): the launcher it builds
     keys on each index pointer's own 16-byte alignment, as Triton specialises. Built with the pattern
     [D, -, D, -, D], a call with [-, D, -, D, -] (every pointer still aligned or not as a set, the old
-    one-bit key said 'same') must fall back to Triton's launch, and launch_plan must count it so."""
+    one-bit key said 'same') must fall back to Triton's launch, and commit.launch must count it so."""
     import importlib
     import types
 
