@@ -276,7 +276,7 @@ def _execute(ctx: RunContext, spec: dict[str, Any], work: Path, runner: Runner |
         res.reports, res.report_problems = read_reports(rdir)
         if res.ok:
             res.stats = run_stats(answer)
-        render.run_done(res)
+        render.run_outcome(res)
         results.append(res)
     return results
 

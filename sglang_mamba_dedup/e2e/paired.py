@@ -20,8 +20,8 @@ once, sent the same requests in turn, differ by about 1 % per pair. So :func:`ex
 The md5 of every request's output token ids must be the same for both modes and every pair of a phase; any
 difference is a failure (exit 1). The statistics per phase (:func:`.stats.pair_stats`): the per-pair ratio
 on/off of tok/s, its median and min-max, each mode's median tok/s and min-max, "within noise" when the ratio
-range includes 1. The driver (:mod:`.driver`) reads each server's status reports afterwards (commits through
-our kernel per server) and decides the exit code.
+range includes 1. :func:`execute` reads each server's status reports when both are stopped; :mod:`.verdict` judges
+them (engaged, off, commits through our kernel per server) and the pairs, and decides the exit code.
 """
 
 from __future__ import annotations

@@ -154,7 +154,7 @@ def server_lines(res: RunResult) -> None:
         say("   server log: " + line)
 
 
-def run_done(res: RunResult) -> None:
+def run_outcome(res: RunResult) -> None:
     """A run that went through: its rounds, accept length, cached prompt tokens; a failed one: its log's tail."""
     st = res.stats
     if not res.ok or st is None:
