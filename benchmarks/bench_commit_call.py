@@ -155,7 +155,7 @@ def _measure(args, device, torch, iu, report, toggle, cp, shape, model, D, bs, b
 
         def enter(name):  # this provider's commit in place, its counters reset, 10 warm-up calls
             toggle(name == "ours")
-            report.reset()
+            report.clear_events()
             for _ in range(10):
                 call()
 

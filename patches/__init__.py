@@ -11,7 +11,7 @@ from __future__ import annotations
 from sglang_mamba_dedup import versions
 from sglang_mamba_dedup.patcher import Patch
 
-from . import mamba_pool, pool_config, server_args, verify_commit
+from . import estimator, mamba_pool, server_args, topk, verify_commit
 
 # Ranges come only from the named boundaries in ``sglang_mamba_dedup.versions``.
 ALL = str(versions.SUPPORTED)
@@ -83,7 +83,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.model_executor.model_runner_kv_cache_mixin",
         attr="ModelRunnerKVCacheMixin._init_pools",
         releases=BACKPORT,
-        wrapper=pool_config.init_pools,
+        wrapper=topk.init_pools,
         params=("self",),
         doc="passes speculative_eagle_topk to the pool gate",
     ),
@@ -93,7 +93,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.model_executor.model_runner_kv_cache_mixin",
         attr="ModelRunnerKVCacheMixin.handle_max_mamba_cache",
         releases=OLD_LAYOUT,
-        wrapper=pool_config.handle_max_mamba_cache,
+        wrapper=estimator.handle_max_mamba_cache,
         params=("total_rest_memory",),
         doc="reserves the deduplicated window size (more slots) and what the pool allocates beyond SGLang's estimate: padding rows, ReplaySSM's conv scratch, PD decode's pre-allocated rows",
     ),
@@ -103,7 +103,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.mem_cache.kv_cache_configurator",
         attr="KVCacheConfigurator._handle_max_mamba_cache",
         releases=NEW_LAYOUT,
-        wrapper=pool_config.handle_max_mamba_cache,
+        wrapper=estimator.handle_max_mamba_cache,
         params=("total_rest_memory",),
         doc="reserves the deduplicated window size (more slots) and what the pool allocates beyond SGLang's estimate: padding rows, ReplaySSM's conv scratch, PD decode's pre-allocated rows",
     ),

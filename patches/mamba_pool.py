@@ -39,10 +39,11 @@ import contextlib
 import dataclasses
 import inspect
 import logging
-import weakref
 from typing import Any
 
-from sglang_mamba_dedup import gate, layout, ledger, report, switch, versions
+from sglang_mamba_dedup import gate, layout, ledger, report, state, versions
+from sglang_mamba_dedup.env import SWITCH
+from sglang_mamba_dedup.state import STATE
 
 from . import verify_commit
 
@@ -50,30 +51,14 @@ logger = logging.getLogger("sglang_mamba_dedup")
 
 GB = layout.GB
 
-_version_cache: dict[str, str | None] = {}
-
-
-def _sglang_version() -> str | None:
-    if "v" not in _version_cache:
-        _version_cache["v"] = versions.installed_sglang_version()
-    return _version_cache["v"]
+_sglang_version = versions.sglang_version
 
 
 def _is_backport() -> bool:
     return versions.mode_for(_sglang_version()) == "backport"
 
 
-#: Pools built with our back-port layout and still alive: SGLang's own scatter cannot read their view, so
-#: ``sglang_mamba_dedup.revert()`` keeps the commit patch while any exists.
-LIVE_BACKPORT_POOLS: weakref.WeakSet[Any] = weakref.WeakSet()
-
-_warned: dict[str, bool] = {}
-
-
-def _warn_once(key: str, msg: str, *args: Any) -> None:
-    if not _warned.get(key):
-        _warned[key] = True
-        logger.warning(msg, *args)
+_warn_once = state.warn_once
 
 
 def _normalise_call(wrapped, instance, args, kwargs):
@@ -225,9 +210,9 @@ def _gate(instance, kwargs, *, backport: bool = False):
 
 
 def _refuse_if_strict(reason: str) -> None:
-    if switch.strict():
+    if state.is_strict():
         raise RuntimeError(
-            f"sglang-mamba-dedup strict mode ({switch.ENV}=strict): the deduplicated conv-window cache "
+            f"sglang-mamba-dedup strict mode ({SWITCH}=strict): the deduplicated conv-window cache "
             f"cannot be used for this MambaPool: {reason}"
         )
 
@@ -360,7 +345,7 @@ def _add_dedup_scratch(wrapped, instance, kwargs) -> None:
     instance.mem_usage = (state_bytes + other + ssm_bytes + physical) / GB
     instance._smd_layout = "ours"
     instance._smd_commit_ok = True
-    LIVE_BACKPORT_POOLS.add(instance)
+    STATE.live_backport_pools.add(instance)  # revert() keeps our commit while it lives
     k = gate.conv_kernel_of(cache_params)
     logger.info(
         "sglang-mamba-dedup: Mamba speculative cache is allocated (deduplicated conv window, back-port). "

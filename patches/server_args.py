@@ -19,11 +19,11 @@ from __future__ import annotations
 import logging
 import os
 
-from sglang_mamba_dedup import switch, versions
+from sglang_mamba_dedup import env, versions
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-FLAG = switch.FLAG
+FLAG = env.FLAG
 DEST = "enable_mamba_conv_dedup"
 
 
@@ -46,9 +46,9 @@ def from_cli_args(wrapped, instance, args, kwargs):
     ns = kwargs.get("args", args[0] if args else None)
     if getattr(ns, DEST, False) and not versions.support_problem(versions.installed_sglang_version()):
         # (outside the range the flag is accepted and ignored; the activation has said why, once)
-        current = os.environ.get(switch.ENV, "")
-        if switch.safe_mode(current) is not switch.Mode.STRICT:
-            if current and switch.safe_mode(current) is switch.Mode.OFF:
-                logger.info("sglang-mamba-dedup: %s overrides %s=%s", FLAG, switch.ENV, current)
-            os.environ[switch.ENV] = "1"  # the spawned scheduler processes apply the plugin from it
+        current = os.environ.get(env.SWITCH, "")
+        if env.parse_mode_or_off(current) is not env.Mode.STRICT:
+            if current and env.parse_mode_or_off(current) is env.Mode.OFF:
+                logger.info("sglang-mamba-dedup: %s overrides %s=%s", FLAG, env.SWITCH, current)
+            os.environ[env.SWITCH] = "1"  # the spawned scheduler processes apply the plugin from it
     return wrapped(*args, **kwargs)

@@ -17,8 +17,8 @@ when the plugin is switched on; ``sglang serve --help`` does not). The flag is n
 ``--config`` YAML file: use the environment variable there. A bad switch value with the flag keeps the
 plugin off and the launch going (the flag is accepted and ignored).
 
-The switch's values and their parsing (``ENV``, ``Mode``, ``parse_mode`` ...) live in :mod:`.switch`, which
-:mod:`.report` reads too (so it needs no import of this module); they are re-exported here.
+The switch's names and values live in :mod:`.env`; the decision, in :data:`.state.STATE` (``mode``), where the
+report and the patches read it.
 """
 
 from __future__ import annotations
@@ -29,25 +29,16 @@ import os
 import sys
 from typing import NoReturn
 
-from . import switch, versions
-from .switch import (
-    ACCEPTED,
-    ENV,
-    FLAG,
-    Mode,
-    SwitchError,
-    current_mode,
-    current_mode_name,
-    parse_mode,
-    safe_mode,
-    strict,
-)
+from . import env, versions
+from .env import FLAG, Mode, SwitchError, parse_mode
+from .env import SWITCH as ENV
+from .state import STATE, current_mode
 
 #: Why the rest of the plugin (wrapt, the patch layer) does not import here, or None. Kept, not raised, so that
 #: SGLang's loader still gets :func:`register`, which stops a strict launch instead of being logged and skipped.
 _load_problem: str | None = None
 try:
-    from . import faults, patch_state, report
+    from . import patch_state, report
     from .patches import FEATURES, SWITCHED_FEATURES
 except Exception as _exc:  # noqa: BLE001 - any import failure: register() says it, strict stops
     _load_problem = f"{type(_exc).__name__}: {_exc}"
@@ -55,22 +46,18 @@ except Exception as _exc:  # noqa: BLE001 - any import failure: register() says 
 logger = logging.getLogger("sglang_mamba_dedup")
 
 __all__ = [
-    "ACCEPTED",
     "ENV",
     "FLAG",
     "Mode",
     "StrictModeError",
     "SwitchError",
     "current_mode",
-    "current_mode_name",
     "flag_in_argv",
     "last_summary",
     "mark_programmatic",
     "parse_mode",
     "register",
     "reset_for_tests",
-    "safe_mode",
-    "strict",
 ]
 
 
@@ -78,20 +65,14 @@ class StrictModeError(RuntimeError):
     """Strict mode and the plugin cannot engage; raised to stop the launch."""
 
 
-_last: tuple[str, str | None, bool] | None = None
-_last_summary: str | None = None
-_programmatic = False
-
-
 def mark_programmatic(on: bool = True) -> None:
     """``sglang_mamba_dedup.apply()`` was called in this process: an unset switch then does not revert it."""
-    global _programmatic
-    _programmatic = on
+    STATE.programmatic = on
 
 
 def last_summary() -> str | None:
     """The log line of the last activation in this process (for tests, the doctor and the e2e report)."""
-    return _last_summary
+    return STATE.last_summary
 
 
 def _say(level: int, msg: str, *, visible: bool = False) -> None:
@@ -99,8 +80,7 @@ def _say(level: int, msg: str, *, visible: bool = False) -> None:
     where logging is not configured yet (SGLang loads plugins before it sets up logging; Python's fallback
     handler prints only WARNING and above): then it goes to stderr as well, once. A logger turned down on
     purpose (its own level above ``level``, as ``sglang-mamba-dedup plan`` does) is obeyed."""
-    global _last_summary
-    _last_summary = msg
+    STATE.last_summary = msg
     silenced = logger.level > level  # NOTSET (0) unless someone set it
     if level >= logging.WARNING or not visible or silenced or (logger.isEnabledFor(level) and _handled(level)):
         logger.log(level, msg)
@@ -139,7 +119,7 @@ def register(*, what_if: bool = False) -> None:
     except Exception as exc:  # the loader would swallow it: say it once, keep SGLang's stock path
         what = f"{type(exc).__name__}: {exc}"
         _stand_down()
-        if safe_mode(os.environ.get(ENV)) is Mode.STRICT:
+        if env.switch_mode() is Mode.STRICT:
             _stop(f"the plugin failed inside: {what}")
         _say(logging.ERROR, f"sglang-mamba-dedup failed and stays out of the way: {what}")
 
@@ -151,7 +131,7 @@ def _stop(reason: str) -> NoReturn:
 
 def _stand_down() -> None:
     """After a failure inside: decided off, and nothing of ours left wrapped (as far as reverting works)."""
-    switch.decide(Mode.OFF)
+    STATE.mode = Mode.OFF
     with contextlib.suppress(Exception):
         patch_state.revert()
 
@@ -159,7 +139,7 @@ def _stand_down() -> None:
 def _cannot_load(problem: str) -> None:
     """The plugin's own modules do not import (e.g. wrapt missing): strict stops; asked for, one ERROR line;
     switched off, an INFO line (nothing was wanted)."""
-    mode = safe_mode(os.environ.get(ENV))
+    mode = env.switch_mode()
     if mode is Mode.STRICT:
         raise StrictModeError(f"the plugin cannot load: {problem}")
     asked = mode is Mode.ON or flag_in_argv()
@@ -169,16 +149,15 @@ def _cannot_load(problem: str) -> None:
 
 def _refuse_fault() -> None:
     """Strict mode and the negative control's variable is set: a stale export must not break a real server."""
-    name = faults.requested()
+    name = env.value(env.FAULT)
     if name is not None:
         raise StrictModeError(
-            f"{faults.ENV}={name!r} is set: the negative control breaks the plugin's commit on purpose, so every "
+            f"{env.FAULT}={name!r} is set: the negative control breaks the plugin's commit on purpose, so every "
             f"accepted state would be wrong; strict mode refuses it (unset it; a negative-control run uses {ENV}=1)"
         )
 
 
 def _register(what_if: bool) -> None:
-    global _last
     version = versions.installed_sglang_version()
     raw = os.environ.get(ENV)
     try:
@@ -187,10 +166,10 @@ def _register(what_if: bool) -> None:
     except SwitchError as exc:
         mode, bad = Mode.OFF, str(exc)
     key = (raw or "", version, what_if)
-    if key == _last:
+    if key == STATE.activation_key:
         return
-    _last = key
-    switch.decide(Mode.OFF)  # until a branch below decides otherwise
+    STATE.activation_key = key
+    STATE.mode = Mode.OFF  # until a branch below decides otherwise
     head = f"sglang-mamba-dedup {versions.plugin_version()} (SGLang {version or 'not installed'}, pid {os.getpid()})"
 
     flag = flag_in_argv()
@@ -220,13 +199,13 @@ def _register(what_if: bool) -> None:
         # parses its arguments, so the flag is seen here; the environment carries it to the schedulers.
         os.environ[ENV] = "1"
         mode = Mode.ON
-        _last = (os.environ[ENV], version, what_if)
+        STATE.activation_key = (os.environ[ENV], version, what_if)
         head += f" [{FLAG} given]"
     untested = versions.untested_note(version)
     if untested:
         head += f" [{untested}]"
     if mode is Mode.OFF:
-        if _programmatic and raw is None and patch_state.PATCHER.applied():
+        if STATE.programmatic and raw is None and patch_state.PATCHER.applied():
             _say(
                 logging.INFO,
                 f"{head}: {ENV} unset, but sglang_mamba_dedup.apply() was called in this process: "
@@ -246,11 +225,11 @@ def _register(what_if: bool) -> None:
 
     if mode is Mode.STRICT and not what_if:
         _refuse_fault()
-    switch.decide(mode)
+    STATE.mode = mode
     results: dict[str, str | None] = patch_state.apply(FEATURES)
     skipped = {f: r for f, r in results.items() if r is not None}
     if mode is Mode.STRICT and skipped:
-        switch.decide(Mode.OFF)
+        STATE.mode = Mode.OFF
         patch_state.revert()
         raise StrictModeError("; ".join(f"{f}: {r}" for f, r in skipped.items()))
     st = patch_state.status()
@@ -264,8 +243,10 @@ def _register(what_if: bool) -> None:
     if skipped:
         parts.append("skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped.items()))
     _say(logging.WARNING if skipped or untested else logging.INFO, "; ".join(parts), visible=True)
-    if "commit" in applied and not what_if:
-        faults.install_from_env()  # the e2e's negative control only; unset in every real run
+    if "commit" in applied and not what_if and env.value(env.FAULT):
+        from . import faults  # the e2e's negative control only: never loaded in a real run
+
+        faults.install_from_env()
     report.write()  # muted for a what-if
 
 
@@ -275,8 +256,7 @@ def flag_in_argv(argv: list | None = None) -> bool:
 
 
 def reset_for_tests() -> None:
-    global _last, _last_summary, _programmatic
-    switch.decide(None)
-    _last = None
-    _last_summary = None
-    _programmatic = False
+    """Forget this process's decision and every other remembered state (:func:`.state.reset`)."""
+    from . import state
+
+    state.reset()

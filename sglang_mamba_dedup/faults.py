@@ -18,12 +18,12 @@ names it, and the what-if CLIs (``plan``, ``demo``) never install it.
 from __future__ import annotations
 
 import logging
-import os
 
-from . import report
+from . import env, report
 from .patches import verify_commit
+from .state import STATE
 
-ENV = "SGLANG_MAMBA_DEDUP_FAULT"
+ENV = env.FAULT
 COMMIT_STEP0 = "commit_step0"
 FAULTS: dict[str, str] = {
     COMMIT_STEP0: "the commit copies draft step 0 instead of the accepted step",
@@ -31,20 +31,17 @@ FAULTS: dict[str, str] = {
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-_installed: str | None = None
-
 
 def installed() -> str | None:
     """The fault in place in this process, or None."""
-    return _installed
+    return STATE.fault
 
 
 def install(name: str) -> None:
     """Break the plugin's commit as ``name`` says (idempotent); ``ValueError`` for an unknown name."""
-    global _installed
     if name not in FAULTS:
         raise ValueError(f"{ENV}={name!r} is not a known fault; known: {', '.join(FAULTS)}")
-    if _installed == name:
+    if STATE.fault == name:
         return
     remove()
     real = verify_commit._Route.commit
@@ -57,18 +54,17 @@ def install(name: str) -> None:
 
     commit_step0._smd_real = real  # type: ignore[attr-defined]
     verify_commit._Route.commit = commit_step0  # type: ignore[method-assign]
-    _installed = name
+    STATE.fault = name
     report.record_fault(name)
     logger.warning("sglang-mamba-dedup: NEGATIVE CONTROL %s=%s: %s (never in a real run)", ENV, name, FAULTS[name])
 
 
 def remove() -> None:
     """Undo :func:`install` (no-op when no fault is in place)."""
-    global _installed
     real = getattr(verify_commit._Route.commit, "_smd_real", None)
     if real is not None:
         verify_commit._Route.commit = real  # type: ignore[method-assign]
-    _installed = None
+    STATE.fault = None
     report.record_fault(None)
 
 
@@ -83,7 +79,7 @@ def set_env(env: dict[str, str], on: bool) -> dict[str, str]:
 
 def requested() -> str | None:
     """The value of :data:`ENV` (stripped), a known fault or not; None when unset or blank."""
-    return os.environ.get(ENV, "").strip() or None
+    return env.value(env.FAULT)
 
 
 def install_from_env() -> str | None:

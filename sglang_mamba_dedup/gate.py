@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-ALLOW_CPU_ENV = "SGLANG_MAMBA_DEDUP_ALLOW_CPU"
+from . import env
+
+ALLOW_CPU_ENV = env.ALLOW_CPU
 
 _UNSET = object()
 
@@ -66,7 +67,7 @@ def pool_context() -> PoolContext | None:
 
 def cpu_allowed() -> bool:
     """Test-only override of the CUDA check (``SGLANG_MAMBA_DEDUP_ALLOW_CPU=1``)."""
-    return os.environ.get(ALLOW_CPU_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+    return env.enabled(env.ALLOW_CPU)
 
 
 def device_problem(device: Any) -> str | None:

@@ -21,31 +21,16 @@ import weakref
 from typing import Any
 
 from .layout import GB
+from .state import STATE
 
 GIB = GB
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-_reservation: dict[str, Any] = {}
-#: The pool the last reservation belongs to: the first pool built after the estimate (None: not built yet).
-_owner: list[Any] = []
-
-
-def record_reservation(reserved_bytes: int, **info: Any) -> None:
-    """The estimator's reservation for the next mamba pool built in this process (the last estimate wins)."""
-    _reservation.clear()
-    _reservation.update(reserved_bytes=int(reserved_bytes), **info)
-    _owner.clear()
-
 
 def reservation() -> dict[str, Any]:
-    return dict(_reservation)
-
-
-def reset() -> None:
-    """Forget the reservation (tests)."""
-    _reservation.clear()
-    _owner.clear()
+    """The estimator's reservation for the next pool (:attr:`.state.ProcessState.estimate`; empty: none)."""
+    return dict(STATE.estimate) if "reserved_bytes" in STATE.estimate else {}
 
 
 def _reference(pool: Any) -> Any:
@@ -59,11 +44,12 @@ def _reference(pool: Any) -> Any:
 def reservation_of(pool: Any) -> dict[str, Any] | None:
     """The reservation made for ``pool``: an estimate belongs to the first pool built after it, so a second
     pool in the process (e.g. a draft head's, built from the target's) has none of its own."""
-    if not _reservation:
+    res = reservation()
+    if not res:
         return None
-    if not _owner:
-        _owner.append(_reference(pool))
-    return dict(_reservation) if _owner[0]() is pool else None
+    if not STATE.estimate_owner:
+        STATE.estimate_owner.append(_reference(pool))
+    return res if STATE.estimate_owner[0]() is pool else None
 
 
 def _tensors(value: Any) -> list:
@@ -150,7 +136,7 @@ def build(pool: Any) -> dict[str, Any]:
         "logical_bytes": sum(r["logical"] for r in rows.values()),
         "bookkeeping_bytes": sum(rows[name]["physical"] for name in bookkeeping_buffers(pool)),
     }
-    if not _reservation:
+    if not reservation():
         return ledger
     res = ledger["reservation"] = reservation_of(pool)
     if res:
@@ -213,3 +199,15 @@ def log(ledger: dict[str, Any]) -> None:
         )
     else:
         logger.info("sglang-mamba-dedup: mamba memory ledger: %s", describe(ledger))
+
+
+def forget_reservation() -> None:
+    """Forget the estimator's reservation (the what-if CLIs between two estimates; tests)."""
+    STATE.estimate = {}
+    STATE.estimate_owner.clear()
+
+
+def record_reservation(reserved_bytes: int, **info: Any) -> None:
+    """Record a reservation for the next pool built (as the estimator patch does; tests and what-if runs)."""
+    STATE.estimate = {"reserved_bytes": int(reserved_bytes), **info}
+    STATE.estimate_owner.clear()

@@ -6,17 +6,18 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from . import report
 from .patcher import Patcher
-from .patches import FEATURES, PATCHES, mamba_pool, verify_commit
+from .patches import FEATURES, PATCHES, verify_commit
+from .state import STATE
 
 PATCHER = Patcher(PATCHES)
-report.set_status_source(lambda: PATCHER.status())
+STATE.patch_status = PATCHER.status
 
 
 def _publish() -> None:
     """Tell the patch layer what is installed (it never imports this module)."""
-    verify_commit.installed = bool(PATCHER.applied("commit"))
+    STATE.commit_installed = bool(PATCHER.applied("commit"))
+    verify_commit.installed = STATE.commit_installed  # until verify_commit reads the state
 
 
 def apply(
@@ -35,7 +36,7 @@ def apply(
 
 def live_backport_pools() -> int:
     """Pools alive in this process with our back-port layout (their view needs our commit)."""
-    return len(mamba_pool.LIVE_BACKPORT_POOLS)
+    return len(STATE.live_backport_pools)
 
 
 def revert(features: Iterable[str] | None = None, force: bool = False) -> dict[str, str | None]:

@@ -1,6 +1,6 @@
 """Process-local events and the optional status report file.
 
-``status()`` in :mod:`.patch_state` says what was wrapped; this module records what *happened*: which conv
+``status()`` in :mod:`.patcher` says what was wrapped; this module records what *happened*: which conv
 window layout the pool got (and its bytes) and how many commits ran through our kernels. When
 ``SGLANG_MAMBA_DEDUP_REPORT_DIR`` is set, each process writes ``status-<pid>-<token>.json`` there (the token,
 random per process, keeps two PID namespaces sharing one folder apart) whenever that
@@ -16,38 +16,35 @@ import json
 import os
 import secrets
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from . import versions
-from .switch import current_mode_name
+from . import env, state, versions
+from .state import COUNTERS, STATE, current_mode
 
-REPORT_DIR_ENV = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
-
-_lock = threading.Lock()
-#: Commit counters: every verify commit, those our kernel served, and the same two for commits that also
-#: carried a track set (SGLang saving mamba states into prefix-cache track slots).
-COUNTERS = ("commit_calls", "ours_commit_calls", "track_commit_calls", "ours_track_commit_calls")
-_events: dict[str, Any] = dict.fromkeys(COUNTERS, 0)
+REPORT_DIR_ENV = env.REPORT_DIR
+__all__ = [
+    "COUNTERS",
+    "clear_events",
+    "count_commit",
+    "events",
+    "muted",
+    "record_fault",
+    "record_layout",
+    "record_ledger",
+    "write",
+]
 
 
 def events() -> dict[str, Any]:
-    with _lock:
-        return json.loads(json.dumps(_events))
-
-
-def reset() -> None:
-    """For tests: forget every event of this process."""
-    with _lock:
-        _events.clear()
-        _events.update(dict.fromkeys(COUNTERS, 0))
+    with STATE.lock:
+        return json.loads(json.dumps(STATE.events))
 
 
 def record_layout(state: str, reason: str | None, dense_bytes: int, physical_bytes: int, **extra: Any) -> None:
     """Record the conv-window layout of the pool just built: state is 'ours', 'upstream' or 'stock'."""
-    with _lock:
-        _events["dedup_layout"] = {
+    with STATE.lock:
+        STATE.events["dedup_layout"] = {
             "state": state,
             "reason": reason,
             "dense_bytes": int(dense_bytes),
@@ -60,46 +57,36 @@ def record_layout(state: str, reason: str | None, dense_bytes: int, physical_byt
 def record_ledger(doc: dict[str, Any]) -> None:
     """Record the memory ledger of the pool just built (:mod:`.ledger`): ``ledgers`` keeps one per pool, in the
     order they were built (a draft head's pool next to the target's); ``ledger`` is the last one."""
-    with _lock:
-        _events["ledger"] = doc
-        _events.setdefault("ledgers", []).append(doc)
+    with STATE.lock:
+        STATE.events["ledger"] = doc
+        STATE.events.setdefault("ledgers", []).append(doc)
     write()
 
 
 def record_fault(name: str | None) -> None:
     """Record the negative-control fault in place in this process (:mod:`.faults`), or its removal."""
-    with _lock:
+    with STATE.lock:
         if name is None:
-            _events.pop("fault", None)
+            STATE.events.pop("fault", None)
         else:
-            _events["fault"] = name
+            STATE.events["fault"] = name
     if name is not None:
         write()
 
 
 def count_commit(ours: bool, track: bool = False) -> None:
     """Count one verify commit: ``ours`` when our kernel served it, ``track`` when it had a track set."""
-    with _lock:
-        _events["commit_calls"] += 1
+    with STATE.lock:
+        STATE.events["commit_calls"] += 1
         if ours:
-            _events["ours_commit_calls"] += 1
+            STATE.events["ours_commit_calls"] += 1
         if track:
-            _events["track_commit_calls"] += 1
+            STATE.events["track_commit_calls"] += 1
             if ours:
-                _events["ours_track_commit_calls"] += 1
-        n = _events["commit_calls"]
+                STATE.events["ours_track_commit_calls"] += 1
+        n = STATE.events["commit_calls"]
     if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: a handful of writes over a whole run
         write()
-
-
-_status_source: Callable[[], dict[str, dict[str, Any]]] = dict
-
-
-def set_status_source(source: Callable[[], dict[str, dict[str, Any]]]) -> None:
-    """Where :func:`snapshot` reads the per-patch status from (set by :mod:`.patch_state`, which sits above
-    this module: the report never imports it)."""
-    global _status_source
-    _status_source = source
 
 
 def snapshot() -> dict[str, Any]:
@@ -107,18 +94,13 @@ def snapshot() -> dict[str, Any]:
         "pid": os.getpid(),
         "argv0": sys.argv[0] if sys.argv else "",
         "sglang_version": versions.installed_sglang_version(),
-        "mode": current_mode_name(),
+        "mode": current_mode().value,
         "patches": {
             name: {"feature": st["feature"], "state": st["state"], "reason": st["reason"], "calls": st["calls"]}
-            for name, st in _status_source().items()
+            for name, st in STATE.patch_status().items()
         },
         "events": events(),
     }
-
-
-_atexit_registered = False
-_token: tuple[int, str] = (0, "")
-_muted = 0
 
 
 @contextlib.contextmanager
@@ -126,21 +108,19 @@ def muted() -> Iterator[None]:
     """No report file is written inside the block, whatever ``SGLANG_MAMBA_DEDUP_REPORT_DIR`` says (the what-if
     CLIs, ``plan`` and ``demo``, which run the plugin in their own process but serve nothing); events are
     still recorded in memory."""
-    global _muted
-    _muted += 1
+    STATE.report_muted += 1
     try:
         yield
     finally:
-        _muted -= 1
+        STATE.report_muted -= 1
 
 
 def report_path(directory: str) -> str:
     """This process's report file in ``directory``: ``status-<pid>-<token>.json``."""
-    global _token
     pid = os.getpid()
-    if _token[0] != pid:  # a forked child gets a token of its own
-        _token = (pid, secrets.token_hex(4))
-    return os.path.join(directory, f"status-{pid}-{_token[1]}.json")
+    if STATE.report_token[0] != pid:  # a forked child gets a token of its own
+        STATE.report_token = (pid, secrets.token_hex(4))
+    return os.path.join(directory, f"status-{pid}-{STATE.report_token[1]}.json")
 
 
 def write() -> str | None:
@@ -148,12 +128,11 @@ def write() -> str | None:
 
     The first write also registers a last one at interpreter exit, so a process that ends normally leaves
     exact counts (a process killed by a signal keeps its last power-of-two report)."""
-    global _atexit_registered
-    directory = os.environ.get(REPORT_DIR_ENV)
-    if not directory or _muted:
+    directory = os.environ.get(env.REPORT_DIR)
+    if not directory or STATE.report_muted:
         return None
-    if not _atexit_registered:
-        _atexit_registered = True
+    if not STATE.report_atexit:
+        STATE.report_atexit = True
         atexit.register(write)
     tmp = None
     try:
@@ -192,3 +171,10 @@ def _create_temp(path: str) -> tuple[str, int]:
         except FileExistsError:
             continue
     raise FileExistsError(f"no free temporary name next to {path}")
+
+
+def clear_events() -> None:
+    """Forget the events counted so far (a what-if CLI or a test starting a new count); :func:`.state.reset`
+    forgets everything."""
+    with STATE.lock:
+        STATE.events = state.fresh_events()

@@ -8,10 +8,12 @@ Versions are read from package metadata, without importing SGLang.
 from __future__ import annotations
 
 import importlib.metadata
-import os
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
+
+from . import env
+from .state import STATE
 
 #: Every SGLang release we test (CI runs the release tests on each; ``cli/evidence.py`` says what ran on each).
 RELEASES: tuple[str, ...] = (
@@ -56,7 +58,7 @@ UNIFIED_POOL = SpecifierSet(f">={UNIFIED_POOL_FROM},<{UNTESTED_FROM}")
 
 #: ``SGLANG_MAMBA_DEDUP_ALLOW_UNTESTED=1``: try the plugin on a release newer than :data:`SUPPORTED`; its
 #: patches are selected as for the newest tested release and every target is still resolved and checked.
-ALLOW_UNTESTED_ENV = "SGLANG_MAMBA_DEDUP_ALLOW_UNTESTED"
+ALLOW_UNTESTED_ENV = env.ALLOW_UNTESTED
 
 
 def plugin_version() -> str:
@@ -75,6 +77,13 @@ def installed_sglang_version() -> str | None:
         return None
 
 
+def sglang_version() -> str | None:
+    """:func:`installed_sglang_version`, read once per process (the serving path asks on every pool)."""
+    if STATE.sglang_version is None:
+        STATE.sglang_version = (installed_sglang_version(),)
+    return STATE.sglang_version[0]
+
+
 def parse(version: str) -> Version | None:
     try:
         return Version(version)
@@ -88,7 +97,7 @@ def in_range(version: str | None, spec: SpecifierSet = SUPPORTED) -> bool:
 
 
 def allow_untested() -> bool:
-    return os.environ.get(ALLOW_UNTESTED_ENV, "").strip().lower() in ("1", "on", "true", "yes")
+    return env.enabled(env.ALLOW_UNTESTED)
 
 
 def is_untested_newer(version: str | None) -> bool:

@@ -43,17 +43,13 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _plugin_clean(monkeypatch):
-    from sglang_mamba_dedup import activation, faults, ledger, patch_state, report
+    from sglang_mamba_dedup import env, faults, patch_state, state
 
-    monkeypatch.delenv(activation.ENV, raising=False)
-    monkeypatch.delenv(faults.ENV, raising=False)
-    monkeypatch.delenv(report.REPORT_DIR_ENV, raising=False)
+    for name in (env.SWITCH, env.FAULT, env.REPORT_DIR):
+        monkeypatch.delenv(name, raising=False)
     patch_state.revert(force=True)
-    activation.reset_for_tests()
-    report.reset()
-    ledger.reset()
+    state.reset()
     yield
     faults.remove()
     patch_state.revert(force=True)
-    activation.reset_for_tests()
-    report.reset()
+    state.reset()

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                 "CUDA-only gate is overridden for this demonstration; a real CPU server keeps SGLang's stock path)"
             )
         for label, switch, topk in runs:
-            report.reset()
+            report.clear_events()
             with switched(switch):
                 try:
                     pool = build_pool(

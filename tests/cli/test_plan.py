@@ -7,9 +7,9 @@ import json
 import pytest
 
 from sglang_mamba_dedup import sizing
-from sglang_mamba_dedup.cli import plan
+from sglang_mamba_dedup.cli import plan, plan_model
 from sglang_mamba_dedup.e2e import random_model
-from sglang_mamba_dedup.patches import pool_config
+from sglang_mamba_dedup.patches import estimator as estimator_patch
 from sglang_mamba_dedup.testing import estimator, shapes
 from sglang_mamba_dedup.testing.sglang_pool import cache_params
 
@@ -66,7 +66,7 @@ def test_plan_reads_config_json(preset, tmp_path, capsys):
     weights are counted from the safetensors headers (target, and the draft's MTP layers, embedding and head)."""
     dims = random_model.PRESETS[preset]
     (tmp_path / "config.json").write_text(json.dumps(random_model.build_config(dims)))
-    shape, weights = plan.shape_from_config(tmp_path)
+    shape, weights = plan_model.shape_from_config(tmp_path)
     assert weights is None
     expected = _expected_state(preset, dims)
     assert (shape.gdn_layers, shape.conv_dim, shape.ssm_shape, shape.conv_kernel) == expected
@@ -121,7 +121,7 @@ def test_plan_replayssm_reserves_the_conv_scratch(capsys):
     rows = min(256, ours["mamba_slots"] // ours["slots_per_request"]) + 1
     conv_row = sizing.conv_window_physical_bytes(cache_params(shapes.QWEN35_08B), 4)
     extra = (ours["reserved_gb"] - stock["reserved_gb"]) * (1 << 30)
-    assert extra == pytest.approx(rows * conv_row, abs=rows * pool_config.RING_CURSOR_BYTES + 1)
+    assert extra == pytest.approx(rows * conv_row, abs=rows * estimator_patch.RING_CURSOR_BYTES + 1)
 
 
 @pytest.mark.parametrize(

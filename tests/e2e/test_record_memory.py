@@ -19,7 +19,7 @@ import pytest
 
 from sglang_mamba_dedup.cli import plan
 from sglang_mamba_dedup.e2e import random_model
-from sglang_mamba_dedup.patches import pool_config
+from sglang_mamba_dedup.state import STATE
 from sglang_mamba_dedup.testing import estimator
 from tests.support import integration as iu
 
@@ -113,7 +113,7 @@ def _server_log(
 
 
 def _plugin_lines(t: str, *, giveback: bool = False, warning: bool = False) -> str:
-    """The on server's plugin lines, in the wording of patches/pool_config.py and ledger.py."""
+    """The on server's plugin lines, in the wording of patches/estimator_patch.py and ledger.py."""
     lines = [
         f"[2026-12-02 {t}:03] sglang-mamba-dedup: mamba cache estimator reserves the deduplicated scratch "
         "(D=4 counted as 3.9321 dense-equivalent draft tokens)",
@@ -164,7 +164,7 @@ def test_parse_log_reads_sglang_and_the_plugin_lines():
 def test_parse_log_reads_the_plugin_lines_as_the_plugin_writes_them(caplog, monkeypatch):
     """The budget, give-back and admission lines from the plugin's real code on SGLang's real estimator."""
     cp = iu.make_cache_params(num_layers=3, conv_dim=40, conv_kernel=4, num_heads=2, head_dim=8, state_size=4)
-    monkeypatch.setattr(pool_config, "_admission_warned", [])
+    STATE.warned.discard("admission")
     with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         estimator.run(cp, total_rest_gb=0.0002, device="cpu", max_running_requests=16, gdn=True, replayssm=True)
     text = "\n".join(f"[2026-12-02 10:00:31] {r.getMessage()}" for r in caplog.records)

@@ -20,7 +20,7 @@ import sglang_mamba_dedup
 from sglang_mamba_dedup import launch_config, ledger, sizing
 from sglang_mamba_dedup.cli import plan
 from sglang_mamba_dedup.e2e import random_model
-from sglang_mamba_dedup.patches import pool_config
+from sglang_mamba_dedup.state import STATE
 from sglang_mamba_dedup.testing import estimator
 from tests.support import integration as iu
 
@@ -142,7 +142,7 @@ def test_ledger_reserved_equals_allocated_on_the_launch_config(variant, qwen35_d
     if st["replayssm"]:
         pool_kw.update(enable_linear_replayssm_spec=True)
     with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
-        ledger.reset()
+        ledger.forget_reservation()
         launch_config.publish(launch.server_args)
         est = estimator.run(cp, total_rest_gb=3.0, launch=launch, device="cpu")
         if variant != "no-radix":
@@ -188,9 +188,9 @@ def test_pipeline_stage_top_up_prices_the_stage_only(pp):
     out = {}
     for on in (False, True):
         with iu.plugin(on):
-            ledger.reset()
+            ledger.forget_reservation()
             est = estimator.run(cp, total_rest_gb=60.0, max_running_requests=64, extra={"pp_size": pp})
-            out[on] = (est, dict(pool_config.last_estimate))
+            out[on] = (est, dict(STATE.estimate))
     (stock, _), (ours, decision) = out[False], out[True]
     per = sizing.request_bytes(cp, 4, dedup=True)
     # at most the pool's padding rows (0.5.12 ... 0.5.15 price neither the padding slot nor the padding scratch row)

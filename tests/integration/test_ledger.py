@@ -13,7 +13,8 @@ import torch
 
 import sglang_mamba_dedup
 from sglang_mamba_dedup import layout, ledger, report, sizing
-from sglang_mamba_dedup.patches import pool_config
+from sglang_mamba_dedup.patches import estimator as estimator_patch
+from sglang_mamba_dedup.state import STATE
 from sglang_mamba_dedup.testing import estimator
 from tests.support import integration as iu
 
@@ -123,7 +124,7 @@ def test_ledger_reservation_is_what_the_real_estimator_took():
     with iu.plugin(True):
         size, rest = iu.run_estimator(_cp(), total_rest_gb=1.0, device="cpu")
     res = ledger.reservation()
-    assert res["reserved_bytes"] == pool_config.last_estimate["reserved_bytes"] > 0
+    assert res["reserved_bytes"] == STATE.estimate["reserved_bytes"] > 0
     assert abs(res["reserved_bytes"] - (1.0 - rest) * ledger.GIB) <= 1
     assert size > 0
 
@@ -165,7 +166,7 @@ def _estimate_then_pool(variant: str, on: bool):
         pytest.skip("no envelope layout on this release")
     cp = _cp_odd()
     with iu.cpu_stock_paths(), iu.plugin(on):
-        ledger.reset()
+        ledger.forget_reservation()
         try:
             est = estimator.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True, **est_kw)
         except ValueError as exc:
@@ -174,7 +175,7 @@ def _estimate_then_pool(variant: str, on: bool):
             cache_params=cp, size=est.running, mamba_size=est.slots, draft_tokens=4, topk=1, extra=pool_kw
         )
         doc = sglang_mamba_dedup.memory_ledger() if on else ledger.build(pool.mamba_pool)
-    return cp, est, doc, dict(pool_config.last_estimate) if on else {}
+    return cp, est, doc, dict(STATE.estimate) if on else {}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -233,7 +234,7 @@ def test_admission_warning_when_the_mamba_pool_caps_running_requests(budget_gb, 
     """Once per scheduler, what admits every request asked for (the mamba cache size, exact: checked by running
     SGLang's estimator with it); where SGLang warns of the cap itself (0.5.17+) only that, at INFO, else a WARNING
     with the numbers and the other lifts; nothing when the requests fit."""
-    monkeypatch.setattr(pool_config, "_admission_warned", [])
+    STATE.warned.discard("admission")
     cp = _cp_odd()
     with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         est = estimator.run(cp, total_rest_gb=budget_gb, device="cpu", max_running_requests=16, gdn=True)
@@ -257,7 +258,7 @@ def test_admission_warning_when_the_mamba_pool_caps_running_requests(budget_gb, 
         if iu.NEW_LAYOUT
         else None
     )
-    if configurator is not None and pool_config._sglang_warns_of_the_cap(object.__new__(configurator)):
+    if configurator is not None and estimator_patch._sglang_warns_of_the_cap(object.__new__(configurator)):
         assert lines[0].levelno == logging.INFO and "caps running requests" not in text
         return
     assert lines[0].levelno == logging.WARNING
@@ -322,7 +323,7 @@ def test_ledger_pd_decode_reserves_the_pre_allocated_rows(on, caplog):
     cp = iu.make_cache_params(num_layers=3, conv_dim=40, conv_kernel=4, num_heads=4, head_dim=16, state_size=16)
     extra, pre_alloc = _decode_settings(estimator.server_args_fields())
     with iu.cpu_stock_paths(), iu.plugin(on), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
-        ledger.reset()
+        ledger.forget_reservation()
         est = estimator.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True, extra=extra)
         pool = _pd_decode_pool(cp, est, pre_alloc)
         if not on:  # stock's reservation, as the plugin's estimator patch records it when on
@@ -340,7 +341,7 @@ def test_ledger_pd_decode_reserves_the_pre_allocated_rows(on, caplog):
         assert allocated - reserved > ledger.tolerance(doc), (allocated, reserved, est, doc["buffers"])
         assert line.levelno == logging.WARNING
         return
-    assert pool_config.last_estimate["pd_decode_pre_alloc"] == pre_alloc
+    assert STATE.estimate["pd_decode_pre_alloc"] == pre_alloc
     assert allocated - reserved <= ledger.tolerance(doc), (allocated, reserved, doc["buffers"])
     assert reserved - allocated <= per.state, (allocated, reserved)
     assert line.levelno == logging.INFO
@@ -369,7 +370,7 @@ def test_pd_decode_rows_match_sglangs_decode_pool(extra_buffer, overlap):
     def wrapped():  # an estimator whose module has no runtime-context getters: server_args is read
         pass
 
-    got = pool_config.pd_decode_rows(wrapped, SimpleNamespace(server_args=sa), rows)
+    got = estimator_patch.pd_decode_rows(wrapped, SimpleNamespace(server_args=sa), rows)
     assert got is not None and got[0] == pre
     kw = dict(
         size=rows,
@@ -390,7 +391,7 @@ def test_pd_decode_rows_match_sglangs_decode_pool(extra_buffer, overlap):
         pool = cls(**kw)
     assert (rows + pre) * got[1] == pool.mamba_pool.size, (got, pool.mamba_pool.size)
     not_decode = SimpleNamespace(server_args=SimpleNamespace(disaggregation_mode="null"))
-    assert pool_config.pd_decode_rows(wrapped, not_decode, rows) is None
+    assert estimator_patch.pd_decode_rows(wrapped, not_decode, rows) is None
 
 
 def test_estimator_top_up_fails_open(monkeypatch, caplog):
@@ -403,12 +404,12 @@ def test_estimator_top_up_fails_open(monkeypatch, caplog):
 
     with iu.cpu_stock_paths(), iu.plugin(False):
         stock = estimator.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True)
-    monkeypatch.setattr(pool_config, "_top_up", broken)
+    monkeypatch.setattr(estimator_patch, "_top_up", broken)
     with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         est = estimator.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True)
     (line,) = [r for r in caplog.records if "could not predict" in r.getMessage()]
     assert line.levelno == logging.WARNING and "simulated" in line.getMessage()
-    assert pool_config.last_estimate["top_up_bytes"] == 0 and est.slots >= stock.slots
+    assert STATE.estimate["top_up_bytes"] == 0 and est.slots >= stock.slots
 
 
 # ------------------------------------------------------------------ SGLang's own bookkeeping; one ledger per pool

@@ -17,7 +17,9 @@ import pytest
 import torch
 
 from sglang_mamba_dedup import gate, layout, patch_state, report, sizing
-from sglang_mamba_dedup.patches import pool_config
+from sglang_mamba_dedup.patches import estimator as estimator_patch
+from sglang_mamba_dedup.patches import topk as topk_patch
+from sglang_mamba_dedup.state import STATE
 from sglang_mamba_dedup.testing import shapes
 from tests.support import integration as iu
 
@@ -258,7 +260,7 @@ def test_topk_plumbing_through_init_pools(caplog):
             cache_params=_cp(), size=2, mamba_size=4, draft_tokens=4, topk=None, via_init_pools=False
         )
 
-    installed = wrapt.FunctionWrapper(fake_init_pools, pool_config.init_pools)  # as the patcher wraps it
+    installed = wrapt.FunctionWrapper(fake_init_pools, topk_patch.init_pools)  # as the patcher wraps it
     for call in ("bound", "class attribute"):
         for topk, expect in ((1, "ours"), (3, "stock")):
             runner = types.SimpleNamespace(
@@ -334,7 +336,7 @@ def test_estimator_reserves_dedup_size(model, capsys):
         before, rest_before = iu.run_estimator(cp, total_rest_gb=budget, device="cpu")
     with iu.plugin(True):
         after, rest_after = iu.run_estimator(cp, total_rest_gb=budget, device="cpu")
-        est = dict(pool_config.last_estimate)
+        est = dict(STATE.estimate)
     assert est["applied"] and est["draft_tokens"] == 4
     d, k = 4, q.conv_kernel
     conv = q.gdn_layers * q.conv_dim * (k - 1) * 2  # bf16
@@ -364,7 +366,7 @@ def test_estimator_under_replayssm_reserves_the_conv_scratch(caplog):
             pytest.skip(str(exc))
     with iu.plugin(True), caplog.at_level("INFO", logger="sglang_mamba_dedup"):
         after, rest_after = iu.run_estimator(cp, total_rest_gb=40.0, device="cpu", replayssm=True)
-        est = dict(pool_config.last_estimate)
+        est = dict(STATE.estimate)
     assert after == before
     if not est["replayssm"] or "does not price it" in (est["reason"] or ""):  # 0.5.16: left alone, ledger warns
         assert est["applied"] is False and rest_after == rest_before
@@ -372,7 +374,7 @@ def test_estimator_under_replayssm_reserves_the_conv_scratch(caplog):
     rows = min(256, after // 3) + 1  # radix on: 3 slots per running request; +1 padding row
     conv_row = sizing.conv_window_physical_bytes(cp, 4)
     assert est["applied"] is True and est["top_up_bytes"] >= rows * conv_row, est
-    assert est["top_up_bytes"] - rows * conv_row in (0, rows * pool_config.RING_CURSOR_BYTES), est
+    assert est["top_up_bytes"] - rows * conv_row in (0, rows * estimator_patch.RING_CURSOR_BYTES), est
     assert abs((rest_before - rest_after) * (1 << 30) - est["top_up_bytes"]) < 1
     assert "reserves the deduplicated scratch" not in caplog.text
     assert "the conv-window scratch under ReplaySSM" in caplog.text

@@ -12,6 +12,7 @@ import pytest
 import sglang_mamba_dedup
 from sglang_mamba_dedup import activation, patch_state, versions
 from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
+from sglang_mamba_dedup.state import STATE
 
 pytestmark = pytest.mark.release
 
@@ -203,9 +204,8 @@ def test_strict_stops_when_the_commit_kernel_is_unavailable(monkeypatch):
 def test_on_mode_logs_why_our_commit_will_not_serve_the_pool(monkeypatch, caplog):
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")
     monkeypatch.setattr(verify_commit, "kernel_problem", lambda: "ImportError: simulated")
-    from sglang_mamba_dedup.patches import mamba_pool
 
-    mamba_pool._warned.clear()
+    STATE.warned.clear()
     with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         pool = _pool()
     assert pool.mamba_pool._smd_commit_ok is False or iu.BACKPORT
@@ -229,7 +229,7 @@ def test_revert_keeps_the_commit_while_a_backport_pool_lives(monkeypatch):
             assert patch_state.PATCHER.applied("commit")
             backend = iu.build_backend(pool, device="cpu")
             iu.set_forward_metadata(backend, torch.tensor([1, 2, 3], dtype=torch.int32), 4)
-            report.reset()
+            report.clear_events()
             backend.update_mamba_state_after_mtp_verify(torch.tensor([1, -1, 3]), None, None, None)
             assert report.events()["ours_commit_calls"] == 1
             del pool, backend

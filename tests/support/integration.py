@@ -57,7 +57,7 @@ UPSTREAM_KNOWS_OPT_OUT = not BACKPORT and "disable_conv_window_dedup" in inspect
 def plugin(on: bool, mode: str = "1"):
     """Plugin applied (``on``) or fully reverted, with the switch env var set accordingly."""
     old = os.environ.get("SGLANG_MAMBA_DEDUP")
-    report.reset()
+    report.clear_events()
     try:
         if on:
             os.environ["SGLANG_MAMBA_DEDUP"] = mode

@@ -1,14 +1,6 @@
-"""Pool construction and the mamba memory estimator.
+"""The mamba memory estimator: SGLang's own, scoped to the deduplicated scratch, and what it leaves out.
 
 Wraps
-  * ``sglang.srt.model_executor.model_runner_kv_cache_mixin.ModelRunnerKVCacheMixin._init_pools``
-    (0.5.12 ... 0.5.13.post1): those releases do not pass ``speculative_eagle_topk`` to ``MambaPool``.
-    For the duration of the call we publish it (and the unified-memory flag) through
-    :func:`sglang_mamba_dedup.gate.speculative_topk`, a context variable the pool patch reads. That covers
-    every pool ``_init_pools`` builds, ``HybridReqToTokenPool`` and the PD-decode
-    ``HybridMambaDecodeReqToTokenPool`` alike (both build their ``MambaPool`` inside it). Draft workers call
-    ``_init_pools`` too but share the target's ``req_to_token_pool``, so no second pool is built and
-    nothing is wrapped twice (wrapping is per class, once, by the patcher).
   * ``...ModelRunnerKVCacheMixin.handle_max_mamba_cache`` (before ``versions.NEW_LAYOUT_FROM``) and
     ``sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._handle_max_mamba_cache`` (from it on;
     the ranges are the patch table's): SGLang reserves ``mamba_cache_per_req * D`` of speculative scratch per request
@@ -33,44 +25,12 @@ import logging
 import math
 from typing import Any
 
-from sglang_mamba_dedup import gate, ledger, sizing, versions
+from sglang_mamba_dedup import gate, ledger, sizing, state, versions
+from sglang_mamba_dedup.state import STATE
 
 from . import verify_commit
 
 logger = logging.getLogger("sglang_mamba_dedup")
-
-#: The last estimator decision in this process (for tests, the doctor and the README numbers).
-last_estimate: dict[str, Any] = {}
-
-
-_warned_unbound: list = []
-
-
-def init_pools(wrapped, instance, args, kwargs):
-    runner = instance
-    if runner is None and args and hasattr(args[0], "server_args"):
-        # reached through the class attribute with self first (another plugin's wrapper around ours):
-        # wrapt passes no instance; the runner is the first argument
-        runner = args[0]
-        if not _warned_unbound:
-            _warned_unbound.append(True)
-            logger.warning(
-                "sglang-mamba-dedup: ModelRunner._init_pools was called through the class attribute with self "
-                "first (another wrapper around ours?); the EAGLE topk is read from that argument"
-            )
-    sa = getattr(runner, "server_args", None)
-    if sa is None or not hasattr(sa, "speculative_eagle_topk"):
-        # the topk cannot be read: 'unknown', which the gate answers with SGLang's dense window (strict stops)
-        topk = gate._UNSET
-        logger.warning(
-            "sglang-mamba-dedup: ModelRunner._init_pools called in a form the plugin cannot read (no server_args "
-            "on its instance or first argument); the EAGLE topk is unknown, pools keep SGLang's dense window"
-        )
-    else:
-        topk = sa.speculative_eagle_topk
-    unified = bool(getattr(sa, "enable_unified_memory", False))
-    with gate.speculative_topk(topk, unified=unified, source="ModelRunner._init_pools"):
-        return wrapped(*args, **kwargs)
 
 
 def _spec_bag(wrapped):
@@ -280,7 +240,8 @@ def ring_over_reservation(wrapped, instance, info: dict[str, Any], rows: int, as
 
 def handle_max_mamba_cache(wrapped, instance, args, kwargs):
     d_eff, reason, info = estimator_decision(wrapped, instance)
-    last_estimate.clear()
+    STATE.estimate = estimate = {}
+    STATE.estimate_owner.clear()
     scoped = d_eff is not None and abs(d_eff - info["draft_tokens"]) > 1e-12
     if scoped:
         with _scoped_draft_tokens(wrapped, instance, d_eff):
@@ -306,7 +267,7 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
         result = result - topup / ledger.GIB
         reserved += topup
     applied = scoped or topup != 0
-    last_estimate.update(
+    estimate.update(
         applied=applied,
         reason=None if applied else (reason or "the estimate already reserves the deduplicated scratch"),
         top_up_bytes=topup,
@@ -341,7 +302,7 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
             detail,
         )
     if not applied:
-        logger.info("sglang-mamba-dedup: mamba cache estimator unchanged: %s", last_estimate["reason"])
+        logger.info("sglang-mamba-dedup: mamba cache estimator unchanged: %s", estimate["reason"])
     if reserved is not None:
         slots = _schedule(wrapped, instance)[0]
         logger.info(
@@ -352,8 +313,7 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
             reserved / ledger.GIB,
             slots,
         )
-        last_estimate["reserved_bytes"] = reserved
-        ledger.record_reservation(reserved, applied=applied, reason=last_estimate["reason"])
+        estimate["reserved_bytes"] = reserved
     _warn_admission(wrapped, instance, info, None, reserved)
     return result
 
@@ -467,9 +427,6 @@ def _top_up(wrapped, instance, info: dict[str, Any], reserved: int | None, price
     return gap, f"{what}; the pool allocates {named}"
 
 
-_admission_warned: list = []
-
-
 def _sglang_warns_of_the_cap(instance) -> bool:
     """Whether the installed SGLang logs its own WARNING when the mamba pool caps the running requests (0.5.17+:
     ``KVCacheConfigurator.resolve_max_num_reqs``)."""
@@ -507,13 +464,12 @@ def _warn_admission(wrapped, instance, info: dict[str, Any], budget_gb=None, res
     (the fraction and the mamba cache size that admit them all). Where SGLang warns of the cap itself (0.5.17+)
     that is all, at INFO; where it is silent or says it at INFO, a WARNING with the numbers and the other lifts."""
     slots, running, dp, ratio = _schedule(wrapped, instance)
-    if slots is None or running is None or not ratio or _admission_warned:
+    if slots is None or running is None or not ratio:
         return
     asked = max(1, int(running) // dp)
     cap = int(slots) // ratio
-    if cap >= asked:
+    if cap >= asked or not state.first_time("admission"):
         return
-    _admission_warned.append((cap, asked))
     fraction, size = _lift(wrapped, instance, asked, int(slots), ratio, budget_gb, reserved)
     exact = f"--max-mamba-cache-size {size}" + (
         f" or --mem-fraction-static {fraction:.2f} (about; `sglang-mamba-dedup plan -- <these flags>` gives it exactly)"

@@ -1,0 +1,79 @@
+"""Every environment variable and launch flag the plugin reads, with what each means (one home for the names).
+
+Boolean variables (:func:`enabled`) accept ``1``, ``on``, ``true``, ``yes`` (any case); anything else is off.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+
+SWITCH = "SGLANG_MAMBA_DEDUP"
+"""The switch: unset / ``0`` / ``off`` = off; ``1`` / ``on`` = on (a reason to skip is logged and SGLang's
+stock path kept); ``strict`` = on, and any reason to skip stops the launch. Spawned SGLang processes inherit it."""
+
+FLAG = "--enable-mamba-conv-dedup"
+"""The launch flag of ``python -m sglang.launch_server`` / ``sglang serve``: the same as ``SGLANG_MAMBA_DEDUP=1``."""
+
+FAULT = "SGLANG_MAMBA_DEDUP_FAULT"
+"""The negative control of the end-to-end proof (``commit_step0``: the commit copies draft step 0). Never in a
+real run; strict mode refuses to start while it is set."""
+
+REPORT_DIR = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
+"""A folder: each process writes ``status-<pid>-<token>.json`` there (what was patched, layouts, commit counts)."""
+
+ALLOW_CPU = "SGLANG_MAMBA_DEDUP_ALLOW_CPU"
+"""Tests only (boolean): the pool gate accepts a CPU pool, where the Triton interpreter stands in for the GPU."""
+
+ALLOW_UNTESTED = "SGLANG_MAMBA_DEDUP_ALLOW_UNTESTED"
+"""Boolean: patch an SGLang release newer than the tested range as the newest tested one (logged UNTESTED)."""
+
+
+class Mode(enum.StrEnum):
+    """What the switch selects."""
+
+    OFF = "off"
+    ON = "on"
+    STRICT = "strict"
+
+
+_VALUES = {"": Mode.OFF, "0": Mode.OFF, "off": Mode.OFF, "1": Mode.ON, "on": Mode.ON, "strict": Mode.STRICT}
+ACCEPTED = "unset, 0, off, 1, on, strict"
+
+
+class SwitchError(ValueError):
+    """``SGLANG_MAMBA_DEDUP`` holds a value we do not understand."""
+
+
+def parse_mode(value: str | None) -> Mode:
+    """The mode a switch value selects; :class:`SwitchError` (naming the accepted values) for anything else."""
+    if value is None:
+        return Mode.OFF
+    key = value.strip().lower()
+    if key not in _VALUES:
+        shown = value if len(value) <= 40 else f"{value[:40]}... ({len(value)} characters)"
+        raise SwitchError(f"{SWITCH}={shown!r} is not understood; accepted values: {ACCEPTED} (the plugin stays off)")
+    return _VALUES[key]
+
+
+def parse_mode_or_off(value: str | None) -> Mode:
+    """:func:`parse_mode`, with a value it does not understand read as off."""
+    try:
+        return parse_mode(value)
+    except SwitchError:
+        return Mode.OFF
+
+
+def switch_mode() -> Mode:
+    """What the environment's switch says now (unparseable: off)."""
+    return parse_mode_or_off(os.environ.get(SWITCH))
+
+
+def enabled(name: str) -> bool:
+    """A boolean variable: ``1`` / ``on`` / ``true`` / ``yes``."""
+    return os.environ.get(name, "").strip().lower() in ("1", "on", "true", "yes")
+
+
+def value(name: str) -> str | None:
+    """A variable's value, stripped; None when unset or blank."""
+    return os.environ.get(name, "").strip() or None

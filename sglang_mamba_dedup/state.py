@@ -1,0 +1,106 @@
+"""This process's plugin state, in one object: :data:`STATE`, and :func:`reset` for the tests.
+
+Everything the plugin remembers between SGLang's calls lives here, so that a reader sees all of it at once and
+a test resets it in one call. Modules at every layer read and write it; it imports nothing of the package but
+:mod:`.env`. What it does not hold: the wrapped functions themselves (:data:`.patcher.PATCHER`, which also
+restores SGLang's originals) and the commit kernel's plan cache (keyed weakly by the pool's tensors).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from . import env
+
+logger = logging.getLogger("sglang_mamba_dedup")
+
+#: Commit counters: every verify commit, those our kernel served, and the same two for commits that also
+#: carried a track set (SGLang saving mamba states into prefix-cache track slots).
+COUNTERS = ("commit_calls", "ours_commit_calls", "track_commit_calls", "ours_track_commit_calls")
+
+
+def fresh_events() -> dict[str, Any]:
+    return dict.fromkeys(COUNTERS, 0)
+
+
+@dataclasses.dataclass
+class ProcessState:
+    # -- the switch, decided once per process and switch value by the activation
+    mode: env.Mode | None = None
+    """The activation's decision (None: not decided yet; :func:`current_mode` then reads the environment)."""
+    activation_key: tuple | None = None
+    """(switch value, SGLang version, what-if) of the last activation: a repeated call with the same key returns."""
+    last_summary: str | None = None
+    """The activation's last log line (doctor, e2e and tests read it)."""
+    programmatic: bool = False
+    """``sglang_mamba_dedup.apply()`` was called: an unset switch then keeps its patches."""
+    sglang_version: tuple[str | None] | None = None
+    """The installed SGLang's version, read once (a 1-tuple once known, since the version itself may be None)."""
+
+    # -- what is installed and alive
+    commit_installed: bool = False
+    """Our commit wrapper is in place (the pool gate refuses our back-port layout without it)."""
+    patch_status: Callable[[], dict[str, dict[str, Any]]] = dict
+    """The per-patch status, for the report (set by :mod:`.patcher`, which the report does not import)."""
+    live_backport_pools: weakref.WeakSet = dataclasses.field(default_factory=weakref.WeakSet)
+    """Pools alive with our back-ported deduplicated window: SGLang's own commit cannot read them."""
+    kernel: Any = None
+    """The imported commit kernel module (imported on the first commit: torch and Triton are heavy)."""
+    kernel_error: str | None = None
+    """Why the kernel module did not import (remembered: the commit then stays SGLang's)."""
+    fault: str | None = None
+    """The negative-control fault in place (never in a real run)."""
+
+    # -- the estimator's reservation, for the ledger of the next pool built
+    estimate: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The last estimator call: reserved bytes, draft tokens, top-up, reason (empty: none yet)."""
+    estimate_owner: list = dataclasses.field(default_factory=list)
+    """A weak reference to the pool the estimate belongs to: the first pool built after it."""
+
+    # -- events (the status report) and warnings said once
+    events: dict[str, Any] = dataclasses.field(default_factory=fresh_events)
+    warned: set = dataclasses.field(default_factory=set)
+    report_muted: int = 0
+    report_token: tuple[int, str] = (0, "")
+    report_atexit: bool = False
+    lock: Any = dataclasses.field(default_factory=threading.Lock)
+
+
+STATE = ProcessState()
+
+
+def reset() -> None:
+    """Forget everything this process remembered (tests). The patches themselves are reverted by the patcher."""
+    fresh = ProcessState()
+    for f in dataclasses.fields(ProcessState):
+        if f.name not in ("lock", "report_atexit", "patch_status"):
+            setattr(STATE, f.name, getattr(fresh, f.name))
+
+
+def current_mode() -> env.Mode:
+    """The activation's decision for this process, or (before any) what the environment says."""
+    return STATE.mode if STATE.mode is not None else env.switch_mode()
+
+
+def is_strict() -> bool:
+    return current_mode() is env.Mode.STRICT
+
+
+def first_time(key: Any) -> bool:
+    """True the first time ``key`` is asked in this process: for warnings said once."""
+    with STATE.lock:
+        if key in STATE.warned:
+            return False
+        STATE.warned.add(key)
+        return True
+
+
+def warn_once(key: Any, msg: str, *args: Any, level: int = logging.WARNING) -> None:
+    """Log ``msg`` once per process for ``key``."""
+    if first_time(key):
+        logger.log(level, msg, *args)
