@@ -14,7 +14,7 @@ and custom-memory-pool context the original uses, read from the instance it just
 
   * ``intermediate_ssm [L, S+1, D, *ssm]`` exactly as SGLang would (same shape and dtype);
   * per conv kind one physical ``[L, S+1, dim, D+K-2]`` buffer and its overlapping view
-    (:mod:`sglang_mamba_dedup.layout`), kept in ``_intermediate_conv_window_phys`` as upstream names it;
+    (:mod:`sglang_mamba_dedup.sizing`), kept in ``_intermediate_conv_window_phys`` as upstream names it;
 
 and swap ``mamba_cache`` for a ``SpeculativeState`` holding them. So the peak during construction is the
 final footprint, ``mem_usage`` counts physical bytes, and our log line reports them.
@@ -41,7 +41,7 @@ import inspect
 import logging
 from typing import Any
 
-from sglang_mamba_dedup import gate, layout, ledger, report, state, versions
+from sglang_mamba_dedup import gate, ledger, report, sizing, state, versions
 from sglang_mamba_dedup.env import SWITCH
 from sglang_mamba_dedup.state import STATE
 
@@ -49,7 +49,7 @@ from . import verify_commit
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-GB = layout.GB
+GB = sizing.GIB
 
 _sglang_version = versions.sglang_version
 
@@ -149,7 +149,7 @@ def unified_mamba_pool_init(wrapped, instance, args, kwargs):
     target = instance if instance is not None else (args[0] if args else None)
     dense = 0
     try:
-        dense = layout.nbytes(target.mamba_cache.intermediate_conv_window) if spec else 0
+        dense = sizing.nbytes(target.mamba_cache.intermediate_conv_window) if spec else 0
     except Exception:  # noqa: BLE001 - report only
         dense = 0
     if target is not None:
@@ -194,7 +194,7 @@ def _unified() -> bool:
 
 
 def _dense_bytes(num_layers: int, rows: int, d: int, conv_shapes, itemsize: int) -> int:
-    return sum(layout.dense_window_bytes(num_layers, rows, d, cs, itemsize) for cs in conv_shapes)
+    return sum(sizing.dense_window_bytes(num_layers, rows, d, cs, itemsize) for cs in conv_shapes)
 
 
 def _gate(instance, kwargs, *, backport: bool = False):
@@ -223,7 +223,7 @@ def _record_stock(instance, reason: str, kwargs, *, spec: bool) -> None:
     dense = 0
     if spec and cache_params is not None:
         try:
-            dense = layout.nbytes(instance.mamba_cache.intermediate_conv_window)
+            dense = sizing.nbytes(instance.mamba_cache.intermediate_conv_window)
         except Exception:  # noqa: BLE001 - report only
             dense = 0
     instance._smd_layout = "stock"
@@ -318,7 +318,7 @@ def _add_dedup_scratch(wrapped, instance, kwargs) -> None:
         )
         phys_list, views = [], []
         for cs in conv_shapes:
-            phys, view = layout.allocate(
+            phys, view = sizing.allocate(
                 num_layers=num_layers,
                 rows=spec_rows,
                 num_draft_tokens=d,
@@ -333,15 +333,15 @@ def _add_dedup_scratch(wrapped, instance, kwargs) -> None:
     instance.mamba_cache = instance.SpeculativeState(**fields)
     instance._intermediate_conv_window_phys = phys_list
 
-    state_bytes = layout.nbytes(conv) + layout.nbytes(temporal)
+    state_bytes = sizing.nbytes(conv) + sizing.nbytes(temporal)
     other = sum(
-        layout.nbytes(getattr(state, f.name))
+        sizing.nbytes(getattr(state, f.name))
         for f in dataclasses.fields(state)
         if f.name not in ("conv", "temporal") and isinstance(getattr(state, f.name), (torch.Tensor, list))
     )
-    physical = layout.nbytes(phys_list)
+    physical = sizing.nbytes(phys_list)
     dense = _dense_bytes(num_layers, spec_rows, d, conv_shapes, torch.empty((), dtype=conv_dtype).element_size())
-    ssm_bytes = layout.nbytes(intermediate_ssm)
+    ssm_bytes = sizing.nbytes(intermediate_ssm)
     instance.mem_usage = (state_bytes + other + ssm_bytes + physical) / GB
     instance._smd_layout = "ours"
     instance._smd_commit_ok = True
@@ -404,7 +404,7 @@ def _takeover_init(wrapped, instance, kwargs):
     for i, view in enumerate(windows):
         phys = _phys_for(instance, i, view)
         phys_list.append(phys)
-        problem = layout.dedup_problem(view, phys)
+        problem = sizing.dedup_problem(view, phys)
         if problem:
             problems.append(f"window {i}: {problem}")
     if problems:
@@ -415,8 +415,8 @@ def _takeover_init(wrapped, instance, kwargs):
 
     import torch
 
-    physical = layout.nbytes(phys_list)
-    dense = layout.nbytes(windows)  # the views' logical size is the dense size
+    physical = sizing.nbytes(phys_list)
+    dense = sizing.nbytes(windows)  # the views' logical size is the dense size
     # mem_usage must count the physical buffers, not the views' logical size.
     expected = 0
     for f in dataclasses.fields(cache):
@@ -424,7 +424,7 @@ def _takeover_init(wrapped, instance, kwargs):
         if f.name == "intermediate_conv_window":
             expected += physical
         elif isinstance(v, (torch.Tensor, list)):
-            expected += layout.nbytes(v)
+            expected += sizing.nbytes(v)
     reported = getattr(instance, "mem_usage", None)
     if reported is None or abs(reported * GB - expected) > 1024:
         logger.info(

@@ -20,10 +20,8 @@ import logging
 import weakref
 from typing import Any
 
-from .layout import GB
+from .sizing import GIB
 from .state import STATE
-
-GIB = GB
 
 logger = logging.getLogger("sglang_mamba_dedup")
 

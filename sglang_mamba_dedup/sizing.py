@@ -1,19 +1,37 @@
-"""Bytes per request of a mamba pool, by buffer: the one place the plugin turns cache params into sizes.
+"""The mamba pool's bytes: the deduplicated conv-window layout, and the bytes per request by buffer.
 
-Read by the estimator patch (what the pool will allocate, so that it is reserved), by the gate (the
-draft-token count that makes SGLang's estimator reserve the deduplicated scratch), and by the planner
+**The layout.** Speculative verify keeps, per verify row, one ``(dim, K-1)`` conv window per draft step.
+Consecutive steps' windows overlap by ``K-2`` columns, so instead of the dense ``[L, S+1, D, dim, K-1]`` scratch
+we keep one physical buffer ``phys [L, S+1, dim, D+K-2]`` and expose an overlapping strided view of
+logical shape ``[L, S+1, D, dim, K-1]`` with::
+
+    view[l, s, t, d, w] is phys[l, s, d, t + w]          (same memory)
+
+Footprint ratio (physical / dense) = ``(D+K-2) / (D*(K-1))``: 0.5 at D=4, K=4.
+Correct only for a linear draft chain (EAGLE topk <= 1): see :mod:`sglang_mamba_dedup.gate`.
+
+This module needs torch only for :func:`allocate` / :func:`view_of` / :func:`dedup_problem`; the
+byte math is plain integers.
+
+**Bytes per request.** Read by the estimator patch (what the pool will allocate, so that it is reserved), by
+the gate (the draft-token count that makes SGLang's estimator reserve the deduplicated scratch), and by the planner
 (``sglang-mamba-dedup plan``). The pool itself is measured, not predicted, by :mod:`.ledger`; the tests compare
 the two.
 
 Duck-typed on SGLang's ``Mamba2CacheParams`` (``shape.conv`` a list of ``(dim, K-1)`` conv shapes, one per conv
-kind; ``shape.temporal``; ``dtype.conv``/``dtype.temporal``; ``layers``). No torch or SGLang import.
+kind; ``shape.temporal``; ``dtype.conv``/``dtype.temporal``; ``layers``). No SGLang import; torch only inside
+the layout's tensor functions.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
+
+GIB = 1 << 30
+MIB = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,3 +117,107 @@ def ring_bytes(cache_params: Any, record_len: int | None) -> int | None:
     if fn is None or record_len is None:
         return None
     return int(fn(record_len=record_len))
+
+
+# -- the deduplicated conv-window layout
+
+
+def ratio(num_draft_tokens: int, conv_kernel: int) -> float:
+    """Physical / dense bytes of the window scratch: ``(D+K-2) / (D*(K-1))``."""
+    d, k = int(num_draft_tokens), int(conv_kernel)
+    return (d + k - 2) / (d * (k - 1))
+
+
+def dense_window_bytes(
+    num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int], itemsize: int
+) -> int:
+    """Bytes of SGLang's dense ``[L, rows, D, dim, K-1]`` window scratch for one conv kind."""
+    dim, win = int(conv_shape[0]), int(conv_shape[1])
+    return int(num_layers) * int(rows) * int(num_draft_tokens) * dim * win * int(itemsize)
+
+
+def phys_shape(
+    num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int]
+) -> tuple[int, int, int, int]:
+    dim, win = int(conv_shape[0]), int(conv_shape[1])
+    return (int(num_layers), int(rows), dim, int(num_draft_tokens) + win - 1)
+
+
+def view_of(phys: Any, num_draft_tokens: int, window: int) -> Any:
+    """The overlapping ``[L, S, D, dim, K-1]`` view of a contiguous ``[L, S, dim, D+K-2]`` buffer."""
+    if phys.dim() != 4 or not phys.is_contiguous():
+        raise ValueError(f"phys must be a contiguous 4-d tensor, got shape {tuple(phys.shape)} strides {phys.stride()}")
+    if phys.shape[3] != num_draft_tokens + window - 1:
+        raise ValueError(f"phys last dim {phys.shape[3]} != D+K-2 = {num_draft_tokens + window - 1}")
+    s0, s1, s2, s3 = phys.stride()
+    return phys.as_strided(
+        (phys.shape[0], phys.shape[1], int(num_draft_tokens), phys.shape[2], int(window)),
+        (s0, s1, s3, s2, s3),
+        phys.storage_offset(),
+    )
+
+
+def allocate(
+    *,
+    num_layers: int,
+    rows: int,
+    num_draft_tokens: int,
+    conv_shape: Sequence[int],
+    dtype: Any,
+    device: Any,
+) -> tuple[Any, Any]:
+    """Allocate one zeroed physical buffer and return ``(phys, view)``; allocates nothing else."""
+    import torch
+
+    phys = torch.zeros(phys_shape(num_layers, rows, num_draft_tokens, conv_shape), dtype=dtype, device=device)
+    return phys, view_of(phys, num_draft_tokens, int(conv_shape[1]))
+
+
+def nbytes(t: Any) -> int:
+    """Logical bytes of a tensor (or list of tensors), as SGLang's ``get_tensor_size_bytes`` counts."""
+    if t is None:
+        return 0
+    if isinstance(t, (list, tuple)):
+        return sum(nbytes(x) for x in t)
+    return int(t.numel()) * int(t.element_size())
+
+
+def dedup_problem(view: Any, phys: Any) -> str | None:
+    """None when ``view`` is exactly the overlapping view of ``phys``; else what differs.
+
+    Checks shapes, strides, dtype, device and that ``view[l,s,t,d,w]`` and ``phys[l,s,d,t+w]`` start at
+    the same address (``data_ptr`` math, no element reads), so the view truly aliases the buffer.
+    """
+    if view is None or phys is None:
+        return "no tensor"
+    if phys.dim() != 4 or view.dim() != 5:
+        return f"ranks phys {phys.dim()} / view {view.dim()} (want 4 / 5)"
+    L, S, D, dim, win = view.shape
+    if tuple(phys.shape) != (L, S, dim, D + win - 1):
+        return f"phys shape {tuple(phys.shape)} != {(L, S, dim, D + win - 1)}"
+    if view.dtype != phys.dtype or view.device != phys.device:
+        return "dtype/device differ"
+    if not phys.is_contiguous():
+        return "phys is not contiguous"
+    if view.untyped_storage().data_ptr() != phys.untyped_storage().data_ptr():
+        return "view does not share phys's storage"
+    s0, s1, s2, s3 = phys.stride()
+    if tuple(view.stride()) != (s0, s1, s3, s2, s3):
+        return f"view strides {tuple(view.stride())} != {(s0, s1, s3, s2, s3)}"
+    if view.data_ptr() != phys.data_ptr():
+        return "view starts elsewhere in the storage"
+    item = phys.element_size()
+    # Corner elements: view[l,s,t,d,w] vs phys[l,s,d,t+w], by address only.
+    for l, s, t, d, w in {
+        (0, 0, 0, 0, 0),
+        (L - 1, S - 1, D - 1, dim - 1, win - 1),
+        (L - 1, 0, D - 1, 0, 0),
+        (0, S - 1, 0, dim - 1, win - 1),
+    }:
+        a = view.data_ptr() + item * (
+            l * view.stride(0) + s * view.stride(1) + t * view.stride(2) + d * view.stride(3) + w * view.stride(4)
+        )
+        b = phys.data_ptr() + item * (l * s0 + s * s1 + d * s2 + (t + w) * s3)
+        if a != b:
+            return f"view[{l},{s},{t},{d},{w}] and phys[{l},{s},{d},{t + w}] are different memory"
+    return None

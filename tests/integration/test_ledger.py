@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import sglang_mamba_dedup
-from sglang_mamba_dedup import layout, ledger, report, sizing
+from sglang_mamba_dedup import ledger, report, sizing
 from sglang_mamba_dedup.patches import estimator as estimator_patch
 from sglang_mamba_dedup.state import STATE
 from sglang_mamba_dedup.testing import estimator
@@ -49,8 +49,8 @@ def test_ledger_lists_every_buffer_and_counts_each_storage_once(caplog):
     rows = doc["buffers"]
     assert {"conv", "temporal", "intermediate_ssm", "intermediate_conv_window"} <= set(rows), rows
     # the dedup view: logical = the dense [L, R, D, dim, K-1] bytes, physical = its [L, R, dim, D+K-2] buffer
-    win, phys = rows["intermediate_conv_window"], layout.nbytes(mp._intermediate_conv_window_phys)
-    assert win["logical"] == layout.nbytes(mp.mamba_cache.intermediate_conv_window) and win["physical"] == phys
+    win, phys = rows["intermediate_conv_window"], sizing.nbytes(mp._intermediate_conv_window_phys)
+    assert win["logical"] == sizing.nbytes(mp.mamba_cache.intermediate_conv_window) and win["physical"] == phys
     assert win["physical"] * 4 * 3 == win["logical"] * (4 + 4 - 2)  # (D+K-2)/(D*(K-1)) at D=4, K=4
     assert rows["_intermediate_conv_window_phys"]["physical"] == 0, "a storage is charged once"
     assert rows["_intermediate_conv_window_phys"]["storage_of"] == ["intermediate_conv_window"]
@@ -63,7 +63,7 @@ def test_ledger_lists_every_buffer_and_counts_each_storage_once(caplog):
     state = mp.mamba_cache
     assert state.mem_usage_bytes() == ledger.state_bytes(state)
     assert state.mem_usage_bytes() < sum(
-        layout.nbytes(getattr(state, f.name)) for f in dataclasses.fields(state) if getattr(state, f.name) is not None
+        sizing.nbytes(getattr(state, f.name)) for f in dataclasses.fields(state) if getattr(state, f.name) is not None
     )
     lines = [r for r in caplog.records if "mamba memory ledger" in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelno == logging.INFO

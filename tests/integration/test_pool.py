@@ -16,7 +16,7 @@ import types
 import pytest
 import torch
 
-from sglang_mamba_dedup import gate, layout, patch_state, report, sizing
+from sglang_mamba_dedup import gate, patch_state, report, sizing
 from sglang_mamba_dedup.patches import estimator as estimator_patch
 from sglang_mamba_dedup.patches import topk as topk_patch
 from sglang_mamba_dedup.state import STATE
@@ -25,7 +25,7 @@ from tests.support import integration as iu
 
 pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
 
-GB = layout.GB
+GB = sizing.GIB
 
 
 @pytest.fixture(autouse=True)
@@ -57,7 +57,7 @@ def _assert_dedup(mp, draft_tokens, conv_kernel):
     phys_list = mp._intermediate_conv_window_phys
     assert len(windows) == len(phys_list) >= 1
     for view, phys in zip(windows, phys_list):
-        assert layout.dedup_problem(view, phys) is None
+        assert sizing.dedup_problem(view, phys) is None
         L, S, D, dim, win = view.shape
         assert (D, win) == (draft_tokens, conv_kernel - 1)
         assert tuple(phys.shape) == (L, S, dim, D + win - 1)
@@ -69,12 +69,12 @@ def _assert_dedup(mp, draft_tokens, conv_kernel):
         assert float(phys[L - 1, S - 1, dim - 1, D + win - 2]) == 7.0
         view.zero_()
         # Physical bytes are exactly (D+K-2)/(D*(K-1)) of dense.
-        dense = layout.nbytes(view)
-        assert layout.nbytes(phys) * D * win == dense * (D + win - 1)
+        dense = sizing.nbytes(view)
+        assert sizing.nbytes(phys) * D * win == dense * (D + win - 1)
     # mem_usage counts physical bytes.
     c = mp.mamba_cache
     physical = (
-        layout.nbytes(c.conv) + layout.nbytes(c.temporal) + layout.nbytes(c.intermediate_ssm) + layout.nbytes(phys_list)
+        sizing.nbytes(c.conv) + sizing.nbytes(c.temporal) + sizing.nbytes(c.intermediate_ssm) + sizing.nbytes(phys_list)
     )
     assert abs(mp.mem_usage * GB - physical) < 1
 
@@ -92,7 +92,7 @@ def test_plugin_pool_is_deduplicated(draft_tokens, conv_kernel):
         assert ev["physical_bytes"] * draft_tokens * (conv_kernel - 1) == ev["dense_bytes"] * (
             draft_tokens + conv_kernel - 2
         )
-        assert abs(ev["physical_bytes"] / ev["dense_bytes"] - layout.ratio(draft_tokens, conv_kernel)) < 1e-12
+        assert abs(ev["physical_bytes"] / ev["dense_bytes"] - sizing.ratio(draft_tokens, conv_kernel)) < 1e-12
         assert patch_state.PATCHER.calls("mamba_pool.init") == calls0 + 1
 
 
@@ -197,7 +197,7 @@ def test_gate_no_gives_stock_layout_and_reason(case, monkeypatch):
                 w = mp.mamba_cache.intermediate_conv_window[0]
                 phys = getattr(mp, "_intermediate_conv_window_phys", None)
                 assert w.is_contiguous(), "stock = SGLang's dense window"
-                assert not phys or layout.dedup_problem(w, phys[0]) is not None
+                assert not phys or sizing.dedup_problem(w, phys[0]) is not None
         else:  # take-over, CPU without override: upstream still dedups on CPU (its gate excludes only NPU/CPU engine)
             assert ev["state"] == "upstream" and fragment in ev["reason"], ev
 

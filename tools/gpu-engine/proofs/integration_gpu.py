@@ -348,7 +348,7 @@ def section_peak(run: Run) -> dict:
 
 # ------------------------------------------------------------------------------------------ 3. memory
 def section_memory(run: Run) -> dict:
-    from sglang_mamba_dedup import layout
+    from sglang_mamba_dedup import sizing as layout
 
     rows = []
     for sname, skw in pool_shapes(run.device):
