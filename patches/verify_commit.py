@@ -27,8 +27,10 @@ import logging
 import sys
 from typing import Any
 
-from sglang_mamba_dedup import report, switch
+from sglang_mamba_dedup import report, state
+from sglang_mamba_dedup.env import SWITCH
 from sglang_mamba_dedup.patcher import Callee
+from sglang_mamba_dedup.state import STATE
 
 _BACKEND = "sglang.srt.layers.attention.hybrid_linear_attn_backend"
 #: What our path calls in SGLang, checked against the installed signatures before the commit is wrapped.
@@ -42,9 +44,6 @@ CALLEES = (
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-_kernel: Any | None = None  # the module sglang_mamba_dedup.kernels.commit, once imported
-_kernel_error: str | None = None
-
 
 def load_fused_commit() -> Any:
     """Import the plugin's fused commit module (plans and launches), once per process; raises ImportError
@@ -52,24 +51,23 @@ def load_fused_commit() -> Any:
 
     A failure is remembered (the decode path never retries the import) and logged once at WARNING with
     the exception; SGLang's own commit then serves every call (strict mode refuses the pool instead)."""
-    global _kernel, _kernel_error
-    if _kernel is not None:
-        return _kernel
-    if _kernel_error is not None:
-        raise ImportError(_kernel_error)
+    if STATE.kernel is not None:
+        return STATE.kernel
+    if STATE.kernel_error is not None:
+        raise ImportError(STATE.kernel_error)
     try:
         module = importlib.import_module("sglang_mamba_dedup.kernels.commit")
     except Exception as exc:  # noqa: BLE001 - any import failure means 'not available'
-        _kernel_error = f"{type(exc).__name__}: {exc}"
+        STATE.kernel_error = f"{type(exc).__name__}: {exc}"
         logger.warning(
             "sglang-mamba-dedup: the fused commit kernel does not import (%s); SGLang's own commit is used "
             "for every verify step in this process",
-            _kernel_error,
+            STATE.kernel_error,
             exc_info=True,
         )
-        raise ImportError(_kernel_error) from exc
-    _kernel = module
-    return _kernel
+        raise ImportError(STATE.kernel_error) from exc
+    STATE.kernel = module
+    return module
 
 
 def kernel_problem() -> str | None:
@@ -80,27 +78,15 @@ def kernel_problem() -> str | None:
     return None
 
 
-#: Whether this wrapper is installed on SGLang's class in this process: published by
-#: :mod:`sglang_mamba_dedup.patch_state` after every apply and revert (the patch layer never imports the
-#: plugin's state; the state tells it).
-installed = False
-
-
 def backport_problem() -> str | None:
     """Why a back-ported (deduplicated) pool could not be committed right now, or None: SGLang's own
     scatter cannot read the view, so our commit must be installed and its kernel must import."""
-    if not installed:
+    if not STATE.commit_installed:  # published by the patcher after every apply and revert
         return "the plugin's commit patch is not active (SGLang's own scatter cannot read a deduplicated view)"
     err = kernel_problem()
     if err:
         return f"the plugin's commit kernel is unavailable: {err}"
     return None
-
-
-def reset_kernel_cache() -> None:
-    """Forget the import result (tests only)."""
-    global _kernel, _kernel_error
-    _kernel, _kernel_error = None, None
 
 
 def _bind(
@@ -218,17 +204,13 @@ def _unbound_instance(args):
     (``HybridLinearAttnBackend.__dict__[...](self, ...)``, e.g. from another plugin's wrapper that wraps
     ours): wrapt then passes no instance and ``self`` first.  ``(None, args)`` when unreadable."""
     if args and hasattr(args[0], "linear_attn_backend"):
-        if not _warned_unbound:
-            _warned_unbound.append(True)
-            logger.warning(
-                "sglang-mamba-dedup: the verify commit was called through the class attribute with self first "
-                "(another wrapper around ours?); the plugin reads self from the arguments and serves it"
-            )
+        state.warn_once(
+            "verify commit unbound",
+            "sglang-mamba-dedup: the verify commit was called through the class attribute with self first "
+            "(another wrapper around ours?); the plugin reads self from the arguments and serves it",
+        )
         return args[0], args[1:]
     return None, args
-
-
-_warned_unbound: list = []
 
 
 def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
@@ -242,9 +224,9 @@ def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     if instance is None:
         route, reason = None, "unbound call without a backend"
-        if switch.strict():
+        if state.is_strict():
             raise RuntimeError(
-                f"sglang-mamba-dedup strict mode ({switch.ENV}=strict): the verify commit was called in a "
+                f"sglang-mamba-dedup strict mode ({SWITCH}=strict): the verify commit was called in a "
                 "form the plugin cannot read (no backend instance)"
             )
     else:

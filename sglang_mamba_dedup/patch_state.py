@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .patcher import Patcher
-from .patches import FEATURES, PATCHES, verify_commit
+from .patches import FEATURES, PATCHES
 from .state import STATE
 
 PATCHER = Patcher(PATCHES)
@@ -17,7 +17,6 @@ STATE.patch_status = PATCHER.status
 def _publish() -> None:
     """Tell the patch layer what is installed (it never imports this module)."""
     STATE.commit_installed = bool(PATCHER.applied("commit"))
-    verify_commit.installed = STATE.commit_installed  # until verify_commit reads the state
 
 
 def apply(

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import faults, switch
-from ..report import REPORT_DIR_ENV
+from .. import faults
+from ..env import REPORT_DIR, SWITCH
 from . import interrupts
 from .files import open_for_writing
 from .workload import flush_with_retry, run_plan
@@ -62,9 +62,9 @@ def run_in_subprocess(
     if out_path.exists():
         out_path.unlink()
     env = os.environ.copy()
-    env[switch.ENV] = "0" if mode == "off" else "1"
+    env[SWITCH] = "0" if mode == "off" else "1"
     fault_env(env, mode)
-    env[REPORT_DIR_ENV] = str(report_dir)
+    env[REPORT_DIR] = str(report_dir)
     env.setdefault("PYTHONUNBUFFERED", "1")
     t0 = time.time()
     with open_for_writing(log_path) as log:

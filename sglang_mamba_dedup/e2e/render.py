@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import faults, switch
+from .. import faults
+from ..env import FLAG, SWITCH
 from .context import RunContext, RunResult
 from .reports import commit_counts, describe_report
 from .server import describe_command
@@ -132,9 +133,9 @@ def run_start(ctx: RunContext, i: int, mode: str) -> None:
     if ctx.no_reports:
         what = f"server {args.base_url_on if mode == 'on' else args.base_url_off}"
     elif args.server:
-        what = "launch_server " + (f"with {switch.FLAG}" if mode != "off" else "without the flag")
+        what = "launch_server " + (f"with {FLAG}" if mode != "off" else "without the flag")
     else:
-        what = f"{switch.ENV}={'0' if mode == 'off' else '1'} (fresh process)"
+        what = f"{SWITCH}={'0' if mode == 'off' else '1'} (fresh process)"
     if mode == "fault":
         what += f" + {faults.ENV}={faults.COMMIT_STEP0} (negative control: {faults.FAULTS[faults.COMMIT_STEP0]})"
     say(f"-- run {i + 1}/{len(ctx.modes)}: {what} ...")

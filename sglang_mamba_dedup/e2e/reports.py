@@ -9,7 +9,8 @@ import json
 import os
 from pathlib import Path
 
-from ..report import COUNTERS, REPORT_DIR_ENV
+from ..env import REPORT_DIR
+from ..state import COUNTERS
 
 #: The layouts that count as "engaged": ours (back-port) or upstream's verified by us (take-over).
 ENGAGED_LAYOUTS = ("ours", "upstream")
@@ -86,7 +87,7 @@ def check_engaged(
     if not reports:
         return (
             False,
-            [f"no status report was written by any process (plugin not loaded? {REPORT_DIR_ENV} not passed on?)"],
+            [f"no status report was written by any process (plugin not loaded? {REPORT_DIR} not passed on?)"],
             None,
         )
     sched = scheduler_reports(reports, parent_pid)

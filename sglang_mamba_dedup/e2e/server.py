@@ -37,8 +37,8 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import faults, switch
-from ..report import REPORT_DIR_ENV
+from .. import faults
+from ..env import FLAG, REPORT_DIR, SWITCH
 from . import interrupts
 from .files import open_for_writing, write_text
 from .workload import Generate, flush_with_retry, run_plan
@@ -69,7 +69,7 @@ def server_command(engine_kwargs: dict[str, Any], port: int, flag: bool) -> list
         else:
             cmd += [opt, str(value)]
     if flag:
-        cmd.append(switch.FLAG)
+        cmd.append(FLAG)
     return cmd
 
 
@@ -303,9 +303,9 @@ def launched(
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = os.environ.copy()
-    env.pop(switch.ENV, None)  # off: the plugin stays off; on / fault: the flag alone switches it on
+    env.pop(SWITCH, None)  # off: the plugin stays off; on / fault: the flag alone switches it on
     faults.set_env(env, mode == "fault")  # the negative control: the plugin on, its commit deliberately broken
-    env[REPORT_DIR_ENV] = str(report_dir)
+    env[REPORT_DIR] = str(report_dir)
     env.setdefault("PYTHONUNBUFFERED", "1")
     cmd = command(engine_kwargs, port, mode != "off")
     info: dict[str, Any] = {"mode": mode, "command": cmd, "base_url": base, "error": None}

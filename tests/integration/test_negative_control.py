@@ -16,7 +16,7 @@ import contextlib
 import pytest
 import torch
 
-from sglang_mamba_dedup import activation, faults, patch_state, report
+from sglang_mamba_dedup import activation, env, faults, patch_state, report
 from sglang_mamba_dedup.patches import verify_commit
 from tests.support import integration as iu
 
@@ -31,8 +31,8 @@ def kernel_impl():
 @contextlib.contextmanager
 def _fault_run(monkeypatch):
     """The plugin switched on with the fault in the environment, through the entry point SGLang calls."""
-    monkeypatch.setenv(activation.ENV, "1")
-    monkeypatch.setenv(faults.ENV, faults.COMMIT_STEP0)
+    monkeypatch.setenv(env.SWITCH, "1")
+    monkeypatch.setenv(env.FAULT, faults.COMMIT_STEP0)
     report.clear_events()
     activation.register()
     try:
@@ -86,14 +86,14 @@ def test_negative_control_fault_reaches_the_kernel(kernel_impl, monkeypatch):
 
 
 def test_negative_control_unknown_fault_installs_nothing(monkeypatch, caplog):
-    monkeypatch.setenv(faults.ENV, "commit_everything_wrong")
+    monkeypatch.setenv(env.FAULT, "commit_everything_wrong")
     assert faults.install_from_env() is None
     assert faults.installed() is None and verify_commit._Route.commit.__name__ == "commit"
     assert "commit_everything_wrong" in caplog.text and "no fault installed" in caplog.text
 
 
 def test_negative_control_not_installed_when_the_plugin_is_off(monkeypatch):
-    monkeypatch.setenv(faults.ENV, faults.COMMIT_STEP0)
-    monkeypatch.setenv(activation.ENV, "0")
+    monkeypatch.setenv(env.FAULT, faults.COMMIT_STEP0)
+    monkeypatch.setenv(env.SWITCH, "0")
     activation.register()
     assert faults.installed() is None and "fault" not in report.events()

@@ -16,7 +16,7 @@ import types
 import pytest
 import torch
 
-from sglang_mamba_dedup import gate, patch_state, report, sizing
+from sglang_mamba_dedup import env, gate, patch_state, report, sizing
 from sglang_mamba_dedup.patches import estimator as estimator_patch
 from sglang_mamba_dedup.patches import topk as topk_patch
 from sglang_mamba_dedup.state import STATE
@@ -174,7 +174,7 @@ def test_gate_no_gives_stock_layout_and_reason(case, monkeypatch):
             "back-port only: 0.5.14+ pass topk to the pool, need no commit patch, build unified pools elsewhere"
         )
     if extra == "no_cpu":
-        monkeypatch.delenv(gate.ALLOW_CPU_ENV)
+        monkeypatch.delenv(env.ALLOW_CPU)
     cp = kw.pop("cp", None)
     with iu.cpu_stock_paths(), iu.plugin(True):
         if extra == "no_commit":

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from sglang_mamba_dedup import activation, patch_state, versions
+from sglang_mamba_dedup import activation, env, patch_state, versions
 from sglang_mamba_dedup.activation import Mode, SwitchError, parse_mode
 from sglang_mamba_dedup.patcher import is_ours, resolve
 from sglang_mamba_dedup.patches import PATCHES, SWITCHED_FEATURES
@@ -61,7 +61,7 @@ def test_bad_values_name_the_accepted_ones(raw):
 
 
 def test_bad_value_keeps_stock_path_with_one_error_line(monkeypatch, caplog):
-    monkeypatch.setenv(activation.ENV, "yes")
+    monkeypatch.setenv(env.SWITCH, "yes")
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         activation.register()  # must not raise: the loader would only swallow it
     assert _wrapped_names().isdisjoint(_switched_patch_names())
@@ -70,17 +70,17 @@ def test_bad_value_keeps_stock_path_with_one_error_line(monkeypatch, caplog):
 
 
 def test_off_wraps_nothing(monkeypatch):
-    monkeypatch.setenv(activation.ENV, "1")
+    monkeypatch.setenv(env.SWITCH, "1")
     activation.register()
     assert _wrapped_names()
-    monkeypatch.setenv(activation.ENV, "0")
+    monkeypatch.setenv(env.SWITCH, "0")
     activation.register()
     assert _wrapped_names() == set()
     assert "off" in activation.last_summary()
 
 
 def test_on_wraps_every_switched_target_and_logs_one_line(monkeypatch, caplog):
-    monkeypatch.setenv(activation.ENV, "1")
+    monkeypatch.setenv(env.SWITCH, "1")
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         activation.register()
         activation.register()  # re-entrant: same switch, same release -> nothing new, no second line
@@ -91,15 +91,15 @@ def test_on_wraps_every_switched_target_and_logs_one_line(monkeypatch, caplog):
 
 
 def test_switching_off_again_reverts(monkeypatch):
-    monkeypatch.setenv(activation.ENV, "1")
+    monkeypatch.setenv(env.SWITCH, "1")
     activation.register()
-    monkeypatch.setenv(activation.ENV, "off")
+    monkeypatch.setenv(env.SWITCH, "off")
     activation.register()
     assert _wrapped_names().isdisjoint(_switched_patch_names())
 
 
 def test_unsupported_release_skips_everything(monkeypatch, caplog):
-    monkeypatch.setenv(activation.ENV, "1")
+    monkeypatch.setenv(env.SWITCH, "1")
     monkeypatch.setattr(versions, "installed_sglang_version", lambda: "0.5.9")
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         activation.register()
@@ -108,7 +108,7 @@ def test_unsupported_release_skips_everything(monkeypatch, caplog):
 
 
 def test_strict_on_unsupported_release_stops_the_launch(monkeypatch):
-    monkeypatch.setenv(activation.ENV, "strict")
+    monkeypatch.setenv(env.SWITCH, "strict")
     monkeypatch.setattr(versions, "installed_sglang_version", lambda: "0.5.9")
     with pytest.raises(SystemExit) as e:
         activation.register()
@@ -125,14 +125,14 @@ def test_strict_with_a_skipped_feature_stops_and_leaves_nothing_wrapped(monkeypa
         dataclasses.replace(p, attr="MambaPool.no_such_method") if p.name == "mamba_pool.init" else p for p in PATCHES
     ]
     monkeypatch.setattr(patch_state, "PATCHER", Patcher(broken))
-    monkeypatch.setenv(activation.ENV, "strict")
+    monkeypatch.setenv(env.SWITCH, "strict")
     with pytest.raises(SystemExit) as e:
         activation.register()
     assert "dedup_layout" in str(e.value) and "no_such_method" in str(e.value)
     assert not patch_state.PATCHER.applied(feature="commit"), "strict failure left features wrapped"
     # the same breakage with plain "on": logged, the other features stay applied
     activation.reset_for_tests()
-    monkeypatch.setenv(activation.ENV, "on")
+    monkeypatch.setenv(env.SWITCH, "on")
     activation.register()
     assert "skipped: dedup_layout" in activation.last_summary()
     assert patch_state.PATCHER.applied(feature="commit")
@@ -144,7 +144,7 @@ def test_launch_flag_on_the_command_line_switches_on(monkeypatch):
 
     monkeypatch.setattr("sys.argv", ["sglang.launch_server", "--model-path", "m", "--enable-mamba-conv-dedup"])
     activation.register()  # what SGLang's load_plugins() does before it parses the command line
-    assert os.environ[activation.ENV] == "1", "children would not inherit the switch"
+    assert os.environ[env.SWITCH] == "1", "children would not inherit the switch"
     assert _switched_patch_names() | {"server_args.add_cli_args", "server_args.from_cli_args"} <= _wrapped_names()
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
@@ -158,7 +158,7 @@ def test_launch_flag_with_a_bad_switch_value_keeps_the_launch_going(monkeypatch)
     line), but SGLang's parser still accepts the flag."""
     from sglang.srt.server_args import ServerArgs
 
-    monkeypatch.setenv(activation.ENV, "garbage")
+    monkeypatch.setenv(env.SWITCH, "garbage")
     monkeypatch.setattr("sys.argv", ["sglang.launch_server", "--model-path", "m", "--enable-mamba-conv-dedup"])
     activation.register()
     assert not (_switched_patch_names() & _wrapped_names()), "a bad value must keep the plugin off"
@@ -172,21 +172,21 @@ def test_parsed_flag_sets_the_env_var_when_argv_did_not_show_it(monkeypatch):
     """A caller that builds the argv list itself: from_cli_args is the second guard."""
     from sglang.srt.server_args import ServerArgs
 
-    monkeypatch.setenv(activation.ENV, "1")
+    monkeypatch.setenv(env.SWITCH, "1")
     activation.register()
-    monkeypatch.delenv(activation.ENV)
+    monkeypatch.delenv(env.SWITCH)
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
     ServerArgs.from_cli_args(parser.parse_args(["--model-path", "dummy", "--enable-mamba-conv-dedup"]))
-    assert os.environ[activation.ENV] == "1"
+    assert os.environ[env.SWITCH] == "1"
     assert _switched_patch_names() <= _wrapped_names()
 
 
 def test_launch_flag_keeps_strict(monkeypatch):
     monkeypatch.setattr("sys.argv", ["sglang", "--enable-mamba-conv-dedup"])
-    monkeypatch.setenv(activation.ENV, "strict")
+    monkeypatch.setenv(env.SWITCH, "strict")
     activation.register()
-    assert os.environ[activation.ENV] == "strict"
+    assert os.environ[env.SWITCH] == "strict"
 
 
 def test_without_the_flag_nothing_changes(monkeypatch):
@@ -197,7 +197,7 @@ def test_without_the_flag_nothing_changes(monkeypatch):
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
     assert "--enable-mamba-conv-dedup" not in parser._option_string_actions
-    assert activation.ENV not in os.environ
+    assert env.SWITCH not in os.environ
     assert not _wrapped_names()
 
 
@@ -206,8 +206,8 @@ def test_report_file_is_written_with_status_and_events(monkeypatch, tmp_path):
 
     from sglang_mamba_dedup import report
 
-    monkeypatch.setenv(report.REPORT_DIR_ENV, str(tmp_path))
-    monkeypatch.setenv(activation.ENV, "1")
+    monkeypatch.setenv(env.REPORT_DIR, str(tmp_path))
+    monkeypatch.setenv(env.SWITCH, "1")
     activation.register()
     report.record_layout("ours", None, dense_bytes=1200, physical_bytes=700)
     for _ in range(3):
@@ -224,11 +224,11 @@ def test_report_file_is_written_with_status_and_events(monkeypatch, tmp_path):
 def test_what_if_register_patches_without_report_or_fault(monkeypatch, tmp_path):
     """``register(what_if=True)`` (the what-if CLIs): the patches as the switch says, but no status file and no
     fault; a real ``register()`` afterwards, same switch, still writes the report and installs the fault."""
-    from sglang_mamba_dedup import faults, report
+    from sglang_mamba_dedup import faults
 
-    monkeypatch.setenv(activation.ENV, "1")
-    monkeypatch.setenv(faults.ENV, faults.COMMIT_STEP0)
-    monkeypatch.setenv(report.REPORT_DIR_ENV, str(tmp_path))
+    monkeypatch.setenv(env.SWITCH, "1")
+    monkeypatch.setenv(env.FAULT, faults.COMMIT_STEP0)
+    monkeypatch.setenv(env.REPORT_DIR, str(tmp_path))
     activation.register(what_if=True)
     assert _switched_patch_names() <= _wrapped_names()
     assert list(tmp_path.iterdir()) == [] and faults.installed() is None

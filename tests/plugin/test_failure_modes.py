@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import sglang_mamba_dedup
-from sglang_mamba_dedup import activation, patch_state, versions
+from sglang_mamba_dedup import activation, env, patch_state, state, versions
 from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
 from sglang_mamba_dedup.state import STATE
 
@@ -48,16 +48,16 @@ def test_flag_with_a_release_outside_the_range_is_accepted_and_said_once(monkeyp
 
 def test_newer_release_is_off_with_one_warning_and_can_be_allowed(monkeypatch, caplog):
     monkeypatch.setattr(versions, "installed_sglang_version", lambda: "0.5.24")
-    monkeypatch.setenv(activation.ENV, "1")
+    monkeypatch.setenv(env.SWITCH, "1")
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         activation.register()
     assert not patch_state.PATCHER.applied()
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
-    assert versions.ALLOW_UNTESTED_ENV in caplog.records[0].getMessage()
+    assert env.ALLOW_UNTESTED in caplog.records[0].getMessage()
     # opted in: patched as the newest tested release, every target checked, said to be untested
     caplog.clear()
     activation.reset_for_tests()
-    monkeypatch.setenv(versions.ALLOW_UNTESTED_ENV, "1")
+    monkeypatch.setenv(env.ALLOW_UNTESTED, "1")
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         activation.register()
     assert "commit" in {patch_state.PATCHER.table[0].feature} | {
@@ -80,7 +80,7 @@ def test_kernel_import_failure_is_remembered_logged_once_and_seen_by_doctor(monk
                 raise ImportError("simulated broken triton")
             return None
 
-    verify_commit.reset_kernel_cache()
+    state.reset()
     monkeypatch.delitem(sys.modules, "sglang_mamba_dedup.kernels", raising=False)
     monkeypatch.delitem(sys.modules, "sglang_mamba_dedup.kernels.commit", raising=False)
     monkeypatch.setattr(sys, "meta_path", [_Broken(), *sys.meta_path])
@@ -96,12 +96,12 @@ def test_kernel_import_failure_is_remembered_logged_once_and_seen_by_doctor(monk
         info = doctor.collect()
         assert any("kernel" in p and "simulated broken triton" in p for p in info["problems"]), info["problems"]
     finally:
-        verify_commit.reset_kernel_cache()
+        state.reset()
 
 
 # 4. success is visible where logging is not configured yet ------------------------------------------------
 def test_activation_line_reaches_stderr_without_logging_configured(monkeypatch, capsys):
-    monkeypatch.setenv(activation.ENV, "1")
+    monkeypatch.setenv(env.SWITCH, "1")
     root = logging.getLogger()
     saved = root.handlers[:], root.level
     root.handlers = []
@@ -117,7 +117,7 @@ def test_activation_line_reaches_stderr_without_logging_configured(monkeypatch, 
 def test_activation_line_obeys_a_logger_turned_down(monkeypatch, capsys):
     """``sglang-mamba-dedup plan`` turns the plugin's logger down to ERROR while it runs SGLang's estimator with
     the plugin applied: the activation line must not leak to stderr through the not-configured-yet path."""
-    monkeypatch.setenv(activation.ENV, "1")
+    monkeypatch.setenv(env.SWITCH, "1")
     root, ours = logging.getLogger(), logging.getLogger("sglang_mamba_dedup")
     saved = root.handlers[:], root.level, ours.level
     root.handlers = []
@@ -133,7 +133,7 @@ def test_activation_line_obeys_a_logger_turned_down(monkeypatch, capsys):
 
 # 6. programmatic apply wins over an unset switch ----------------------------------------------------------
 def test_manual_apply_survives_load_plugins_with_the_switch_unset(monkeypatch):
-    monkeypatch.delenv(activation.ENV, raising=False)
+    monkeypatch.delenv(env.SWITCH, raising=False)
     res = sglang_mamba_dedup.apply("commit")
     assert res == {"commit": None}
     from sglang.srt.plugins import load_plugins
@@ -145,7 +145,7 @@ def test_manual_apply_survives_load_plugins_with_the_switch_unset(monkeypatch):
     # an explicit off does revert it
     activation.reset_for_tests()
     sglang_mamba_dedup.apply(["commit"])
-    monkeypatch.setenv(activation.ENV, "0")
+    monkeypatch.setenv(env.SWITCH, "0")
     activation.register()
     assert not patch_state.PATCHER.applied("commit")
 
@@ -219,7 +219,7 @@ def test_revert_keeps_the_commit_while_a_backport_pool_lives(monkeypatch):
     from sglang_mamba_dedup import report
 
     with iu.cpu_stock_paths():
-        os.environ[activation.ENV] = "1"
+        os.environ[env.SWITCH] = "1"
         try:
             patch_state.apply(SWITCHED_FEATURES)
             pool = _pool()
@@ -238,7 +238,7 @@ def test_revert_keeps_the_commit_while_a_backport_pool_lives(monkeypatch):
             assert all(r is None for r in sglang_mamba_dedup.revert().values())
             assert not patch_state.PATCHER.applied("commit")
         finally:
-            os.environ.pop(activation.ENV, None)
+            os.environ.pop(env.SWITCH, None)
 
 
 # 7. another plugin that calls the class attribute directly -----------------------------------------------------
@@ -339,12 +339,12 @@ def test_strict_refuses_a_set_fault_variable(monkeypatch, value):
     """A stale ``SGLANG_MAMBA_DEDUP_FAULT`` must not break a strict server's commit: strict stops the launch."""
     from sglang_mamba_dedup import faults
 
-    monkeypatch.setenv(activation.ENV, "strict")
-    monkeypatch.setenv(faults.ENV, value)
+    monkeypatch.setenv(env.SWITCH, "strict")
+    monkeypatch.setenv(env.FAULT, value)
     with pytest.raises(SystemExit) as e:
         activation.register()
     msg = str(e.value)
-    assert f"{faults.ENV}={value.strip()!r} is set" in msg and "strict mode refuses it" in msg, msg
+    assert f"{env.FAULT}={value.strip()!r} is set" in msg and "strict mode refuses it" in msg, msg
     assert faults.installed() is None and verify_commit._Route.commit.__name__ == "commit"
     assert patch_state.PATCHER.applied() == [], "strict refused, yet something is wrapped"
 
@@ -352,8 +352,8 @@ def test_strict_refuses_a_set_fault_variable(monkeypatch, value):
 def test_on_mode_still_installs_the_fault_for_the_negative_control(monkeypatch, caplog):
     from sglang_mamba_dedup import faults
 
-    monkeypatch.setenv(activation.ENV, "1")
-    monkeypatch.setenv(faults.ENV, faults.COMMIT_STEP0)
+    monkeypatch.setenv(env.SWITCH, "1")
+    monkeypatch.setenv(env.FAULT, faults.COMMIT_STEP0)
     with caplog.at_level(logging.WARNING, logger="sglang_mamba_dedup"):
         activation.register()
     assert faults.installed() == faults.COMMIT_STEP0
@@ -369,7 +369,7 @@ def test_an_internal_failure_stops_strict_and_leaves_on_out_of_the_way(monkeypat
         raise RuntimeError("simulated internal failure")
 
     monkeypatch.setattr(patch_state.PATCHER, "apply", broken)
-    monkeypatch.setenv(activation.ENV, mode)
+    monkeypatch.setenv(env.SWITCH, mode)
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         if mode == "strict":
             with pytest.raises(SystemExit) as e:
@@ -407,7 +407,7 @@ def test_a_plugin_that_cannot_load_stops_strict_through_sglangs_loader(monkeypat
 
     (tmp_path / "sitecustomize.py").write_text(_NO_WRAPT)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
-    monkeypatch.setenv(activation.ENV, mode)
+    monkeypatch.setenv(env.SWITCH, mode)
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
     code = "from sglang.srt.plugins import load_plugins; load_plugins(); print('the launch goes on')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sglang_mamba_dedup import versions
+from sglang_mamba_dedup import env, versions
 from sglang_mamba_dedup.cli import evidence
 from sglang_mamba_dedup.patches import FEATURES, PATCHES
 
@@ -179,9 +179,9 @@ def test_ranges_come_from_the_named_boundaries():
 )
 def test_untested_newer_release_only_with_the_opt_in(monkeypatch, version, allowed, problem, mode):
     if allowed:
-        monkeypatch.setenv(versions.ALLOW_UNTESTED_ENV, "1")
+        monkeypatch.setenv(env.ALLOW_UNTESTED, "1")
     else:
-        monkeypatch.delenv(versions.ALLOW_UNTESTED_ENV, raising=False)
+        monkeypatch.delenv(env.ALLOW_UNTESTED, raising=False)
     got = versions.support_problem(version)
     assert (got is None) if problem is None else (problem in got), got
     assert versions.mode_for(version) == mode

@@ -6,14 +6,14 @@ import pathlib
 
 import pytest
 
-from sglang_mamba_dedup import report
+from sglang_mamba_dedup import env, report
 
 
 @pytest.fixture
 def report_dir(monkeypatch, tmp_path):
     d = tmp_path / "reports"
     d.mkdir()
-    monkeypatch.setenv(report.REPORT_DIR_ENV, str(d))
+    monkeypatch.setenv(env.REPORT_DIR, str(d))
     return d
 
 
