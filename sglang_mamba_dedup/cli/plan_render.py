@@ -1,0 +1,107 @@
+"""The plan as text: the settings it sized, SGLang's estimate stock and with the plugin side by side, and what
+would lift a cap (``sglang-mamba-dedup plan`` without ``--json``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..launch_config import GIB
+
+
+def _resolved_line(doc: dict[str, Any]) -> str | None:
+    launch = doc.get("launch")
+    if not launch:
+        return None
+    r = launch["resolved"]
+    track = "extra_buffer (track slots)" if r["mamba_extra_buffer"] else "no extra buffer"
+    return (
+        f"resolved as launch_server does on a CUDA GPU: radix cache {'on' if r['radix_cache'] else 'off'}, "
+        f"overlap scheduling {'on' if r['overlap_schedule'] else 'off'}, mamba strategy {r['mamba_strategy']} -> "
+        f"{track}, ReplaySSM {'on' if r['replayssm'] else 'off'}, {r['speculative_algorithm']} "
+        f"topk {r['speculative_eagle_topk']} D={r['speculative_num_draft_tokens']}, "
+        f"mamba memory ratio {r['mamba_full_memory_ratio']}"
+    )
+
+
+def render(doc: dict[str, Any]) -> str:
+    s, p = doc["stock"], doc["plugin"]
+    st = doc["settings"]
+    lines = [
+        f"SGLang {doc['sglang']}: {doc['model']} ({doc['mixer']}), TP {st['tp_size']}, "
+        f"D={st['speculative_num_draft_tokens']} draft tokens, max running {st['max_running_requests']}, "
+        f"radix {'on' if st['radix_cache'] else 'off'}, ReplaySSM {'on' if st['enable_linear_replayssm_spec'] else 'off'}, "
+        f"SSM {st['ssm_dtype']}" + (f", PD {st['disaggregation_mode']}" if st["disaggregation_mode"] != "null" else ""),
+    ]
+    resolved = _resolved_line(doc)
+    if resolved:
+        lines.append(resolved)
+    lines.append(f"weights {st['weights_gb']:.3f} GB: {doc['weights']['how']}")
+    lines.append(
+        f"budget {doc['budget_gb']:.3f} GB ({doc['budget_how']}: {st['gpu_memory_gb']:g} GB free x "
+        f"{st['mem_fraction_static']} - {st['weights_gb']:.3f} GB)"
+    )
+    if doc["note"]:
+        lines.append(f"note: {doc['note']}")
+    lines += ["", f"{'':34}{'stock':>14}{'plugin':>14}"]
+
+    def row(label: str, a, b, fmt: str) -> None:
+        lines.append(f"{label:34}{format(a, fmt):>14}{format(b, fmt):>14}")
+
+    row("mamba slots", s["mamba_slots"], p["mamba_slots"], "d")
+    row("slots per running request", s["slots_per_request"], p["slots_per_request"], "d")
+    row("running requests that fit", s["running_requests"], p["running_requests"], "d")
+    row("mamba pool reserved (GB)", s["reserved_gb"], p["reserved_gb"], ".3f")
+    row("left for the KV cache (GB)", s["kv_cache_gb"], p["kv_cache_gb"], ".3f")
+    if "kv_tokens" in s and s["kv_tokens"] > 0 and p["kv_tokens"] > 0:
+        row("KV cache tokens (about)", s["kv_tokens"], p["kv_tokens"], "d")
+    lines.append("per request (MiB):")
+    for key in s["per_request_mib"]:
+        row(f"  {key.replace('_', ' ')}", s["per_request_mib"][key], p["per_request_mib"][key], ".2f")
+    for label, est in (("stock", s), ("plugin", p)):
+        need = est.get("fraction_needed")
+        if est.get("starts") is False:
+            lines.append(
+                f"{label}: the server would not start (SGLang: 'Loaded weights leave no GPU memory for the KV cache'): "
+                f"the mamba pool takes {est['reserved_gb']:.3f} GB of {doc['budget_gb']:.3f}; "
+                + (
+                    f"--mem-fraction-static {need} starts it with all {st['max_running_requests']} requests"
+                    if need
+                    else "no --mem-fraction-static below 1 starts it"
+                )
+                + ", or lower --max-running-requests"
+            )
+        elif est["capped_by_mamba_pool"]:
+            lift = (
+                f"--mem-fraction-static {need} admits all {st['max_running_requests']}"
+                if need
+                else "no --mem-fraction-static below 1 admits them all; lower --speculative-num-draft-tokens"
+                + (
+                    " or add --enable-linear-replayssm-spec"
+                    if doc["mixer"] == "gdn" and not st["enable_linear_replayssm_spec"]
+                    else ""
+                )
+            )
+            lines.append(
+                f"{label}: the mamba pool caps running requests at {est['running_requests']} of "
+                f"{st['max_running_requests']}; {lift}"
+            )
+    for label, est in (("stock", s), ("plugin", p)):
+        if est.get("starts") is not False and not est["capped_by_mamba_pool"] and est.get("fraction_needed"):
+            lines.append(
+                f"{label}: all {st['max_running_requests']} requests fit; the smallest --mem-fraction-static that "
+                f"admits them is {est['fraction_needed']}"
+            )
+    if doc.get("slots_per_100mb"):
+        lines.append(
+            f"precision: 100 MB of budget is {doc['slots_per_100mb']} mamba slots; SGLang measures the load's "
+            "footprint on the GPU, which can exceed the checkpoint's bytes (model buffers, allocator rounding)"
+        )
+    pre = (p.get("plugin") or {}).get("pd_decode_pre_alloc")
+    if pre is not None:
+        lines.append(
+            f"PD decode: the pool keeps scratch for {pre} pre-allocated requests beyond the running ones; SGLang's "
+            f"estimate leaves it unreserved, the plugin reserves it ({p['plugin']['top_up_bytes'] / GIB:.3f} GB)"
+        )
+    if p.get("plugin"):
+        lines.append(f"plugin estimator: {p['plugin']}")
+    return "\n".join(lines)
