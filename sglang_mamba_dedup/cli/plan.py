@@ -31,6 +31,7 @@ from typing import Any
 
 from .. import launch_config, versions
 from ..launch_config import GIB
+from ..state import STATE
 from ..testing.shapes import MODELS
 from . import plan_args, plan_render
 from ._args import switched
@@ -157,12 +158,11 @@ def _estimate(
     from sglang.srt.server_args import ServerArgs
 
     from .. import ledger, sizing
-    from ..patches import pool_config
     from ..testing import estimator
 
     d, replay = st["speculative_num_draft_tokens"], st["replayssm"]
     with switched("1" if plugin else "0"):
-        ledger.reset()
+        ledger.forget_reservation()
         if launch is not None:
             launch_config.publish(launch.server_args)
             est = estimator.run(cp, total_rest_gb=rest_gb, launch=launch, gdn=mixer == "gdn")
@@ -177,7 +177,7 @@ def _estimate(
                 gdn=mixer == "gdn",
                 extra=extra,
             )
-        decision = dict(pool_config.last_estimate) if plugin else {}
+        decision = dict(STATE.estimate) if plugin else {}
     dedup = (
         bool(plugin and decision.get("applied")) or versions.mode_for(versions.installed_sglang_version()) != "backport"
     )
@@ -217,8 +217,8 @@ def _admits_all(est: dict[str, Any]) -> bool:
 
 def _disaggregation(args, st: dict[str, Any]) -> dict[str, Any]:
     """The PD settings as ``ServerArgs`` fields (empty for a plain server); a decode server's pre-allocated
-    requests default as SGLang's start-up sets them (:func:`pool_config.default_pre_alloc`)."""
-    from ..patches import pool_config
+    requests default as SGLang's start-up sets them (:func:`.patches.estimator.default_pre_alloc`)."""
+    from ..patches import estimator as estimator_patch
     from ..testing import estimator
 
     out: dict[str, Any] = {}
@@ -228,7 +228,7 @@ def _disaggregation(args, st: dict[str, Any]) -> dict[str, Any]:
     if mode == "decode" and "disaggregation_decode_extra_slots" in estimator.server_args_fields():
         extra = args.disaggregation_decode_extra_slots
         if extra is None:
-            extra = pool_config.default_pre_alloc(st["max_running_requests"])
+            extra = estimator_patch.default_pre_alloc(st["max_running_requests"])
         out["disaggregation_decode_extra_slots"] = extra
     return out
 

@@ -9,7 +9,7 @@ import pytest
 from sglang_mamba_dedup import sizing
 from sglang_mamba_dedup.cli import plan, plan_model
 from sglang_mamba_dedup.e2e import random_model
-from sglang_mamba_dedup.patches import pool_config
+from sglang_mamba_dedup.patches import estimator as estimator_patch
 from sglang_mamba_dedup.testing import estimator, shapes
 from sglang_mamba_dedup.testing.sglang_pool import cache_params
 
@@ -121,7 +121,7 @@ def test_plan_replayssm_reserves_the_conv_scratch(capsys):
     rows = min(256, ours["mamba_slots"] // ours["slots_per_request"]) + 1
     conv_row = sizing.conv_window_physical_bytes(cache_params(shapes.QWEN35_08B), 4)
     extra = (ours["reserved_gb"] - stock["reserved_gb"]) * (1 << 30)
-    assert extra == pytest.approx(rows * conv_row, abs=rows * pool_config.RING_CURSOR_BYTES + 1)
+    assert extra == pytest.approx(rows * conv_row, abs=rows * estimator_patch.RING_CURSOR_BYTES + 1)
 
 
 @pytest.mark.parametrize(
