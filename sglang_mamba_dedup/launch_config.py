@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .sizing import GIB
+
 
 class LaunchError(ValueError):
     """The launch flags cannot be resolved (SGLang's parser or resolution refused them): one line, exit 2."""
@@ -167,9 +169,7 @@ def cuda_machine(gpu_memory_gb: float):
         rc = sys.modules.get("sglang.srt.runtime_context")
         override = getattr(rc, "override_platform", None)
         if override is not None:
-            from sglang.srt import runtime_context
-
-            stack.enter_context(override(**_platform_facts(runtime_context)))
+            stack.enter_context(override(**_platform_facts(rc)))
         yield
 
 
@@ -270,30 +270,28 @@ _MISSING = object()
 
 def settings_of(sa: Any) -> dict[str, Any]:
     """The resolved decisions the mamba sizing depends on, as the server will read them."""
-    replay = _read(sa, "get_exec", "mamba.enable_linear_replayssm_spec", None)
+    replay = _read(sa, "get_exec", "mamba.enable_linear_replayssm_spec")
     if replay is None:
         replay = bool(getattr(sa, "enable_gdn_replayssm_spec", False))
-    strategy = _read(sa, "get_memory", "mamba_radix_cache_strategy", None) or getattr(
-        sa, "mamba_scheduler_strategy", None
-    )
-    extra = _read(sa, "get_exec", "mamba.enable_mamba_extra_buffer", None)
+    strategy = _read(sa, "get_memory", "mamba_radix_cache_strategy") or getattr(sa, "mamba_scheduler_strategy", None)
+    extra = _read(sa, "get_exec", "mamba.enable_mamba_extra_buffer")
     if extra is None:
         value = getattr(sa, "enable_mamba_extra_buffer", False)
         extra = value() if callable(value) else value
     return {
         "device": getattr(sa, "device", None),
-        "radix_cache": not bool(_read(sa, "get_memory", "disable_radix_cache", False)),
-        "overlap_schedule": not bool(_read(sa, "get_schedule", "disable_overlap_schedule", False)),
+        "radix_cache": not bool(_read(sa, "get_memory", "disable_radix_cache")),
+        "overlap_schedule": not bool(_read(sa, "get_schedule", "disable_overlap_schedule")),
         "mamba_strategy": strategy,
         "mamba_extra_buffer": bool(extra),
         "replayssm": bool(replay),
-        "speculative_algorithm": _read(sa, "get_spec", "speculative_algorithm", None),
-        "speculative_num_draft_tokens": _read(sa, "get_spec", "speculative_num_draft_tokens", None),
-        "speculative_eagle_topk": _read(sa, "get_spec", "speculative_eagle_topk", None),
-        "max_running_requests": _read(sa, "get_schedule", "max_running_requests", None),
-        "max_mamba_cache_size": _read(sa, "get_schedule", "max_mamba_cache_size", None),
-        "mem_fraction_static": _read(sa, "get_schedule", "mem_fraction_static", None),
-        "mamba_full_memory_ratio": _read(sa, "get_schedule", "mamba_full_memory_ratio", None),
+        "speculative_algorithm": _read(sa, "get_spec", "speculative_algorithm"),
+        "speculative_num_draft_tokens": _read(sa, "get_spec", "speculative_num_draft_tokens"),
+        "speculative_eagle_topk": _read(sa, "get_spec", "speculative_eagle_topk"),
+        "max_running_requests": _read(sa, "get_schedule", "max_running_requests"),
+        "max_mamba_cache_size": _read(sa, "get_schedule", "max_mamba_cache_size"),
+        "mem_fraction_static": _read(sa, "get_schedule", "mem_fraction_static"),
+        "mamba_full_memory_ratio": _read(sa, "get_schedule", "mamba_full_memory_ratio"),
         "tp_size": getattr(sa, "tp_size", 1),
         "pp_size": getattr(sa, "pp_size", 1),
         "disaggregation_mode": _read(sa, "get_disagg", "disaggregation_mode", "null"),
@@ -301,8 +299,6 @@ def settings_of(sa: Any) -> dict[str, Any]:
 
 
 # --- weights from the checkpoint ------------------------------------------------------------------------------
-
-GIB = 1 << 30
 
 #: Tensors the draft (MTP / NEXTN) model loads from the target's checkpoint besides its own layers: SGLang's MTP
 #: models build their own embedding and output head and load them from the same names.

@@ -8,28 +8,19 @@ import contextlib
 import os
 import sys
 
+from .. import sizing
 from ..testing.sglang_pool import CudaToDeviceTorch
 from ..testing.shapes import MODELS
 from ._args import environ, positive_int, switched
 
-MiB = 1 << 20
 
-
-def _nbytes_physical(t) -> int:
+def _storage_bytes(t) -> int:
     """Bytes of the storage behind ``t`` (a strided view counts its buffer once, not its logical size)."""
     if t is None:
         return 0
     if isinstance(t, (list, tuple)):
-        return sum(_nbytes_physical(x) for x in t)
+        return sum(_storage_bytes(x) for x in t)
     return t.untyped_storage().nbytes()
-
-
-def _nbytes_logical(t) -> int:
-    if t is None:
-        return 0
-    if isinstance(t, (list, tuple)):
-        return sum(_nbytes_logical(x) for x in t)
-    return t.numel() * t.element_size()
 
 
 @contextlib.contextmanager
@@ -54,11 +45,11 @@ def _cpu_stand_in(device: str):
 def describe(pool) -> dict[str, int]:
     c = pool.mamba_cache
     return {
-        "conv_state": _nbytes_physical(c.conv),
-        "ssm_state": _nbytes_physical(c.temporal),
-        "intermediate_ssm": _nbytes_physical(getattr(c, "intermediate_ssm", None)),
-        "intermediate_conv_window (physical)": _nbytes_physical(getattr(c, "intermediate_conv_window", None)),
-        "intermediate_conv_window (logical)": _nbytes_logical(getattr(c, "intermediate_conv_window", None)),
+        "conv_state": _storage_bytes(c.conv),
+        "ssm_state": _storage_bytes(c.temporal),
+        "intermediate_ssm": _storage_bytes(getattr(c, "intermediate_ssm", None)),
+        "intermediate_conv_window (physical)": _storage_bytes(getattr(c, "intermediate_conv_window", None)),
+        "intermediate_conv_window (logical)": sizing.nbytes(getattr(c, "intermediate_conv_window", None)),
     }
 
 
@@ -142,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     width = max(len(k) for k in keys) + 2
     print("".ljust(width) + "".join(f"{r[0]:>34}" for r in rows))
     for k in keys:
-        print(k.ljust(width) + "".join(f"{r[1][k] / MiB:>30.2f} MiB" for r in rows))
+        print(k.ljust(width) + "".join(f"{r[1][k] / sizing.MIB:>30.2f} MiB" for r in rows))
     print("conv-window layout".ljust(width) + "".join(f"{r[2]:>34}" for r in rows))
     print("post-verify commit".ljust(width) + "".join(f"{r[3]:>34}" for r in rows))
 
@@ -152,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     d_eff = gate.effective_draft_tokens(params, d)
     per_req = sum(describe_per_request(params).values())
     print(
-        f"mamba-cache estimator: SGLang reserves {per_req * d / MiB:.2f} MiB of verify scratch per request "
-        f"(D={d} dense windows); with the plugin {per_req * d_eff / MiB:.2f} MiB (D counted as {d_eff:.3f}), "
+        f"mamba-cache estimator: SGLang reserves {per_req * d / sizing.MIB:.2f} MiB of verify scratch per request "
+        f"(D={d} dense windows); with the plugin {per_req * d_eff / sizing.MIB:.2f} MiB (D counted as {d_eff:.3f}), "
         f"so the same memory holds {d / d_eff:.3f}x as many requests' scratch"
     )
     return 0
@@ -161,6 +152,4 @@ def main(argv: list[str] | None = None) -> int:
 
 def describe_per_request(params) -> dict[str, int]:
     """Bytes of one request's persistent conv and SSM state (what SGLang's estimator multiplies by D)."""
-    from .. import sizing
-
     return {"conv": sizing.conv_bytes(params), "ssm": sizing.ssm_bytes(params)}

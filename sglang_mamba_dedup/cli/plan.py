@@ -30,14 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from .. import launch_config, versions
-from ..launch_config import GIB
+from ..sizing import GIB, MIB
 from ..state import STATE
 from ..testing.shapes import MODELS
 from . import plan_args, plan_render
 from ._args import switched
 from .plan_model import PlanError, flag_value, model_flag, shape_from_config, shard
 
-MIB = 1 << 20
 #: The two columns of a plan: SGLang's estimator as it ships, and with the plugin.
 COLUMNS = (("stock", False), ("plugin", True))
 

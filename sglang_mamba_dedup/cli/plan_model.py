@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..launch_config import GIB
+from ..sizing import GIB
 from ..testing.shapes import ModelShape
 
 

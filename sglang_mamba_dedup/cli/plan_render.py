@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..launch_config import GIB
+from ..sizing import GIB
 
 
 def _resolved_line(doc: dict[str, Any]) -> str | None:
