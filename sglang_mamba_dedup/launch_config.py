@@ -173,12 +173,6 @@ def cuda_machine(gpu_memory_gb: float):
         yield
 
 
-def _with_device(argv: list[str]) -> list[str]:
-    if any(a == "--device" or a.startswith("--device=") for a in argv):
-        return list(argv)
-    return [*argv, "--device", "cuda"]
-
-
 def resolve(argv: list[str], *, gpu_memory_gb: float) -> Launch:
     """Parse and resolve ``argv`` (``launch_server``'s flags) as the server would on a CUDA GPU of
     ``gpu_memory_gb``; publish it to SGLang's runtime context (0.5.16+) for the estimator to read."""
@@ -186,7 +180,8 @@ def resolve(argv: list[str], *, gpu_memory_gb: float) -> Launch:
 
     from sglang.srt import server_args as sa_mod
 
-    argv = _with_device(argv)
+    has_device = any(a == "--device" or a.startswith("--device=") for a in argv)
+    argv = [*argv, *([] if has_device else ["--device", "cuda"])]  # a copy: the Launch keeps it
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), _logging_kept(), cuda_machine(gpu_memory_gb):

@@ -141,15 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     params = cache_params(MODELS[args.model])
     d = args.draft_tokens
     d_eff = gate.effective_draft_tokens(params, d)
-    per_req = sum(describe_per_request(params).values())
+    per_req = sizing.conv_bytes(params) + sizing.ssm_bytes(params)  # one request's state, what SGLang multiplies by D
     print(
         f"mamba-cache estimator: SGLang reserves {per_req * d / sizing.MIB:.2f} MiB of verify scratch per request "
         f"(D={d} dense windows); with the plugin {per_req * d_eff / sizing.MIB:.2f} MiB (D counted as {d_eff:.3f}), "
         f"so the same memory holds {d / d_eff:.3f}x as many requests' scratch"
     )
     return 0
-
-
-def describe_per_request(params) -> dict[str, int]:
-    """Bytes of one request's persistent conv and SSM state (what SGLang's estimator multiplies by D)."""
-    return {"conv": sizing.conv_bytes(params), "ssm": sizing.ssm_bytes(params)}

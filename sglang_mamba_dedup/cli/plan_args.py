@@ -22,8 +22,6 @@ EPILOG = """examples:
 exit codes: 0 table printed; 1 SGLang's estimator failed on these settings (its message is printed);
 2 usage error, unknown model or option"""
 
-_fraction = number(float, high=1.0)
-
 #: Sizing flags that also exist as launch flags: given as planner flags they are turned into launch flags;
 #: given after ``--`` they must not be given here too. ``None`` default = not given.
 SIZING_FLAGS = (
@@ -56,7 +54,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--pp-size", type=positive_int, default=None, help="pipeline stages (a stage holds its layers)")
     ap.add_argument("--max-running-requests", type=positive_int, default=None)
     ap.add_argument("--speculative-num-draft-tokens", type=positive_int, default=None)
-    ap.add_argument("--mem-fraction-static", type=_fraction, default=None)
+    ap.add_argument("--mem-fraction-static", type=number(float, high=1.0), default=None)
     ap.add_argument(
         "--gpu-memory-gb",
         type=number(float),
