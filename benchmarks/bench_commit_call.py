@@ -39,6 +39,10 @@ def _tooling_from_checkout() -> None:
     if importlib.util.find_spec("sglang_mamba_dedup.patch_state") is None:  # before the rename of patching.py
         sys.modules["sglang_mamba_dedup.patch_state"] = importlib.import_module("sglang_mamba_dedup.patching")
         pkg.patch_state = sys.modules["sglang_mamba_dedup.patch_state"]  # type: ignore[attr-defined]
+    from sglang_mamba_dedup import report
+
+    if not hasattr(report, "clear_events"):  # before the state object: the events' reset had another name
+        report.clear_events = report.reset  # type: ignore[attr-defined]
     if importlib.util.find_spec("sglang_mamba_dedup.testing") is not None:
         return
     folder = ROOT / "sglang_mamba_dedup" / "testing"  # its submodules load from the checkout's folder

@@ -42,7 +42,7 @@ if [[ ,$STEPS, == *,tests,* ]]; then
   # (whose sglang_mamba_dedup has no patches/ subpackage: it is mapped in only when installed).
   rm -rf /tmp/smd-tests && mkdir -p /tmp/smd-tests && cp -r tests /tmp/smd-tests/ && cd /tmp/smd-tests
   PYTHONPATH=$new timeout 300 python3 -P -m pytest -q -n 8 -p no:cacheprovider tests/kernels/test_commit.py \
-    tests/kernels/test_conv_commit.py tests/kernels/test_ssm_commit.py tests/kernels/test_tail_copy.py \
+    tests/kernels/test_conv_commit.py tests/kernels/test_ssm_commit.py tests/kernels/test_tail_copy.py tests/kernels/test_bad_arguments.py \
     > /tmp/pytest_gpu.log 2>&1 || status=1
   tail -3 /tmp/pytest_gpu.log
   # The direct launch of the compiled kernel runs only on CUDA: its test alone, unsandboxed output; this
