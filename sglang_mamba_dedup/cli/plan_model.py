@@ -106,7 +106,7 @@ def shape_from_config(path: Path) -> tuple[ModelShape, float | None]:
     and the size of its ``*.safetensors`` files when present (None otherwise)."""
     cfg_file = path / "config.json"
     if not cfg_file.is_file():
-        raise PlanError(f"{path} has no config.json")
+        raise PlanError(f"{path} has no config.json (the planner reads the checkpoint's config; no download)")
     try:
         cfg = json.loads(cfg_file.read_text())
     except (OSError, ValueError, RecursionError) as exc:
