@@ -1,43 +1,45 @@
 """The Triton commit kernel for the deduplicated Mamba/GDN state layout.
 
-Modules (each named apart from its functions):
-
-* :mod:`.commit` -- the one kernel, :func:`~.commit.launch` and :func:`fused_commit` (all layers, all conv
+* :mod:`.commit` -- the one kernel, its :func:`~.commit.launch` and :func:`fused_commit` (all layers, all conv
   kinds, the SSM state, accept and track index sets, one launch);
-* :mod:`.plan` -- the launch plans: :func:`~.plan.build_plan` (the one place state tensors are validated)
-  and their weak, layout-keyed cache;
+* :mod:`.plan` -- :func:`~.plan.build_plan` (the one place state tensors are validated) and the plan cache;
 * :mod:`.single_kind` -- :func:`conv_commit` / :func:`ssm_commit` (one kind of state) and :func:`tail_copy`
-  (vLLM's DS tail copy), shape adapters over the same plan and launch;
+  (vLLM's DS tail copy), shape adapters over the same plan and launch, imported on first use;
 * :mod:`._direct_launch` -- the compiled-kernel fast path (the only code on Triton internals);
 * :mod:`._validate` -- launch configuration and argument checks.
 
 The contract every function here keeps:
 
-* Row ``r`` of an index set ``(steps, slots)`` copies *source row* ``r`` (the request's position in the
-  verify batch, as SGLang does) at draft step ``s = steps[r]`` into destination slot ``slots[r]``.  A row
-  is skipped, in the kernel and without any host synchronisation, when ``s < 0``, ``s >= D``,
-  ``slot < 0`` or ``slot >= slots+1`` (the destination's slot count).  An optional source-row table (used
-  by :func:`tail_copy`) makes row ``r`` read source row ``src_rows[r]`` instead, skipped when outside
-  ``[0, R)``.
-* All address arithmetic that involves a layer, row, step or slot index is done in int64; only the
-  element offset inside one (layer, slot) entry is int32 (the plan checks that an entry has fewer than
-  2**31 elements; the tail mode indexes whole window rows in int64 and needs no such check).
-* Copies are bitwise: every dtype is moved as an integer of the same width, so NaN payloads and signed
-  zeros survive unchanged.
-* Duplicated destinations (two valid rows, in the same or in different index sets, naming the same
-  slot): the copies race.  Every element of that slot ends up holding the bytes of exactly one of the
-  contending rows (element stores are atomic), which one is unspecified.  When the contending sources
-  are bit-identical the result is therefore exact.  Detecting duplicates would need a device-to-host
-  synchronisation, so it is not done; SGLang only produces them for padding rows aimed at the scratch
-  slot.
-* The first call (of any function) for a given set of tensors validates them and builds and caches a
-  small int64 descriptor table on the device, keyed on each tensor's data_ptr, shape, strides, dtype
-  and device (so a tensor changed in place gets a new table); make that first (warm-up) call outside
-  CUDA graph capture.  Later calls with the same tensors, unchanged, are capturable.
+* Row ``r`` of an index set ``(steps, slots)`` copies *source row* ``r`` (the request's position in the verify
+  batch, as SGLang does) at draft step ``s = steps[r]`` into destination slot ``slots[r]``. A row is skipped, in
+  the kernel and without any host synchronisation, when ``s < 0``, ``s >= D``, ``slot < 0`` or
+  ``slot >= slots+1`` (the destination's slot count). An optional source-row table (used by :func:`tail_copy`)
+  makes row ``r`` read source row ``src_rows[r]`` instead, skipped when outside ``[0, R)``.
+* Address arithmetic on a layer, row, step or slot index is int64; only the element offset inside one
+  (layer, slot) entry is int32 (the plan checks that an entry has fewer than 2**31 elements; the tail mode
+  indexes whole window rows in int64 and needs no such check).
+* Copies are bitwise: every dtype is moved as an integer of the same width, so NaN payloads and signed zeros
+  survive unchanged.
+* Duplicated destinations (two valid rows, in one index set or in both, naming the same slot): the copies race.
+  Every element of that slot ends up holding the bytes of exactly one of the contending rows (element stores are
+  atomic), which one is unspecified, so bit-identical sources give an exact result. Detecting duplicates would
+  need a device-to-host synchronisation, so it is not done; SGLang only produces them for padding rows aimed at
+  the scratch slot.
+* The first call (of any function) for a set of tensors validates them and caches a small int64 descriptor table
+  on the device, keyed on each tensor's data_ptr, shape, strides, dtype and device (a tensor changed in place
+  gets a new table); make that first (warm-up) call outside CUDA graph capture. Later calls with the same
+  tensors, unchanged, are capturable.
 """
 
 from .commit import fused_commit
 from .plan import cached_plan_count, clear_plan_cache
-from .single_kind import conv_commit, ssm_commit, tail_copy
 
 __all__ = ["fused_commit", "conv_commit", "ssm_commit", "tail_copy", "clear_plan_cache", "cached_plan_count"]
+
+
+def __getattr__(name: str):
+    if name in ("conv_commit", "ssm_commit", "tail_copy"):  # the serving path needs none of them
+        from . import single_kind
+
+        return getattr(single_kind, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,12 +1,9 @@
-"""The direct launch of the compiled commit kernel: Triton's compiled launcher called with pre-packed
-arguments, skipping Triton's per-call binding, specialisation and cache lookup (which cost more host time
-than the copy itself at batch 1).
-
-This is the one place that leans on Triton internals: ``JITFunction.device_caches[device][4]`` (the
-argument binder) and ``CompiledKernel.run`` / ``.function`` / ``.packed_metadata``. Checked on Triton 3.6
-(the lent H200) and 3.7; every use is guarded: the binder's result must equal the argument list this
-launcher passes, or no launcher is built, and a call whose specialisation key differs returns False so
-that Triton's own launch serves it.
+"""The direct launch of the compiled commit kernel: Triton's compiled launcher called with pre-packed arguments,
+skipping Triton's per-call binding, specialisation and cache lookup (which cost more host time than the copy itself
+at batch 1). The one place that leans on Triton internals: ``JITFunction.device_caches[device][4]`` (the argument
+binder) and ``CompiledKernel.run`` / ``.function`` / ``.packed_metadata``. Checked on Triton 3.6 (the lent H200)
+and 3.7; every use is guarded: the binder's result must equal the argument list this launcher passes, or no
+launcher is built, and a call whose specialisation key differs returns False so that Triton's own launch serves it.
 """
 
 from __future__ import annotations
@@ -39,15 +36,11 @@ def launch_hooks_set(kernel: Any = None) -> bool:
 
 
 class DirectLaunch:
-    """One compiled variant of the kernel, launched through its own launcher with pre-packed
-    arguments, skipping Triton's per-call binding, specialisation and cache lookup.
-
-    Built after Triton's own launch compiled the variant, and only when Triton's binder, given the
-    same arguments, yields exactly the argument list this launcher passes.  A call takes the direct
-    path only when every index tensor has the dtype and 16-byte alignment it had at that first
-    launch, pointer by pointer (Triton's specialisation key), and the current device is the same:
-    then Triton would have picked this same compiled kernel; any other call returns False and takes
-    Triton's own launch.  Pointers are passed as integers (the launcher takes them as device pointers)."""
+    """One compiled variant of the kernel, built after Triton's own launch compiled it, and only when Triton's
+    binder, given the same arguments, yields exactly the argument list this launcher passes. A call takes the
+    direct path only when every index tensor has the dtype and 16-byte alignment it had at that first launch,
+    pointer by pointer (Triton's specialisation key), on the same device: then Triton would have picked this
+    same compiled kernel. Pointers are passed as integers (the launcher takes them as device pointers)."""
 
     __slots__ = ("run", "function", "metadata", "head", "tail", "dtypes", "aligned", "device_index", "stream_of")
 

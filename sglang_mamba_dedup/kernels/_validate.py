@@ -11,12 +11,10 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 _INT32_MAX = 2**31 - 1
 _GRID_YZ_MAX = 65535
 
-# Tile sizes and warps. The SSM tile is a flat, contiguous chunk of one state
-# entry; the conv tile a flat chunk of one [dim, K-1] window (whole window rows
-# in the tail-copy mode).  64 KiB SSM tiles
-# with 8 warps were the fastest of 4..128 KiB x 4/8 warps on an H200 at batch 64
-# and 128 (the ``sweep`` rows of benchmarks/results/history.csv, 2026-11-29); at batch 1 every tiling was
-# within the noise of the host-bound timing.
+# Tile sizes and warps. The SSM tile is a flat, contiguous chunk of one state entry; the conv tile a flat chunk of
+# one [dim, K-1] window (whole window rows in the tail mode). 64 KiB SSM tiles with 8 warps were the fastest of
+# 4..128 KiB x 4/8 warps on an H200 at batch 64 and 128 (the ``sweep`` rows of benchmarks/results/history.csv,
+# 2026-11-29); at batch 1 every tiling was within the noise of the host-bound timing.
 SSM_TILE_BYTES = 65536
 SSM_NUM_WARPS = 8
 CONV_TILE_ELEMS = 4096

@@ -1,42 +1,25 @@
-"""The commit kernel: every layer, every conv kind, the SSM state, the accept and
-the track index sets, in one launch.  It is the package's only Triton kernel;
-:mod:`.single_kind` launches it with one kind of state.
+"""The commit kernel (the package's only Triton kernel) and its launch.
 
-For each index set ``(steps, slots)`` and each row ``r`` with ``s = steps[r]``
-and ``slot = slots[r]`` valid (see :mod:`sglang_mamba_dedup.kernels`)::
+For each index set ``(steps, slots)``, each valid row ``r`` (:mod:`sglang_mamba_dedup.kernels`) and every layer
+``l``, with ``s = steps[r]`` and ``slot = slots[r]``::
 
-    conv_dsts[i][l, slot] = conv_srcs[i][l, r, s]    # [dim_i, K-1] window
+    conv_dsts[i][l, slot] = conv_srcs[i][l, r, s]    # [dim, K-1] window
     ssm_dst[l, slot]      = ssm_src[l, r, s]         # [*ssm_shape]
 
-for every layer ``l``.  ``conv_srcs[i]`` may be the deduplicated overlapping
-view (``view[l, r, t, d, w] == phys[l, r, d, t + w]``) or a dense buffer: the
-kernel walks the view's strides.  Destinations may have any strides (views over
-larger pools).  The SSM entries (trailing dims) must be dense on both sides.
+``conv_srcs[i]`` may be the deduplicated overlapping view (``view[l, r, t, d, w] == phys[l, r, d, t + w]``) or a
+dense buffer: the kernel walks the view's strides. Destinations may have any strides (views over larger pools);
+the SSM entries (trailing dims) must be dense on both sides.
 
-Two launch options serve :func:`.single_kind.tail_copy` (vLLM's DS tail copy, a
-window read at step ``b``):
+Two launch options serve :func:`.single_kind.tail_copy` (a window read at step ``b``): a source-row table (row
+``r`` reads source row ``src_rows[r]``), and the tail mode of a plan (one conv kind, no SSM): the source is a
+block ``[.., dim, W]`` (``K-1 = W``), step ``s`` reads it shifted by ``s`` columns, clipped to its ``W - s``
+columns (``dst[.., 0:W-s] = src[.., s:W]``, the tail untouched), a copy onto itself is skipped, and every
+program loads whole window rows before it stores them (memmove-safe in place).
 
-* a source-row table: row ``r`` reads source row ``src_rows[r]`` instead of ``r``;
-* the tail mode of a plan (one conv kind, no SSM): the source is a block
-  ``[.., dim, W]`` (``K-1 = W``), step ``s`` reads the window shifted by ``s``
-  columns, clipped to its ``W - s`` columns inside the block (``dst[.., 0:W-s] =
-  src[.., s:W]``, the tail untouched), a copy onto itself is skipped, and every
-  program loads whole window rows before it stores them (memmove-safe in place).
-
-Grid: ``(conv tiles + ssm tiles, L, rows)``; axis 0 enumerates the tiles of one
-(row, layer) pair, conv kinds first.  A skipped row costs its programs two
-index loads each.
-
-Host side: :func:`.plan.get_plan` validates the state tensors once and caches
-their :class:`~.plan.CommitPlan`; :func:`launch` checks the index sets and
-launches a plan.  After the first launch of a plan variant through Triton's
-``JITFunction`` (which compiles), later launches call the compiled kernel's
-launcher directly with pre-packed arguments (:class:`~._direct_launch.DirectLaunch`):
-Triton's per-call binding, specialisation and cache lookup cost more host time
-than the copy itself at batch 1.  The direct path is used only where it provably
-launches the same compiled kernel: CUDA, no Triton launch hooks, the index
-tensors' dtypes and 16-byte alignment as at the first launch; anything else
-takes Triton's own path.
+Grid: ``(conv tiles + ssm tiles, L, rows)``; axis 0 enumerates the tiles of one (row, layer) pair, conv kinds
+first. A skipped row costs its programs two index loads each. After the first launch of a plan variant through
+Triton's ``JITFunction`` (which compiles), later launches take :class:`~._direct_launch.DirectLaunch` where it
+provably launches the same compiled kernel.
 """
 
 from __future__ import annotations
@@ -360,26 +343,15 @@ def fused_commit(
     track_steps=None,
     track_slots=None,
 ) -> None:
-    """Commit the accepted (and tracked) draft step of every request, all
-    layers, all conv kinds and the SSM state, in one launch.
+    """Commit the accepted (and tracked) draft step of every request: all layers, all conv kinds and the SSM
+    state, in one launch, without host synchronisation.
 
-    conv_dsts[i]: ``[L, slots+1, dim_i, K-1]``, any strides.
-    conv_srcs[i]: ``[L, R, D, dim_i, K-1]``, any strides (dedup view or dense).
-    ssm_dst: ``[L, slots+1, *ssm_shape]`` or None; ssm_src: ``[L, R, D, *ssm_shape]`` or None
-    (the ``*ssm_shape`` dims dense on both sides).
-    accept_steps / accept_slots: ``[B]`` int32 or int64 on the states' device, ``B <= R``;
-    row r copies source row r at step ``accept_steps[r]`` into slot ``accept_slots[r]``;
-    a negative or out-of-range step or slot skips the row (in the kernel).
-    track_steps / track_slots: optional second index set, same semantics, same launch.
-
-    No host synchronisation; capturable in a CUDA graph once a first call with the
-    same state tensors (same pointers, shapes, strides) has run outside capture; a
-    tensor whose layout changed since, even in place, gets a fresh plan.  Duplicated
-    destination slots: see :mod:`sglang_mamba_dedup.kernels`.
+    conv_dsts[i]: ``[L, slots+1, dim_i, K-1]``; conv_srcs[i]: ``[L, R, D, dim_i, K-1]`` (dedup view or dense);
+    any strides. ssm_dst: ``[L, slots+1, *ssm_shape]``, ssm_src: ``[L, R, D, *ssm_shape]`` (both None: no SSM
+    pair; the ``*ssm_shape`` dims dense). accept_steps / accept_slots: ``[B]`` int32 or int64 on the states'
+    device, ``B <= R``; track_steps / track_slots: an optional second index set, same launch. Index semantics,
+    CUDA graphs and duplicated slots: :mod:`sglang_mamba_dedup.kernels`.
     """
-    if not isinstance(conv_dsts, (list, tuple)):
-        conv_dsts = list(conv_dsts)
-    if not isinstance(conv_srcs, (list, tuple)):
-        conv_srcs = list(conv_srcs)
+    conv_dsts, conv_srcs = list(conv_dsts), list(conv_srcs)
     plan = get_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src)
     launch(plan, ssm=(ssm_src, ssm_dst), accept=(accept_steps, accept_slots), track=(track_steps, track_slots))

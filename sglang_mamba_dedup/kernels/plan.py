@@ -1,14 +1,13 @@
 """Launch plans of the commit kernel (:mod:`.commit`): the one place where state tensors are validated.
 
-A :class:`CommitPlan` is the descriptor table and the launch arguments of one set of state tensors. It is
-built once by :func:`build_plan` and cached by :func:`get_plan` *with the first destination tensor* (a
-weak-keyed cache: the plan lives as long as that tensor, e.g. SGLang's pool, and holds no reference to
-any state tensor itself). It is keyed on every tensor's pointer, shape, strides and dtype, so it is never
-reused for other memory.
+A :class:`CommitPlan` (the descriptor table and launch arguments of one set of state tensors) is built once by
+:func:`build_plan` and cached by :func:`get_plan`, keyed on every tensor's pointer, shape, strides and dtype, so
+it is never reused for other memory.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -59,9 +58,7 @@ _MAX_TAIL_W = 4096
 
 @dataclass(eq=False)
 class CommitPlan:
-    """What one launch needs for a given set of state tensors: built once by :func:`build_plan`,
-    cached by :func:`get_plan`, launched by :func:`.commit.launch`.  It holds no reference to the
-    state tensors (their pointers are plain integers here and in ``meta``)."""
+    """What one launch needs; it holds no reference to the state tensors (their pointers are plain integers)."""
 
     device: torch.device
     meta: torch.Tensor  # [conv kinds + 1, META_COLS] int64 descriptor table, on ``device``
@@ -181,19 +178,10 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False) -> Co
                 f"the SSM state dims must be dense (row-major) in both ssm_dst "
                 f"({tuple(ssm_dst.stride())}) and ssm_src ({tuple(ssm_src.stride())})"
             )
-        ssm_numel = 1
-        for n in ssm_dst.shape[2:]:
-            ssm_numel *= n
+        ssm_numel = math.prod(ssm_dst.shape[2:])
         ssm_int_dtype = int_dtype_for(ssm_dst.element_size())
         ssm_ptrs = (ssm_src.data_ptr(), ssm_dst.data_ptr())
-        ssm_args = (
-            ssm_src.stride(0),
-            ssm_src.stride(1),
-            ssm_src.stride(2),
-            ssm_dst.stride(0),
-            ssm_dst.stride(1),
-            ssm_numel,
-        )
+        ssm_args = (*ssm_src.stride()[:3], *ssm_dst.stride()[:2], ssm_numel)
     else:
         ssm_int_dtype = None
         ssm_ptrs = (meta.data_ptr(), meta.data_ptr())
