@@ -1,21 +1,15 @@
 """The mamba memory estimator: SGLang's own, scoped to the deduplicated scratch, and what it leaves out.
 
-Wraps
-  * ``...ModelRunnerKVCacheMixin.handle_max_mamba_cache`` (before ``versions.NEW_LAYOUT_FROM``) and
-    ``sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator._handle_max_mamba_cache`` (from it on;
-    the ranges are the patch table's): SGLang reserves ``mamba_cache_per_req * D`` of speculative scratch per request
-    (a dense window per draft token). When the gate would pass, we run SGLang's own estimator with the
-    draft-token count scoped to ``D_eff`` (:func:`sglang_mamba_dedup.gate.effective_draft_tokens`), for which
-    ``mamba_cache_per_req * D_eff`` is exactly the dedup scratch (dense SSM steps + ``(D+K-2)/(K-1)`` conv
-    windows). The same budget then yields more mamba slots; SGLang's arithmetic is not copied. The scope:
-    ``get_spec().override(...)`` (SGLang's own scoped override) on 0.5.17+, the ``server_args`` attribute,
-    restored in ``finally``, before. The estimator runs once, at start-up, in the scheduler process.
-    After the call the wrapper predicts what the deduplicated pool will allocate (:mod:`sglang_mamba_dedup.sizing`)
-    and reserves what SGLang's estimate left out, out of the KV cache's share (:func:`_top_up`: the padding rows
-    on older releases; under ReplaySSM, which reserves no per-draft scratch, the conv-window scratch and spec
-    cursors), records the reservation for the ledger, and warns once when the mamba pool caps the running
-    requests (:func:`_warn_admission`).
-Undone by ``sglang_mamba_dedup.revert()``.
+Wraps SGLang's ``handle_max_mamba_cache`` (the patch table says where, per release), which runs once, at start-up,
+in the scheduler process. SGLang reserves ``mamba_cache_per_req * D`` of speculative scratch per request (a dense
+window per draft token). When the gate would pass, SGLang's own estimator runs with the draft-token count scoped
+to ``D_eff`` (:func:`sglang_mamba_dedup.gate.effective_draft_tokens`), for which ``mamba_cache_per_req * D_eff`` is
+exactly the deduplicated scratch: the same budget yields more mamba slots, and SGLang's arithmetic is not copied.
+The scope is ``get_spec().override(...)`` (SGLang's own scoped override) on 0.5.17+, the ``server_args``
+attribute, restored in ``finally``, before. After the call the wrapper reserves, out of the KV cache's share,
+what the pool will allocate (:mod:`sglang_mamba_dedup.sizing`) beyond SGLang's estimate (:func:`_top_up`),
+records the reservation for the ledger, and says once when the mamba pool caps the running requests
+(:func:`_warn_admission`).
 """
 
 from __future__ import annotations
@@ -25,16 +19,38 @@ import logging
 import math
 from typing import Any
 
-from sglang_mamba_dedup import gate, ledger, sizing, state, versions
+from sglang_mamba_dedup import gate, sizing, state, versions
+from sglang_mamba_dedup.sizing import GIB
 from sglang_mamba_dedup.state import STATE
 
 from . import verify_commit
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
+_MISSING = object()
+
+
+def _global(wrapped, name: str) -> Any:
+    """A global of the estimator's own module (SGLang's runtime-context getters, its helpers), or None."""
+    return getattr(wrapped, "__globals__", {}).get(name)
+
+
+def _settings(wrapped, instance, getter: str) -> Any:
+    """The settings the estimator's release reads: SGLang's runtime-context bag ``getter()`` (``get_schedule``,
+    ``get_disagg``; 0.5.17+), else ``server_args``."""
+    fn = _global(wrapped, getter)
+    return fn() if fn is not None else getattr(instance, "server_args", None)
+
+
+def _reads(fn, name: str, names: str = "co_names") -> bool:
+    """Whether the installed function's code names ``name``: ``co_names``, an attribute or global it reads;
+    ``co_varnames``, a local (a step of its arithmetic)."""
+    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
+    return code is not None and name in getattr(code, names)
+
 
 def _spec_bag(wrapped):
-    getter = getattr(wrapped, "__globals__", {}).get("get_spec")
+    getter = _global(wrapped, "get_spec")
     return getter() if getter is not None else None
 
 
@@ -42,33 +58,19 @@ def _inputs(wrapped, instance) -> tuple[int | None, Any, bool, str]:
     """``(draft_tokens, topk, unified, style)`` as the estimator itself sees them."""
     bag = _spec_bag(wrapped)
     if bag is not None:
-        g = getattr(wrapped, "__globals__", {})
-        unified = False
-        get_memory = g.get("get_memory")
-        if get_memory is not None:
-            unified = bool(getattr(get_memory(), "enable_unified_memory", False))
+        get_memory = _global(wrapped, "get_memory")
+        unified = get_memory is not None and bool(getattr(get_memory(), "enable_unified_memory", False))
         return bag.speculative_num_draft_tokens, bag.speculative_eagle_topk, unified, "runtime_context"
     sa = instance.server_args
-    return (
-        sa.speculative_num_draft_tokens,
-        sa.speculative_eagle_topk,
-        bool(getattr(sa, "enable_unified_memory", False)),
-        "server_args",
-    )
-
-
-def _reads(fn, name: str) -> bool:
-    """Whether the installed function's code names ``name`` (an attribute or global it reads)."""
-    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
-    return code is not None and name in code.co_names
+    unified = bool(getattr(sa, "enable_unified_memory", False))
+    return sa.speculative_num_draft_tokens, sa.speculative_eagle_topk, unified, "server_args"
 
 
 def _replayssm(wrapped, instance) -> tuple[bool, bool]:
     """``(active, estimator_knows)``: whether the pool will run ReplaySSM spec verify (no per-draft SSM
     scratch; GDN/KDA only), and whether this release's estimator reads that flag (0.5.17+: it then reserves
     no per-draft scratch at all; 0.5.16 reserves the dense scratch regardless)."""
-    g = getattr(wrapped, "__globals__", {})
-    get_exec = g.get("get_exec")
+    get_exec = _global(wrapped, "get_exec")
     if get_exec is not None:
         flag = bool(getattr(getattr(get_exec(), "mamba", None), "enable_linear_replayssm_spec", False))
     else:
@@ -81,11 +83,6 @@ def _replayssm(wrapped, instance) -> tuple[bool, bool]:
     return active, _reads(wrapped, "enable_linear_replayssm_spec")
 
 
-def _pd_prefill(wrapped) -> bool:
-    fn = getattr(wrapped, "__globals__", {}).get("_pd_prefill_skips_mamba_spec_state")
-    return bool(fn is not None and fn())
-
-
 def estimator_decision(wrapped, instance) -> tuple[float | None, str | None, dict[str, Any]]:
     """``(D_eff or None, reason, info)`` for this estimator call: the draft-token count to scope so that
     SGLang's ``per_req * D`` reserves what the deduplicated pool allocates per verify row, or why not."""
@@ -95,23 +92,21 @@ def estimator_decision(wrapped, instance) -> tuple[float | None, str | None, dic
     d, topk, unified, style = _inputs(wrapped, instance)
     if d is None:
         return None, "speculative_num_draft_tokens unset", {}
-    if _pd_prefill(wrapped):
+    pd_prefill = _global(wrapped, "_pd_prefill_skips_mamba_spec_state")
+    if pd_prefill is not None and pd_prefill():
         return None, "PD prefill: SGLang reserves no speculative scratch (and the pool allocates none)", {}
     fused_entry = getattr(instance, "fused_entry_bytes", None)
     if fused_entry is not None and fused_entry("mamba") is not None:
         return None, "fused draft state entry (unified pool)", {}
     cache_params = instance.mambaish_config.mamba2_cache_params
+    backport = versions.mode_for(versions.installed_sglang_version()) == "backport"
     ok, reason = gate.check(
         device=instance.device,
         speculative_num_draft_tokens=d,
         cache_params=cache_params,
         topk=topk,
         unified=unified,
-        backport_problem=(
-            verify_commit.backport_problem()
-            if versions.mode_for(versions.installed_sglang_version()) == "backport"
-            else None
-        ),
+        backport_problem=verify_commit.backport_problem() if backport else None,
     )
     if not ok:
         return None, reason, {}
@@ -123,8 +118,7 @@ def estimator_decision(wrapped, instance) -> tuple[float | None, str | None, dic
         info.pop("cache_params")
         return None, "ReplaySSM on a release whose estimator does not price it (the ledger shows the gap)", info
     if replay:
-        # this estimator reserves no per-draft scratch; the conv windows the pool still allocates are
-        # reserved by the top-up after the call
+        # no per-draft scratch reserved; the top-up after the call reserves the conv windows the pool allocates
         return None, "ReplaySSM speculative verify: SGLang reserves no per-draft scratch", info
     d_eff = gate.effective_draft_tokens(cache_params, int(d))
     return d_eff, None, dict(info, effective_draft_tokens=d_eff)
@@ -148,10 +142,8 @@ def _scoped_draft_tokens(wrapped, instance, value: float):
 
 def _schedule(wrapped, instance) -> tuple[int | None, int | None, int, int | None]:
     """``(max_mamba_cache_size, max_running_requests, attn_dp_size, mamba_ratio)`` as the estimator left them."""
-    get_schedule = getattr(wrapped, "__globals__", {}).get("get_schedule")
-    src = get_schedule() if get_schedule is not None else getattr(instance, "server_args", None)
-    slots = getattr(src, "max_mamba_cache_size", None)
-    running = getattr(src, "max_running_requests", None)
+    src = _settings(wrapped, instance, "get_schedule")
+    slots, running = getattr(src, "max_mamba_cache_size", None), getattr(src, "max_running_requests", None)
     dp = getattr(instance, "attn_dp_size", None) or getattr(getattr(instance, "ps", None), "attn_dp_size", None)
     if dp is None:
         sa = getattr(instance, "server_args", None)
@@ -169,27 +161,20 @@ def _schedule(wrapped, instance) -> tuple[int | None, int | None, int, int | Non
 RING_CURSOR_BYTES = 9
 
 
-def _pool_keeps_spec_cursors() -> bool:
+def unreserved_by_sglang(info: dict[str, Any], slots: int, rows: int, scale: float = 1.0) -> dict[str, int]:
+    """What the deduplicated ``MambaPool`` will allocate, by buffer, for ``slots`` mamba slots and ``rows`` verify
+    rows (each +1 padding), of what SGLang's estimate prices: the plain pool's state and scratch; under ReplaySSM
+    (whose ring and state SGLang prices) the conv-window scratch and the spec cursors. ``scale``: this pipeline
+    stage's share of the model's mamba layers (SGLang's ``pp_layer_scale``)."""
     import sys
 
-    mp = sys.modules.get("sglang.srt.mem_cache.memory_pool")
-    init = getattr(getattr(mp, "MambaPool", None), "__init__", None)
-    code = getattr(getattr(init, "__wrapped__", init), "__code__", None)
-    return code is not None and "replayssm_spec_write_pos" in code.co_names
-
-
-def unreserved_by_sglang(info: dict[str, Any], slots: int, rows: int, scale: float = 1.0) -> dict[str, int]:
-    """What the deduplicated ``MambaPool`` will allocate, by buffer, for ``slots`` mamba slots and ``rows``
-    verify rows (each +1 padding, as the pool allocates them), counting only what SGLang's estimate prices:
-    everything for the plain pool (its state and scratch, now priced with the deduplicated draft count);
-    under ReplaySSM (whose ring and state SGLang prices) the conv-window scratch and the spec cursors.
-    ``scale``: the share of the model's mamba layers this pipeline stage holds (SGLang's ``pp_layer_scale``)."""
-    cp = info["cache_params"]
-    per = sizing.request_bytes(cp, info["draft_tokens"], dedup=True, replayssm=info["replayssm"])
+    per = sizing.request_bytes(info["cache_params"], info["draft_tokens"], dedup=True, replayssm=info["replayssm"])
     if info["replayssm"]:
+        mamba_pool = getattr(sys.modules.get("sglang.srt.mem_cache.memory_pool"), "MambaPool", None)
+        cursors = _reads(getattr(mamba_pool, "__init__", None), "replayssm_spec_write_pos")
         out = {
             "conv_scratch": (rows + 1) * per.conv_scratch_physical,
-            "spec_cursors": (rows + 1) * RING_CURSOR_BYTES if _pool_keeps_spec_cursors() else 0,
+            "spec_cursors": (rows + 1) * RING_CURSOR_BYTES if cursors else 0,
         }
     else:
         out = {
@@ -204,8 +189,8 @@ def pp_layer_scale(wrapped, instance, cache_params: Any) -> float:
     """The share of the model's mamba layers SGLang charges one pipeline stage: the largest stage's share
     (0.5.17+, whose estimator names ``pp_layer_scale``); 1 without PP or on releases that charge every layer."""
     pp = int(getattr(instance, "pp_size", 1) or 1)
-    get_pp_indices = getattr(wrapped, "__globals__", {}).get("get_pp_indices")
-    if pp <= 1 or get_pp_indices is None or not _reads_var(wrapped, "pp_layer_scale"):
+    get_pp_indices = _global(wrapped, "get_pp_indices")
+    if pp <= 1 or get_pp_indices is None or not _reads(wrapped, "pp_layer_scale", "co_varnames"):
         return 1.0
     layers = list(cache_params.layers)
     total = int(instance.model_config.num_hidden_layers)
@@ -216,21 +201,15 @@ def pp_layer_scale(wrapped, instance, cache_params: Any) -> float:
     return stage / max(len(layers), 1)
 
 
-def _reads_var(fn, name: str) -> bool:
-    """Whether the installed function has a local named ``name`` (a step of its arithmetic)."""
-    code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
-    return code is not None and name in code.co_varnames
-
-
 def ring_over_reservation(wrapped, instance, info: dict[str, Any], rows: int, asked: int, scale: float) -> int:
     """Bytes of ReplaySSM ring SGLang reserves for requests the pool never holds: from 0.5.20 its estimator
     prices a Gated-DeltaNet ring row for every request asked for (``max_running_requests + 1``), while the pool
     allocates one per request the mamba pool admits (``spec_state_size + 1``). 0 elsewhere."""
     if not info.get("replayssm") or getattr(instance, "hybrid_kda_config", None) is not None:
         return 0
-    if not _reads_var(wrapped, "replay_req_slots"):
+    if not _reads(wrapped, "replay_req_slots", "co_varnames"):
         return 0
-    get_exec = getattr(wrapped, "__globals__", {}).get("get_exec")
+    get_exec = _global(wrapped, "get_exec")
     record_len = getattr(getattr(get_exec(), "mamba", None), "linear_replayssm_cache_len", None) if get_exec else None
     ring = sizing.ring_bytes(info["cache_params"], record_len)
     if not ring:
@@ -250,7 +229,7 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
         result = wrapped(*args, **kwargs)
     total = kwargs.get("total_rest_memory", args[0] if args else None)
     try:
-        reserved = int(round((float(total) - float(result)) * ledger.GIB))
+        reserved = int(round((float(total) - float(result)) * GIB))
     except (TypeError, ValueError):
         reserved = None
     try:
@@ -264,7 +243,7 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
         )
         topup, detail = 0, ""
     if topup:
-        result = result - topup / ledger.GIB
+        result = result - topup / GIB
         reserved += topup
     applied = scoped or topup != 0
     estimate.update(
@@ -281,14 +260,16 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
             d_eff,
         )
     if topup > 0:
-        # a PD-decode server's pre-allocated rows can be GiBs of KV cache (sglang #23643), and a top-up above one
-        # slot's state is more than padding: said as a WARNING
+        # a PD-decode server's pre-allocated rows can be GiBs of KV cache, and a top-up above one slot's state is
+        # more than padding: said as a WARNING
         pd_decode = bool(info.get("pd_decode_pre_alloc"))
+        cp = info.get("cache_params")
+        slot = sizing.request_bytes(cp, None, dedup=True).state if cp is not None else 0  # at most a padding row
         logger.log(
-            logging.WARNING if pd_decode or topup > _slot_bytes(info) else logging.INFO,
+            logging.WARNING if pd_decode or topup > slot else logging.INFO,
             "sglang-mamba-dedup: mamba cache estimator reserves %.3f GiB (%d bytes) more, which the pool allocates "
             "but SGLang's estimate left out (%s); it comes out of the KV cache's share%s",
-            topup / ledger.GIB,
+            topup / GIB,
             topup,
             detail,
             ". Fewer pre-allocated requests (--disaggregation-decode-extra-slots) give it back" if pd_decode else "",
@@ -297,53 +278,36 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
         logger.info(
             "sglang-mamba-dedup: mamba cache estimator gives %.3f GiB (%d bytes) back to the KV cache, which SGLang's "
             "estimate reserved but the pool never allocates (%s)",
-            -topup / ledger.GIB,
+            -topup / GIB,
             -topup,
             detail,
         )
     if not applied:
         logger.info("sglang-mamba-dedup: mamba cache estimator unchanged: %s", estimate["reason"])
     if reserved is not None:
-        slots = _schedule(wrapped, instance)[0]
         logger.info(
             "sglang-mamba-dedup: mamba cache estimator budget %.4f GiB (%d bytes): %.4f GiB reserved for %s mamba "
             "slots and their scratch, the rest for the KV cache",
             float(total),
-            int(round(float(total) * ledger.GIB)),
-            reserved / ledger.GIB,
-            slots,
+            int(round(float(total) * GIB)),
+            reserved / GIB,
+            _schedule(wrapped, instance)[0],
         )
         estimate["reserved_bytes"] = reserved
-    _warn_admission(wrapped, instance, info, None, reserved)
+    _warn_admission(wrapped, instance, info, reserved)
     return result
-
-
-def _slot_bytes(info: dict[str, Any]) -> int:
-    """One mamba slot's state (conv + SSM, every layer): the most a padding row can cost."""
-    cp = info.get("cache_params")
-    return sizing.request_bytes(cp, None, dedup=True).state if cp is not None else 0
-
-
-def _knob(wrapped, instance, bag: str, name: str) -> Any:
-    """A server setting as the estimator's release reads it: from SGLang's runtime-context bag ``bag``
-    (``get_disagg()``, ``get_schedule()``; 0.5.17+), else from ``server_args``. Missing: ``_MISSING``."""
-    getter = getattr(wrapped, "__globals__", {}).get(bag)
-    src = getter() if getter is not None else getattr(instance, "server_args", None)
-    return getattr(src, name, _MISSING)
-
-
-_MISSING = object()
 
 
 def _extra_buffer(wrapped, instance) -> bool:
     """Whether the mamba extra (tracking) buffer is on, by the spelling of the release."""
-    g = getattr(wrapped, "__globals__", {})
-    if g.get("get_exec") is not None:
-        flag = getattr(getattr(g["get_exec"](), "mamba", None), "enable_mamba_extra_buffer", None)
+    get_exec = _global(wrapped, "get_exec")
+    if get_exec is not None:
+        flag = getattr(getattr(get_exec(), "mamba", None), "enable_mamba_extra_buffer", None)
         if flag is not None:
             return bool(flag)
-    if g.get("mamba_extra_buffer_enabled") is not None:
-        return bool(g["mamba_extra_buffer_enabled"]())
+    enabled = _global(wrapped, "mamba_extra_buffer_enabled")
+    if enabled is not None:
+        return bool(enabled())
     value = getattr(getattr(instance, "server_args", None), "enable_mamba_extra_buffer", False)
     return bool(value() if callable(value) else value)
 
@@ -356,24 +320,22 @@ def default_pre_alloc(requests: int, otherwise: int = 0) -> int:
 
 
 def pd_decode_rows(wrapped, instance, rows: int) -> tuple[int, int] | None:
-    """``(pre_alloc, slots_per_request)`` of the PD-decode pool (``HybridMambaDecodeReqToTokenPool``) this
-    server will build, or None when it builds the plain one. That pool keeps speculative scratch for
-    ``rows + pre_alloc`` requests and at least ``(rows + pre_alloc) x slots_per_request`` mamba slots (sglang
-    #19045, #23643); SGLang's estimate prices ``rows``. ``pre_alloc``: ``disaggregation_decode_extra_slots``
-    (0.5.14+, defaulted at start-up); before, ``SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS``, twice the
-    requests when they are at most 32. A flip-capable prefill (``enable_pd_role_switch``) builds it too."""
+    """``(pre_alloc, slots_per_request)`` of the PD-decode pool (``HybridMambaDecodeReqToTokenPool``, also built by a
+    flip-capable prefill) this server will build, or None: it keeps scratch for ``rows + pre_alloc`` requests and
+    at least ``(rows + pre_alloc) x slots_per_request`` mamba slots, where SGLang's estimate prices ``rows``."""
     import importlib
     import os
 
-    mode = _knob(wrapped, instance, "get_disagg", "disaggregation_mode")
-    if mode != "decode" and _knob(wrapped, instance, "get_disagg", "enable_pd_role_switch") is not True:
+    disagg = _settings(wrapped, instance, "get_disagg")
+    mode = getattr(disagg, "disaggregation_mode", _MISSING)
+    if mode != "decode" and getattr(disagg, "enable_pd_role_switch", _MISSING) is not True:
         return None
-    extra = _knob(wrapped, instance, "get_disagg", "disaggregation_decode_extra_slots")
+    extra = getattr(disagg, "disaggregation_decode_extra_slots", _MISSING)
     if extra is _MISSING:
         pre = default_pre_alloc(rows, int(os.environ.get("SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS") or 0))
     else:
         pre = int(extra or 0)
-    overlap = _knob(wrapped, instance, "get_schedule", "disable_overlap_schedule") is not True
+    overlap = getattr(_settings(wrapped, instance, "get_schedule"), "disable_overlap_schedule", _MISSING) is not True
     extra_buffer = _extra_buffer(wrapped, instance)
     # the pool's own module (imported by SGLang moments later to build the pool)
     decode = importlib.import_module("sglang.srt.disaggregation.decode")
@@ -386,12 +348,10 @@ def pd_decode_rows(wrapped, instance, rows: int) -> tuple[int, int] | None:
 
 
 def _top_up(wrapped, instance, info: dict[str, Any], reserved: int | None, priced: int | None) -> tuple[int, str]:
-    """Bytes the deduplicated pool will allocate beyond what SGLang's estimate reserved for it (0 when covered
-    or not predictable; negative under ReplaySSM when SGLang reserved ring rows the pool never allocates, which
-    go back to the KV cache), and which buffers they are. ``priced``: what the estimate reserved for those
-    buffers (the whole reservation for the plain pool; nothing for the conv scratch under ReplaySSM). On a
-    PD-decode server the pool's pre-allocated rows and slots are added (not under ReplaySSM: its ledger says the
-    gap). Under pipeline parallelism the stage's share of the layers is priced, as SGLang prices it."""
+    """Bytes the deduplicated pool will allocate beyond what SGLang's estimate reserved for it, and which buffers
+    (0 when covered or not predictable; negative under ReplaySSM for ring rows the pool never allocates).
+    ``priced``: what the estimate reserved for those buffers (all of it for the plain pool; nothing under
+    ReplaySSM). Adds a PD-decode pool's pre-allocated rows (not under ReplaySSM) and prices a PP stage's share."""
     if reserved is None or "cache_params" not in info:
         return 0, ""
     slots, running, dp, ratio = _schedule(wrapped, instance)
@@ -414,12 +374,12 @@ def _top_up(wrapped, instance, info: dict[str, Any], reserved: int | None, price
     by_buffer = unreserved_by_sglang(info, slots, rows, scale)
     over = ring_over_reservation(wrapped, instance, info, rows, asked, scale)
     gap = sum(by_buffer.values()) - (priced if priced is not None else reserved) - over
-    named = ", ".join(f"{k} {v / ledger.GIB:.4f} GiB" for k, v in by_buffer.items() if v)
+    named = ", ".join(f"{k} {v / GIB:.4f} GiB" for k, v in by_buffer.items() if v)
     if over:
         info["ring_over_reservation"] = over
         named += (
             f"; SGLang priced ReplaySSM ring rows for {asked} requests, the pool allocates {rows}: "
-            f"{over / ledger.GIB:.4f} GiB less"
+            f"{over / GIB:.4f} GiB less"
         )
         return gap, f"{what}; the pool allocates {named}"
     if gap <= 0:
@@ -432,37 +392,32 @@ def _sglang_warns_of_the_cap(instance) -> bool:
     ``KVCacheConfigurator.resolve_max_num_reqs``)."""
     fn = getattr(type(instance), "resolve_max_num_reqs", None)
     code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
-    consts = code.co_consts if code is not None else ()
-    return any(isinstance(c, str) and "capped to" in c for c in consts)
+    return any(isinstance(c, str) and "capped to" in c for c in getattr(code, "co_consts", ()))
 
 
-def _lift(wrapped, instance, asked: int, slots: int, ratio: int, budget_gb: float | None, reserved: int | None):
-    """``(fraction, max_mamba_cache_size)`` that admit every request asked for. The size is exact by SGLang's
-    admission (``slots // ratio``); the fraction scales the observed cost of a slot (this estimate's reservation
-    per slot, over the share of the budget SGLang gives the mamba pool) to the missing slots, against the
-    device's capacity, rounded up to 0.01. ``fraction`` None when it cannot be said (or no fraction below 1
-    does). ``sglang-mamba-dedup plan`` computes it by running the estimator itself."""
+def _lift(wrapped, instance, asked: int, slots: int, ratio: int, reserved: int | None):
+    """``(fraction, max_mamba_cache_size)`` that admit every request asked for (docs/memory.md "Admission"): the
+    size is exact; the fraction scales this estimate's cost per slot to the missing slots (None when it cannot be
+    said, or no fraction below 1 does)."""
     need = asked * ratio
-    get_schedule = getattr(wrapped, "__globals__", {}).get("get_schedule")
-    src = get_schedule() if get_schedule is not None else getattr(instance, "server_args", None)
+    src = _settings(wrapped, instance, "get_schedule")
     f0, r = getattr(src, "mem_fraction_static", None), getattr(src, "mamba_full_memory_ratio", None)
-    cap_fn = getattr(wrapped, "__globals__", {}).get("get_device_memory_capacity")
+    cap_fn = _global(wrapped, "get_device_memory_capacity")
     try:
         capacity_gb = float(cap_fn(getattr(instance, "device", "cuda"))) / 1024 if cap_fn else None
     except Exception:  # noqa: BLE001 - no device to ask: no fraction, the size still helps
         capacity_gb = None
     if not (f0 and r and capacity_gb and reserved and slots):
         return None, need
-    per_slot = reserved / (slots + 1) / (1 << 30)
+    per_slot = reserved / (slots + 1) / GIB
     extra_rest = (need - slots) * per_slot * (1 + float(r)) / float(r)
     fraction = math.ceil((float(f0) + extra_rest / capacity_gb) * 100) / 100
     return (fraction if fraction < 1 else None), need
 
 
-def _warn_admission(wrapped, instance, info: dict[str, Any], budget_gb=None, reserved=None) -> None:
-    """When the mamba pool caps the running requests below what was asked for: one line with what lifts the cap
-    (the fraction and the mamba cache size that admit them all). Where SGLang warns of the cap itself (0.5.17+)
-    that is all, at INFO; where it is silent or says it at INFO, a WARNING with the numbers and the other lifts."""
+def _warn_admission(wrapped, instance, info: dict[str, Any], reserved: int | None) -> None:
+    """Once, when the mamba pool caps the running requests: what lifts the cap, at INFO where SGLang warns of the
+    cap itself (0.5.17+), else a WARNING with the numbers and the other lifts."""
     slots, running, dp, ratio = _schedule(wrapped, instance)
     if slots is None or running is None or not ratio:
         return
@@ -470,7 +425,7 @@ def _warn_admission(wrapped, instance, info: dict[str, Any], budget_gb=None, res
     cap = int(slots) // ratio
     if cap >= asked or not state.first_time("admission"):
         return
-    fraction, size = _lift(wrapped, instance, asked, int(slots), ratio, budget_gb, reserved)
+    fraction, size = _lift(wrapped, instance, asked, int(slots), ratio, reserved)
     exact = f"--max-mamba-cache-size {size}" + (
         f" or --mem-fraction-static {fraction:.2f} (about; `sglang-mamba-dedup plan -- <these flags>` gives it exactly)"
         if fraction
@@ -485,7 +440,7 @@ def _warn_admission(wrapped, instance, info: dict[str, Any], budget_gb=None, res
         per = sizing.request_bytes(cp, 1, dedup=False)
         lifts.append(
             f"lower --speculative-num-draft-tokens (now {info['draft_tokens']}; each draft token is up to "
-            f"{(per.ssm_scratch + per.conv_scratch_dense) / (1 << 20):.1f} MiB of verify scratch per request)"
+            f"{(per.ssm_scratch + per.conv_scratch_dense) / sizing.MIB:.1f} MiB of verify scratch per request)"
         )
     sa = getattr(instance, "server_args", None)
     replay_flag = next(
