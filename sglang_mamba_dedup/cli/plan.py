@@ -13,8 +13,9 @@ checkpoint) is a rougher what-if: its settings are not resolved as a launch.
 The budget is SGLang's: ``free x fraction - weights`` (less its multimodal and pre-capture reserves where the
 release has them), where ``free`` is the GPU's free memory when the server starts loading (``--gpu-memory-gb``;
 SGLang logs it as ``Load weight begin. avail mem=``). SGLang measures what the load really took; the checkpoint's
-bytes miss the model's buffers (e.g. the rotary cache), so a prediction can be a few slots high: the output says
-how many slots 100 MB of budget is.
+bytes miss the model's buffers (e.g. the rotary cache), so a prediction from the flags alone can be a few slots
+high: the output gives the plan again at :data:`LOAD_MARGIN_GB` less, the range the server should fall in, and
+how many slots 100 MB of budget is. ``--rest-gb`` with the budget a server logged gives its numbers exactly.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ from . import plan_args, plan_render
 from ._args import switched
 from .plan_model import PlanError, flag_value, model_flag, shape_from_config, shard
 
+#: What SGLang's load took beyond the checkpoint's bytes before it sized the pools, at most, on the H200 runs of
+#: 2026-12-02 (docs/memory.md "On the H200"): 0.18 GB for Qwen3.5-0.8B + MTP (0.13 at the load: the fp32 rotary
+#: cos/sin cache and allocator rounding; 0.05 after it), 0.07 GB for Nemotron-H mini. A plan from the flags alone
+#: is also made at this much less budget: the server should fall between the two.
+LOAD_MARGIN_GB = 0.2
 #: The two columns of a plan: SGLang's estimator as it ships, and with the plugin.
 COLUMNS = (("stock", False), ("plugin", True))
 
@@ -114,6 +120,17 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
         est = _estimate(cp, mixer, st, rest, plugin, launch=launch, kv_token_bytes=kv_token_bytes)
         if args.rest_gb is None:  # what fraction admits every request asked for, capped or not
             est["fraction_needed"] = _fraction_needed(cp, mixer, launch, budget, plugin, est)
+        if args.rest_gb is None:  # from the flags alone: the plan again if the load takes more than its bytes
+            low = (
+                _estimate(cp, mixer, st, rest - LOAD_MARGIN_GB, plugin, launch=launch)
+                if rest > LOAD_MARGIN_GB
+                else None
+            )
+            est["load_margin"] = low and {
+                "gb": LOAD_MARGIN_GB,
+                "mamba_slots": low["mamba_slots"],
+                "running_requests": low["running_requests"],
+            }
         doc[key] = est
     per_slot = doc["plugin"]["reserved_gb"] / max(1, doc["plugin"]["mamba_slots"])
     doc["slots_per_100mb"] = round(0.1 / 1.073741824 / per_slot * _mamba_share(st), 2) if per_slot else None

@@ -105,6 +105,33 @@ def test_planner_matches_launch_slots_by_sglangs_arithmetic(qwen35_dir, capsys):
     assert stock["mamba_slots"] == math.floor((budget - s * (1 + d)) // (s * (1 + d / ratio)))
 
 
+def test_planner_from_flags_gives_the_plan_at_the_load_margin_too(qwen35_dir, capsys):
+    """From the flags alone the planner cannot see what the load takes beyond the checkpoint (0.07-0.18 GB on the
+    H200): it plans again at ``plan.LOAD_MARGIN_GB`` less budget, the same numbers ``--rest-gb`` gives there, and
+    says so; with ``--rest-gb`` (a server's logged budget) there is no margin to give."""
+    if _refused_by_release(qwen35_dir, ()):
+        pytest.skip("this release refuses the default launch (no_buffer with the radix cache)")
+    flags = ["--json", "--", *launch_flags(qwen35_dir)]
+    assert plan.main(["--gpu-memory-gb", "139.13", "--weights-gb", "3.0", *flags]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert plan.main(["--rest-gb", str(doc["budget_gb"] - plan.LOAD_MARGIN_GB), *flags]) == 0
+    low = json.loads(capsys.readouterr().out)
+    for key in ("stock", "plugin"):
+        margin = doc[key]["load_margin"]
+        assert margin["gb"] == plan.LOAD_MARGIN_GB
+        assert (margin["mamba_slots"], margin["running_requests"]) == (
+            low[key]["mamba_slots"],
+            low[key]["running_requests"],
+        )
+        assert margin["mamba_slots"] < doc[key]["mamba_slots"]
+        assert not low[key].get("load_margin")
+    assert plan.main(["--gpu-memory-gb", "139.13", "--weights-gb", "3.0", "--", *launch_flags(qwen35_dir)]) == 0
+    text = capsys.readouterr().out
+    assert (
+        "from the flags alone" in text and f"plugin {doc['plugin']['load_margin']['mamba_slots']} mamba slots" in text
+    )
+
+
 def _reads_pp_scale() -> bool:
     """0.5.17+: the estimator of the installed release prices stages and padding rows as 0.5.23 does."""
     try:
