@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # _timing, also under 
 import _timing  # noqa: E402
 
 _timing.checkout_on_path()
-from sglang_mamba_dedup.testing.shapes import MODELS, ModelShape  # noqa: E402
+from sglang_mamba_dedup.offline.shapes import MODELS, ModelShape  # noqa: E402
 
 BATCHES = (1, 16, 64, 128, 256)
 STEPS = (4, 8)

@@ -29,7 +29,7 @@ ROOT = _timing.ROOT
 
 def _tooling_from_checkout() -> None:
     """An older plugin build under test may predate the test tooling the helpers import (``patch_state``, the
-    ``sglang_mamba_dedup.testing`` package of shapes and SGLang's pool builder): then this checkout's are
+    ``sglang_mamba_dedup.offline`` package of shapes and SGLang's pool builder): then this checkout's are
     loaded. They only describe models and call SGLang's constructors; the patches measured stay the
     installed build's."""
     import importlib.util
@@ -43,17 +43,17 @@ def _tooling_from_checkout() -> None:
 
     if not hasattr(report, "clear_events"):  # before the state object: the events' reset had another name
         report.clear_events = report.reset  # type: ignore[attr-defined]
-    if importlib.util.find_spec("sglang_mamba_dedup.testing") is not None:
+    if importlib.util.find_spec("sglang_mamba_dedup.offline") is not None:
         return
-    folder = ROOT / "sglang_mamba_dedup" / "testing"  # its submodules load from the checkout's folder
+    folder = ROOT / "sglang_mamba_dedup" / "offline"  # its submodules load from the checkout's folder
     spec = importlib.util.spec_from_file_location(
-        "sglang_mamba_dedup.testing", folder / "__init__.py", submodule_search_locations=[str(folder)]
+        "sglang_mamba_dedup.offline", folder / "__init__.py", submodule_search_locations=[str(folder)]
     )
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
     spec.loader.exec_module(mod)
-    pkg.testing = mod  # type: ignore[attr-defined]
+    pkg.offline = mod  # type: ignore[attr-defined]
 
 
 def _moved_bytes(shape, steps, track_steps, draft_tokens: int) -> int:
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or str(_timing.RESULTS), help="results folder")
     ap.add_argument("--label", default="current", help="names the build or run (rows and file name)")
     ap.add_argument(
-        "--models", default="qwen3.5-0.8b", help="comma list of sglang_mamba_dedup.testing.shapes.MODELS keys"
+        "--models", default="qwen3.5-0.8b", help="comma list of sglang_mamba_dedup.offline.shapes.MODELS keys"
     )
     ap.add_argument("--batches", default="1,64")
     ap.add_argument("--draft-tokens", default="4", help="comma list of D (speculative draft tokens)")
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     _timing.checkout_on_path()
     _tooling_from_checkout()
     from sglang_mamba_dedup import patch_state, report
-    from sglang_mamba_dedup.testing.shapes import MODELS
+    from sglang_mamba_dedup.offline.shapes import MODELS
     from tests.support import integration as iu
 
     def toggle(on: bool) -> None:
@@ -140,7 +140,7 @@ def _copy_bandwidth(torch, device: str) -> float:
 
 
 def _measure(args, device, torch, iu, report, toggle, cp, shape, model, D, bs, bandwidth):
-    from sglang_mamba_dedup.testing.sglang_pool import build_pool
+    from sglang_mamba_dedup.offline.sglang_pool import build_pool
 
     pool = build_pool(cp, size=bs, mamba_size=3 * bs + 1, draft_tokens=D, topk=1, device=device)
     backend = iu.build_backend(pool, device=device, topk=1, draft_tokens=D)

@@ -9,8 +9,8 @@ import os
 import sys
 
 from .. import sizing
-from ..testing.sglang_pool import CudaToDeviceTorch
-from ..testing.shapes import MODELS
+from ..offline.sglang_pool import CudaToDeviceTorch
+from ..offline.shapes import MODELS
 from ._args import environ, positive_int, switched
 
 
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from .. import activation, gate, report, versions
-    from ..testing.sglang_pool import build_pool, cache_params
+    from ..offline.sglang_pool import build_pool, cache_params
 
     try:
         user_mode = activation.parse_mode(os.environ.get(activation.ENV))

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import launch_config, versions
+from ..offline.shapes import MODELS
 from ..sizing import GIB, MIB
 from ..state import STATE
-from ..testing.shapes import MODELS
 from . import plan_args, plan_render
 from ._args import switched
 from .plan_model import PlanError, flag_value, model_flag, shape_from_config, shard
@@ -138,7 +138,7 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
 
 
 def _plan_shape(args) -> dict[str, Any]:
-    from ..testing.sglang_pool import cache_params
+    from ..offline.sglang_pool import cache_params
 
     st = plan_args.what_if_settings(args)
     shape = shard(MODELS[args.shape], st["tp_size"])
@@ -174,7 +174,7 @@ def _estimate(
     from sglang.srt.server_args import ServerArgs
 
     from .. import ledger, sizing
-    from ..testing import estimator
+    from ..offline import estimator
 
     d, replay = st["speculative_num_draft_tokens"], st["replayssm"]
     with switched("1" if plugin else "0"):
@@ -234,8 +234,8 @@ def _admits_all(est: dict[str, Any]) -> bool:
 def _disaggregation(args, st: dict[str, Any]) -> dict[str, Any]:
     """The PD settings as ``ServerArgs`` fields (empty for a plain server); a decode server's pre-allocated
     requests default as SGLang's start-up sets them (:func:`.patches.estimator.default_pre_alloc`)."""
+    from ..offline import estimator
     from ..patches import estimator as estimator_patch
-    from ..testing import estimator
 
     out: dict[str, Any] = {}
     mode = st["disaggregation_mode"]
@@ -255,7 +255,7 @@ def launch_cache_params(launch) -> tuple[Any, str | None]:
     try:
         return launch.cache_params, None
     except launch_config.LaunchError as exc:
-        from ..testing.sglang_pool import cache_params
+        from ..offline.sglang_pool import cache_params
 
         shape = shard(shape_from_config(Path(model_flag(launch.argv) or "."))[0], int(launch.settings["tp_size"] or 1))
         return cache_params(shape), f"state shape read by the plugin from config.json ({exc})"

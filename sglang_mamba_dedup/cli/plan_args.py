@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..testing.shapes import MODELS
+from ..offline.shapes import MODELS
 from ._args import number, positive_int
 from .plan_model import PlanError, model_flag, shape_from_config
 
@@ -176,7 +176,7 @@ def checked_launch(args, launch_flags: list[str] | None) -> list[str] | None:
 def _check_flags(args) -> None:
     """The planner-flag checks that need no model (one line each, exit 2)."""
     from .. import versions
-    from ..testing import estimator
+    from ..offline import estimator
 
     release = versions.installed_sglang_version()
     if args.enable_linear_replayssm_spec and "enable_linear_replayssm_spec" not in estimator.server_args_fields():

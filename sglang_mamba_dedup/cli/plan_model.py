@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..offline.shapes import ModelShape
 from ..sizing import GIB
-from ..testing.shapes import ModelShape
 
 
 class PlanError(ValueError):

@@ -2,7 +2,7 @@
 
 No model can be downloaded on our machines, yet the e2e check needs a hybrid model with an MTP head that SGLang
 serves with NEXTN. :func:`build_random_model` writes ``config.json`` (the published architecture and parameter
-names; Qwen3.5's layer and GDN dimensions from :data:`sglang_mamba_dedup.testing.shapes.QWEN35_08B`),
+names; Qwen3.5's layer and GDN dimensions from :data:`sglang_mamba_dedup.offline.shapes.QWEN35_08B`),
 ``model.safetensors``, ``generation_config.json`` and ``random_model.json`` (preset, seed, knobs); no tokenizer
 (serve it with ``skip_tokenizer_init`` and token-id prompts). Every tensor comes from its own CPU generator,
 seeded from ``seed`` and its name. Why the weights are shaped as they are (an untied head, the ``mix`` knobs, the
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..testing.shapes import NEMOTRON_H_8B, QWEN35_08B
+from ..offline.shapes import NEMOTRON_H_8B, QWEN35_08B
 
 __all__ = ["ModelDims", "NemotronHDims", "PRESETS", "build_config", "weight_specs", "build_random_model", "main"]
 
@@ -125,7 +125,7 @@ _NEMOTRON_MINI = NemotronHDims(
 
 PRESETS: dict[str, ModelDims | NemotronHDims] = {
     # Qwen/Qwen3.5-0.8B text part (published config); the layer count and the GDN state dimensions come from the
-    # shape table (sglang_mamba_dedup.testing.shapes), the rest is the full model's.
+    # shape table (sglang_mamba_dedup.offline.shapes), the rest is the full model's.
     "qwen3.5-0.8b": ModelDims(
         vocab_size=248320,
         hidden_size=1024,

@@ -41,7 +41,7 @@ def test_demo_honours_strict_and_rejects_bad_input(monkeypatch, capsys):
 
 def test_demo_on_a_mamba2_model_with_bf16_ssm(capsys):
     """Nemotron-H-8B (bf16 SSM): head_dim != state, conv dim 10240; the demo's bytes follow the shape table."""
-    from sglang_mamba_dedup.testing import shapes
+    from sglang_mamba_dedup.offline import shapes
 
     assert demo.main(["--model", "nemotron-h-8b-bf16", "--slots", "1", "--draft-tokens", "3"]) == 0
     out = capsys.readouterr().out

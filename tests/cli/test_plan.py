@@ -9,9 +9,9 @@ import pytest
 from sglang_mamba_dedup import sizing
 from sglang_mamba_dedup.cli import plan, plan_model
 from sglang_mamba_dedup.e2e import random_model
+from sglang_mamba_dedup.offline import estimator, shapes
+from sglang_mamba_dedup.offline.sglang_pool import cache_params
 from sglang_mamba_dedup.patches import estimator as estimator_patch
-from sglang_mamba_dedup.testing import estimator, shapes
-from sglang_mamba_dedup.testing.sglang_pool import cache_params
 
 pytestmark = pytest.mark.release
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from sglang_mamba_dedup.e2e import random_model as rm
-from sglang_mamba_dedup.testing import shapes
+from sglang_mamba_dedup.offline import shapes
 
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")

@@ -19,8 +19,8 @@ import pytest
 
 from sglang_mamba_dedup.cli import plan
 from sglang_mamba_dedup.e2e import random_model
+from sglang_mamba_dedup.offline import estimator
 from sglang_mamba_dedup.state import STATE
-from sglang_mamba_dedup.testing import estimator
 from tests.support import integration as iu
 
 ROOT = Path(__file__).resolve().parents[2]

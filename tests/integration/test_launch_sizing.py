@@ -20,8 +20,8 @@ import sglang_mamba_dedup
 from sglang_mamba_dedup import launch_config, ledger, sizing
 from sglang_mamba_dedup.cli import plan
 from sglang_mamba_dedup.e2e import random_model
+from sglang_mamba_dedup.offline import estimator
 from sglang_mamba_dedup.state import STATE
-from sglang_mamba_dedup.testing import estimator
 from tests.support import integration as iu
 
 pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
@@ -207,8 +207,8 @@ def test_pipeline_stage_top_up_prices_the_stage_only(pp):
     plugin's prediction did not, and topped up a second copy of the stage's pool (21 GiB of 60 on Qwen3-Next-80B at
     PP 2). The top-up is at most one slot's state (the padding rows' rounding), and the plugin reserves no more
     than a few percent over stock (its extra slots and scratch rows), never a second pool."""
-    from sglang_mamba_dedup.testing import shapes
-    from sglang_mamba_dedup.testing.sglang_pool import cache_params
+    from sglang_mamba_dedup.offline import shapes
+    from sglang_mamba_dedup.offline.sglang_pool import cache_params
 
     cp = cache_params(shapes.QWEN3_NEXT_80B)
     cp = type(cp)(shape=cp.shape, layers=[i for i in range(48) if i % 4 != 3], dtype=cp.dtype)

@@ -13,9 +13,9 @@ import torch
 
 import sglang_mamba_dedup
 from sglang_mamba_dedup import ledger, report, sizing
+from sglang_mamba_dedup.offline import estimator
 from sglang_mamba_dedup.patches import estimator as estimator_patch
 from sglang_mamba_dedup.state import STATE
-from sglang_mamba_dedup.testing import estimator
 from tests.support import integration as iu
 
 pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]

@@ -559,7 +559,7 @@ def test_direct_launch_steps_aside_for_triton_options(monkeypatch, knob):
 def test_fused_commit_mamba2_nemotron_h_layer(ssm_dtype):
     """One layer of Nemotron-H-8B's TP2 rank (shape table: conv dim 5120, SSM 64x64x128, head_dim != state), fp32 and
     bf16 SSM, D=4, K=4, dedup windows, accept + track: bit-exact vs the reference and SGLang's own kernels."""
-    from sglang_mamba_dedup.testing.shapes import NEMOTRON_H_8B_TP2 as s
+    from sglang_mamba_dedup.offline.shapes import NEMOTRON_H_8B_TP2 as s
 
     g, seed = new_generator()
     n_l, n_r, n_slots, d, k = 1, 2, 5, 4, s.conv_kernel

@@ -27,12 +27,12 @@ from typing import Any
 import torch
 
 from sglang_mamba_dedup import patch_state, report, versions
-from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
-from sglang_mamba_dedup.testing import estimator, shapes
-from sglang_mamba_dedup.testing.sglang_pool import (  # the package's one SGLang pool builder
+from sglang_mamba_dedup.offline import estimator, shapes
+from sglang_mamba_dedup.offline.sglang_pool import (  # the package's one SGLang pool builder
     CudaToDeviceTorch,
     build_pool,
 )
+from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
 from tests.support.kernels import assert_bitwise_equal  # noqa: E402,F401  (one bitwise comparison for all tests)
 
 SGLANG_VERSION = versions.installed_sglang_version()
@@ -465,7 +465,7 @@ def simulate(cfg: SimConfig) -> SimResult:
 
 
 # ------------------------------------------------------------------------------------------------ estimator
-#: ``make_cache_params`` / ``SimConfig`` keywords of the models' state, from the one table in ``sglang_mamba_dedup.testing.shapes``.
+#: ``make_cache_params`` / ``SimConfig`` keywords of the models' state, from the one table in ``sglang_mamba_dedup.offline.shapes``.
 QWEN35_08B = shapes.QWEN35_08B.state_dims()
 QWEN3_NEXT_80B = shapes.QWEN3_NEXT_80B.state_dims()
 
@@ -481,7 +481,7 @@ def run_estimator(
     replayssm: bool = False,
 ) -> tuple[int, float]:
     """``(max_mamba_cache_size, rest_memory_gb)`` of SGLang's real estimator for a ``total_rest_gb`` budget,
-    radix cache on (the package's runner, :mod:`sglang_mamba_dedup.testing.estimator`)."""
+    radix cache on (the package's runner, :mod:`sglang_mamba_dedup.offline.estimator`)."""
     _published.pop("key", None)
     est = estimator.run(
         cache_params,

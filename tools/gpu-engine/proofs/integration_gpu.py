@@ -144,7 +144,7 @@ def build_mamba_pool(device, shape_kw, *, batch, size, topk, draft_tokens=4):
     """A bare ``MambaPool`` through the package's one builder (topk published to the gate where it takes none)."""
     import torch
 
-    from sglang_mamba_dedup.testing.sglang_pool import build_pool
+    from sglang_mamba_dedup.offline.sglang_pool import build_pool
     from tests.support import integration as iu
 
     cp = iu.make_cache_params(**shape_kw, conv_dtype=torch.bfloat16)
@@ -153,7 +153,7 @@ def build_mamba_pool(device, shape_kw, *, batch, size, topk, draft_tokens=4):
 
 def pool_shapes(device):
     """Model shapes (CUDA) or a tiny stand-in (the ``--cpu`` dry run) for the peak and memory sections."""
-    from sglang_mamba_dedup.testing.shapes import QWEN3_NEXT_80B, QWEN35_08B
+    from sglang_mamba_dedup.offline.shapes import QWEN3_NEXT_80B, QWEN35_08B
 
     if device == "cuda":
         return [("Qwen3.5-0.8B", QWEN35_08B.state_dims()), ("Qwen3-Next-80B", QWEN3_NEXT_80B.state_dims())]
@@ -210,7 +210,7 @@ def pool_path(on, backport, warm=True):
 def section_sim(run: Run) -> dict:
     import torch
 
-    from sglang_mamba_dedup.testing.shapes import QWEN35_08B
+    from sglang_mamba_dedup.offline.shapes import QWEN35_08B
     from tests.support import integration as iu
 
     device, bf16 = run.device, torch.bfloat16
@@ -397,7 +397,7 @@ def section_commit(run: Run) -> dict:
     import torch
 
     from sglang_mamba_dedup import report
-    from sglang_mamba_dedup.testing.shapes import QWEN35_08B
+    from sglang_mamba_dedup.offline.shapes import QWEN35_08B
     from tests.support import integration as iu
 
     device = run.device

@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     imports.tolerate_missing_sgl_kernel_ops()
     imports.stub_missing_packages()
     _checkout.on_path()
-    from sglang_mamba_dedup.testing.shapes import QWEN35_08B
+    from sglang_mamba_dedup.offline.shapes import QWEN35_08B
     from tests.support import integration as iu
 
     if not torch.cuda.is_available():
