@@ -54,6 +54,7 @@ import urllib.parse
 from pathlib import Path
 from typing import NoReturn
 
+from ..cli._args import number
 from . import driver, interrupts, render, verdict
 from .engine import Runner
 from .settings import DEFAULT_MODEL
@@ -136,34 +137,9 @@ def _modes(text: str) -> list[str]:
     return modes
 
 
-def _positive_int(text: str) -> int:
-    try:
-        num = int(text)
-    except ValueError:
-        num = 0
-    if num <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return num
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        num = int(text)
-    except ValueError:
-        num = -1
-    if num < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or a positive integer, got {text!r}")
-    return num
-
-
-def _positive_float(text: str) -> float:
-    try:
-        num = float(text)
-    except ValueError:
-        num = 0.0
-    if not num > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return num
+_positive_int = number(int)
+_non_negative_int = number(int, inclusive=True)
+_positive_float = number(float)
 
 
 def _build_parser() -> argparse.ArgumentParser:
