@@ -2,25 +2,16 @@
 
 **The layout.** Speculative verify keeps, per verify row, one ``(dim, K-1)`` conv window per draft step.
 Consecutive steps' windows overlap by ``K-2`` columns, so instead of the dense ``[L, S+1, D, dim, K-1]`` scratch
-we keep one physical buffer ``phys [L, S+1, dim, D+K-2]`` and expose an overlapping strided view of
-logical shape ``[L, S+1, D, dim, K-1]`` with::
+we keep one physical buffer ``phys [L, S+1, dim, D+K-2]`` and expose an overlapping strided view of logical shape
+``[L, S+1, D, dim, K-1]`` with ``view[l, s, t, d, w] is phys[l, s, d, t + w]`` (same memory). Footprint ratio
+(physical / dense) = ``(D+K-2) / (D*(K-1))``: 0.5 at D=4, K=4. Correct only for a linear draft chain (EAGLE
+topk <= 1): see :mod:`sglang_mamba_dedup.gate`.
 
-    view[l, s, t, d, w] is phys[l, s, d, t + w]          (same memory)
-
-Footprint ratio (physical / dense) = ``(D+K-2) / (D*(K-1))``: 0.5 at D=4, K=4.
-Correct only for a linear draft chain (EAGLE topk <= 1): see :mod:`sglang_mamba_dedup.gate`.
-
-This module needs torch only for :func:`allocate` / :func:`view_of` / :func:`dedup_problem`; the
-byte math is plain integers.
-
-**Bytes per request.** Read by the estimator patch (what the pool will allocate, so that it is reserved), by
-the gate (the draft-token count that makes SGLang's estimator reserve the deduplicated scratch), and by the planner
-(``sglang-mamba-dedup plan``). The pool itself is measured, not predicted, by :mod:`.ledger`; the tests compare
-the two.
-
+**Bytes per request**, read by the estimator patch (what the pool will allocate, so that it is reserved), the gate
+and the planner; the pool itself is measured, not predicted, by :mod:`.ledger`, and the tests compare the two.
 Duck-typed on SGLang's ``Mamba2CacheParams`` (``shape.conv`` a list of ``(dim, K-1)`` conv shapes, one per conv
-kind; ``shape.temporal``; ``dtype.conv``/``dtype.temporal``; ``layers``). No SGLang import; torch only inside
-the layout's tensor functions.
+kind; ``shape.temporal``; ``dtype.conv``/``dtype.temporal``; ``layers``). No SGLang import; torch only inside the
+layout's tensor functions.
 """
 
 from __future__ import annotations
@@ -38,11 +29,10 @@ MIB = 1 << 20
 class RequestBytes:
     """Bytes of one request (one pool row) across all mamba layers of a rank.
 
-    ``conv_state`` and ``ssm_state`` are one mamba slot (a running request holds one, more with prefix-cache
-    tracking); the scratch is one speculative verify row: ``ssm_scratch`` the per-draft SSM snapshots (0 under
-    ReplaySSM), ``conv_scratch_dense`` the ``D`` separate ``K-1`` windows, ``conv_scratch_physical`` what the pool
-    really allocates for them (the sliding buffer ``D+K-2`` wide when deduplicated, else the dense windows),
-    ``ring`` the ReplaySSM ring row where the release says its size (0 otherwise)."""
+    ``conv_state`` and ``ssm_state``: one mamba slot (a running request holds one, more with prefix-cache
+    tracking). One speculative verify row: ``ssm_scratch`` the per-draft SSM snapshots (0 under ReplaySSM),
+    ``conv_scratch_dense`` the ``D`` separate ``K-1`` windows, ``conv_scratch_physical`` what the pool allocates
+    for them (deduplicated or dense), ``ring`` the ReplaySSM ring row where the release says its size."""
 
     conv_state: int
     ssm_state: int
@@ -87,12 +77,7 @@ def conv_window_physical_bytes(cache_params: Any, draft_tokens: int) -> int:
 
 
 def request_bytes(
-    cache_params: Any,
-    draft_tokens: int | None,
-    *,
-    dedup: bool,
-    replayssm: bool = False,
-    ring: int = 0,
+    cache_params: Any, draft_tokens: int | None, *, dedup: bool, replayssm: bool = False, ring: int = 0
 ) -> RequestBytes:
     """Per-request bytes by buffer. ``draft_tokens`` None (no speculative decoding): no scratch."""
     conv, ssm = conv_bytes(cache_params), ssm_bytes(cache_params)
@@ -128,21 +113,6 @@ def ratio(num_draft_tokens: int, conv_kernel: int) -> float:
     return (d + k - 2) / (d * (k - 1))
 
 
-def dense_window_bytes(
-    num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int], itemsize: int
-) -> int:
-    """Bytes of SGLang's dense ``[L, rows, D, dim, K-1]`` window scratch for one conv kind."""
-    dim, win = int(conv_shape[0]), int(conv_shape[1])
-    return int(num_layers) * int(rows) * int(num_draft_tokens) * dim * win * int(itemsize)
-
-
-def phys_shape(
-    num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int]
-) -> tuple[int, int, int, int]:
-    dim, win = int(conv_shape[0]), int(conv_shape[1])
-    return (int(num_layers), int(rows), dim, int(num_draft_tokens) + win - 1)
-
-
 def view_of(phys: Any, num_draft_tokens: int, window: int) -> Any:
     """The overlapping ``[L, S, D, dim, K-1]`` view of a contiguous ``[L, S, dim, D+K-2]`` buffer."""
     if phys.dim() != 4 or not phys.is_contiguous():
@@ -158,19 +128,15 @@ def view_of(phys: Any, num_draft_tokens: int, window: int) -> Any:
 
 
 def allocate(
-    *,
-    num_layers: int,
-    rows: int,
-    num_draft_tokens: int,
-    conv_shape: Sequence[int],
-    dtype: Any,
-    device: Any,
+    *, num_layers: int, rows: int, num_draft_tokens: int, conv_shape: Sequence[int], dtype: Any, device: Any
 ) -> tuple[Any, Any]:
     """Allocate one zeroed physical buffer and return ``(phys, view)``; allocates nothing else."""
     import torch
 
-    phys = torch.zeros(phys_shape(num_layers, rows, num_draft_tokens, conv_shape), dtype=dtype, device=device)
-    return phys, view_of(phys, num_draft_tokens, int(conv_shape[1]))
+    dim, win = int(conv_shape[0]), int(conv_shape[1])
+    shape = (int(num_layers), int(rows), dim, int(num_draft_tokens) + win - 1)
+    phys = torch.zeros(shape, dtype=dtype, device=device)
+    return phys, view_of(phys, num_draft_tokens, win)
 
 
 def nbytes(t: Any) -> int:
