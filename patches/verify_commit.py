@@ -1,23 +1,17 @@
-"""The post-verify commit of accepted SSM states and conv windows.
+"""The post-verify commit of accepted SSM states and conv windows: wraps
+``HybridLinearAttnBackend.update_mamba_state_after_mtp_verify`` (``HybridAttnBackend`` delegates to it).
 
-Wraps ``sglang.srt.layers.attention.hybrid_linear_attn_backend.HybridLinearAttnBackend
-.update_mamba_state_after_mtp_verify`` (0.5.12 ... 0.5.23); ``HybridAttnBackend`` delegates to it.
+Per call we either run our single fused launch (:mod:`sglang_mamba_dedup.kernels.commit`: SSM and every conv kind,
+the accept set and the optional track set together), or hand the call unchanged to SGLang. SGLang keeps every
+branch we do not own, chosen per call with the same tests it uses itself (0.5.23): ReplaySSM-KDA
+(``mamba_pool.replayssm_is_kda``), KDA fused accept (``linear_attn_backend.accept_lens_pool``), pipeline stable
+rows (``pp_spec_stable_rows_enabled()`` with ``req_pool_indices``), ReplaySSM spec without ``intermediate_ssm``;
+and any pool our pool patch did not clear for the kernel (``_smd_commit_ok``: e.g. ``UnifiedMambaPool``, KDA, a
+pool built before the patch). On our path the PLE side states (0.5.20+) are still committed by SGLang's own
+``_update_ple_state_after_mtp_verify``, with the arguments SGLang passes.
 
-Per call we either run our single fused launch (:mod:`sglang_mamba_dedup.kernels.commit`: SSM and
-every conv kind, the accept set and the optional track set together), or hand the call unchanged to
-SGLang. SGLang keeps every branch we do not own, chosen per call with the same tests it uses itself
-(0.5.23): ReplaySSM-KDA (``mamba_pool.replayssm_is_kda``), KDA fused accept
-(``linear_attn_backend.accept_lens_pool``), pipeline stable rows (``pp_spec_stable_rows_enabled()`` with
-``req_pool_indices``), ReplaySSM spec without ``intermediate_ssm``; and any pool our pool patch did not
-clear for the kernel (``_smd_commit_ok``: e.g. ``UnifiedMambaPool``, KDA, a pool built before the patch).
-On our path the PLE side states (0.5.20+) (``_update_ple_state_after_mtp_verify``) are still committed by
-SGLang's own method, with the same arguments as SGLang passes.
-
-Semantics are SGLang's scatter: for request row r with step ``s = last_correct_step_indices[r]``
-(negative = skip), source row r (the verify row) at step s goes to slot ``mamba_cache_indices[r]``;
-likewise for ``mamba_track_indices`` / ``mamba_steps_to_track``. No host sync: no ``.item()``, no
+The semantics are SGLang's scatter (:mod:`sglang_mamba_dedup.kernels`). No host sync: no ``.item()``, no
 ``nonzero``; counting is a Python increment (:func:`sglang_mamba_dedup.report.count_commit`).
-Undone by ``sglang_mamba_dedup.revert()``.
 """
 
 from __future__ import annotations
@@ -46,11 +40,10 @@ logger = logging.getLogger("sglang_mamba_dedup")
 
 
 def load_fused_commit() -> Any:
-    """Import the plugin's fused commit module (plans and launches), once per process; raises ImportError
-    when unavailable.
+    """The plugin's commit kernel module, imported once per process; ImportError when unavailable.
 
-    A failure is remembered (the decode path never retries the import) and logged once at WARNING with
-    the exception; SGLang's own commit then serves every call (strict mode refuses the pool instead)."""
+    A failure is remembered (the decode path never retries the import) and logged once at WARNING with the
+    exception; SGLang's own commit then serves every call (strict mode refuses the pool instead)."""
     if STATE.kernel is not None:
         return STATE.kernel
     if STATE.kernel_error is not None:
@@ -81,7 +74,7 @@ def kernel_problem() -> str | None:
 def backport_problem() -> str | None:
     """Why a back-ported (deduplicated) pool could not be committed right now, or None: SGLang's own
     scatter cannot read the view, so our commit must be installed and its kernel must import."""
-    if not STATE.commit_installed:  # published by the patcher after every apply and revert
+    if not STATE.commit_installed:
         return "the plugin's commit patch is not active (SGLang's own scatter cannot read a deduplicated view)"
     err = kernel_problem()
     if err:
@@ -97,21 +90,14 @@ def _bind(
     req_pool_indices=None,
     *_args,
     **_kwargs,
-) -> dict:
-    """SGLang's arguments by name, however they were passed (``_bind(*args, **kwargs)``)."""
-    return {
-        "last_correct_step_indices": last_correct_step_indices,
-        "mamba_track_indices": mamba_track_indices,
-        "mamba_steps_to_track": mamba_steps_to_track,
-        "req_pool_indices": req_pool_indices,
-    }
+) -> tuple:
+    """SGLang's arguments, however they were passed (``_bind(*args, **kwargs)``)."""
+    return last_correct_step_indices, mamba_track_indices, mamba_steps_to_track, req_pool_indices
 
 
 class _Route:
-    """What one backend's commit decided for its current pool: built on the first call and reused while
-    the backend still has that pool and cache (identity checks only).  ``reason`` None: our kernel serves
-    the call through :meth:`commit` (``kernel``: the module :mod:`sglang_mamba_dedup.kernels.commit`, its
-    ``get_plan`` and ``launch``, bound once); otherwise ``kernel`` is None."""
+    """What one backend's commit decided for its current pool, reused while the backend still has that pool and
+    cache (identity checks only). ``reason`` None: our kernel (``kernel``, the module) serves the call."""
 
     __slots__ = ("linear_backend", "pool", "cache", "kernel", "reason", "plan")
 
@@ -128,14 +114,12 @@ class _Route:
         )
 
     def commit(self, steps, slots, track_steps, track_slots) -> None:
-        """Our commit's one kernel launch (``track_*`` both None: no track set); the seam the negative
-        control (:mod:`sglang_mamba_dedup.faults`) breaks.
+        """Our commit's one kernel launch (``track_*`` both None: no track set); the seam the negative control
+        (:mod:`sglang_mamba_dedup.faults`) breaks.
 
-        The plan is looked up on every call by the layout of every state tensor (pointer, shape, strides,
-        dtype: :func:`~sglang_mamba_dedup.kernels.plan.get_plan`), read from the live cache, so a tensor
-        changed in place (``as_strided_``, ``set_``) or a list element replaced gets a fresh plan; the
-        route keeps a reference to the plan in use (its descriptor table must outlive a CUDA graph that
-        captured the launch)."""
+        The plan is looked up on every call by the layout of every state tensor, read from the live cache, so a
+        tensor changed in place or a list element replaced gets a fresh plan; the route keeps a reference to the
+        plan in use (its descriptor table must outlive a CUDA graph that captured the launch)."""
         cache, kernel = self.cache, self.kernel
         self.plan = kernel.get_plan(cache.conv, cache.intermediate_conv_window, cache.temporal, cache.intermediate_ssm)
         kernel.launch(
@@ -186,58 +170,45 @@ def _route(instance) -> _Route:
     return route
 
 
-def _decide(instance, wrapped, call) -> tuple[_Route, str | None]:
-    """(route, None) when our kernel may serve this call; else (route, the branch SGLang keeps)."""
+def _serving_route(instance, wrapped, req_pool_indices) -> _Route | None:
+    """This backend's route when our kernel may serve this call; None for a branch SGLang keeps."""
     route = _route(instance)
     if route.reason is not None:
-        return route, route.reason
-    if call.get("req_pool_indices") is not None:
+        return None
+    if req_pool_indices is not None:
         module = sys.modules.get(getattr(wrapped, "__module__", ""), None)
         stable = getattr(module, "pp_spec_stable_rows_enabled", None)
         if stable is not None and stable():
-            return route, "pipeline stable rows"
-    return route, None
+            return None
+    return route
 
 
-def _unbound_instance(args):
-    """``(instance, args)`` for a call that reached us through the class attribute
-    (``HybridLinearAttnBackend.__dict__[...](self, ...)``, e.g. from another plugin's wrapper that wraps
-    ours): wrapt then passes no instance and ``self`` first.  ``(None, args)`` when unreadable."""
-    if args and hasattr(args[0], "linear_attn_backend"):
+def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
+    call_args = args
+    if instance is None and args and hasattr(args[0], "linear_attn_backend"):
+        # reached through the class attribute (e.g. another plugin's wrapper around ours): wrapt passes no
+        # instance and ``self`` first
         state.warn_once(
             "verify commit unbound",
             "sglang-mamba-dedup: the verify commit was called through the class attribute with self first "
             "(another wrapper around ours?); the plugin reads self from the arguments and serves it",
         )
-        return args[0], args[1:]
-    return None, args
-
-
-def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
-    call_args = args
-    if instance is None:
-        instance, call_args = _unbound_instance(args)
+        instance, call_args = args[0], args[1:]
     try:
-        call = _bind(*call_args, **kwargs)
+        last_correct, track_idx, track_steps, req_pool_indices = _bind(*call_args, **kwargs)
     except TypeError:  # a call form without SGLang's first argument: SGLang's own code says what is wrong
         report.count_commit(ours=False)
         return wrapped(*args, **kwargs)
-    if instance is None:
-        route, reason = None, "unbound call without a backend"
-        if state.is_strict():
-            raise RuntimeError(
-                f"sglang-mamba-dedup strict mode ({SWITCH}=strict): the verify commit was called in a "
-                "form the plugin cannot read (no backend instance)"
-            )
-    else:
-        route, reason = _decide(instance, wrapped, call)
-    if reason is not None or route is None:
-        report.count_commit(ours=False, track=call.get("mamba_track_indices") is not None)
+    if instance is None and state.is_strict():
+        raise RuntimeError(
+            f"sglang-mamba-dedup strict mode ({SWITCH}=strict): the verify commit was called in a "
+            "form the plugin cannot read (no backend instance)"
+        )
+    route = None if instance is None else _serving_route(instance, wrapped, req_pool_indices)
+    if route is None:
+        report.count_commit(ours=False, track=track_idx is not None)
         return wrapped(*args, **kwargs)
 
-    last_correct = call["last_correct_step_indices"]
-    track_idx = call.get("mamba_track_indices")
-    track_steps = call.get("mamba_steps_to_track")
     linear_backend = route.linear_backend
     n = last_correct.shape[0]
     slots = linear_backend.forward_metadata.mamba_cache_indices
