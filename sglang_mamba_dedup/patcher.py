@@ -1,17 +1,10 @@
 """The patch machinery: a declarative table of wrapt wrappers, applied all-or-nothing per feature.
 
-A :class:`Patch` names one target (module + dotted attribute), the SGLang releases it is valid for, the
-feature it belongs to and the wrapper (wrapt signature ``wrapper(wrapped, instance, args, kwargs)``).
-:class:`Patcher` applies the table:
-
-* for each feature, the patches whose release range contains the installed SGLang are selected;
-* every selected target is imported, resolved and its signature checked *before* any is wrapped; if one
-  fails, the whole feature is skipped with the reason and nothing of it is wrapped;
-* ``apply()`` twice is the same as once; ``revert()`` puts back the exact original objects, and only
-  where the attribute still holds *our* proxy (someone wrapped on top of us: we leave it and say so);
-* ``status()`` reports, per patch, ``applied`` / ``skipped`` / ``reverted`` with a reason.
-
-wrapt 1.x and 2.x both work: we build ``wrapt.FunctionWrapper`` ourselves and set the attribute, so
+For each feature :class:`Patcher` selects the patches whose release range contains the installed SGLang, and
+imports, resolves and signature-checks every selected target *before* any is wrapped: if one fails, the whole
+feature is skipped with the reason. ``apply()`` twice is the same as once; ``revert()`` puts back the exact
+original objects, and only where the attribute still holds *our* proxy (someone wrapped on top of us: we leave it
+and say so). wrapt 1.x and 2.x both work: we build ``wrapt.FunctionWrapper`` ourselves and set the attribute, so
 neither ``wrap_function_wrapper`` keywords nor ``wrapt.unwrap`` (absent in wrapt 2) are needed.
 """
 
@@ -104,25 +97,6 @@ class Callee:
         except TypeError as exc:
             return f"{self.target}{sig} does not accept the {self.args}-argument call the plugin makes ({exc})"
         return None
-
-
-@dataclass
-class PatchStatus:
-    name: str
-    feature: str
-    target: str
-    state: str  # "applied" | "skipped" | "reverted" | "not-applicable"
-    reason: str | None = None
-    calls: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "feature": self.feature,
-            "target": self.target,
-            "state": self.state,
-            "reason": self.reason,
-            "calls": self.calls,
-        }
 
 
 class TargetError(Exception):
@@ -220,32 +194,30 @@ class Patcher:
             raise ValueError(f"duplicate patch names in the table: {sorted(dupes)}")
         self._version_getter = version_getter
         self._installed: dict[str, _Installed] = {}
-        self._status: dict[str, PatchStatus] = {}
+        self._status: dict[str, dict[str, Any]] = {}
         self._calls: dict[str, int] = {}
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ queries
     @property
     def features(self) -> list[str]:
-        seen: list[str] = []
-        for p in self.table:
-            if p.feature not in seen:
-                seen.append(p.feature)
-        return seen
+        return list(dict.fromkeys(p.feature for p in self.table))
 
     def patches_for(self, feature: str, version: str | None) -> list[Patch]:
         return [p for p in self.table if p.feature == feature and p.applies_to(version)]
 
     def status(self) -> dict[str, dict[str, Any]]:
+        """Per patch: ``{"feature", "target", "state", "reason", "calls"}``; state is ``applied``, ``skipped``,
+        ``reverted`` or ``not-applicable``."""
         with self._lock:
-            out = {}
-            for p in self.table:
-                st = self._status.get(p.name)
-                if st is None:
-                    continue
-                st.calls = self._calls.get(p.name, 0)
-                out[p.name] = st.as_dict()
-            return out
+            return {
+                p.name: dict(self._status[p.name], calls=self._calls.get(p.name, 0))
+                for p in self.table
+                if p.name in self._status
+            }
+
+    def _set(self, p: Patch, state: str, reason: str | None = None) -> None:
+        self._status[p.name] = {"feature": p.feature, "target": p.target, "state": state, "reason": reason}
 
     def applied(self, feature: str | None = None) -> list[str]:
         return [n for n, inst in self._installed.items() if feature is None or inst.patch.feature == feature]
@@ -308,41 +280,29 @@ class Patcher:
             return result
 
     def _apply_feature(self, feature: str, version: str | None, any_release: bool = False) -> str | None:
-        members = [p for p in self.table if p.feature == feature]
         selected, reason, per_patch = self.check(feature, version, any_release)
-        if reason is not None:
-            for p in members:
-                if p.name in self._installed:
-                    continue
-                if p in selected or not selected:
-                    self._status[p.name] = PatchStatus(
-                        p.name, feature, p.target, "skipped", per_patch.get(p.name, reason)
-                    )
-                else:  # another release's patch of this feature: its own reason, not the feature's
-                    self._status[p.name] = PatchStatus(
-                        p.name, feature, p.target, "not-applicable", f"only for SGLang {p.releases}"
-                    )
-            return reason
-        done: list[str] = []
-        try:
-            for p in selected:
-                if p.name in self._installed:
-                    continue  # idempotent: already ours
-                self._install(p)
-                done.append(p.name)
-        except Exception as exc:  # roll the feature back: never half-patched
-            for name in reversed(done):
-                self._uninstall(name)
-            reason = f"feature {feature!r} skipped, nothing wrapped: installing failed: {type(exc).__name__}: {exc}"
-            for p in selected:
-                self._status[p.name] = PatchStatus(p.name, feature, p.target, "skipped", reason)
-            return reason
-        for p in members:
-            if p not in selected:
-                self._status[p.name] = PatchStatus(
-                    p.name, feature, p.target, "not-applicable", f"only for SGLang {p.releases}"
-                )
-        return None
+        if reason is None:
+            done: list[str] = []
+            try:
+                for p in selected:
+                    if p.name not in self._installed:  # idempotent: already ours
+                        self._install(p)
+                        done.append(p.name)
+            except Exception as exc:  # roll the feature back: never half-patched
+                for name in reversed(done):
+                    self._uninstall(name)
+                reason = f"feature {feature!r} skipped, nothing wrapped: installing failed: {type(exc).__name__}: {exc}"
+                for p in selected:
+                    self._set(p, "skipped", reason)
+                return reason
+        for p in self.table:
+            if p.feature != feature or (reason is not None and p.name in self._installed):
+                continue
+            if p not in selected and (selected or reason is None):  # another release's patch of this feature
+                self._set(p, "not-applicable", f"only for SGLang {p.releases}")
+            elif reason is not None:
+                self._set(p, "skipped", per_patch.get(p.name, reason))
+        return reason
 
     def _install(self, p: Patch) -> None:
         parent, attr, original = resolve(p.module, p.attr)
@@ -357,7 +317,7 @@ class Patcher:
         proxy = wrapt.FunctionWrapper(original, guarded)
         setattr(parent, attr, proxy)
         self._installed[p.name] = _Installed(p, parent, attr, original, proxy)
-        self._status[p.name] = PatchStatus(p.name, p.feature, p.target, "applied", None)
+        self._set(p, "applied")
 
     def _uninstall(self, name: str) -> str | None:
         inst = self._installed[name]
@@ -382,8 +342,8 @@ class Patcher:
                 problem = self._uninstall(name)
                 result[name] = problem
                 if problem is None:
-                    self._status[name] = PatchStatus(name, inst.patch.feature, inst.patch.target, "reverted", None)
+                    self._set(inst.patch, "reverted")
                 else:
-                    self._status[name].reason = problem
+                    self._status[name]["reason"] = problem
                     logger.warning("sglang-mamba-dedup: %s", problem)
             return result
