@@ -1,9 +1,8 @@
 """Every SGLang target the plugin changes, in one table (shipped as ``sglang_mamba_dedup.patches``).
 
-Each entry: name, feature, target module + attribute, the SGLang releases it is valid for, the wrapper,
-and the parameters the target must accept. Features are applied all-or-nothing by
-:class:`sglang_mamba_dedup.patcher.Patcher`; ``tests/test_patch_table.py`` checks that every wrapper
-function in this package appears here exactly once.
+Features are applied all-or-nothing by :class:`sglang_mamba_dedup.patcher.Patcher`;
+``tests/plugin/test_patch_table.py`` checks that every wrapper function in this package appears here exactly once
+and that the README's table is this one (``sglang-mamba-dedup doctor --patch-table``).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from . import verify_commit
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-_MISSING = object()
+_MISSING: Any = object()
 
 
 def _global(wrapped, name: str) -> Any:

@@ -1,17 +1,12 @@
-"""Launch flag ``--enable-mamba-conv-dedup`` on SGLang's own command line.
+"""Launch flag ``--enable-mamba-conv-dedup`` on SGLang's own command line (installed only when the plugin is
+switched on, which the flag on the command line does; ServerArgs has no field for it, so SGLang's own arguments
+are untouched).
 
-Wraps (all supported releases, 0.5.12 ... 0.5.23):
-  * ``sglang.srt.server_args.ServerArgs.add_cli_args`` (staticmethod): adds the flag to the parser (not
-    from a ``--config`` YAML file: SGLang turns its keys into arguments after plugins were loaded, so the
-    switch was never set; use ``SGLANG_MAMBA_DEDUP=1`` there);
-  * ``sglang.srt.server_args.ServerArgs.from_cli_args`` (classmethod): when the parsed arguments carry
-    the flag, makes sure ``SGLANG_MAMBA_DEDUP`` is set in ``os.environ`` *before* SGLang spawns its
-    scheduler processes (they inherit only the environment; each applies the plugin when it loads
-    it). Normally the activation has already done so from ``sys.argv``; this is the second guard for
-    callers that build the argv list themselves.
-Installed only when the plugin is switched on (the flag on the command line switches it on).
-ServerArgs has no field for the flag, so SGLang's own arguments are untouched.
-Undone by ``sglang_mamba_dedup.revert()`` (restores both original descriptors).
+``add_cli_args`` adds the flag to the parser. It is not read from a ``--config`` YAML file: SGLang turns its keys
+into arguments after plugins were loaded, so the switch was never set. ``from_cli_args``: when the parsed
+arguments carry the flag, sets ``SGLANG_MAMBA_DEDUP`` in ``os.environ`` *before* SGLang spawns its scheduler
+processes, which inherit only the environment; normally the activation has already done so from ``sys.argv``,
+and this guards callers that build the argv list themselves.
 """
 
 from __future__ import annotations

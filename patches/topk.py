@@ -1,11 +1,9 @@
 """The EAGLE topk for pools built by ``ModelRunnerKVCacheMixin._init_pools`` (SGLang 0.5.12 ... 0.5.13.post1).
 
-Those releases do not pass ``speculative_eagle_topk`` to ``MambaPool``. For the duration of the call the wrapper
-publishes it (and the unified-memory flag) through :func:`sglang_mamba_dedup.gate.speculative_topk`, a context
-variable the pool patch reads. That covers every pool ``_init_pools`` builds, ``HybridReqToTokenPool`` and the
-PD-decode ``HybridMambaDecodeReqToTokenPool`` alike (both build their ``MambaPool`` inside it). Draft workers call
-``_init_pools`` too but share the target's ``req_to_token_pool``, so no second pool is built. Undone by
-``sglang_mamba_dedup.revert()``.
+Those releases do not pass ``speculative_eagle_topk`` to ``MambaPool``: for the duration of the call the wrapper
+publishes it (and the unified-memory flag) through :func:`sglang_mamba_dedup.gate.speculative_topk`. That covers
+every pool ``_init_pools`` builds, ``HybridReqToTokenPool`` and the PD-decode ``HybridMambaDecodeReqToTokenPool``
+alike. Draft workers call ``_init_pools`` too but share the target's ``req_to_token_pool``: no second pool.
 """
 
 from __future__ import annotations
@@ -39,5 +37,5 @@ def init_pools(wrapped, instance, args, kwargs):
     else:
         topk = sa.speculative_eagle_topk
     unified = bool(getattr(sa, "enable_unified_memory", False))
-    with gate.speculative_topk(topk, unified=unified, source="ModelRunner._init_pools"):
+    with gate.speculative_topk(topk, unified=unified):
         return wrapped(*args, **kwargs)

@@ -8,18 +8,12 @@ from .versions import plugin_version as _plugin_version
 
 __version__ = _plugin_version()
 
-# ``patches/`` (top of the source tree) is shipped as ``sglang_mamba_dedup.patches`` through pyproject's
-# package-dir mapping: install the package (``pip install -e .`` for development) to import it.
-
 
 def apply(features=None):
-    """Apply the patches to the installed SGLang (all features by default, or a feature name or list of
-    names); returns ``{feature: None if applied else why not}``. See :mod:`.patch_state`.
-
-    Programmatic use wins over the switch: once you called ``apply()`` in a process, a later
-    ``load_plugins()`` (``sglang.Engine``, the launcher) with ``SGLANG_MAMBA_DEDUP`` unset keeps what you
-    applied and logs that it did (set ``SGLANG_MAMBA_DEDUP=0`` explicitly, or call :func:`revert`, to undo).
-    """
+    """Apply the patches to the installed SGLang (all features by default, or a feature name or list of names);
+    returns ``{feature: None if applied else why not}``. Programmatic use wins over the switch: a later
+    ``load_plugins()`` (``sglang.Engine``, the launcher) with ``SGLANG_MAMBA_DEDUP`` unset keeps what you applied
+    (``SGLANG_MAMBA_DEDUP=0`` or :func:`revert` undoes it)."""
     from . import activation, patch_state
 
     result = patch_state.apply(features)
@@ -44,16 +38,15 @@ def status():
 
 
 def memory_ledger():
-    """The memory ledger of the last ``MambaPool`` built in this process with the plugin on (every buffer's
-    physical and logical bytes, storage counted once, next to the estimator's reservation), or None."""
+    """The memory ledger (:mod:`.ledger`) of the last ``MambaPool`` built in this process with the plugin on, or
+    None."""
     from . import report
 
     return report.events().get("ledger")
 
 
 def memory_ledgers() -> list:
-    """Every ``MambaPool``'s ledger in this process, in build order (a draft head's pool after the target's; only
-    the first pool after an estimate carries its reservation)."""
+    """Every ``MambaPool``'s ledger in this process, in build order."""
     from . import report
 
     return list(report.events().get("ledgers", []))

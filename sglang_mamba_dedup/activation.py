@@ -1,24 +1,17 @@
-"""The switch and the ``sglang.srt.plugins`` entry point.
+"""The ``sglang.srt.plugins`` entry point :func:`register`, which reads the switch (:mod:`.env` names it and its
+values) and records its decision in :data:`.state.STATE` (``mode``), where the report and the patches read it.
 
-``SGLANG_MAMBA_DEDUP``: unset / ``0`` / ``off`` = off; ``1`` / ``on`` = on (a reason to skip is logged and
-SGLang's stock path is kept); ``strict`` = on, and any reason to skip stops the launch. Anything else is
-a :class:`SwitchError` naming the accepted values (the plugin then stays off: SGLang's plugin loader would
-only log an exception, so we log it ourselves in one line).
+:func:`register` runs once in every SGLang process (launcher, ``Engine``, each scheduler) and again when the launch
+flag turns the switch on; it is re-entrant and cheap: a second call with the same switch and SGLang version returns
+at once. Switched off, it wraps nothing. A switch value it does not understand keeps the plugin off, said in one
+line by the plugin itself (SGLang's plugin loader would only log an exception).
 
-:func:`register` runs once in every SGLang process (launcher, ``Engine``, each scheduler) and again when
-the launch flag turns the switch on; it is re-entrant and cheap: a second call with the same switch and
-SGLang version returns at once. Switched off, it wraps nothing at all.
-
-The launch flag ``--enable-mamba-conv-dedup`` (``python -m sglang.launch_server`` / ``sglang serve``): SGLang
-loads plugins before it parses its command line, so :func:`register` sees the flag in ``sys.argv``, sets
-``SGLANG_MAMBA_DEDUP=1`` (which the spawned scheduler processes inherit) and installs the ``launch_flag``
-patches so that SGLang's parser accepts the flag (``python -m sglang.launch_server --help`` lists it only
-when the plugin is switched on; ``sglang serve --help`` does not). The flag is never read from a
-``--config`` YAML file: use the environment variable there. A bad switch value with the flag keeps the
-plugin off and the launch going (the flag is accepted and ignored).
-
-The switch's names and values live in :mod:`.env`; the decision, in :data:`.state.STATE` (``mode``), where the
-report and the patches read it.
+The launch flag ``--enable-mamba-conv-dedup`` (``python -m sglang.launch_server`` / ``sglang serve``): SGLang loads
+plugins before it parses its command line, so :func:`register` sees the flag in ``sys.argv``, sets
+``SGLANG_MAMBA_DEDUP=1`` (which the spawned scheduler processes inherit) and installs the ``launch_flag`` patches
+so that SGLang's parser accepts the flag (``python -m sglang.launch_server --help`` lists it only when the plugin
+is switched on; ``sglang serve --help`` does not). The flag is never read from a ``--config`` YAML file. A bad
+switch value with the flag keeps the plugin off and the launch going (the flag is accepted and ignored).
 """
 
 from __future__ import annotations
@@ -32,7 +25,8 @@ from typing import NoReturn
 from . import env, versions
 from .env import FLAG, Mode, SwitchError, parse_mode
 from .env import SWITCH as ENV
-from .state import STATE, current_mode
+from .state import STATE
+from .state import current_mode as current_mode  # re-exported, as ENV, FLAG, Mode, SwitchError and parse_mode
 
 #: Why the rest of the plugin (wrapt, the patch layer) does not import here, or None. Kept, not raised, so that
 #: SGLang's loader still gets :func:`register`, which stops a strict launch instead of being logged and skipped.
@@ -44,21 +38,6 @@ except Exception as _exc:  # noqa: BLE001 - any import failure: register() says 
     _load_problem = f"{type(_exc).__name__}: {_exc}"
 
 logger = logging.getLogger("sglang_mamba_dedup")
-
-__all__ = [
-    "ENV",
-    "FLAG",
-    "Mode",
-    "StrictModeError",
-    "SwitchError",
-    "current_mode",
-    "flag_in_argv",
-    "last_summary",
-    "mark_programmatic",
-    "parse_mode",
-    "register",
-    "reset_for_tests",
-]
 
 
 class StrictModeError(RuntimeError):
@@ -157,6 +136,12 @@ def _refuse_fault() -> None:
         )
 
 
+def _accept_flag(head: str, any_release: bool = False) -> str:
+    """The launch flag must never take a launch down: SGLang's parser still learns it, and it does nothing."""
+    result = patch_state.apply(["launch_flag"], any_release=any_release)["launch_flag"]
+    return head + (f" [{FLAG} given, accepted and ignored]" if result is None else f" [{FLAG} given]")
+
+
 def _register(what_if: bool) -> None:
     version = versions.installed_sglang_version()
     raw = os.environ.get(ENV)
@@ -179,19 +164,14 @@ def _register(what_if: bool) -> None:
             raise StrictModeError(problem)
         asked = mode is Mode.ON or flag
         if flag:
-            # The launch flag must never take a launch down: SGLang's parser still learns it, it does nothing.
-            flag_result = patch_state.apply(["launch_flag"], any_release=True)["launch_flag"]
-            head += f" [{FLAG} given, accepted and ignored]" if flag_result is None else f" [{FLAG} given]"
+            head = _accept_flag(head, any_release=True)
         _say(logging.WARNING if asked else logging.INFO, f"{head}: off, nothing patched: {problem}")
         return
 
     if bad is not None:
         patch_state.revert()
         if flag:
-            # The launch flag must never take a launch down: SGLang's parser still learns it; the bad value
-            # keeps the plugin off (the environment variable wins over the flag, and it is not understood).
-            flag_result = patch_state.apply(["launch_flag"])["launch_flag"]
-            head += f" [{FLAG} given, accepted and ignored]" if flag_result is None else f" [{FLAG} given]"
+            head = _accept_flag(head)  # the environment variable wins over the flag, and it is not understood
         _say(logging.ERROR, f"{head}: {bad}")
         return
     if mode is Mode.OFF and flag:
@@ -250,9 +230,8 @@ def _register(what_if: bool) -> None:
     report.write()  # muted for a what-if
 
 
-def flag_in_argv(argv: list | None = None) -> bool:
-    argv = sys.argv if argv is None else argv
-    return any(a == FLAG for a in argv[1:])
+def flag_in_argv() -> bool:
+    return FLAG in sys.argv[1:]
 
 
 def reset_for_tests() -> None:

@@ -1,6 +1,5 @@
-"""The gate: may the conv-window scratch of this pool be deduplicated?
+"""The gate: may the conv-window scratch of this pool be deduplicated? Yes only when all hold:
 
-Yes only when all hold (FACTS §2):
   * the pool is on a CUDA device (not ROCm: untested here);
   * speculative decoding is on (the pool has a draft-window scratch at all);
   * the draft is a linear chain: EAGLE topk <= 1 (``None`` counts as 1; NGRAM puts its BFS breadth here);
@@ -11,14 +10,8 @@ Yes only when all hold (FACTS §2):
   * on back-port releases (no upstream dedup) also: our commit patch is active and our kernels import,
     because SGLang's own scatter there refuses a non-contiguous (overlapping) source.
 
-:func:`check` returns ``(ok, reason)``; reason is None when ok. No torch/SGLang import at module load.
-
-Tests only: ``SGLANG_MAMBA_DEDUP_ALLOW_CPU=1`` lets a ``cpu`` device pass the device check, so the
-Triton interpreter (``TRITON_INTERPRET=1``) can stand in for the GPU in CI. Never set it in serving.
-
-Releases 0.5.12 ... 0.5.13.post1 do not pass ``speculative_eagle_topk`` to ``MambaPool``; the
-``topk_plumbing`` patch wraps ``ModelRunnerKVCacheMixin._init_pools`` and publishes it here through
-:func:`speculative_topk` (a context variable) for the duration of the pool construction.
+No torch/SGLang import at module load. Where ``MambaPool`` does not take ``speculative_eagle_topk``
+(0.5.12 ... 0.5.13.post1), the ``topk_plumbing`` patch publishes it through :func:`speculative_topk`.
 """
 
 from __future__ import annotations
@@ -29,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from . import env
+from . import env, sizing
 
 ALLOW_CPU_ENV = env.ALLOW_CPU
 
@@ -42,18 +35,15 @@ class PoolContext:
 
     topk: int | None
     unified: bool = False
-    source: str = "ModelRunner._init_pools"
 
 
 _POOL_CONTEXT: contextvars.ContextVar = contextvars.ContextVar("sglang_mamba_dedup_pool_context", default=None)
 
 
 @contextlib.contextmanager
-def speculative_topk(
-    topk: int | None, *, unified: bool = False, source: str = "ModelRunner._init_pools"
-) -> Iterator[PoolContext]:
+def speculative_topk(topk: int | None, *, unified: bool = False) -> Iterator[PoolContext]:
     """Publish the EAGLE topk (and unified-memory flag) to pools built inside this block."""
-    ctx = PoolContext(topk=topk, unified=bool(unified), source=source)
+    ctx = PoolContext(topk=topk, unified=bool(unified))
     token = _POOL_CONTEXT.set(ctx)
     try:
         yield ctx
@@ -137,7 +127,7 @@ def check(
 ) -> tuple[bool, str | None]:
     """``(ok, reason)``. ``topk`` omitted = unknown (a 'no'). ``pool`` = the pool instance, if any.
     ``backport_problem``: on releases without upstream dedup, why the plugin's commit could not read a
-    deduplicated view (the caller asks the patch layer: this module imports neither it nor the kernels)."""
+    deduplicated view (the caller asks the patch layer)."""
     if speculative_num_draft_tokens is None:
         return False, "speculative decoding off (no conv-window scratch)"
     if int(speculative_num_draft_tokens) < 1:
@@ -155,14 +145,8 @@ def check(
 
 
 def effective_draft_tokens(cache_params: Any, num_draft_tokens: int) -> float:
-    """The draft-token count that makes SGLang's ``per_req * D_eff`` equal the scratch the pool allocates per row.
-
-    SGLang's estimator reserves ``mamba_cache_per_req * D`` of scratch per request (``per_req = conv + ssm``
-    bytes, a dense window per draft token). With the dedup window the pool allocates
-    ``ssm * D + conv * (D+K-2)/(K-1)`` per row (:mod:`.sizing` has the arithmetic).
-    """
-    from . import sizing
-
+    """The draft-token count that makes SGLang's ``per_req * D_eff`` (``per_req = conv + ssm`` bytes, a dense
+    window per draft token) equal the scratch the pool allocates per row: ``ssm * D + conv * (D+K-2)/(K-1)``."""
     if conv_kernel_of(cache_params) is None:
         raise ValueError("cache params without conv_kernel")
     row = sizing.request_bytes(cache_params, int(num_draft_tokens), dedup=True)

@@ -1,16 +1,11 @@
-"""The mamba memory ledger: what a ``MambaPool`` really holds, next to what SGLang's estimator reserved.
+"""The mamba memory ledger: what a ``MambaPool`` really holds, next to what SGLang's estimator reserved for it.
 
 Every buffer of the pool's state (the fields of ``pool.mamba_cache`` and the tensors the pool keeps beside it,
-such as the deduplicated window's physical buffers) is listed with its logical bytes (what its shape says)
-and its physical bytes: the bytes of its storage, counted once however many views share it (the dedup view and
-its physical buffer, the envelope layout's per-kind views of one byte buffer). The estimator's reservation is
-what ``_handle_max_mamba_cache`` took out of the memory it was given (its argument minus its result), recorded
-by the estimator patch; it belongs to the first pool built after it, so a second pool in the process (a draft
-head's) is said to have none of its own. The pool patch builds each pool's ledger, logs it in one INFO line (a
-WARNING when more is allocated than was reserved beyond the pool's own bookkeeping tensors, naming the largest
-buffers and the excess), and records it in the status report.
-
-Pure bookkeeping: no SGLang import, no device work (shapes, strides and storage sizes only).
+such as the deduplicated window's physical buffers), with its logical bytes (what its shape says) and its physical
+bytes (its storage, counted once however many views share it: the dedup view and its buffer, the envelope
+layout's per-kind views of one byte buffer). The reservation is what ``_handle_max_mamba_cache`` took out of the
+memory it was given (its argument minus its result), recorded by the estimator patch. The pool patch builds,
+logs and records each pool's ledger. Pure bookkeeping: no SGLang import, no device work.
 """
 
 from __future__ import annotations
@@ -69,7 +64,7 @@ def buffers(pool: Any) -> list[tuple[str, list]]:
     it keeps as attributes (e.g. ``_intermediate_conv_window_phys``)."""
     out: list[tuple[str, list]] = []
     cache = getattr(pool, "mamba_cache", None)
-    if cache is not None and dataclasses.is_dataclass(cache):
+    if dataclasses.is_dataclass(cache):
         for f in dataclasses.fields(cache):
             ts = _tensors(getattr(cache, f.name, None))
             if ts:
@@ -98,18 +93,15 @@ def _is_index(t: Any) -> bool:
 def bookkeeping_buffers(pool: Any) -> list[str]:
     """The pool's own bookkeeping tensors: integer tensors it keeps beside its state (SGLang 0.5.12's
     ``free_slots`` list, slot descriptors). They grow with the slots, and no estimator prices them."""
-    state = {f.name for f in dataclasses.fields(pool.mamba_cache)} if _has_state(pool) else set()
+    cache = getattr(pool, "mamba_cache", None)
+    state = {f.name for f in dataclasses.fields(cache)} if dataclasses.is_dataclass(cache) else set()
     return [name for name, ts in buffers(pool) if name not in state and all(_is_index(t) for t in ts)]
 
 
-def _has_state(pool: Any) -> bool:
-    return dataclasses.is_dataclass(getattr(pool, "mamba_cache", None))
-
-
 def build(pool: Any) -> dict[str, Any]:
-    """The pool's ledger: per buffer ``logical`` and ``physical`` bytes (storage counted once, charged to
-    the first buffer that holds it), the totals, the bytes of its bookkeeping tensors, and the estimator's
-    reservation for this pool (``reservation`` None when the estimate was made for another pool)."""
+    """The pool's ledger: per buffer ``logical`` and ``physical`` bytes (a storage is charged to the first buffer
+    that holds it), the totals, its bookkeeping tensors' bytes, and the estimator's reservation for this pool
+    (``reservation`` None when the estimate was made for another pool)."""
     owner: dict[tuple, str] = {}
     rows: dict[str, dict[str, Any]] = {}
     for name, ts in buffers(pool):
@@ -144,8 +136,7 @@ def build(pool: Any) -> dict[str, Any]:
 
 
 def describe(ledger: dict[str, Any]) -> str:
-    """One line: totals, then each buffer's physical (and logical, where they differ) size; a buffer whose storage
-    is all counted under other buffers says so."""
+    """One line: totals, then each buffer's physical (and logical, where they differ) size."""
     parts = []
     for name, r in ledger["buffers"].items():
         if r["physical"] == 0 and r.get("storage_of"):
@@ -170,14 +161,14 @@ BOOKKEEPING_BYTES = 64 * 1024
 
 
 def tolerance(ledger: dict[str, Any]) -> int:
-    """The excess that is bookkeeping: the pool's own index tensors (they grow with its slots, e.g. 0.5.12's
-    int64 ``free_slots``, 8 bytes a slot) plus :data:`BOOKKEEPING_BYTES` for the small unrecognised ones."""
+    """The excess that is bookkeeping: the pool's own index tensors (they grow with its slots, e.g. 0.5.12's int64
+    ``free_slots``, 8 bytes a slot) plus :data:`BOOKKEEPING_BYTES` for the small unrecognised ones."""
     return BOOKKEEPING_BYTES + ledger.get("bookkeeping_bytes", 0)
 
 
 def log(ledger: dict[str, Any]) -> None:
-    """INFO, or WARNING when more is allocated than the estimator reserved (with the largest buffers); an excess
-    within the :func:`tolerance` for bookkeeping stays INFO and names its bytes."""
+    """INFO, or WARNING (with the largest buffers) when more than the :func:`tolerance` is allocated beyond the
+    estimator's reservation."""
     excess = ledger.get("unreserved_bytes", 0)
     if 0 < excess <= tolerance(ledger):
         logger.info(

@@ -1,4 +1,5 @@
-"""This process's patch state: the one :class:`~sglang_mamba_dedup.patcher.Patcher` over :data:`sglang_mamba_dedup.patches.PATCHES`, and apply / revert / status on it."""
+"""This process's one :class:`~sglang_mamba_dedup.patcher.Patcher` over the patch table, and apply / revert /
+status on it."""
 
 from __future__ import annotations
 
@@ -15,17 +16,14 @@ STATE.patch_status = PATCHER.status
 
 
 def _publish() -> None:
-    """Tell the patch layer what is installed (it never imports this module)."""
-    STATE.commit_installed = bool(PATCHER.applied("commit"))
+    STATE.commit_installed = bool(PATCHER.applied("commit"))  # for the patch layer, which never imports us
 
 
 def apply(
     features: Iterable[str] | None = None, version: str | None = None, any_release: bool = False
 ) -> dict[str, str | None]:
-    """Apply features (default: all) to the installed SGLang; ``{feature: None or skip reason}``.
-
-    ``any_release``: apply even outside the supported range (only for ``launch_flag``, so that the flag never
-    breaks a launch); each target is still resolved and its signature checked."""
+    """Apply features (default: all) to the installed SGLang; ``{feature: None or skip reason}``. ``any_release``:
+    even outside the supported range (``launch_flag`` only: the flag never breaks a launch)."""
     if isinstance(features, str):
         features = [features]
     result = PATCHER.apply(FEATURES if features is None else features, version=version, any_release=any_release)

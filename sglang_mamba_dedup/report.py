@@ -1,11 +1,10 @@
 """Process-local events and the optional status report file.
 
-``status()`` in :mod:`.patcher` says what was wrapped; this module records what *happened*: which conv
-window layout the pool got (and its bytes) and how many commits ran through our kernels. When
-``SGLANG_MAMBA_DEDUP_REPORT_DIR`` is set, each process writes ``status-<pid>-<token>.json`` there (the token,
-random per process, keeps two PID namespaces sharing one folder apart) whenever that
-changes (pool built; 1st, 2nd, 4th, 8th ... commit), so a driver can read what the *scheduler* process
-saw. Counting is a Python integer increment: no device work, no host sync.
+:func:`.patcher.Patcher.status` says what was wrapped; this module records what *happened*: the conv-window
+layout each pool got (and its bytes), its memory ledger, and how many commits ran through our kernels. With
+``SGLANG_MAMBA_DEDUP_REPORT_DIR`` set, each process writes ``status-<pid>-<token>.json`` there whenever that
+changes (pool built; 1st, 2nd, 4th, 8th ... commit), so a driver can read what the *scheduler* process saw.
+Counting is a Python integer increment: no device work, no host sync.
 """
 
 from __future__ import annotations
@@ -20,20 +19,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from . import env, state, versions
-from .state import COUNTERS, STATE, current_mode
+from .state import COUNTERS as COUNTERS  # the counters' names, for readers of the report
+from .state import STATE, current_mode
 
 REPORT_DIR_ENV = env.REPORT_DIR
-__all__ = [
-    "COUNTERS",
-    "clear_events",
-    "count_commit",
-    "events",
-    "muted",
-    "record_fault",
-    "record_layout",
-    "record_ledger",
-    "write",
-]
 
 
 def events() -> dict[str, Any]:
@@ -55,8 +44,8 @@ def record_layout(state: str, reason: str | None, dense_bytes: int, physical_byt
 
 
 def record_ledger(doc: dict[str, Any]) -> None:
-    """Record the memory ledger of the pool just built (:mod:`.ledger`): ``ledgers`` keeps one per pool, in the
-    order they were built (a draft head's pool next to the target's); ``ledger`` is the last one."""
+    """Record the memory ledger of the pool just built: ``ledgers`` keeps one per pool, in build order (a draft
+    head's pool next to the target's); ``ledger`` is the last one."""
     with STATE.lock:
         STATE.events["ledger"] = doc
         STATE.events.setdefault("ledgers", []).append(doc)
@@ -105,9 +94,8 @@ def snapshot() -> dict[str, Any]:
 
 @contextlib.contextmanager
 def muted() -> Iterator[None]:
-    """No report file is written inside the block, whatever ``SGLANG_MAMBA_DEDUP_REPORT_DIR`` says (the what-if
-    CLIs, ``plan`` and ``demo``, which run the plugin in their own process but serve nothing); events are
-    still recorded in memory."""
+    """No report file is written inside the block (the what-if CLIs, ``plan`` and ``demo``, which run the plugin in
+    their own process but serve nothing); events are still recorded in memory."""
     STATE.report_muted += 1
     try:
         yield
@@ -174,7 +162,6 @@ def _create_temp(path: str) -> tuple[str, int]:
 
 
 def clear_events() -> None:
-    """Forget the events counted so far (a what-if CLI or a test starting a new count); :func:`.state.reset`
-    forgets everything."""
+    """Forget the events counted so far (a what-if CLI or a test starting a new count)."""
     with STATE.lock:
         STATE.events = state.fresh_events()

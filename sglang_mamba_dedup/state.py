@@ -31,36 +31,25 @@ def fresh_events() -> dict[str, Any]:
 @dataclasses.dataclass
 class ProcessState:
     # -- the switch, decided once per process and switch value by the activation
-    mode: env.Mode | None = None
-    """The activation's decision (None: not decided yet; :func:`current_mode` then reads the environment)."""
-    activation_key: tuple | None = None
-    """(switch value, SGLang version, what-if) of the last activation: a repeated call with the same key returns."""
-    last_summary: str | None = None
-    """The activation's last log line (doctor, e2e and tests read it)."""
-    programmatic: bool = False
-    """``sglang_mamba_dedup.apply()`` was called: an unset switch then keeps its patches."""
-    sglang_version: tuple[str | None] | None = None
-    """The installed SGLang's version, read once (a 1-tuple once known, since the version itself may be None)."""
+    mode: env.Mode | None = None  # the decision (None: not decided yet; current_mode() reads the environment)
+    activation_key: tuple | None = None  # (switch value, SGLang version, what-if): a repeated call returns at once
+    last_summary: str | None = None  # the activation's last log line (doctor, e2e and tests read it)
+    programmatic: bool = False  # sglang_mamba_dedup.apply() was called: an unset switch then keeps its patches
+    sglang_version: tuple[str | None] | None = None  # read once (a 1-tuple once known: the version may be None)
 
     # -- what is installed and alive
-    commit_installed: bool = False
-    """Our commit wrapper is in place (the pool gate refuses our back-port layout without it)."""
+    commit_installed: bool = False  # our commit wrapper is in place (the gate needs it for a back-ported layout)
+    # the per-patch status, for the report (set by patch_state, which the report does not import)
     patch_status: Callable[[], dict[str, dict[str, Any]]] = dict
-    """The per-patch status, for the report (set by :mod:`.patcher`, which the report does not import)."""
+    # pools alive with our back-ported deduplicated window: SGLang's own commit cannot read them
     live_backport_pools: weakref.WeakSet = dataclasses.field(default_factory=weakref.WeakSet)
-    """Pools alive with our back-ported deduplicated window: SGLang's own commit cannot read them."""
-    kernel: Any = None
-    """The imported commit kernel module (imported on the first commit: torch and Triton are heavy)."""
-    kernel_error: str | None = None
-    """Why the kernel module did not import (remembered: the commit then stays SGLang's)."""
-    fault: str | None = None
-    """The negative-control fault in place (never in a real run)."""
+    kernel: Any = None  # the commit kernel module (imported on the first commit: torch and Triton are heavy)
+    kernel_error: str | None = None  # why it did not import (remembered: the commit then stays SGLang's)
+    fault: str | None = None  # the negative-control fault in place (never in a real run)
 
     # -- the estimator's reservation, for the ledger of the next pool built
-    estimate: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """The last estimator call: reserved bytes, draft tokens, top-up, reason (empty: none yet)."""
-    estimate_owner: list = dataclasses.field(default_factory=list)
-    """A weak reference to the pool the estimate belongs to: the first pool built after it."""
+    estimate: dict[str, Any] = dataclasses.field(default_factory=dict)  # reserved bytes, draft tokens, top-up, reason
+    estimate_owner: list = dataclasses.field(default_factory=list)  # a weak reference to the first pool built after
 
     # -- events (the status report) and warnings said once
     events: dict[str, Any] = dataclasses.field(default_factory=fresh_events)

@@ -39,7 +39,7 @@ FIRST = "0.5.12"
 #: upstream allocates the deduplicated window itself (``conv_window_dedup_enabled``); below it we back-port.
 UPSTREAM_DEDUP_FROM = "0.5.14"
 #: ``model_runner_kv_cache_mixin`` is gone; pools built in ``mem_cache.kv_cache_configurator``; scatter
-#: kernels in ``sglang.kernels.ops.mamba`` (FACTS §1, corrected: 0.5.16, not 0.5.17).
+#: kernels in ``sglang.kernels.ops.mamba``.
 NEW_LAYOUT_FROM = "0.5.16"
 #: speculative decoding with the radix cache for hybrid GDN models: refused below this release (mamba
 #: scheduler strategy no_buffer; server_args ``_handle_mamba_radix_cache``), so the e2e turns the radix off.
@@ -55,10 +55,6 @@ UPSTREAM_DEDUP = SpecifierSet(f">={UPSTREAM_DEDUP_FROM},<{UNTESTED_FROM}")
 OLD_LAYOUT = SpecifierSet(f">={FIRST},<{NEW_LAYOUT_FROM}")
 NEW_LAYOUT = SpecifierSet(f">={NEW_LAYOUT_FROM},<{UNTESTED_FROM}")
 UNIFIED_POOL = SpecifierSet(f">={UNIFIED_POOL_FROM},<{UNTESTED_FROM}")
-
-#: ``SGLANG_MAMBA_DEDUP_ALLOW_UNTESTED=1``: try the plugin on a release newer than :data:`SUPPORTED`; its
-#: patches are selected as for the newest tested release and every target is still resolved and checked.
-ALLOW_UNTESTED_ENV = env.ALLOW_UNTESTED
 
 
 def plugin_version() -> str:
@@ -109,7 +105,7 @@ def is_untested_newer(version: str | None) -> bool:
 
 def effective(version: str | None) -> str | None:
     """The release whose patches we select: ``version`` itself, or the newest tested release for an untested
-    newer one when :data:`ALLOW_UNTESTED_ENV` is set."""
+    newer one when ``SGLANG_MAMBA_DEDUP_ALLOW_UNTESTED`` is set (every target is still resolved and checked)."""
     if is_untested_newer(version) and allow_untested():
         return RELEASES[-1]
     return version
@@ -136,7 +132,7 @@ def support_problem(version: str | None) -> str | None:
             return None
         return (
             f"SGLang {version} is outside the supported range {SUPPORTED} (newer than every release this "
-            f"plugin is tested with; set {ALLOW_UNTESTED_ENV}=1 to try it anyway)"
+            f"plugin is tested with; set {env.ALLOW_UNTESTED}=1 to try it anyway)"
         )
     if not in_range(version):
         return f"SGLang {version} is outside the supported range {SUPPORTED} (older than {FIRST})"
@@ -145,5 +141,5 @@ def support_problem(version: str | None) -> str | None:
 
 def untested_note(version: str | None) -> str | None:
     if is_untested_newer(version) and allow_untested():
-        return f"UNTESTED: SGLang {version} is outside {SUPPORTED}, patched as {RELEASES[-1]} ({ALLOW_UNTESTED_ENV}=1)"
+        return f"UNTESTED: SGLang {version} is outside {SUPPORTED}, patched as {RELEASES[-1]} ({env.ALLOW_UNTESTED}=1)"
     return None

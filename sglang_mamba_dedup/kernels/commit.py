@@ -91,18 +91,7 @@ def _load_row_target(
 
 @triton.jit
 def _copy_window_tile(
-    src_ptr,
-    dst_ptr,
-    src_base,
-    dst_base,
-    tile,
-    dim,
-    s_d,
-    s_w,
-    d_d,
-    d_w,
-    KM1: tl.constexpr,
-    BLOCK: tl.constexpr,
+    src_ptr, dst_ptr, src_base, dst_base, tile, dim, s_d, s_w, d_d, d_w, KM1: tl.constexpr, BLOCK: tl.constexpr
 ):
     """Copy elements [tile*BLOCK, (tile+1)*BLOCK) of one [dim, K-1] window,
     flattened row-major, through explicit (dim, window) strides on both sides."""
@@ -116,19 +105,7 @@ def _copy_window_tile(
 
 @triton.jit
 def _copy_window_rows(
-    src_ptr,
-    dst_ptr,
-    src_base,
-    dst_base,
-    tile,
-    dim,
-    s_d,
-    s_w,
-    d_d,
-    d_w,
-    n_cols,
-    KM1: tl.constexpr,
-    BLOCK: tl.constexpr,
+    src_ptr, dst_ptr, src_base, dst_base, tile, dim, s_d, s_w, d_d, d_w, n_cols, KM1: tl.constexpr, BLOCK: tl.constexpr
 ):
     """Copy columns [0, n_cols) of the window rows [tile*ROWS, (tile+1)*ROWS), ROWS = BLOCK // KM1:
     each row whole in this one program, every load before any store, so an in-place shift (the
@@ -333,15 +310,7 @@ def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> 
 
 
 def fused_commit(
-    *,
-    conv_dsts,
-    conv_srcs,
-    ssm_dst,
-    ssm_src,
-    accept_steps,
-    accept_slots,
-    track_steps=None,
-    track_slots=None,
+    *, conv_dsts, conv_srcs, ssm_dst, ssm_src, accept_steps, accept_slots, track_steps=None, track_slots=None
 ) -> None:
     """Commit the accepted (and tracked) draft step of every request: all layers, all conv kinds and the SSM
     state, in one launch, without host synchronisation.
