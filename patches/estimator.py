@@ -1,15 +1,6 @@
-"""The mamba memory estimator: SGLang's own, scoped to the deduplicated scratch, and what it leaves out.
-
-Wraps SGLang's ``handle_max_mamba_cache`` (the patch table says where, per release), which runs once, at start-up,
-in the scheduler process. SGLang reserves ``mamba_cache_per_req * D`` of speculative scratch per request (a dense
-window per draft token). When the gate would pass, SGLang's own estimator runs with the draft-token count scoped
-to ``D_eff`` (:func:`sglang_mamba_dedup.gate.effective_draft_tokens`), for which ``mamba_cache_per_req * D_eff`` is
-exactly the deduplicated scratch: the same budget yields more mamba slots, and SGLang's arithmetic is not copied.
-The scope is ``get_spec().override(...)`` (SGLang's own scoped override) on 0.5.17+, the ``server_args``
-attribute, restored in ``finally``, before. After the call the wrapper reserves, out of the KV cache's share,
-what the pool will allocate (:mod:`sglang_mamba_dedup.sizing`) beyond SGLang's estimate (:func:`_top_up`),
-records the reservation for the ledger, and says once when the mamba pool caps the running requests
-(:func:`_warn_admission`).
+"""The mamba memory estimator: SGLang's own, run with the draft-token count scoped to ``D_eff`` so that it
+reserves the deduplicated scratch, and a top-up for what SGLang's estimate leaves out (docs/internals.md says how,
+docs/memory.md by how much, release by release).
 """
 
 from __future__ import annotations

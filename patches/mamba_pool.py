@@ -1,25 +1,10 @@
-"""The conv-window scratch layout of ``MambaPool``: wraps its ``__init__``.
+"""The conv-window scratch layout of ``MambaPool``: wraps its ``__init__`` (docs/internals.md says why so).
 
-**Back-port** (no upstream dedup), when the gate passes. The dense ``[L, S+1, D, dim, K-1]`` window must never be
-allocated, not even for a moment. We do not copy SGLang's constructor and we do not intercept ``torch.zeros``:
-we call the original ``__init__`` with ``speculative_num_draft_tokens=None``, SGLang's own non-speculative path,
-which allocates exactly the persistent conv and SSM states (and sets every attribute, the memory-saver adapter and
-the custom memory pool included) and no speculative scratch at all. We then allocate the scratch ourselves, inside
-the *same* memory-saver region (``GPU_MEMORY_TYPE_KV_CACHE``) and custom-memory-pool context the original uses,
-read from the instance it just set up: ``intermediate_ssm [L, S+1, D, *ssm]`` exactly as SGLang would, and per
-conv kind one physical ``[L, S+1, dim, D+K-2]`` buffer and its overlapping view (:mod:`sglang_mamba_dedup.sizing`),
-the buffers kept in ``_intermediate_conv_window_phys`` as upstream names it; ``mamba_cache`` becomes a
-``SpeculativeState`` holding them. So the peak during construction is the final footprint, and ``mem_usage``
-counts physical bytes.
-
-**Take-over** (upstream dedup). The original runs unchanged (nothing is allocated twice). Afterwards we check that
-every ``intermediate_conv_window`` is the overlapping view of its physical buffer (address math), correct
-``mem_usage`` if it counted the views' logical size, and record ``upstream`` (or ``stock`` with the reason when
-upstream built the dense window).
-
-Either way a gate 'no' keeps SGLang's stock layout, logs and records the reason, and in strict mode raises a
-RuntimeError instead. The pool is tagged with ``_smd_layout`` and ``_smd_commit_ok`` (whether our commit kernel
-may serve it, read by :mod:`.verify_commit`); pools already built keep their layout after ``revert()``.
+Back-port (no upstream dedup): SGLang's own non-speculative construction, then the speculative scratch (the
+deduplicated window of :mod:`sglang_mamba_dedup.sizing`) allocated in the same memory-saver region and memory
+pool, so the dense window is never allocated. Take-over: SGLang's construction, then a check that its window is
+the overlapping view. A gate 'no' keeps SGLang's stock layout (strict mode: a RuntimeError). The pool is tagged
+``_smd_layout`` and ``_smd_commit_ok`` (whether our commit kernel may serve it, read by :mod:`.verify_commit`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""Launch flag ``--enable-mamba-conv-dedup`` on SGLang's own command line (installed only when the plugin is
-switched on, which the flag on the command line does; ServerArgs has no field for it, so SGLang's own arguments
-are untouched).
-
-``add_cli_args`` adds the flag to the parser. It is not read from a ``--config`` YAML file: SGLang turns its keys
-into arguments after plugins were loaded, so the switch was never set. ``from_cli_args``: when the parsed
-arguments carry the flag, sets ``SGLANG_MAMBA_DEDUP`` in ``os.environ`` *before* SGLang spawns its scheduler
-processes, which inherit only the environment; normally the activation has already done so from ``sys.argv``,
-and this guards callers that build the argv list themselves.
+"""The launch flag ``--enable-mamba-conv-dedup`` on SGLang's own command line: ``add_cli_args`` adds it to the
+parser, ``from_cli_args`` sets ``SGLANG_MAMBA_DEDUP`` before SGLang spawns its schedulers (docs/internals.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The EAGLE topk for pools built by ``ModelRunnerKVCacheMixin._init_pools`` (SGLang 0.5.12 ... 0.5.13.post1).
-
-Those releases do not pass ``speculative_eagle_topk`` to ``MambaPool``: for the duration of the call the wrapper
-publishes it (and the unified-memory flag) through :func:`sglang_mamba_dedup.gate.speculative_topk`. That covers
-every pool ``_init_pools`` builds, ``HybridReqToTokenPool`` and the PD-decode ``HybridMambaDecodeReqToTokenPool``
-alike. Draft workers call ``_init_pools`` too but share the target's ``req_to_token_pool``: no second pool.
+"""Publishes the EAGLE topk to the pools ``ModelRunnerKVCacheMixin._init_pools`` builds, on the releases whose
+``MambaPool`` does not take ``speculative_eagle_topk`` (0.5.12 ... 0.5.13.post1; docs/internals.md).
 """
 
 from __future__ import annotations

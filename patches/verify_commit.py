@@ -1,17 +1,8 @@
 """The post-verify commit of accepted SSM states and conv windows: wraps
-``HybridLinearAttnBackend.update_mamba_state_after_mtp_verify`` (``HybridAttnBackend`` delegates to it).
-
-Per call we either run our single fused launch (:mod:`sglang_mamba_dedup.kernels.commit`: SSM and every conv kind,
-the accept set and the optional track set together), or hand the call unchanged to SGLang. SGLang keeps every
-branch we do not own, chosen per call with the same tests it uses itself (0.5.23): ReplaySSM-KDA
-(``mamba_pool.replayssm_is_kda``), KDA fused accept (``linear_attn_backend.accept_lens_pool``), pipeline stable
-rows (``pp_spec_stable_rows_enabled()`` with ``req_pool_indices``), ReplaySSM spec without ``intermediate_ssm``;
-and any pool our pool patch did not clear for the kernel (``_smd_commit_ok``: e.g. ``UnifiedMambaPool``, KDA, a
-pool built before the patch). On our path the PLE side states (0.5.20+) are still committed by SGLang's own
-``_update_ple_state_after_mtp_verify``, with the arguments SGLang passes.
-
-The semantics are SGLang's scatter (:mod:`sglang_mamba_dedup.kernels`). No host sync: no ``.item()``, no
-``nonzero``; counting is a Python increment (:func:`sglang_mamba_dedup.report.count_commit`).
+``HybridLinearAttnBackend.update_mamba_state_after_mtp_verify``. Per call, our one fused launch
+(:mod:`sglang_mamba_dedup.kernels.commit`), or SGLang's own code for every branch we do not own, chosen with the
+tests SGLang uses itself (docs/internals.md lists them). The semantics are SGLang's scatter. No host sync: no
+``.item()``, no ``nonzero``; counting is a Python increment.
 """
 
 from __future__ import annotations

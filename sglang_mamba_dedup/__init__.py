@@ -1,7 +1,5 @@
-"""sglang-mamba-dedup: deduplicated conv-window cache and fused commit kernels for SGLang.
-
-Switch it on with ``SGLANG_MAMBA_DEDUP=1`` (or ``strict``) or SGLang's ``--enable-mamba-conv-dedup``.
-Importing this package is cheap: no torch, no SGLang.
+"""sglang-mamba-dedup: deduplicated conv-window cache and fused commit kernels for SGLang (switched on by
+``SGLANG_MAMBA_DEDUP=1`` or ``--enable-mamba-conv-dedup``). Importing this package is cheap: no torch, no SGLang.
 """
 
 from .versions import plugin_version as _plugin_version
@@ -10,10 +8,8 @@ __version__ = _plugin_version()
 
 
 def apply(features=None):
-    """Apply the patches to the installed SGLang (all features by default, or a feature name or list of names);
-    returns ``{feature: None if applied else why not}``. Programmatic use wins over the switch: a later
-    ``load_plugins()`` (``sglang.Engine``, the launcher) with ``SGLANG_MAMBA_DEDUP`` unset keeps what you applied
-    (``SGLANG_MAMBA_DEDUP=0`` or :func:`revert` undoes it)."""
+    """Apply the patches (all features, or a feature name or list of names): ``{feature: None or why not}``. A
+    later ``load_plugins()`` with ``SGLANG_MAMBA_DEDUP`` unset keeps them (``=0`` or :func:`revert` undoes them)."""
     from . import activation, patch_state
 
     result = patch_state.apply(features)
@@ -38,8 +34,7 @@ def status():
 
 
 def memory_ledger():
-    """The memory ledger (:mod:`.ledger`) of the last ``MambaPool`` built in this process with the plugin on, or
-    None."""
+    """The memory ledger (:mod:`.ledger`) of the last ``MambaPool`` built with the plugin on, or None."""
     from . import report
 
     return report.events().get("ledger")

@@ -1,17 +1,6 @@
-"""The ``sglang.srt.plugins`` entry point :func:`register`, which reads the switch (:mod:`.env` names it and its
-values) and records its decision in :data:`.state.STATE` (``mode``), where the report and the patches read it.
-
-:func:`register` runs once in every SGLang process (launcher, ``Engine``, each scheduler) and again when the launch
-flag turns the switch on; it is re-entrant and cheap: a second call with the same switch and SGLang version returns
-at once. Switched off, it wraps nothing. A switch value it does not understand keeps the plugin off, said in one
-line by the plugin itself (SGLang's plugin loader would only log an exception).
-
-The launch flag ``--enable-mamba-conv-dedup`` (``python -m sglang.launch_server`` / ``sglang serve``): SGLang loads
-plugins before it parses its command line, so :func:`register` sees the flag in ``sys.argv``, sets
-``SGLANG_MAMBA_DEDUP=1`` (which the spawned scheduler processes inherit) and installs the ``launch_flag`` patches
-so that SGLang's parser accepts the flag (``python -m sglang.launch_server --help`` lists it only when the plugin
-is switched on; ``sglang serve --help`` does not). The flag is never read from a ``--config`` YAML file. A bad
-switch value with the flag keeps the plugin off and the launch going (the flag is accepted and ignored).
+"""The ``sglang.srt.plugins`` entry point :func:`register`: it reads the switch (:mod:`.env`), records its
+decision in :data:`.state.STATE` and applies or reverts the patches; ``--enable-mamba-conv-dedup`` in ``sys.argv``
+switches the plugin on for this process and its schedulers (docs/internals.md, "Activation and the launch flag").
 """
 
 from __future__ import annotations
@@ -22,7 +11,7 @@ import os
 import sys
 from typing import NoReturn
 
-from . import env, versions
+from . import env, state, versions
 from .env import FLAG, Mode, SwitchError, parse_mode
 from .env import SWITCH as ENV
 from .state import STATE
@@ -55,10 +44,9 @@ def last_summary() -> str | None:
 
 
 def _say(level: int, msg: str, *, visible: bool = False) -> None:
-    """Log the activation line. ``visible``: the user asked for the plugin, so the line must reach them even
-    where logging is not configured yet (SGLang loads plugins before it sets up logging; Python's fallback
-    handler prints only WARNING and above): then it goes to stderr as well, once. A logger turned down on
-    purpose (its own level above ``level``, as ``sglang-mamba-dedup plan`` does) is obeyed."""
+    """Log the activation line. ``visible``: the user asked for the plugin, so the line must reach them even where
+    logging is not configured yet (SGLang loads plugins before it sets up logging; Python's fallback handler
+    prints only WARNING and above): then it goes to stderr instead. A logger turned down on purpose is obeyed."""
     STATE.last_summary = msg
     silenced = logger.level > level  # NOTSET (0) unless someone set it
     if level >= logging.WARNING or not visible or silenced or (logger.isEnabledFor(level) and _handled(level)):
@@ -81,12 +69,9 @@ def _handled(level: int) -> bool:
 
 
 def register(*, what_if: bool = False) -> None:
-    """Entry point of the ``sglang.srt.plugins`` group. Fails open (one log line), except in strict mode: there
-    any reason not to engage stops the launch with ``SystemExit``, which SGLang's loader does not catch: the
-    release, a target, a set negative-control fault, the plugin failing to import, or raising inside.
-
-    ``what_if``: apply or revert as the switch says, but write no status report and install no fault (the
-    what-if CLIs, ``plan`` and ``demo``, which switch the plugin in their own process and serve nothing)."""
+    """Entry point of the ``sglang.srt.plugins`` group. Fails open (one log line), except in strict mode: there any
+    reason not to engage stops the launch with ``SystemExit``, which SGLang's loader does not catch. ``what_if``:
+    write no status report and install no fault (the CLIs ``plan`` and ``demo``, which serve nothing)."""
     try:
         if _load_problem is not None:
             _cannot_load(_load_problem)
@@ -116,8 +101,7 @@ def _stand_down() -> None:
 
 
 def _cannot_load(problem: str) -> None:
-    """The plugin's own modules do not import (e.g. wrapt missing): strict stops; asked for, one ERROR line;
-    switched off, an INFO line (nothing was wanted)."""
+    """The plugin's own modules do not import (e.g. wrapt missing): strict stops; asked for, ERROR; else INFO."""
     mode = env.switch_mode()
     if mode is Mode.STRICT:
         raise StrictModeError(f"the plugin cannot load: {problem}")
@@ -146,8 +130,7 @@ def _register(what_if: bool) -> None:
     version = versions.installed_sglang_version()
     raw = os.environ.get(ENV)
     try:
-        mode = parse_mode(raw)
-        bad = None
+        mode, bad = parse_mode(raw), None
     except SwitchError as exc:
         mode, bad = Mode.OFF, str(exc)
     key = (raw or "", version, what_if)
@@ -175,9 +158,7 @@ def _register(what_if: bool) -> None:
         _say(logging.ERROR, f"{head}: {bad}")
         return
     if mode is Mode.OFF and flag:
-        # ``python -m sglang.launch_server ... --enable-mamba-conv-dedup``: SGLang loads plugins before it
-        # parses its arguments, so the flag is seen here; the environment carries it to the schedulers.
-        os.environ[ENV] = "1"
+        os.environ[ENV] = "1"  # SGLang parses its arguments later; the environment carries it to the schedulers
         mode = Mode.ON
         STATE.activation_key = (os.environ[ENV], version, what_if)
         head += f" [{FLAG} given]"
@@ -236,6 +217,4 @@ def flag_in_argv() -> bool:
 
 def reset_for_tests() -> None:
     """Forget this process's decision and every other remembered state (:func:`.state.reset`)."""
-    from . import state
-
     state.reset()

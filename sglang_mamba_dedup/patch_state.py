@@ -19,14 +19,12 @@ def _publish() -> None:
     STATE.commit_installed = bool(PATCHER.applied("commit"))  # for the patch layer, which never imports us
 
 
-def apply(
-    features: Iterable[str] | None = None, version: str | None = None, any_release: bool = False
-) -> dict[str, str | None]:
+def apply(features: Iterable[str] | None = None, any_release: bool = False) -> dict[str, str | None]:
     """Apply features (default: all) to the installed SGLang; ``{feature: None or skip reason}``. ``any_release``:
     even outside the supported range (``launch_flag`` only: the flag never breaks a launch)."""
     if isinstance(features, str):
         features = [features]
-    result = PATCHER.apply(FEATURES if features is None else features, version=version, any_release=any_release)
+    result = PATCHER.apply(FEATURES if features is None else features, any_release=any_release)
     _publish()
     return result
 
@@ -37,11 +35,9 @@ def live_backport_pools() -> int:
 
 
 def revert(features: Iterable[str] | None = None, force: bool = False) -> dict[str, str | None]:
-    """Undo ``apply`` (all features by default): ``{patch name: None if reverted else why it was kept}``.
-
-    While a pool built with our back-port layout is alive, the ``commit`` patch stays (SGLang's own scatter
-    cannot read a deduplicated view: reverting it would break that pool's next verify step); its entry then
-    says so. ``force=True`` reverts it anyway (tests, or a process that has dropped its pools)."""
+    """Undo ``apply`` (all features by default): ``{patch name: None if reverted else why it was kept}``. While a
+    pool with our back-port layout is alive the ``commit`` patch stays (SGLang's own scatter cannot read its view),
+    unless ``force=True``."""
     if isinstance(features, str):
         features = [features]
     wanted = list(FEATURES) if features is None else list(features)

@@ -1,11 +1,9 @@
 """The patch machinery: a declarative table of wrapt wrappers, applied all-or-nothing per feature.
 
-For each feature :class:`Patcher` selects the patches whose release range contains the installed SGLang, and
-imports, resolves and signature-checks every selected target *before* any is wrapped: if one fails, the whole
-feature is skipped with the reason. ``apply()`` twice is the same as once; ``revert()`` puts back the exact
-original objects, and only where the attribute still holds *our* proxy (someone wrapped on top of us: we leave it
-and say so). wrapt 1.x and 2.x both work: we build ``wrapt.FunctionWrapper`` ourselves and set the attribute, so
-neither ``wrap_function_wrapper`` keywords nor ``wrapt.unwrap`` (absent in wrapt 2) are needed.
+Every target of a feature is imported, resolved and signature-checked *before* any is wrapped; ``apply()`` twice
+is the same as once; ``revert()`` puts back the exact originals, and only where the attribute still holds *our*
+proxy. wrapt 1.x and 2.x both work: we build ``wrapt.FunctionWrapper`` ourselves and set the attribute, so neither
+``wrap_function_wrapper`` keywords nor ``wrapt.unwrap`` (absent in wrapt 2) are needed.
 """
 
 from __future__ import annotations
@@ -41,8 +39,7 @@ class Patch:
     wrapper: Callable[..., Any]
     #: Parameter names the target must accept (checked before wrapping; a changed signature skips the feature).
     params: tuple[str, ...] = ()
-    #: SGLang callables the wrapper itself calls (see :class:`Callee`); each is resolved and its signature
-    #: bound with the arguments the wrapper passes before anything is wrapped.
+    #: SGLang callables the wrapper itself calls, each checked before anything is wrapped.
     calls: tuple[Callee, ...] = ()
     doc: str = ""
 
@@ -56,11 +53,8 @@ class Patch:
 
 @dataclass(frozen=True)
 class Callee:
-    """A private SGLang method or function that a wrapper calls, with the call it makes.
-
-    ``args`` is the number of positional arguments the wrapper passes (``self`` not counted for a method);
-    ``optional``: the wrapper skips the call when the attribute does not exist on the installed release.
-    """
+    """A private SGLang method or function that a wrapper calls: ``args`` positional arguments (``self`` not
+    counted); ``optional``: the wrapper skips the call where the attribute does not exist."""
 
     module: str
     attr: str
@@ -104,12 +98,9 @@ class TargetError(Exception):
 
 
 def resolve(module_name: str, attr: str) -> tuple[Any, str, Any]:
-    """Import ``module_name`` and walk ``attr``; return ``(parent, last_name, raw_original)``.
-
-    For a class attribute the raw object is taken from the class ``__dict__`` (a ``staticmethod`` or
-    ``classmethod`` stays a descriptor), and it must be defined on that class, not inherited, so that we
-    wrap it where it is defined and subclasses keep seeing one wrapper.
-    """
+    """Import ``module_name`` and walk ``attr``: ``(parent, last_name, raw_original)``. A class attribute is taken
+    from the class ``__dict__`` (a ``staticmethod`` stays a descriptor) and must be defined on that class, not
+    inherited, so that we wrap it where it is defined and subclasses keep seeing one wrapper."""
     try:
         parent: Any = importlib.import_module(module_name)
     except Exception as exc:  # ImportError and anything the module raises at import
@@ -229,7 +220,6 @@ class Patcher:
         self, feature: str, version: str | None = None, any_release: bool = False
     ) -> tuple[list[Patch], str | None, dict[str, str]]:
         """Dry run: ``(selected patches, feature-level reason or None, per-patch reasons)``; wraps nothing.
-
         ``any_release``: ignore the release ranges (every patch of the feature is selected)."""
         version = self._version_getter() if version is None else version
         if any_release:
@@ -274,10 +264,7 @@ class Patcher:
             unknown = [f for f in wanted if f not in self.features]
             if unknown:
                 raise KeyError(f"unknown feature(s) {unknown}; known: {self.features}")
-            result: dict[str, str | None] = {}
-            for feature in wanted:
-                result[feature] = self._apply_feature(feature, version, any_release)
-            return result
+            return {feature: self._apply_feature(feature, version, any_release) for feature in wanted}
 
     def _apply_feature(self, feature: str, version: str | None, any_release: bool = False) -> str | None:
         selected, reason, per_patch = self.check(feature, version, any_release)

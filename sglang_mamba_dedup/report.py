@@ -112,10 +112,8 @@ def report_path(directory: str) -> str:
 
 
 def write() -> str | None:
-    """Write this process's report if the report directory is configured; never raises.
-
-    The first write also registers a last one at interpreter exit, so a process that ends normally leaves
-    exact counts (a process killed by a signal keeps its last power-of-two report)."""
+    """Write this process's report if the report directory is configured; never raises. The first write also
+    registers one at interpreter exit (a process killed by a signal keeps its last power-of-two report)."""
     directory = os.environ.get(env.REPORT_DIR)
     if not directory or STATE.report_muted:
         return None
@@ -149,9 +147,8 @@ _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0
 
 
 def _create_temp(path: str) -> tuple[str, int]:
-    """Create ``<path>.<random>.tmp`` exclusively; returns (name, open fd). Unlike ``tempfile.mkstemp``
-    the mode is 0o666 less the umask, as ``open(path, "w")`` would give, so a reader that could read the
-    report before still can. The name does not match ``status-*.json``, so readers never see a partial file."""
+    """Create ``<path>.<random>.tmp`` exclusively: (name, open fd). Unlike ``tempfile.mkstemp`` the mode is 0o666
+    less the umask, as ``open(path, "w")`` gives; the name does not match ``status-*.json`` (never read partial)."""
     for _ in range(16):
         tmp = f"{path}.{secrets.token_hex(8)}.tmp"
         try:

@@ -1,9 +1,7 @@
-"""This process's plugin state, in one object: :data:`STATE`, and :func:`reset` for the tests.
-
-Everything the plugin remembers between SGLang's calls lives here, so that a reader sees all of it at once and
-a test resets it in one call. Modules at every layer read and write it; it imports nothing of the package but
-:mod:`.env`. What it does not hold: the wrapped functions themselves (:data:`.patcher.PATCHER`, which also
-restores SGLang's originals) and the commit kernel's plan cache (keyed weakly by the pool's tensors).
+"""This process's plugin state, in one object: :data:`STATE` (everything the plugin remembers between SGLang's
+calls, so that a reader sees all of it at once), and :func:`reset` for the tests. It imports nothing of the
+package but :mod:`.env`. Not here: the wrapped functions (:data:`.patch_state.PATCHER`) and the commit kernel's
+plan cache (keyed weakly by the pool's tensors).
 """
 
 from __future__ import annotations
@@ -89,7 +87,7 @@ def first_time(key: Any) -> bool:
         return True
 
 
-def warn_once(key: Any, msg: str, *args: Any, level: int = logging.WARNING) -> None:
-    """Log ``msg`` once per process for ``key``."""
+def warn_once(key: Any, msg: str, *args: Any) -> None:
+    """Log ``msg`` at WARNING once per process for ``key``."""
     if first_time(key):
-        logger.log(level, msg, *args)
+        logger.warning(msg, *args)

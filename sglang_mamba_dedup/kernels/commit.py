@@ -10,11 +10,10 @@ For each index set ``(steps, slots)``, each valid row ``r`` (:mod:`sglang_mamba_
 dense buffer: the kernel walks the view's strides. Destinations may have any strides (views over larger pools);
 the SSM entries (trailing dims) must be dense on both sides.
 
-Two launch options serve :func:`.single_kind.tail_copy` (a window read at step ``b``): a source-row table (row
-``r`` reads source row ``src_rows[r]``), and the tail mode of a plan (one conv kind, no SSM): the source is a
-block ``[.., dim, W]`` (``K-1 = W``), step ``s`` reads it shifted by ``s`` columns, clipped to its ``W - s``
-columns (``dst[.., 0:W-s] = src[.., s:W]``, the tail untouched), a copy onto itself is skipped, and every
-program loads whole window rows before it stores them (memmove-safe in place).
+Two launch options serve :func:`.single_kind.tail_copy`: a source-row table (row ``r`` reads source row
+``src_rows[r]``), and the tail mode of a plan (one conv kind, no SSM): step ``s`` reads the ``[.., dim, W]`` block
+shifted by ``s`` columns (``dst[.., 0:W-s] = src[.., s:W]``), a copy onto itself is skipped, and every program
+loads whole window rows before it stores them (memmove-safe in place).
 
 Grid: ``(conv tiles + ssm tiles, L, rows)``; axis 0 enumerates the tiles of one (row, layer) pair, conv kinds
 first. A skipped row costs its programs two index loads each. After the first launch of a plan variant through
@@ -261,12 +260,9 @@ LAUNCHES = {"direct": 0, "triton": 0}
 
 
 def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> None:
-    """Check the index sets and launch ``plan`` (no host synchronisation).
-
-    ``accept`` / ``track``: ``(steps, slots)`` index sets (``track`` None or ``(None, None)``: none);
-    ``ssm``: the ``(src, dst)`` SSM pair the plan was built for (None when it has none; only Triton's
-    path reads it).  ``src_rows``: the source-row table, one entry per index row; it lifts the "no more
-    rows than the source has" limit, since rows no longer name source rows."""
+    """Check the index sets and launch ``plan`` (no host synchronisation). ``accept`` / ``track``: ``(steps,
+    slots)`` (``track`` None or ``(None, None)``: none); ``ssm``: the plan's ``(src, dst)`` SSM pair, if any;
+    ``src_rows``: the source-row table (rows then no longer name source rows: no limit by the source's rows)."""
     accept_steps, accept_slots = accept
     max_rows = plan.n_rows_src if src_rows is None else _INT32_MAX
     n_acc = check_index_pair("accept_steps", accept_steps, "accept_slots", accept_slots, plan.device, max_rows)

@@ -78,12 +78,8 @@ class CommitPlan:
 
 
 def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False) -> CommitPlan:
-    """Validate the state tensors and pack their pointers and strides once.
-
-    conv_dsts[i]: ``[L, slots+1, dim_i, K-1]``; conv_srcs[i]: ``[L, R, D, dim_i, K-1]``; ssm_dst:
-    ``[L, slots+1, *ssm_shape]``; ssm_src: ``[L, R, D, *ssm_shape]`` (see :func:`.commit.fused_commit`).
-    ``tail``: the tail mode of :mod:`.commit` (one conv pair, ``D = 1``, no SSM pair).
-    """
+    """Validate the state tensors (shapes: :func:`.commit.fused_commit`) and pack their pointers and strides once.
+    ``tail``: the tail mode of :mod:`.commit` (one conv pair, ``D = 1``, no SSM pair)."""
     conv_dsts = list(conv_dsts)
     conv_srcs = list(conv_srcs)
     if len(conv_dsts) != len(conv_srcs):
@@ -258,10 +254,9 @@ def _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool) -> tuple:
 
 
 def get_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False, owner=None) -> CommitPlan:
-    """The cached plan of these tensors (built and validated on the first call).  Cached with ``owner``
-    (default: the first destination tensor), weakly: it goes when that tensor goes.  A caller that passes
-    temporary views names the tensor they view as the owner, so the plan outlives the call (a CUDA graph
-    that captured the launch reads its descriptor table)."""
+    """The cached plan of these tensors (built and validated on the first call), kept as long as ``owner`` (default:
+    the first destination tensor) lives. A caller that passes temporary views names the tensor they view, so that
+    the plan outlives the call (a CUDA graph that captured the launch reads its descriptor table)."""
     try:
         key = _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail)
         if owner is None:
