@@ -55,11 +55,6 @@ def pool_context() -> PoolContext | None:
     return _POOL_CONTEXT.get()
 
 
-def cpu_allowed() -> bool:
-    """Test-only override of the CUDA check (``SGLANG_MAMBA_DEDUP_ALLOW_CPU=1``)."""
-    return env.enabled(env.ALLOW_CPU)
-
-
 def device_problem(device: Any) -> str | None:
     import torch
 
@@ -71,7 +66,7 @@ def device_problem(device: Any) -> str | None:
         if getattr(torch.version, "hip", None):
             return "ROCm/HIP device: the plugin gates on CUDA only"
         return None
-    if dev.type == "cpu" and cpu_allowed():
+    if dev.type == "cpu" and env.enabled(env.ALLOW_CPU):  # tests only: the Triton interpreter stands in
         return None
     return f"device {dev.type!r} is not CUDA (the CPU override {ALLOW_CPU_ENV}=1 is for tests only)"
 

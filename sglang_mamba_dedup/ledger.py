@@ -34,17 +34,6 @@ def _reference(pool: Any) -> Any:
         return lambda: pool
 
 
-def reservation_of(pool: Any) -> dict[str, Any] | None:
-    """The reservation made for ``pool``: an estimate belongs to the first pool built after it, so a second
-    pool in the process (e.g. a draft head's, built from the target's) has none of its own."""
-    res = reservation()
-    if not res:
-        return None
-    if not STATE.estimate_owner:
-        STATE.estimate_owner.append(_reference(pool))
-    return res if STATE.estimate_owner[0]() is pool else None
-
-
 def _tensors(value: Any) -> list:
     """The tensors in a buffer value: a tensor, or a list/tuple of them (one per conv kind)."""
     if hasattr(value, "untyped_storage") and hasattr(value, "element_size"):
@@ -62,20 +51,11 @@ def _storage_key(t: Any) -> tuple:
 def buffers(pool: Any) -> list[tuple[str, list]]:
     """``(name, tensors)`` of every buffer the pool holds: its state dataclass's fields, then the tensors
     it keeps as attributes (e.g. ``_intermediate_conv_window_phys``)."""
-    out: list[tuple[str, list]] = []
     cache = getattr(pool, "mamba_cache", None)
-    if dataclasses.is_dataclass(cache):
-        for f in dataclasses.fields(cache):
-            ts = _tensors(getattr(cache, f.name, None))
-            if ts:
-                out.append((f.name, ts))
-    for name, value in sorted(vars(pool).items()):
-        if name == "mamba_cache":
-            continue
-        ts = _tensors(value)
-        if ts:
-            out.append((name, ts))
-    return out
+    fields = dataclasses.fields(cache) if dataclasses.is_dataclass(cache) else ()
+    state = [(f.name, getattr(cache, f.name, None)) for f in fields]
+    attrs = [(name, value) for name, value in sorted(vars(pool).items()) if name != "mamba_cache"]
+    return [(name, ts) for name, value in state + attrs if (ts := _tensors(value))]
 
 
 def state_bytes(cache: Any) -> int:
@@ -126,10 +106,15 @@ def build(pool: Any) -> dict[str, Any]:
         "logical_bytes": sum(r["logical"] for r in rows.values()),
         "bookkeeping_bytes": sum(rows[name]["physical"] for name in bookkeeping_buffers(pool)),
     }
-    if not reservation():
+    res = reservation()
+    if not res:
         return ledger
-    res = ledger["reservation"] = reservation_of(pool)
-    if res:
+    # an estimate belongs to the first pool built after it: a second pool (e.g. a draft head's) has none of its own
+    if not STATE.estimate_owner:
+        STATE.estimate_owner.append(_reference(pool))
+    mine = STATE.estimate_owner[0]() is pool
+    ledger["reservation"] = res if mine else None
+    if mine:
         ledger["reserved_bytes"] = res["reserved_bytes"]
         ledger["unreserved_bytes"] = max(0, allocated - res["reserved_bytes"])
     return ledger

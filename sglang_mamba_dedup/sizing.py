@@ -1,17 +1,15 @@
 """The mamba pool's bytes: the deduplicated conv-window layout, and the bytes per request by buffer.
 
-**The layout.** Speculative verify keeps, per verify row, one ``(dim, K-1)`` conv window per draft step.
-Consecutive steps' windows overlap by ``K-2`` columns, so instead of the dense ``[L, S+1, D, dim, K-1]`` scratch
-we keep one physical buffer ``phys [L, S+1, dim, D+K-2]`` and expose an overlapping strided view of logical shape
-``[L, S+1, D, dim, K-1]`` with ``view[l, s, t, d, w] is phys[l, s, d, t + w]`` (same memory). Footprint ratio
-(physical / dense) = ``(D+K-2) / (D*(K-1))``: 0.5 at D=4, K=4. Correct only for a linear draft chain (EAGLE
-topk <= 1): see :mod:`sglang_mamba_dedup.gate`.
+**The layout.** Per verify row, one ``(dim, K-1)`` conv window per draft step; consecutive steps' windows overlap
+by ``K-2`` columns, so instead of the dense ``[L, S+1, D, dim, K-1]`` scratch one physical buffer
+``phys [L, S+1, dim, D+K-2]`` is seen through an overlapping strided view ``view[l, s, t, d, w] is
+phys[l, s, d, t + w]``: ``(D+K-2) / (D*(K-1))`` of the bytes (0.5 at D=4, K=4). Correct only for a linear draft
+chain (EAGLE topk <= 1: :mod:`sglang_mamba_dedup.gate`).
 
-**Bytes per request**, read by the estimator patch (what the pool will allocate, so that it is reserved), the gate
-and the planner; the pool itself is measured, not predicted, by :mod:`.ledger`, and the tests compare the two.
-Duck-typed on SGLang's ``Mamba2CacheParams`` (``shape.conv`` a list of ``(dim, K-1)`` conv shapes, one per conv
-kind; ``shape.temporal``; ``dtype.conv``/``dtype.temporal``; ``layers``). No SGLang import; torch only inside the
-layout's tensor functions.
+**Bytes per request**, for the estimator patch, the gate and the planner (the pool itself is measured by
+:mod:`.ledger`; the tests compare the two), duck-typed on SGLang's ``Mamba2CacheParams`` (``shape.conv``, one
+``(dim, K-1)`` per conv kind; ``shape.temporal``; ``dtype.conv``/``dtype.temporal``; ``layers``). No SGLang
+import; torch only inside the layout's tensor functions.
 """
 
 from __future__ import annotations
@@ -149,11 +147,8 @@ def nbytes(t: Any) -> int:
 
 
 def dedup_problem(view: Any, phys: Any) -> str | None:
-    """None when ``view`` is exactly the overlapping view of ``phys``; else what differs.
-
-    Checks shapes, strides, dtype, device and that ``view[l,s,t,d,w]`` and ``phys[l,s,d,t+w]`` start at
-    the same address (``data_ptr`` math, no element reads), so the view truly aliases the buffer.
-    """
+    """None when ``view`` is exactly the overlapping view of ``phys`` (shapes, strides, dtype, device, and corner
+    elements ``view[l,s,t,d,w]`` and ``phys[l,s,d,t+w]`` at the same address: no element reads); else what differs."""
     if view is None or phys is None:
         return "no tensor"
     if phys.dim() != 4 or view.dim() != 5:
@@ -173,16 +168,13 @@ def dedup_problem(view: Any, phys: Any) -> str | None:
     if view.data_ptr() != phys.data_ptr():
         return "view starts elsewhere in the storage"
     item = phys.element_size()
-    # Corner elements: view[l,s,t,d,w] vs phys[l,s,d,t+w], by address only.
     for l, s, t, d, w in {
         (0, 0, 0, 0, 0),
         (L - 1, S - 1, D - 1, dim - 1, win - 1),
         (L - 1, 0, D - 1, 0, 0),
         (0, S - 1, 0, dim - 1, win - 1),
     }:
-        a = view.data_ptr() + item * (
-            l * view.stride(0) + s * view.stride(1) + t * view.stride(2) + d * view.stride(3) + w * view.stride(4)
-        )
+        a = view.data_ptr() + item * sum(i * st for i, st in zip((l, s, t, d, w), view.stride()))
         b = phys.data_ptr() + item * (l * s0 + s * s1 + d * s2 + (t + w) * s3)
         if a != b:
             return f"view[{l},{s},{t},{d},{w}] and phys[{l},{s},{d},{t + w}] are different memory"

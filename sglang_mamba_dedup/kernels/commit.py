@@ -8,17 +8,15 @@ For each index set ``(steps, slots)``, each valid row ``r`` (:mod:`sglang_mamba_
 
 ``conv_srcs[i]`` may be the deduplicated overlapping view (``view[l, r, t, d, w] == phys[l, r, d, t + w]``) or a
 dense buffer: the kernel walks the view's strides. Destinations may have any strides (views over larger pools);
-the SSM entries (trailing dims) must be dense on both sides.
-
-Two launch options serve :func:`.single_kind.tail_copy`: a source-row table (row ``r`` reads source row
-``src_rows[r]``), and the tail mode of a plan (one conv kind, no SSM): step ``s`` reads the ``[.., dim, W]`` block
-shifted by ``s`` columns (``dst[.., 0:W-s] = src[.., s:W]``), a copy onto itself is skipped, and every program
-loads whole window rows before it stores them (memmove-safe in place).
+the SSM entries (trailing dims) must be dense on both sides. For :func:`.single_kind.tail_copy`: a source-row table
+(row ``r`` reads source row ``src_rows[r]``), and a plan's tail mode (one conv kind, no SSM): step ``s`` reads the
+``[.., dim, W]`` block shifted by ``s`` columns (``dst[.., 0:W-s] = src[.., s:W]``), a copy onto itself is skipped,
+and every program loads whole window rows before it stores them (memmove-safe in place).
 
 Grid: ``(conv tiles + ssm tiles, L, rows)``; axis 0 enumerates the tiles of one (row, layer) pair, conv kinds
-first. A skipped row costs its programs two index loads each. After the first launch of a plan variant through
-Triton's ``JITFunction`` (which compiles), later launches take :class:`~._direct_launch.DirectLaunch` where it
-provably launches the same compiled kernel.
+first; a skipped row costs its programs two index loads each. After the first launch of a plan variant through
+Triton (which compiles), later ones take :class:`~._direct_launch.DirectLaunch` where it provably launches the same
+compiled kernel.
 """
 
 from __future__ import annotations
@@ -294,11 +292,8 @@ def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> 
         return
     LAUNCHES["triton"] += 1
     fixed, kw = plan.calls[variant]
-    if plan.ssm_int_dtype is not None:
-        ssm_src, ssm_dst = ssm
-        typed = (ssm_src.view(plan.ssm_int_dtype), ssm_dst.view(plan.ssm_int_dtype))
-    else:
-        typed = (plan.meta, plan.meta)  # not read
+    # the SSM pair as integers of its width (bitwise copies); the table again where there is none (not read)
+    typed = tuple(t.view(plan.ssm_int_dtype) for t in ssm) if plan.ssm_int_dtype is not None else (plan.meta,) * 2
     args = (plan.meta, *typed, *index, n_acc, *fixed)
     compiled = _fused_commit_kernel[grid](*args, **kw)
     if variant not in plan.direct and _CAN_LAUNCH_DIRECTLY and plan.device.type == "cuda" and compiled is not None:
@@ -309,9 +304,7 @@ def fused_commit(
     *, conv_dsts, conv_srcs, ssm_dst, ssm_src, accept_steps, accept_slots, track_steps=None, track_slots=None
 ) -> None:
     """Commit the accepted (and tracked) draft step of every request: all layers, all conv kinds and the SSM
-    state, in one launch, without host synchronisation.
-
-    conv_dsts[i]: ``[L, slots+1, dim_i, K-1]``; conv_srcs[i]: ``[L, R, D, dim_i, K-1]`` (dedup view or dense);
+    state, in one launch, without host synchronisation. conv_dsts[i]: ``[L, slots+1, dim_i, K-1]``; conv_srcs[i]: ``[L, R, D, dim_i, K-1]`` (dedup view or dense);
     any strides. ssm_dst: ``[L, slots+1, *ssm_shape]``, ssm_src: ``[L, R, D, *ssm_shape]`` (both None: no SSM
     pair; the ``*ssm_shape`` dims dense). accept_steps / accept_slots: ``[B]`` int32 or int64 on the states'
     device, ``B <= R``; track_steps / track_slots: an optional second index set, same launch. Index semantics,
