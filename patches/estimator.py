@@ -27,15 +27,13 @@ def _global(wrapped, name: str) -> Any:
 
 
 def _settings(wrapped, instance, getter: str) -> Any:
-    """The settings the estimator's release reads: SGLang's runtime-context bag ``getter()`` (``get_schedule``,
-    ``get_disagg``; 0.5.17+), else ``server_args``."""
+    """The settings the estimator reads: SGLang's runtime-context bag ``getter()`` (0.5.17+), else ``server_args``."""
     fn = _global(wrapped, getter)
     return fn() if fn is not None else getattr(instance, "server_args", None)
 
 
 def _reads(fn, name: str, names: str = "co_names") -> bool:
-    """Whether the installed function's code names ``name``: ``co_names``, an attribute or global it reads;
-    ``co_varnames``, a local (a step of its arithmetic)."""
+    """Whether the installed function's code names ``name`` (``co_names``: read; ``co_varnames``: a local)."""
     code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
     return code is not None and name in getattr(code, names)
 
@@ -58,9 +56,8 @@ def _inputs(wrapped, instance) -> tuple[int | None, Any, bool, str]:
 
 
 def _replayssm(wrapped, instance) -> tuple[bool, bool]:
-    """``(active, estimator_knows)``: whether the pool will run ReplaySSM spec verify (no per-draft SSM
-    scratch; GDN/KDA only), and whether this release's estimator reads that flag (0.5.17+: it then reserves
-    no per-draft scratch at all; 0.5.16 reserves the dense scratch regardless)."""
+    """``(active, estimator_knows)``: whether the pool will run ReplaySSM spec verify (GDN/KDA only), and whether
+    the estimator reads that flag (0.5.17+: no per-draft scratch reserved; 0.5.16 reserves the dense one)."""
     get_exec = _global(wrapped, "get_exec")
     if get_exec is not None:
         flag = bool(getattr(getattr(get_exec(), "mamba", None), "enable_linear_replayssm_spec", False))
@@ -153,10 +150,9 @@ RING_CURSOR_BYTES = 9
 
 
 def unreserved_by_sglang(info: dict[str, Any], slots: int, rows: int, scale: float = 1.0) -> dict[str, int]:
-    """What the deduplicated ``MambaPool`` will allocate, by buffer, for ``slots`` mamba slots and ``rows`` verify
-    rows (each +1 padding), of what SGLang's estimate prices: the plain pool's state and scratch; under ReplaySSM
-    (whose ring and state SGLang prices) the conv-window scratch and the spec cursors. ``scale``: this pipeline
-    stage's share of the model's mamba layers (SGLang's ``pp_layer_scale``)."""
+    """What the deduplicated ``MambaPool`` will allocate for ``slots`` mamba slots and ``rows`` verify rows (each +1
+    padding), by buffer SGLang's estimate prices: state and scratch; under ReplaySSM (ring and state priced) the
+    conv-window scratch and spec cursors. ``scale``: this PP stage's share of the mamba layers."""
     import sys
 
     per = sizing.request_bytes(info["cache_params"], info["draft_tokens"], dedup=True, replayssm=info["replayssm"])
@@ -193,9 +189,8 @@ def pp_layer_scale(wrapped, instance, cache_params: Any) -> float:
 
 
 def ring_over_reservation(wrapped, instance, info: dict[str, Any], rows: int, asked: int, scale: float) -> int:
-    """Bytes of ReplaySSM ring SGLang reserves for requests the pool never holds: from 0.5.20 its estimator
-    prices a Gated-DeltaNet ring row for every request asked for (``max_running_requests + 1``), while the pool
-    allocates one per request the mamba pool admits (``spec_state_size + 1``). 0 elsewhere."""
+    """Bytes of ReplaySSM ring SGLang reserves for requests the pool never holds (0.5.20+: a Gated-DeltaNet ring row
+    per request asked for, ``max_running_requests + 1``; the pool has one per request admitted). 0 elsewhere."""
     if not info.get("replayssm") or getattr(instance, "hybrid_kda_config", None) is not None:
         return 0
     if not _reads(wrapped, "replay_req_slots", "co_varnames"):
@@ -213,10 +208,7 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
     STATE.estimate = estimate = {}
     STATE.estimate_owner.clear()
     scoped = d_eff is not None and abs(d_eff - info["draft_tokens"]) > 1e-12
-    if scoped:
-        with _scoped_draft_tokens(wrapped, instance, d_eff):
-            result = wrapped(*args, **kwargs)
-    else:
+    with _scoped_draft_tokens(wrapped, instance, d_eff) if scoped else contextlib.nullcontext():
         result = wrapped(*args, **kwargs)
     total = kwargs.get("total_rest_memory", args[0] if args else None)
     try:
@@ -251,8 +243,7 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
             d_eff,
         )
     if topup > 0:
-        # a PD-decode server's pre-allocated rows can be GiBs of KV cache, and a top-up above one slot's state is
-        # more than padding: said as a WARNING
+        # a PD-decode server's pre-allocated rows can be GiBs, and more than one slot's state is more than padding
         pd_decode = bool(info.get("pd_decode_pre_alloc"))
         cp = info.get("cache_params")
         slot = sizing.request_bytes(cp, None, dedup=True).state if cp is not None else 0  # at most a padding row
@@ -304,16 +295,14 @@ def _extra_buffer(wrapped, instance) -> bool:
 
 
 def default_pre_alloc(requests: int, otherwise: int = 0) -> int:
-    """How many requests SGLang pre-allocates on a PD-decode server unless told: twice the running requests (per
-    worker) when they are at most 32, else ``otherwise`` (0.5.14+: 0; before: ``SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS``).
-    0.5.14+ resolve it in their launch hooks, which the planner does not run."""
+    """Requests SGLang pre-allocates on a PD-decode server unless told: twice the running requests (per worker) up to
+    32, else ``otherwise``. 0.5.14+ resolve it in their launch hooks, which the planner does not run."""
     return 2 * requests if requests <= 32 else otherwise
 
 
 def pd_decode_rows(wrapped, instance, rows: int) -> tuple[int, int] | None:
-    """``(pre_alloc, slots_per_request)`` of the PD-decode pool (``HybridMambaDecodeReqToTokenPool``, also built by a
-    flip-capable prefill) this server will build, or None: it keeps scratch for ``rows + pre_alloc`` requests and
-    at least ``(rows + pre_alloc) x slots_per_request`` mamba slots, where SGLang's estimate prices ``rows``."""
+    """``(pre_alloc, slots_per_request)`` of the PD-decode pool (``HybridMambaDecodeReqToTokenPool``) this server
+    will build, or None; it has ``rows + pre_alloc`` scratch rows and as many requests' slots (SGLang prices ``rows``)."""
     import importlib
     import os
 
@@ -339,10 +328,9 @@ def pd_decode_rows(wrapped, instance, rows: int) -> tuple[int, int] | None:
 
 
 def _top_up(wrapped, instance, info: dict[str, Any], reserved: int | None, priced: int | None) -> tuple[int, str]:
-    """Bytes the deduplicated pool will allocate beyond what SGLang's estimate reserved for it, and which buffers
-    (0 when covered or not predictable; negative under ReplaySSM for ring rows the pool never allocates).
-    ``priced``: what the estimate reserved for those buffers (all of it for the plain pool; nothing under
-    ReplaySSM). Adds a PD-decode pool's pre-allocated rows (not under ReplaySSM) and prices a PP stage's share."""
+    """Bytes the pool will allocate beyond what SGLang's estimate reserved (``priced`` of ``reserved`` for those
+    buffers), and which buffers: 0 when covered or not predictable; negative under ReplaySSM for ring rows the pool
+    never allocates. Adds a PD-decode pool's pre-allocated rows (not under ReplaySSM), prices a PP stage's share."""
     if reserved is None or "cache_params" not in info:
         return 0, ""
     slots, running, dp, ratio = _schedule(wrapped, instance)
@@ -372,24 +360,21 @@ def _top_up(wrapped, instance, info: dict[str, Any], reserved: int | None, price
             f"; SGLang priced ReplaySSM ring rows for {asked} requests, the pool allocates {rows}: "
             f"{over / GIB:.4f} GiB less"
         )
-        return gap, f"{what}; the pool allocates {named}"
-    if gap <= 0:
+    elif gap <= 0:
         return 0, ""
     return gap, f"{what}; the pool allocates {named}"
 
 
 def _sglang_warns_of_the_cap(instance) -> bool:
-    """Whether the installed SGLang logs its own WARNING when the mamba pool caps the running requests (0.5.17+:
-    ``KVCacheConfigurator.resolve_max_num_reqs``)."""
+    """Whether SGLang warns itself when the mamba pool caps the running requests (0.5.17+ ``resolve_max_num_reqs``)."""
     fn = getattr(type(instance), "resolve_max_num_reqs", None)
     code = getattr(getattr(fn, "__wrapped__", fn), "__code__", None)
     return any(isinstance(c, str) and "capped to" in c for c in getattr(code, "co_consts", ()))
 
 
 def _lift(wrapped, instance, asked: int, slots: int, ratio: int, reserved: int | None):
-    """``(fraction, max_mamba_cache_size)`` that admit every request asked for (docs/memory.md "Admission"): the
-    size is exact; the fraction scales this estimate's cost per slot to the missing slots (None when it cannot be
-    said, or no fraction below 1 does)."""
+    """``(fraction, max_mamba_cache_size)`` that admit every request asked for (docs/memory.md "Admission"); the
+    fraction None when it cannot be said or no fraction below 1 does."""
     need = asked * ratio
     src = _settings(wrapped, instance, "get_schedule")
     f0, r = getattr(src, "mem_fraction_static", None), getattr(src, "mamba_full_memory_ratio", None)

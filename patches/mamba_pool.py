@@ -207,7 +207,6 @@ def _mem_usage_bytes(cache, physical: int) -> int:
     return total
 
 
-# ---------------------------------------------------------------------------------------------- back-port
 def _backport_init(wrapped, instance, kwargs):
     ok, reason = _gate(instance, kwargs, backport=True)
     if ok:
@@ -307,7 +306,6 @@ def _add_dedup_scratch(wrapped, instance, kwargs) -> None:
     )
 
 
-# ---------------------------------------------------------------------------------------------- take-over
 def _phys_for(instance, index: int, view):
     phys_list = getattr(instance, "_intermediate_conv_window_phys", None)
     if isinstance(phys_list, (list, tuple)) and index < len(phys_list):

@@ -189,7 +189,6 @@ class Patcher:
         self._calls: dict[str, int] = {}
         self._lock = threading.RLock()
 
-    # ------------------------------------------------------------------ queries
     @property
     def features(self) -> list[str]:
         return list(dict.fromkeys(p.feature for p in self.table))
@@ -251,7 +250,6 @@ class Patcher:
             return selected, f"feature {feature!r} skipped, nothing wrapped: {first}", reasons
         return selected, None, {}
 
-    # ------------------------------------------------------------------ actions
     def apply(
         self, features: Iterable[str] | None = None, version: str | None = None, any_release: bool = False
     ) -> dict[str, str | None]:

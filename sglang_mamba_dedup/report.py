@@ -84,10 +84,7 @@ def snapshot() -> dict[str, Any]:
         "argv0": sys.argv[0] if sys.argv else "",
         "sglang_version": versions.installed_sglang_version(),
         "mode": current_mode().value,
-        "patches": {
-            name: {"feature": st["feature"], "state": st["state"], "reason": st["reason"], "calls": st["calls"]}
-            for name, st in STATE.patch_status().items()
-        },
+        "patches": {name: {k: v for k, v in st.items() if k != "target"} for name, st in STATE.patch_status().items()},
         "events": events(),
     }
 

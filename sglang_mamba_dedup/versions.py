@@ -92,10 +92,6 @@ def in_range(version: str | None, spec: SpecifierSet = SUPPORTED) -> bool:
     return v is not None and spec.contains(v, prereleases=True)
 
 
-def allow_untested() -> bool:
-    return env.enabled(env.ALLOW_UNTESTED)
-
-
 def is_untested_newer(version: str | None) -> bool:
     """A release newer than every one we test: 0.5.24, 0.6.0, and also 0.5.23.post1, 0.5.24rc1, 0.5.24.dev0
     (PEP 440 orders pre-releases of 0.5.24 below it, so ``<0.5.24`` alone would call them 'older')."""
@@ -106,14 +102,14 @@ def is_untested_newer(version: str | None) -> bool:
 def effective(version: str | None) -> str | None:
     """The release whose patches we select: ``version`` itself, or the newest tested release for an untested
     newer one when ``SGLANG_MAMBA_DEDUP_ALLOW_UNTESTED`` is set (every target is still resolved and checked)."""
-    if is_untested_newer(version) and allow_untested():
+    if is_untested_newer(version) and env.enabled(env.ALLOW_UNTESTED):
         return RELEASES[-1]
     return version
 
 
 def mode_for(version: str | None) -> str:
     """How the plugin works on a release: 'backport', 'takeover' or 'unsupported'."""
-    if is_untested_newer(version) and not allow_untested():
+    if is_untested_newer(version) and not env.enabled(env.ALLOW_UNTESTED):
         return "unsupported"
     version = effective(version)
     if not in_range(version):
@@ -128,7 +124,7 @@ def support_problem(version: str | None) -> str | None:
     if parse(version) is None:
         return f"SGLang reports an unparsable version {version!r}"
     if is_untested_newer(version):
-        if allow_untested():
+        if env.enabled(env.ALLOW_UNTESTED):
             return None
         return (
             f"SGLang {version} is outside the supported range {SUPPORTED} (newer than every release this "
@@ -140,6 +136,6 @@ def support_problem(version: str | None) -> str | None:
 
 
 def untested_note(version: str | None) -> str | None:
-    if is_untested_newer(version) and allow_untested():
+    if is_untested_newer(version) and env.enabled(env.ALLOW_UNTESTED):
         return f"UNTESTED: SGLang {version} is outside {SUPPORTED}, patched as {RELEASES[-1]} ({env.ALLOW_UNTESTED}=1)"
     return None

@@ -92,9 +92,7 @@ class DirectLaunch:
         ):
             return False
         self.run(
-            grid[0],
-            grid[1],
-            grid[2],
+            *grid,
             self.stream_of(self.device_index),
             self.function,
             self.metadata,

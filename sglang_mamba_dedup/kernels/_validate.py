@@ -30,9 +30,6 @@ def launch_config(kind: str, itemsize: int = 4) -> tuple[int, int]:
     raise ValueError(f"unknown tile kind {kind!r}")
 
 
-# ---------------------------------------------------------------- validation
-
-
 def _fmt(t: torch.Tensor) -> str:
     return f"shape={tuple(t.shape)} stride={tuple(t.stride())} dtype={t.dtype} device={t.device}"
 
@@ -44,12 +41,6 @@ def check_state_tensor(name: str, t, ndim_min: int) -> None:
         raise TypeError(f"{name}: dtype {t.dtype} not supported (bf16, fp16, fp32): {_fmt(t)}")
     if t.ndim < ndim_min:
         raise ValueError(f"{name}: expected at least {ndim_min} dims, got {_fmt(t)}")
-
-
-def check_same_device(device: torch.device, **tensors) -> None:
-    for name, t in tensors.items():
-        if t is not None and t.device != device:
-            raise ValueError(f"{name} is on {t.device}, expected {device} (all tensors must share one device)")
 
 
 def check_index_pair(steps_name: str, steps, slots_name: str, slots, device: torch.device, max_rows: int) -> int:
@@ -116,7 +107,3 @@ def may_overlap_itself(t: torch.Tensor) -> bool:
             return True
         extent += (size - 1) * stride
     return False
-
-
-def int_dtype_for(itemsize: int):
-    return {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[itemsize]

@@ -19,10 +19,8 @@ from torch.utils.weak import WeakIdKeyDictionary
 from ._validate import (
     _GRID_YZ_MAX,
     _INT32_MAX,
-    check_same_device,
     check_state_tensor,
     entry_is_dense,
-    int_dtype_for,
     launch_config,
     may_overlap_itself,
 )
@@ -102,7 +100,9 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False) -> Co
         nonlocal geom
         check_state_tensor(dname, dst, dst_ndim)
         check_state_tensor(sname, src, dst_ndim + 1)
-        check_same_device(device, **{dname: dst, sname: src})
+        for name, t in ((dname, dst), (sname, src)):
+            if t.device != device:
+                raise ValueError(f"{name} is on {t.device}, expected {device} (all tensors must share one device)")
         if src.ndim != dst.ndim + 1:
             raise ValueError(
                 f"{sname} must have one more dim (the step) than {dname}: {tuple(src.shape)} vs {tuple(dst.shape)}"
@@ -175,7 +175,7 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False) -> Co
                 f"({tuple(ssm_dst.stride())}) and ssm_src ({tuple(ssm_src.stride())})"
             )
         ssm_numel = math.prod(ssm_dst.shape[2:])
-        ssm_int_dtype = int_dtype_for(ssm_dst.element_size())
+        ssm_int_dtype = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[ssm_dst.element_size()]
         ssm_ptrs = (ssm_src.data_ptr(), ssm_dst.data_ptr())
         ssm_args = (*ssm_src.stride()[:3], *ssm_dst.stride()[:2], ssm_numel)
     else:
