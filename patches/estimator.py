@@ -219,10 +219,8 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
         topup, detail = _top_up(wrapped, instance, info, reserved, 0 if info.get("replayssm") else reserved)
     except Exception as exc:  # noqa: BLE001 - a prediction must never take the server down: SGLang's estimate stays
         logger.warning(
-            "sglang-mamba-dedup: mamba cache estimator could not predict the pool's allocation (%s: %s); "
-            "SGLang's estimate is kept and the ledger will show any gap",
-            type(exc).__name__,
-            exc,
+            f"sglang-mamba-dedup: mamba cache estimator could not predict the pool's allocation "
+            f"({type(exc).__name__}: {exc}); SGLang's estimate is kept and the ledger will show any gap"
         )
         topup, detail = 0, ""
     if topup:
@@ -237,43 +235,33 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
     )
     if scoped:
         logger.info(
-            "sglang-mamba-dedup: mamba cache estimator reserves the deduplicated scratch "
-            "(D=%d counted as %.4f dense-equivalent draft tokens)",
-            info["draft_tokens"],
-            d_eff,
+            f"sglang-mamba-dedup: mamba cache estimator reserves the deduplicated scratch "
+            f"(D={info['draft_tokens']} counted as {d_eff:.4f} dense-equivalent draft tokens)"
         )
     if topup > 0:
         # a PD-decode server's pre-allocated rows can be GiBs, and more than one slot's state is more than padding
         pd_decode = bool(info.get("pd_decode_pre_alloc"))
         cp = info.get("cache_params")
         slot = sizing.request_bytes(cp, None, dedup=True).state if cp is not None else 0  # at most a padding row
+        give_back = ". Fewer pre-allocated requests (--disaggregation-decode-extra-slots) give it back"
         logger.log(
             logging.WARNING if pd_decode or topup > slot else logging.INFO,
-            "sglang-mamba-dedup: mamba cache estimator reserves %.3f GiB (%d bytes) more, which the pool allocates "
-            "but SGLang's estimate left out (%s); it comes out of the KV cache's share%s",
-            topup / GIB,
-            topup,
-            detail,
-            ". Fewer pre-allocated requests (--disaggregation-decode-extra-slots) give it back" if pd_decode else "",
+            f"sglang-mamba-dedup: mamba cache estimator reserves {topup / GIB:.3f} GiB ({topup} bytes) more, which "
+            f"the pool allocates but SGLang's estimate left out ({detail}); it comes out of the KV cache's share"
+            f"{give_back if pd_decode else ''}",
         )
     if topup < 0:
         logger.info(
-            "sglang-mamba-dedup: mamba cache estimator gives %.3f GiB (%d bytes) back to the KV cache, which SGLang's "
-            "estimate reserved but the pool never allocates (%s)",
-            -topup / GIB,
-            -topup,
-            detail,
+            f"sglang-mamba-dedup: mamba cache estimator gives {-topup / GIB:.3f} GiB ({-topup} bytes) back to the KV "
+            f"cache, which SGLang's estimate reserved but the pool never allocates ({detail})"
         )
     if not applied:
         logger.info("sglang-mamba-dedup: mamba cache estimator unchanged: %s", estimate["reason"])
     if reserved is not None:
         logger.info(
-            "sglang-mamba-dedup: mamba cache estimator budget %.4f GiB (%d bytes): %.4f GiB reserved for %s mamba "
-            "slots and their scratch, the rest for the KV cache",
-            float(total),
-            int(round(float(total) * GIB)),
-            reserved / GIB,
-            _schedule(wrapped, instance)[0],
+            f"sglang-mamba-dedup: mamba cache estimator budget {float(total):.4f} GiB ({round(float(total) * GIB)} "
+            f"bytes): {reserved / GIB:.4f} GiB reserved for {_schedule(wrapped, instance)[0]} mamba slots and their "
+            "scratch, the rest for the KV cache"
         )
         estimate["reserved_bytes"] = reserved
     _warn_admission(wrapped, instance, info, reserved)
@@ -402,11 +390,9 @@ def _warn_admission(wrapped, instance, info: dict[str, Any], reserved: int | Non
     if cap >= asked or not state.first_time("admission"):
         return
     fraction, size = _lift(wrapped, instance, asked, int(slots), ratio, reserved)
-    exact = f"--max-mamba-cache-size {size}" + (
-        f" or --mem-fraction-static {fraction:.2f} (about; `sglang-mamba-dedup plan -- <these flags>` gives it exactly)"
-        if fraction
-        else ""
-    )
+    exact = f"--max-mamba-cache-size {size}"
+    if fraction:
+        exact += f" or --mem-fraction-static {fraction:.2f} (about; `sglang-mamba-dedup plan -- <these flags>` gives it exactly)"
     if _sglang_warns_of_the_cap(instance):
         logger.info("sglang-mamba-dedup: to admit all %d requests asked for: %s", asked, exact)
         return
@@ -426,12 +412,7 @@ def _warn_admission(wrapped, instance, info: dict[str, Any], reserved: int | Non
     if info.get("draft_tokens") and not info.get("replayssm") and replay_flag and linear:
         lifts.append(f"add --{replay_flag.replace('_', '-')} (no per-draft SSM scratch)")
     logger.warning(
-        "sglang-mamba-dedup: the mamba state pool caps running requests at %d of the %d asked for "
-        "(%d mamba slots, %d per request%s). To admit them all: %s.",
-        cap,
-        asked,
-        slots,
-        ratio,
-        " with the radix cache" if ratio > 1 else "",
-        "; or ".join(lifts),
+        f"sglang-mamba-dedup: the mamba state pool caps running requests at {cap} of the {asked} asked for "
+        f"({int(slots)} mamba slots, {ratio} per request{' with the radix cache' if ratio > 1 else ''}). To admit "
+        f"them all: {'; or '.join(lifts)}."
     )

@@ -32,11 +32,8 @@ def _is_backport() -> bool:
 
 
 def _normalise_call(wrapped, instance, args, kwargs):
-    """``(bound_init, instance, kwargs)`` for however the constructor was reached, or None.
-
-    SGLang calls ``MambaPool.__init__`` with keywords on the instance. Another plugin may call the class
-    attribute directly (``MambaPool.__dict__['__init__'](self, ...)``: wrapt then passes no instance and
-    ``self`` first in ``args``) or pass arguments positionally: bind them to the original signature."""
+    """``(bound_init, instance, kwargs)`` for however the constructor was reached, or None. Another plugin may call
+    the class attribute (wrapt then passes no instance and ``self`` first) or pass arguments positionally."""
     call_args, bound = tuple(args), wrapped
     if instance is None:
         if not call_args or not hasattr(call_args[0], "__dict__"):
@@ -72,11 +69,8 @@ def mamba_pool_init(wrapped, instance, args, kwargs):
 
 
 def _record_ledger(instance) -> None:
-    """What the pool really holds, next to the estimator's reservation (:mod:`sglang_mamba_dedup.ledger`).
-
-    SGLang's ``State.mem_usage_bytes()`` sums every field's logical size, so it counts the deduplicated view as the
-    dense window it stands for (``get_kv_size_bytes`` returns it): this pool's state answers in physical bytes
-    instead, each storage of its fields once (shapes are fixed once the pool is built)."""
+    """Log and record the pool's ledger. SGLang's ``State.mem_usage_bytes()`` (``get_kv_size_bytes``) sums logical
+    sizes, counting the deduplicated view as a dense window: this pool's state answers in physical bytes instead."""
     try:
         doc = ledger.build(instance)
         cache = getattr(instance, "mamba_cache", None)
@@ -112,9 +106,8 @@ def unified_mamba_pool_init(wrapped, instance, args, kwargs):
 
 
 def _record_stock(target, reason: str, d, *, spec: bool = True, commit_reason: str, **extra) -> None:
-    """Tag and record SGLang's stock layout (its dense window's bytes when ``d`` is set and ``spec``). SGLang's
-    layout keeps SGLang's commit: our kernel serves only the deduplicated layouts it was checked on (tree verify
-    with topk > 1 has no GPU evidence for it), as the README's failure table says."""
+    """Tag and record SGLang's stock layout, which keeps SGLang's commit: our kernel serves only the deduplicated
+    layouts it was checked on (tree verify with topk > 1 has no GPU evidence for it)."""
     dense = 0
     if spec and d is not None:
         with contextlib.suppress(Exception):  # report only
@@ -278,18 +271,11 @@ def _add_dedup_scratch(wrapped, instance, kwargs) -> None:
     STATE.live_backport_pools.add(instance)  # revert() keeps our commit while it lives
     k = gate.conv_kernel_of(cache_params)
     logger.info(
-        "sglang-mamba-dedup: Mamba speculative cache is allocated (deduplicated conv window, back-port). "
-        "max_mamba_cache_size: %s, intermediate_ssm_state_cache size: %.2fGB "
-        "intermediate_conv_window_cache size: %.2fGB physical (dense would be %.2fGB, ratio %.3f = (D+K-2)/(D*(K-1)), "
-        "D=%d K=%d); pool mem_usage %.2fGB",
-        instance.size,
-        ssm_bytes / GIB,
-        physical / GIB,
-        dense / GIB,
-        physical / dense if dense else 0.0,
-        d,
-        k,
-        instance.mem_usage,
+        f"sglang-mamba-dedup: Mamba speculative cache is allocated (deduplicated conv window, back-port). "
+        f"max_mamba_cache_size: {instance.size}, intermediate_ssm_state_cache size: {ssm_bytes / GIB:.2f}GB "
+        f"intermediate_conv_window_cache size: {physical / GIB:.2f}GB physical (dense would be {dense / GIB:.2f}GB, "
+        f"ratio {physical / dense if dense else 0.0:.3f} = (D+K-2)/(D*(K-1)), D={d} K={k}); pool mem_usage "
+        f"{instance.mem_usage:.2f}GB"
     )
     report.record_layout(
         "ours",
@@ -367,8 +353,6 @@ def _takeover_init(wrapped, instance, kwargs):
     )
     logger.info(
         "sglang-mamba-dedup: upstream deduplicated conv window verified (view aliases its physical buffer): "
-        "%.2fGB physical vs %.2fGB dense",
-        physical / GIB,
-        dense / GIB,
+        f"{physical / GIB:.2f}GB physical vs {dense / GIB:.2f}GB dense"
     )
     return result

@@ -18,10 +18,8 @@ from sglang_mamba_dedup.patcher import Callee
 from sglang_mamba_dedup.state import STATE
 
 _BACKEND = "sglang.srt.layers.attention.hybrid_linear_attn_backend"
-#: What our path calls in SGLang, checked against the installed signatures before the commit is wrapped.
-#: PLE side states: absent before 0.5.20; ``(state_indices, last_correct, track_idx, track_steps)`` in
-#: 0.5.20/0.5.21; 0.5.22+ add ``src_indices_raw=None`` (only set for pipeline stable rows, a branch SGLang
-#: keeps), so the 4-argument call is each release's own call on our path.
+#: What our path calls in SGLang (signatures checked before wrapping). PLE side states: absent before 0.5.20;
+#: 4 arguments, to which 0.5.22+ add ``src_indices_raw=None`` (set only for pipeline stable rows, SGLang's path).
 CALLEES = (
     Callee(_BACKEND, "HybridLinearAttnBackend._update_ple_state_after_mtp_verify", args=4, optional=True),
     Callee(_BACKEND, "MambaAttnBackendBase._translate_mamba_indices", args=1, optional=True),
@@ -31,10 +29,8 @@ logger = logging.getLogger("sglang_mamba_dedup")
 
 
 def load_fused_commit() -> Any:
-    """The plugin's commit kernel module, imported once per process; ImportError when unavailable.
-
-    A failure is remembered (the decode path never retries the import) and logged once at WARNING with the
-    exception; SGLang's own commit then serves every call (strict mode refuses the pool instead)."""
+    """The plugin's commit kernel module, imported once per process; ImportError when unavailable (remembered and
+    logged once: SGLang's own commit then serves every call, strict mode refuses the pool)."""
     if STATE.kernel is not None:
         return STATE.kernel
     if STATE.kernel_error is not None:
@@ -44,9 +40,8 @@ def load_fused_commit() -> Any:
     except Exception as exc:  # noqa: BLE001 - any import failure means 'not available'
         STATE.kernel_error = f"{type(exc).__name__}: {exc}"
         logger.warning(
-            "sglang-mamba-dedup: the fused commit kernel does not import (%s); SGLang's own commit is used "
-            "for every verify step in this process",
-            STATE.kernel_error,
+            f"sglang-mamba-dedup: the fused commit kernel does not import ({STATE.kernel_error}); SGLang's own commit "
+            "is used for every verify step in this process",
             exc_info=True,
         )
         raise ImportError(STATE.kernel_error) from exc
@@ -63,8 +58,7 @@ def kernel_problem() -> str | None:
 
 
 def backport_problem() -> str | None:
-    """Why a back-ported (deduplicated) pool could not be committed right now, or None: SGLang's own
-    scatter cannot read the view, so our commit must be installed and its kernel must import."""
+    """Why a back-ported pool could not be committed now (SGLang's scatter cannot read its view), or None."""
     if not STATE.commit_installed:
         return "the plugin's commit patch is not active (SGLang's own scatter cannot read a deduplicated view)"
     err = kernel_problem()
@@ -105,12 +99,8 @@ class _Route:
         )
 
     def commit(self, steps, slots, track_steps, track_slots) -> None:
-        """Our commit's one kernel launch (``track_*`` both None: no track set); the seam the negative control
-        (:mod:`sglang_mamba_dedup.faults`) breaks.
-
-        The plan is looked up on every call by the layout of every state tensor, read from the live cache, so a
-        tensor changed in place or a list element replaced gets a fresh plan; the route keeps a reference to the
-        plan in use (its descriptor table must outlive a CUDA graph that captured the launch)."""
+        """Our commit's one kernel launch (``track_*`` None: no track set), the seam the negative control breaks. The
+        plan is looked up on every call (docs/internals.md); the route keeps the one in use alive for CUDA graphs."""
         cache, kernel = self.cache, self.kernel
         self.plan = kernel.get_plan(cache.conv, cache.intermediate_conv_window, cache.temporal, cache.intermediate_ssm)
         kernel.launch(

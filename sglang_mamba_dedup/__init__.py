@@ -18,8 +18,7 @@ def apply(features=None):
 
 
 def revert(features=None, force=False):
-    """Undo :func:`apply`; the commit patch stays while pools with our back-port layout are alive (the
-    result says so) unless ``force=True``."""
+    """Undo :func:`apply` (the commit patch stays while back-ported pools are alive, unless ``force=True``)."""
     from . import activation, patch_state
 
     activation.mark_programmatic(False)

@@ -145,10 +145,9 @@ def _register(what_if: bool) -> None:
     if problem:
         if mode is Mode.STRICT:
             raise StrictModeError(problem)
-        asked = mode is Mode.ON or flag
         if flag:
             head = _accept_flag(head, any_release=True)
-        _say(logging.WARNING if asked else logging.INFO, f"{head}: off, nothing patched: {problem}")
+        _say(logging.WARNING if mode is Mode.ON or flag else logging.INFO, f"{head}: off, nothing patched: {problem}")
         return
 
     if bad is not None:

@@ -10,8 +10,7 @@
   * on back-port releases (no upstream dedup) also: our commit patch is active and our kernels import,
     because SGLang's own scatter there refuses a non-contiguous (overlapping) source.
 
-No torch/SGLang import at module load. Where ``MambaPool`` does not take ``speculative_eagle_topk``
-(0.5.12 ... 0.5.13.post1), the ``topk_plumbing`` patch publishes it through :func:`speculative_topk`.
+No torch/SGLang import at module load.
 """
 
 from __future__ import annotations
@@ -111,18 +110,10 @@ def topk_problem(topk: Any) -> str | None:
 
 
 def check(
-    *,
-    device: Any,
-    speculative_num_draft_tokens: int | None,
-    cache_params: Any,
-    topk: Any = _UNSET,
-    unified: bool = False,
-    pool: Any = None,
-    backport_problem: str | None = None,
+    *, device, speculative_num_draft_tokens, cache_params, topk=_UNSET, unified=False, pool=None, backport_problem=None
 ) -> tuple[bool, str | None]:
-    """``(ok, reason)``. ``topk`` omitted = unknown (a 'no'). ``pool`` = the pool instance, if any.
-    ``backport_problem``: on releases without upstream dedup, why the plugin's commit could not read a
-    deduplicated view (the caller asks the patch layer)."""
+    """``(ok, reason)``. ``topk`` omitted = unknown (a 'no'). ``backport_problem``: on releases without upstream
+    dedup, why the plugin's commit could not read a deduplicated view (the caller asks the patch layer)."""
     if speculative_num_draft_tokens is None:
         return False, "speculative decoding off (no conv-window scratch)"
     if int(speculative_num_draft_tokens) < 1:
@@ -131,11 +122,9 @@ def check(
         return False, f"{type(pool).__name__} (--enable-unified-memory) keeps a dense window"
     if unified:
         return False, "unified memory (--enable-unified-memory) keeps a dense window"
-    for problem in (device_problem(device), topk_problem(topk), model_problem(cache_params)):
+    for problem in (device_problem(device), topk_problem(topk), model_problem(cache_params), backport_problem):
         if problem:
             return False, problem
-    if backport_problem:
-        return False, backport_problem
     return True, None
 
 

@@ -1,11 +1,10 @@
 """The mamba memory ledger: what a ``MambaPool`` really holds, next to what SGLang's estimator reserved for it.
 
-Every buffer of the pool's state (the fields of ``pool.mamba_cache`` and the tensors the pool keeps beside it,
-such as the deduplicated window's physical buffers), with its logical bytes (what its shape says) and its physical
-bytes (its storage, counted once however many views share it: the dedup view and its buffer, the envelope
-layout's per-kind views of one byte buffer). The reservation is what ``_handle_max_mamba_cache`` took out of the
-memory it was given (its argument minus its result), recorded by the estimator patch. The pool patch builds,
-logs and records each pool's ledger. Pure bookkeeping: no SGLang import, no device work.
+Every buffer of the pool's state (its state dataclass's fields and the tensors the pool keeps beside it) with its
+logical bytes (what its shape says) and physical bytes (its storage, counted once however many views share it:
+the dedup view and its buffer, the envelope layout's per-kind views of one byte buffer). The reservation is what
+``_handle_max_mamba_cache`` took out of the memory it was given (its argument minus its result), recorded by the
+estimator patch. Pure bookkeeping: no SGLang import, no device work.
 """
 
 from __future__ import annotations
@@ -49,8 +48,7 @@ def _storage_key(t: Any) -> tuple:
 
 
 def buffers(pool: Any) -> list[tuple[str, list]]:
-    """``(name, tensors)`` of every buffer the pool holds: its state dataclass's fields, then the tensors
-    it keeps as attributes (e.g. ``_intermediate_conv_window_phys``)."""
+    """``(name, tensors)`` of every buffer: the state dataclass's fields, then the pool's tensor attributes."""
     cache = getattr(pool, "mamba_cache", None)
     fields = dataclasses.fields(cache) if dataclasses.is_dataclass(cache) else ()
     state = [(f.name, getattr(cache, f.name, None)) for f in fields]
@@ -80,8 +78,7 @@ def bookkeeping_buffers(pool: Any) -> list[str]:
 
 def build(pool: Any) -> dict[str, Any]:
     """The pool's ledger: per buffer ``logical`` and ``physical`` bytes (a storage is charged to the first buffer
-    that holds it), the totals, its bookkeeping tensors' bytes, and the estimator's reservation for this pool
-    (``reservation`` None when the estimate was made for another pool)."""
+    that holds it), the totals, its bookkeeping tensors' bytes and the estimator's reservation for this pool."""
     owner: dict[tuple, str] = {}
     rows: dict[str, dict[str, Any]] = {}
     for name, ts in buffers(pool):
@@ -152,24 +149,19 @@ def tolerance(ledger: dict[str, Any]) -> int:
 
 
 def log(ledger: dict[str, Any]) -> None:
-    """INFO, or WARNING (with the largest buffers) when more than the :func:`tolerance` is allocated beyond the
-    estimator's reservation."""
+    """INFO, or WARNING when more than the :func:`tolerance` is allocated beyond the reservation."""
     excess = ledger.get("unreserved_bytes", 0)
     if 0 < excess <= tolerance(ledger):
         logger.info(
-            "sglang-mamba-dedup: mamba memory ledger: %s; %d bytes of bookkeeping tensors beyond the reservation",
-            describe(ledger),
-            excess,
+            f"sglang-mamba-dedup: mamba memory ledger: {describe(ledger)}; {excess} bytes of bookkeeping tensors "
+            "beyond the reservation"
         )
     elif excess > 0:
         biggest = sorted(ledger["buffers"].items(), key=lambda kv: -kv[1]["physical"])[:3]
+        largest = ", ".join(f"{n} {r['physical'] / GIB:.3f} GiB" for n, r in biggest)
         logger.warning(
-            "sglang-mamba-dedup: mamba memory ledger: %s. %.3f GiB (%d bytes) more is allocated than was reserved: "
-            "it comes out of memory nobody budgeted (largest buffers: %s)",
-            describe(ledger),
-            excess / GIB,
-            excess,
-            ", ".join(f"{n} {r['physical'] / GIB:.3f} GiB" for n, r in biggest),
+            f"sglang-mamba-dedup: mamba memory ledger: {describe(ledger)}. {excess / GIB:.3f} GiB ({excess} bytes) more "
+            f"is allocated than was reserved: it comes out of memory nobody budgeted (largest buffers: {largest})"
         )
     else:
         logger.info("sglang-mamba-dedup: mamba memory ledger: %s", describe(ledger))

@@ -20,8 +20,7 @@ def _publish() -> None:
 
 
 def apply(features: Iterable[str] | None = None, any_release: bool = False) -> dict[str, str | None]:
-    """Apply features (default: all) to the installed SGLang; ``{feature: None or skip reason}``. ``any_release``:
-    even outside the supported range (``launch_flag`` only: the flag never breaks a launch)."""
+    """``{feature: None or skip reason}``; ``any_release``: outside the supported range too (``launch_flag``)."""
     if isinstance(features, str):
         features = [features]
     result = PATCHER.apply(FEATURES if features is None else features, any_release=any_release)
@@ -35,9 +34,8 @@ def live_backport_pools() -> int:
 
 
 def revert(features: Iterable[str] | None = None, force: bool = False) -> dict[str, str | None]:
-    """Undo ``apply`` (all features by default): ``{patch name: None if reverted else why it was kept}``. While a
-    pool with our back-port layout is alive the ``commit`` patch stays (SGLang's own scatter cannot read its view),
-    unless ``force=True``."""
+    """``{patch name: None if reverted else why kept}``: while a back-ported pool is alive the ``commit`` patch stays
+    (SGLang's own scatter cannot read its view), unless ``force=True``."""
     if isinstance(features, str):
         features = [features]
     wanted = list(FEATURES) if features is None else list(features)

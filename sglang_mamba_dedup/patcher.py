@@ -197,8 +197,7 @@ class Patcher:
         return [p for p in self.table if p.feature == feature and p.applies_to(version)]
 
     def status(self) -> dict[str, dict[str, Any]]:
-        """Per patch: ``{"feature", "target", "state", "reason", "calls"}``; state is ``applied``, ``skipped``,
-        ``reverted`` or ``not-applicable``."""
+        """Per patch: ``{"feature", "target", "state", "reason", "calls"}``."""
         with self._lock:
             return {
                 p.name: dict(self._status[p.name], calls=self._calls.get(p.name, 0))
@@ -218,8 +217,7 @@ class Patcher:
     def check(
         self, feature: str, version: str | None = None, any_release: bool = False
     ) -> tuple[list[Patch], str | None, dict[str, str]]:
-        """Dry run: ``(selected patches, feature-level reason or None, per-patch reasons)``; wraps nothing.
-        ``any_release``: ignore the release ranges (every patch of the feature is selected)."""
+        """Dry run: ``(selected patches, feature-level reason or None, per-patch reasons)``; wraps nothing."""
         version = self._version_getter() if version is None else version
         if any_release:
             selected = [p for p in self.table if p.feature == feature]

@@ -1,10 +1,8 @@
-"""Process-local events and the optional status report file.
-
-:func:`.patcher.Patcher.status` says what was wrapped; this module records what *happened*: the conv-window
-layout each pool got (and its bytes), its memory ledger, and how many commits ran through our kernels. With
-``SGLANG_MAMBA_DEDUP_REPORT_DIR`` set, each process writes ``status-<pid>-<token>.json`` there whenever that
-changes (pool built; 1st, 2nd, 4th, 8th ... commit), so a driver can read what the *scheduler* process saw.
-Counting is a Python integer increment: no device work, no host sync.
+"""Process-local events and the optional status report file: what *happened* (the layout each pool got and its
+bytes, its memory ledger, how many commits our kernel served), where the patcher's status says what was wrapped.
+With ``SGLANG_MAMBA_DEDUP_REPORT_DIR`` set, each process writes ``status-<pid>-<token>.json`` there whenever that
+changes (pool built; 1st, 2nd, 4th ... commit), so a driver can read what the *scheduler* saw. Counting is a
+Python integer increment: no device work, no host sync.
 """
 
 from __future__ import annotations
@@ -44,8 +42,7 @@ def record_layout(state: str, reason: str | None, dense_bytes: int, physical_byt
 
 
 def record_ledger(doc: dict[str, Any]) -> None:
-    """Record the memory ledger of the pool just built: ``ledgers`` keeps one per pool, in build order (a draft
-    head's pool next to the target's); ``ledger`` is the last one."""
+    """Record the ledger of the pool just built: ``ledgers`` keeps every pool's in build order, ``ledger`` the last."""
     with STATE.lock:
         STATE.events["ledger"] = doc
         STATE.events.setdefault("ledgers", []).append(doc)
@@ -91,8 +88,7 @@ def snapshot() -> dict[str, Any]:
 
 @contextlib.contextmanager
 def muted() -> Iterator[None]:
-    """No report file is written inside the block (the what-if CLIs, ``plan`` and ``demo``, which run the plugin in
-    their own process but serve nothing); events are still recorded in memory."""
+    """No report file is written inside the block (the what-if CLIs); events are still recorded in memory."""
     STATE.report_muted += 1
     try:
         yield

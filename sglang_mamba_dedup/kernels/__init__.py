@@ -11,24 +11,20 @@
 The contract every function here keeps:
 
 * Row ``r`` of an index set ``(steps, slots)`` copies *source row* ``r`` (the request's position in the verify
-  batch, as SGLang does) at draft step ``s = steps[r]`` into destination slot ``slots[r]``. A row is skipped, in
-  the kernel and without any host synchronisation, when ``s < 0``, ``s >= D``, ``slot < 0`` or
-  ``slot >= slots+1`` (the destination's slot count). An optional source-row table (used by :func:`tail_copy`)
-  makes row ``r`` read source row ``src_rows[r]`` instead, skipped when outside ``[0, R)``.
+  batch, as SGLang does) at draft step ``s = steps[r]`` into slot ``slots[r]``; it is skipped, in the kernel and
+  without host synchronisation, when ``s < 0``, ``s >= D``, ``slot < 0`` or ``slot >= slots+1``. An optional
+  source-row table (:func:`tail_copy`) makes row ``r`` read source row ``src_rows[r]``, skipped outside ``[0, R)``.
 * Address arithmetic on a layer, row, step or slot index is int64; only the element offset inside one
   (layer, slot) entry is int32 (the plan checks that an entry has fewer than 2**31 elements; the tail mode
-  indexes whole window rows in int64 and needs no such check).
-* Copies are bitwise: every dtype is moved as an integer of the same width, so NaN payloads and signed zeros
-  survive unchanged.
-* Duplicated destinations (two valid rows, in one index set or in both, naming the same slot): the copies race.
-  Every element of that slot ends up holding the bytes of exactly one of the contending rows (element stores are
-  atomic), which one is unspecified, so bit-identical sources give an exact result. Detecting duplicates would
-  need a device-to-host synchronisation, so it is not done; SGLang only produces them for padding rows aimed at
-  the scratch slot.
-* The first call (of any function) for a set of tensors validates them and caches a small int64 descriptor table
-  on the device, keyed on each tensor's data_ptr, shape, strides, dtype and device (a tensor changed in place
-  gets a new table); make that first (warm-up) call outside CUDA graph capture. Later calls with the same
-  tensors, unchanged, are capturable.
+  indexes whole window rows in int64).
+* Copies are bitwise: every dtype moves as an integer of its width (NaN payloads and signed zeros survive).
+* Duplicated destinations (two valid rows, in one index set or both, naming one slot) race: every element of the
+  slot ends up with the bytes of one of the rows (element stores are atomic), which one is unspecified, so
+  bit-identical sources give an exact result. Detecting them would need a host sync; SGLang produces them only for
+  padding rows aimed at the scratch slot.
+* The first call for a set of tensors validates them and caches a small int64 descriptor table on the device,
+  keyed on each tensor's data_ptr, shape, strides, dtype and device (a tensor changed in place gets a new one):
+  make it outside CUDA graph capture. Later calls with the same, unchanged tensors are capturable.
 """
 
 from .commit import fused_commit

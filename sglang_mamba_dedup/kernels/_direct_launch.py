@@ -36,11 +36,9 @@ def launch_hooks_set(kernel: Any = None) -> bool:
 
 
 class DirectLaunch:
-    """One compiled variant of the kernel, built after Triton's own launch compiled it, and only when Triton's
-    binder, given the same arguments, yields exactly the argument list this launcher passes. A call takes the
-    direct path only when every index tensor has the dtype and 16-byte alignment it had at that first launch,
-    pointer by pointer (Triton's specialisation key), on the same device: then Triton would have picked this
-    same compiled kernel. Pointers are passed as integers (the launcher takes them as device pointers)."""
+    """One compiled variant of the kernel. A call takes the direct path only when every index tensor has the dtype
+    and 16-byte alignment it had at the first launch, pointer by pointer (Triton's specialisation key), on the same
+    device: then Triton would have picked this same compiled kernel. Pointers are passed as integers."""
 
     __slots__ = ("run", "function", "metadata", "head", "tail", "dtypes", "aligned", "device_index", "stream_of")
 
@@ -59,8 +57,7 @@ class DirectLaunch:
 
     @classmethod
     def build(cls, kernel, compiled, args: tuple, kwargs: dict, n_index: int) -> DirectLaunch | None:
-        """``kernel``: the ``JITFunction``; ``args``/``kwargs``: the launch just made; the index tensors
-        are ``args[3:3 + n_index]``."""
+        """``kernel``: the ``JITFunction``; ``args``/``kwargs``: the launch just made (index tensors at ``args[3:]``)."""
         try:
             from triton.runtime import driver
 

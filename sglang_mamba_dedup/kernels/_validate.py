@@ -95,12 +95,9 @@ def entry_is_dense(t: torch.Tensor, start_dim: int) -> bool:
 
 
 def may_overlap_itself(t: torch.Tensor) -> bool:
-    """False when no two elements of ``t`` can share memory, judged from shape and strides alone.
-
-    The dims of size > 1, taken by increasing stride, must each step over the whole extent of the
-    smaller ones.  Every view made by slicing, narrowing, permuting or reshaping a dense buffer
-    passes; a stride 0 (``expand``) or rows that run into each other (``as_strided``) do not, and
-    neither does a rarer interleaved layout that happens not to collide (refused as unprovable)."""
+    """False when no two elements of ``t`` can share memory, judged from shape and strides alone: the dims of size > 1,
+    by increasing stride, must each step over the whole extent of the smaller ones. Slices, permutations and
+    reshapes of a dense buffer pass; ``expand``, overlapping ``as_strided`` rows and rarer interleavings do not."""
     extent = 1  # elements spanned by the dims checked so far
     for stride, size in sorted((t.stride(i), t.shape[i]) for i in range(t.ndim) if t.shape[i] > 1):
         if stride < extent:

@@ -233,18 +233,17 @@ def _fused_commit_kernel(
                         _copy_window_tile(
                             src, dst, src_base, dst_base, tile - t0, dim, s_d, s_w, d_d, d_w, KM1, CONV_BLOCK
                         )
-        else:
-            if HAS_SSM:
-                _copy_flat_tile(
-                    ssm_src_ptr,
-                    ssm_dst_ptr,
-                    layer * ss_l + r * ss_r + step * ss_t,
-                    layer * sd_l + slot * sd_s,
-                    tile - conv_tiles,
-                    ssm_numel,
-                    SSM_BLOCK,
-                    SSM_EVEN,
-                )
+        elif HAS_SSM:
+            _copy_flat_tile(
+                ssm_src_ptr,
+                ssm_dst_ptr,
+                layer * ss_l + r * ss_r + step * ss_t,
+                layer * sd_l + slot * sd_s,
+                tile - conv_tiles,
+                ssm_numel,
+                SSM_BLOCK,
+                SSM_EVEN,
+            )
 
 
 # ---------------------------------------------------------------- launch
