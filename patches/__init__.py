@@ -1,8 +1,6 @@
-"""Every SGLang target the plugin changes, in one table (shipped as ``sglang_mamba_dedup.patches``).
-
-Features are applied all-or-nothing by :class:`sglang_mamba_dedup.patcher.Patcher`;
-``tests/plugin/test_patch_table.py`` checks that every wrapper function in this package appears here exactly once
-and that the README's table is this one (``sglang-mamba-dedup doctor --patch-table``).
+"""Every SGLang target the plugin changes, in one table (shipped as ``sglang_mamba_dedup.patches``), applied
+all-or-nothing per feature by :class:`sglang_mamba_dedup.patcher.Patcher`; ``tests/plugin/test_patch_table.py``
+checks that every wrapper here is in it once and that the README's table (``doctor --patch-table``) is this one.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""The mamba memory estimator: SGLang's own, run with the draft-token count scoped to ``D_eff`` so that it
-reserves the deduplicated scratch, and a top-up for what SGLang's estimate leaves out (docs/internals.md says how,
-docs/memory.md by how much, release by release).
+"""The mamba memory estimator: SGLang's own, run with the draft-token count scoped to ``D_eff`` so that it reserves
+the deduplicated scratch, and a top-up for what it leaves out (docs/internals.md; docs/memory.md by release).
 """
 
 from __future__ import annotations
@@ -284,7 +283,7 @@ def _extra_buffer(wrapped, instance) -> bool:
 
 def default_pre_alloc(requests: int, otherwise: int = 0) -> int:
     """Requests SGLang pre-allocates on a PD-decode server unless told: twice the running requests (per worker) up to
-    32, else ``otherwise``. 0.5.14+ resolve it in their launch hooks, which the planner does not run."""
+    32, else ``otherwise`` (0.5.14+: 0, resolved in launch hooks the planner does not run; before: the env var)."""
     return 2 * requests if requests <= 32 else otherwise
 
 

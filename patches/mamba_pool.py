@@ -1,9 +1,7 @@
-"""The conv-window scratch layout of ``MambaPool``: wraps its ``__init__`` (docs/internals.md says why so).
-
-Back-port (no upstream dedup): SGLang's own non-speculative construction, then the speculative scratch (the
-deduplicated window of :mod:`sglang_mamba_dedup.sizing`) allocated in the same memory-saver region and memory
-pool, so the dense window is never allocated. Take-over: SGLang's construction, then a check that its window is
-the overlapping view. A gate 'no' keeps SGLang's stock layout (strict mode: a RuntimeError). The pool is tagged
+"""The conv-window scratch layout of ``MambaPool`` (its ``__init__``; docs/internals.md says why so). Back-port:
+SGLang's own non-speculative construction, then the deduplicated scratch in the same memory-saver region and
+memory pool (the dense window is never allocated). Take-over: SGLang's construction, then a check that its window
+is the overlapping view. A gate 'no' keeps SGLang's stock layout (strict mode: a RuntimeError). The pool is tagged
 ``_smd_layout`` and ``_smd_commit_ok`` (whether our commit kernel may serve it, read by :mod:`.verify_commit`).
 """
 
@@ -186,6 +184,22 @@ def _commit_problem(instance, kwargs) -> str | None:
     return None
 
 
+def _record_dedup(instance, layout: str, note, dense: int, physical: int, commit_problem, d, cache_params, kinds: int):
+    report.record_layout(
+        layout,
+        note,
+        dense,
+        physical,
+        commit="ours" if commit_problem is None else "sglang",
+        commit_reason=commit_problem,
+        release=_sglang_version(),
+        draft_tokens=d,
+        conv_kernel=gate.conv_kernel_of(cache_params),
+        conv_kinds=kinds,
+        mem_usage_bytes=int(round(instance.mem_usage * GIB)),
+    )
+
+
 def _mem_usage_bytes(cache, physical: int) -> int:
     """SGLang's ``mem_usage`` (every tensor field's logical bytes), with the conv windows at their physical size."""
     import torch
@@ -277,19 +291,7 @@ def _add_dedup_scratch(wrapped, instance, kwargs) -> None:
         f"ratio {physical / dense if dense else 0.0:.3f} = (D+K-2)/(D*(K-1)), D={d} K={k}); pool mem_usage "
         f"{instance.mem_usage:.2f}GB"
     )
-    report.record_layout(
-        "ours",
-        None,
-        dense,
-        physical,
-        commit="ours",
-        commit_reason=None,
-        release=_sglang_version(),
-        draft_tokens=d,
-        conv_kernel=k,
-        conv_kinds=len(conv_shapes),
-        mem_usage_bytes=int(round(instance.mem_usage * GIB)),
-    )
+    _record_dedup(instance, "ours", None, dense, physical, None, d, cache_params, len(conv_shapes))
 
 
 def _phys_for(instance, index: int, view):
@@ -338,18 +340,8 @@ def _takeover_init(wrapped, instance, kwargs):
         state.warn_once(
             f"takeover:{why_not}", "sglang-mamba-dedup: this MambaPool keeps SGLang's own commit (%s)", why_not
         )
-    report.record_layout(
-        "upstream",
-        note,
-        dense,
-        physical,
-        commit="ours" if commit_problem is None else "sglang",
-        commit_reason=commit_problem,
-        release=_sglang_version(),
-        draft_tokens=d,
-        conv_kernel=gate.conv_kernel_of(kwargs.get("cache_params")),
-        conv_kinds=len(windows),
-        mem_usage_bytes=int(round(instance.mem_usage * GIB)),
+    _record_dedup(
+        instance, "upstream", note, dense, physical, commit_problem, d, kwargs.get("cache_params"), len(windows)
     )
     logger.info(
         "sglang-mamba-dedup: upstream deduplicated conv window verified (view aliases its physical buffer): "

@@ -1,6 +1,5 @@
-"""Publishes the EAGLE topk to the pools ``ModelRunnerKVCacheMixin._init_pools`` builds, on the releases whose
-``MambaPool`` does not take ``speculative_eagle_topk`` (0.5.12 ... 0.5.13.post1; docs/internals.md).
-"""
+"""Publishes the EAGLE topk to the pools ``_init_pools`` builds where ``MambaPool`` does not take it (0.5.12 ...
+0.5.13.post1; docs/internals.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The post-verify commit of accepted SSM states and conv windows: wraps
-``HybridLinearAttnBackend.update_mamba_state_after_mtp_verify``. Per call, our one fused launch
-(:mod:`sglang_mamba_dedup.kernels.commit`), or SGLang's own code for every branch we do not own, chosen with the
-tests SGLang uses itself (docs/internals.md lists them). The semantics are SGLang's scatter. No host sync: no
-``.item()``, no ``nonzero``; counting is a Python increment.
+"""The post-verify commit of accepted SSM states and conv windows (``update_mamba_state_after_mtp_verify``): our
+one fused launch (:mod:`sglang_mamba_dedup.kernels.commit`), or SGLang's own code for every branch we do not own,
+chosen with SGLang's own tests (docs/internals.md). No host sync: no ``.item()``, no ``nonzero``.
 """
 
 from __future__ import annotations

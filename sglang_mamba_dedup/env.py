@@ -16,8 +16,7 @@ FLAG = "--enable-mamba-conv-dedup"
 """The launch flag of ``python -m sglang.launch_server`` / ``sglang serve``: the same as ``SGLANG_MAMBA_DEDUP=1``."""
 
 FAULT = "SGLANG_MAMBA_DEDUP_FAULT"
-"""The negative control of the end-to-end proof (``commit_step0``: the commit copies draft step 0). Never in a
-real run; strict mode refuses to start while it is set."""
+"""The e2e's negative control (``commit_step0``: the commit copies draft step 0); strict mode refuses to start."""
 
 REPORT_DIR = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
 """A folder: each process writes ``status-<pid>-<token>.json`` there (what was patched, layouts, commit counts)."""

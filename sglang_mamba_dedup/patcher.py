@@ -1,9 +1,7 @@
-"""The patch machinery: a declarative table of wrapt wrappers, applied all-or-nothing per feature.
-
-Every target of a feature is imported, resolved and signature-checked *before* any is wrapped; ``apply()`` twice
-is the same as once; ``revert()`` puts back the exact originals, and only where the attribute still holds *our*
-proxy. wrapt 1.x and 2.x both work: we build ``wrapt.FunctionWrapper`` ourselves and set the attribute, so neither
-``wrap_function_wrapper`` keywords nor ``wrapt.unwrap`` (absent in wrapt 2) are needed.
+"""The patch machinery: a declarative table of wrapt wrappers, applied all-or-nothing per feature (every target
+resolved and signature-checked *before* any is wrapped); ``revert()`` puts back the exact originals where the
+attribute still holds *our* proxy. wrapt 1.x and 2.x both work: we build ``wrapt.FunctionWrapper`` ourselves and set
+the attribute, so neither ``wrap_function_wrapper`` keywords nor ``wrapt.unwrap`` (absent in wrapt 2) are needed.
 """
 
 from __future__ import annotations

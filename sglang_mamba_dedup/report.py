@@ -1,8 +1,7 @@
-"""Process-local events and the optional status report file: what *happened* (the layout each pool got and its
-bytes, its memory ledger, how many commits our kernel served), where the patcher's status says what was wrapped.
-With ``SGLANG_MAMBA_DEDUP_REPORT_DIR`` set, each process writes ``status-<pid>-<token>.json`` there whenever that
-changes (pool built; 1st, 2nd, 4th ... commit), so a driver can read what the *scheduler* saw. Counting is a
-Python integer increment: no device work, no host sync.
+"""Process-local events (each pool's layout, bytes and ledger; how many commits our kernel served) and the optional
+status report: with ``SGLANG_MAMBA_DEDUP_REPORT_DIR`` set, each process writes ``status-<pid>-<token>.json`` there
+whenever that changes (pool built; 1st, 2nd, 4th ... commit), so a driver can read what the *scheduler* saw.
+Counting is a Python integer increment: no device work, no host sync.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """The mamba pool's bytes: the deduplicated conv-window layout, and the bytes per request by buffer.
 
-**The layout.** Per verify row, one ``(dim, K-1)`` conv window per draft step; consecutive steps' windows overlap
-by ``K-2`` columns, so instead of the dense ``[L, S+1, D, dim, K-1]`` scratch one physical buffer
-``phys [L, S+1, dim, D+K-2]`` is seen through an overlapping strided view ``view[l, s, t, d, w] is
-phys[l, s, d, t + w]``: ``(D+K-2) / (D*(K-1))`` of the bytes (0.5 at D=4, K=4). Correct only for a linear draft
-chain (EAGLE topk <= 1: :mod:`sglang_mamba_dedup.gate`).
+**The layout.** Consecutive draft steps' ``(dim, K-1)`` conv windows overlap by ``K-2`` columns, so instead of the
+dense ``[L, S+1, D, dim, K-1]`` scratch one buffer ``phys [L, S+1, dim, D+K-2]`` is seen through an overlapping
+view ``view[l, s, t, d, w] is phys[l, s, d, t + w]``: ``(D+K-2) / (D*(K-1))`` of the bytes (0.5 at D=4, K=4),
+correct only for a linear draft chain (:mod:`sglang_mamba_dedup.gate`).
 
-**Bytes per request**, for the estimator patch, the gate and the planner (the pool itself is measured by
-:mod:`.ledger`; the tests compare the two), duck-typed on SGLang's ``Mamba2CacheParams`` (``shape.conv``, one
-``(dim, K-1)`` per conv kind; ``shape.temporal``; ``dtype.conv``/``dtype.temporal``; ``layers``). No SGLang
-import; torch only inside the layout's tensor functions.
+**Bytes per request**, for the estimator patch, the gate and the planner (the ledger measures the pool; the tests
+compare the two), duck-typed on SGLang's ``Mamba2CacheParams``. No SGLang import; torch only for tensors.
 """
 
 from __future__ import annotations

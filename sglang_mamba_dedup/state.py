@@ -1,7 +1,6 @@
-"""This process's plugin state, in one object: :data:`STATE` (everything the plugin remembers between SGLang's
-calls, so that a reader sees all of it at once), and :func:`reset` for the tests. It imports nothing of the
-package but :mod:`.env`. Not here: the wrapped functions (:data:`.patch_state.PATCHER`) and the commit kernel's
-plan cache (keyed weakly by the pool's tensors).
+"""This process's plugin state, in one object, :data:`STATE`, so that a reader sees all of it at once and a test
+resets it with :func:`reset`. It imports nothing of the package but :mod:`.env`. Not here: the wrapped functions
+(:data:`.patch_state.PATCHER`) and the commit kernel's plan cache (keyed weakly by the pool's tensors).
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ from . import env
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-#: Commit counters: every verify commit, those our kernel served, and the same two for commits that also
-#: carried a track set (SGLang saving mamba states into prefix-cache track slots).
+#: Commit counters: all, ours, and the same two for commits with a track set (prefix-cache track slots).
 COUNTERS = ("commit_calls", "ours_commit_calls", "track_commit_calls", "ours_track_commit_calls")
 
 

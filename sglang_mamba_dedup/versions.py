@@ -1,8 +1,6 @@
-"""Which SGLang releases we support, and where they change: the one place these facts live.
-
-Every release range in the package (the patch table, the gate, the tests, ``doctor``) is built from the
-named boundaries below; ``pyproject.toml``'s ``sglang`` extra mirrors :data:`SUPPORTED` (a test checks it).
-Versions are read from package metadata, without importing SGLang.
+"""Which SGLang releases we support, and where they change: the one place these facts live. Every release range
+(the patch table, the gate, the tests, ``doctor``) is built from the named boundaries below; ``pyproject.toml``'s
+``sglang`` extra mirrors :data:`SUPPORTED` (a test checks it). Versions come from package metadata.
 """
 
 from __future__ import annotations

@@ -4,9 +4,8 @@
   kinds, the SSM state, accept and track index sets, one launch);
 * :mod:`.plan` -- :func:`~.plan.build_plan` (the one place state tensors are validated) and the plan cache;
 * :mod:`.single_kind` -- :func:`conv_commit` / :func:`ssm_commit` (one kind of state) and :func:`tail_copy`
-  (vLLM's DS tail copy), shape adapters over the same plan and launch, imported on first use;
-* :mod:`._direct_launch` -- the compiled-kernel fast path (the only code on Triton internals);
-* :mod:`._validate` -- launch configuration and argument checks.
+  (vLLM's DS tail copy), imported on first use; :mod:`._direct_launch` -- the compiled-kernel fast path (the
+  only code on Triton internals); :mod:`._validate` -- launch configuration and argument checks.
 
 The contract every function here keeps:
 
@@ -18,10 +17,9 @@ The contract every function here keeps:
   (layer, slot) entry is int32 (the plan checks that an entry has fewer than 2**31 elements; the tail mode
   indexes whole window rows in int64).
 * Copies are bitwise: every dtype moves as an integer of its width (NaN payloads and signed zeros survive).
-* Duplicated destinations (two valid rows, in one index set or both, naming one slot) race: every element of the
-  slot ends up with the bytes of one of the rows (element stores are atomic), which one is unspecified, so
-  bit-identical sources give an exact result. Detecting them would need a host sync; SGLang produces them only for
-  padding rows aimed at the scratch slot.
+* Duplicated destinations (two valid rows naming one slot) race: every element of the slot ends up with the bytes
+  of one of the rows (element stores are atomic), which one is unspecified, so bit-identical sources give an exact
+  result. Detecting them needs a host sync; SGLang produces them only for padding rows aimed at the scratch slot.
 * The first call for a set of tensors validates them and caches a small int64 descriptor table on the device,
   keyed on each tensor's data_ptr, shape, strides, dtype and device (a tensor changed in place gets a new one):
   make it outside CUDA graph capture. Later calls with the same, unchanged tensors are capturable.

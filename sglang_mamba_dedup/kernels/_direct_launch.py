@@ -1,9 +1,9 @@
 """The direct launch of the compiled commit kernel: Triton's compiled launcher called with pre-packed arguments,
-skipping Triton's per-call binding, specialisation and cache lookup (which cost more host time than the copy itself
-at batch 1). The one place that leans on Triton internals: ``JITFunction.device_caches[device][4]`` (the argument
-binder) and ``CompiledKernel.run`` / ``.function`` / ``.packed_metadata``. Checked on Triton 3.6 (the lent H200)
-and 3.7; every use is guarded: the binder's result must equal the argument list this launcher passes, or no
-launcher is built, and a call whose specialisation key differs returns False so that Triton's own launch serves it.
+skipping Triton's per-call binding, specialisation and cache lookup (more host time than the copy itself at batch
+1). The one place on Triton internals: ``JITFunction.device_caches[device][4]`` (the argument binder) and
+``CompiledKernel.run`` / ``.function`` / ``.packed_metadata``, checked on Triton 3.6 (the lent H200) and 3.7; every
+use is guarded (the binder's result must equal the arguments this launcher passes, and a call with another
+specialisation key returns False so that Triton's own launch serves it).
 """
 
 from __future__ import annotations

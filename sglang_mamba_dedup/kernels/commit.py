@@ -1,10 +1,8 @@
-"""The commit kernel (the package's only Triton kernel) and its launch.
+"""The commit kernel (the package's only Triton kernel) and its launch. For each index set ``(steps, slots)``,
+each valid row ``r`` (:mod:`sglang_mamba_dedup.kernels`) and every layer ``l``, with ``s = steps[r]``::
 
-For each index set ``(steps, slots)``, each valid row ``r`` (:mod:`sglang_mamba_dedup.kernels`) and every layer
-``l``, with ``s = steps[r]`` and ``slot = slots[r]``::
-
-    conv_dsts[i][l, slot] = conv_srcs[i][l, r, s]    # [dim, K-1] window
-    ssm_dst[l, slot]      = ssm_src[l, r, s]         # [*ssm_shape]
+    conv_dsts[i][l, slots[r]] = conv_srcs[i][l, r, s]    # [dim, K-1] window
+    ssm_dst[l, slots[r]]      = ssm_src[l, r, s]         # [*ssm_shape]
 
 ``conv_srcs[i]`` may be the deduplicated overlapping view (``view[l, r, t, d, w] == phys[l, r, d, t + w]``) or a
 dense buffer: the kernel walks the view's strides. Destinations may have any strides (views over larger pools);
