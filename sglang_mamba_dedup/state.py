@@ -50,6 +50,8 @@ class ProcessState:
     # -- events (the status report) and warnings said once
     events: dict[str, Any] = dataclasses.field(default_factory=fresh_events)
     warned: set = dataclasses.field(default_factory=set)
+    #: commit launches by path: through DirectLaunch, or Triton's own
+    launches: dict = dataclasses.field(default_factory=lambda: {"direct": 0, "triton": 0})
     report_muted: int = 0
     report_token: tuple[int, str] = (0, "")
     report_atexit: bool = False

@@ -22,6 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ..state import STATE
 from ._direct_launch import DirectLaunch
 from ._validate import _GRID_YZ_MAX, _INT32_MAX, check_index, check_index_pair
 from .plan import (
@@ -249,10 +250,6 @@ def _fused_commit_kernel(
 #: False under TRITON_INTERPRET (the kernel is interpreted on the host: no compiled launcher).
 _CAN_LAUNCH_DIRECTLY = isinstance(_fused_commit_kernel, triton.runtime.jit.JITFunction)
 
-#: Launches in this process by path (Python integer increments): ``direct`` through :class:`DirectLaunch`,
-#: ``triton`` through Triton's own launch. The GPU recipe checks that ``direct`` grew.
-LAUNCHES = {"direct": 0, "triton": 0}
-
 
 def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> None:
     """Check the index sets and launch ``plan`` (no host synchronisation). ``accept`` / ``track``: ``(steps,
@@ -285,9 +282,9 @@ def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> 
     index = (accept_steps, accept_slots, track_steps, track_slots, src_rows)
     direct = plan.direct.get(variant)
     if direct is not None and direct.launch(grid, index, n_acc, _fused_commit_kernel):
-        LAUNCHES["direct"] += 1
+        STATE.launches["direct"] += 1
         return
-    LAUNCHES["triton"] += 1
+    STATE.launches["triton"] += 1
     fixed, kw = plan.calls[variant]
     # the SSM pair as integers of its width (bitwise copies); the table again where there is none (not read)
     typed = tuple(t.view(plan.ssm_int_dtype) for t in ssm) if plan.ssm_int_dtype is not None else (plan.meta,) * 2

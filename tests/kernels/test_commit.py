@@ -24,6 +24,8 @@ from tests.support.kernels import (  # noqa: I001  (sets TRITON_INTERPRET before
 import sys
 
 import pytest
+
+from sglang_mamba_dedup.state import STATE
 import torch
 
 from sglang_mamba_dedup.kernels import cached_plan_count, clear_plan_cache, fused_commit
@@ -497,9 +499,9 @@ def test_fused_commit_direct_launch_is_used_and_exact(monkeypatch):
                     R, 3, N_SLOTS, g, skip_every=2, taken=kw["accept_slots"].tolist()
                 )
             exp = _expected(kw)
-            before = fc.LAUNCHES["direct"]
+            before = STATE.launches["direct"]
             fused_commit(**kw)
-            assert fc.LAUNCHES["direct"] == before + 1, "the call did not take the direct launch"
+            assert STATE.launches["direct"] == before + 1, "the call did not take the direct launch"
             _check(kw, exp, f"seed={seed} direct call {trial} track={track}")
         monkeypatch.setattr(fc, "_fused_commit_kernel", jit)
         # a misaligned accept_slots (4 bytes past a 16-byte boundary) and int32 steps: Triton's path again
@@ -511,13 +513,13 @@ def test_fused_commit_direct_launch_is_used_and_exact(monkeypatch):
         for t in (*kw["conv_dsts"], kw["ssm_dst"]):
             poison(t)
         exp = _expected(kw)
-        triton_before = fc.LAUNCHES["triton"]
+        triton_before = STATE.launches["triton"]
         fused_commit(**kw)
-        assert fc.LAUNCHES["triton"] == triton_before + 1, "a call the launcher was not built for went direct"
+        assert STATE.launches["triton"] == triton_before + 1, "a call the launcher was not built for went direct"
         _check(kw, exp, f"seed={seed} misaligned/int32 indices track={track}")
     clear_plan_cache()
     # the GPU recipe (tools/gpu-engine/run_bench.sh) fails when this line is missing or shows 0
-    print(f"\n[direct launches: {fc.LAUNCHES['direct']}]", file=sys.__stdout__, flush=True)
+    print(f"\n[direct launches: {STATE.launches['direct']}]", file=sys.__stdout__, flush=True)
 
 
 @pytest.mark.parametrize("which", ["conv_slot_stride_0", "ssm_slots_alias"])
