@@ -5,8 +5,8 @@ On CPU the Triton kernels run under the interpreter, so it is a few steps (fp32 
 mis-computes SGLang's bf16 conv *outputs*); the >= 32-step run is in test_commit_sim.py and
 the bf16 CUDA run in tools/gpu-engine/proofs/integration_gpu.py.
 
-Where it runs: on the newest release and on the back-port releases (where the layout is the plugin's own), not on
-every release (100 s each under the interpreter, 40 % of a release job). What differs by release (the pool's
+Where it runs: on the newest release and the newest back-port release (where the layout is the plugin's own), not
+on every release (100 s each under the interpreter, 40 % of a release job). What differs by release (the pool's
 layout, the commit's route, SGLang's verify kernels) is the same code at any shape, and
 ``test_commit_sim.py`` runs it on every release; what these shapes add (conv dim 6144, 18 layers) is the plugin's
 own kernel and byte rules, the same code on every release. ``SMD_SMOKE_EVERY_RELEASE=1`` runs it anyway.
@@ -21,12 +21,16 @@ import pytest
 from sglang_mamba_dedup import versions
 from tests.support import integration as iu
 
+NEWEST_BACKPORT = [r for r in versions.RELEASES if r in versions.BACKPORT][-1]
+
 pytestmark = [
     pytest.mark.release,
     pytest.mark.usefixtures("allow_cpu"),
     pytest.mark.skipif(
-        not (iu.BACKPORT or versions.RELEASES[-1] == iu.SGLANG_VERSION or os.environ.get("SMD_SMOKE_EVERY_RELEASE")),
-        reason="the 0.8B shapes run on the newest and the back-port releases; test_commit_sim covers this release",
+        not (
+            iu.SGLANG_VERSION in (versions.RELEASES[-1], NEWEST_BACKPORT) or os.environ.get("SMD_SMOKE_EVERY_RELEASE")
+        ),
+        reason="the 0.8B shapes run on the newest and the newest back-port release; test_commit_sim covers this one",
     ),
 ]
 
