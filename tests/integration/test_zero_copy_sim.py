@@ -1,0 +1,116 @@
+"""Issue 29 stage 1: a CPU simulation of the zero-copy commit (``docs/zero-copy.md``), stock vs zero-copy.
+
+What this proves: the index bookkeeping of the design is bit-exact against today's commit. It checks which scratch
+row and column each verify reads and writes, when, and from which table: rows are ``req_pool_idx``, with row 0 as
+the discard row for padding; the seed is column ``accepted - 1``; the commit moves only the conv window and sets
+``accepted``; an extend stages in; a streaming-session hand-off is materialized before the next extend.
+The schedule covers many steps with joins (chunked prefills from a random initial state), finishes, retractions
+(re-prefilled on a new row and slot, as SGLang's retraction recomputes), session hand-offs, reordered batches,
+graph-style padding and accept lengths 1..D. It runs on GDN and Mamba2 state shapes, with fp32 or bf16 pools.
+Every request's outputs are compared with ``torch.equal`` at every step, then the md5 of all outputs, then every
+live state (zero-copy's scratch ``[row, accepted - 1]`` against stock's ``temporal[slot]``) after every commit,
+at every finish, retraction and hand-off, and ``temporal`` after each hand-off materialization.
+The negative controls (stage-in skipped, seed from column 0, ``accepted`` not updated, rows left as batch
+positions, hand-off not materialized, GDN padding on row ``size``) must each change the md5.
+
+What this does not prove: anything about SGLang's real kernels, or the plugin's hooks into them (the model is a toy
+pure-PyTorch recurrence with the kernels' indexing, no SGLang import, no Triton). It does not cover CUDA graphs,
+overlap scheduling, PDL or stream order. Nor does it cover the read-before-write order inside a GPU kernel that
+seeds from the scratch row it overwrites (hazard H1): here the seed is read entry by entry, before any store.
+Those need the GPU proof of stage 2.
+
+A failure prints its seed; ``ZERO_COPY_SIM_SEED=<seed>`` replays it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import pytest
+import torch
+
+from tests.support import zero_copy_sim as zs
+
+STEPS = 60
+SHAPES = {
+    "gdn": zs.Shape("gdn", heads=3, state=(5, 7), dim=11, conv_k=4, drafts=4),
+    "mamba2": zs.Shape("mamba2", heads=2, state=(5, 9), dim=13, conv_k=4, drafts=3),
+}
+DTYPES = {
+    "ssm_fp32-conv_fp32": (torch.float32, torch.float32),
+    "ssm_fp32-conv_bf16": (torch.float32, torch.bfloat16),
+    "ssm_bf16-conv_bf16": (torch.bfloat16, torch.bfloat16),
+}
+EVENTS = ("join", "chunked_prefill", "finish", "retract", "rejoin", "session", "next_turn", "reorder", "padded")
+
+
+def _seed() -> int:
+    return int(os.environ.get("ZERO_COPY_SIM_SEED") or random.SystemRandom().randrange(2**63))
+
+
+def _setup(kind: str, dtypes: str, seed: int):
+    ssm_dtype, conv_dtype = DTYPES[dtypes]
+    shape = zs.Shape(**{**SHAPES[kind].__dict__, "ssm_dtype": ssm_dtype, "conv_dtype": conv_dtype})
+    schedule, counts = zs.make_schedule(shape, seed, steps=STEPS)
+    return zs.Model(shape, torch.Generator().manual_seed(seed)), schedule, counts
+
+
+@pytest.mark.parametrize("dtypes", list(DTYPES))
+@pytest.mark.parametrize("kind", list(SHAPES))
+def test_zero_copy_is_bit_exact_with_stock(kind, dtypes):
+    seed = _seed()
+    t0 = time.perf_counter()
+    model, schedule, counts = _setup(kind, dtypes, seed)
+    where = f"seed={seed} ({model.shape.id}; replay with ZERO_COPY_SIM_SEED={seed})"
+    missing = [e for e in EVENTS if not counts[e]]
+    assert not missing, f"{where}: the schedule has no {missing}: {dict(counts)}"
+
+    stock = zs.run(model, schedule, "stock")
+    zero = zs.run(model, schedule, "zero_copy")
+
+    assert stock.outputs.keys() == zero.outputs.keys(), where
+    for key, want in stock.outputs.items():
+        assert torch.equal(zero.outputs[key], want), f"{where}: outputs differ at (step, forward, rid) = {key}"
+    assert stock.md5 == zero.md5, where
+    assert stock.states.keys() == zero.states.keys(), where
+    for key, (ssm, conv) in stock.states.items():
+        got_ssm, got_conv = zero.states[key]
+        assert torch.equal(got_ssm, ssm), f"{where}: SSM state differs at (step, event, rid) = {key}"
+        assert torch.equal(got_conv, conv), f"{where}: conv window differs at (step, event, rid) = {key}"
+    assert zero.counters["stage_in"] == sum(len(s.extends) for s in schedule), where
+    handed_off = sum(
+        1
+        for s, ev in enumerate(schedule)
+        for leave in ev.leaves
+        if leave[0] == "session" and any(e.extends for e in schedule[s:])
+    )
+    assert zero.counters["materialize"] == handed_off, where
+    assert "ssm_commits" not in zero.counters and stock.counters["ssm_commits"] == zero.counters["seeded_verify"]
+    print(
+        f"{where}: events {dict(sorted(counts.items()))}, zero-copy {dict(zero.counters)}, md5 {stock.md5}, "
+        f"{time.perf_counter() - t0:.2f} s"
+    )
+
+
+NEGATIVE = [(f, k) for f in zs.FAULTS for k in SHAPES if not (f == "padding_to_pool_size" and k == "mamba2")]
+
+
+@pytest.mark.parametrize(("fault", "kind"), NEGATIVE, ids=[f"{f}-{k}" for f, k in NEGATIVE])
+def test_negative_control_changes_the_md5(fault, kind):
+    seed = _seed()
+    model, schedule, _ = _setup(kind, "ssm_fp32-conv_fp32", seed)
+    stock = zs.run(model, schedule, "stock")
+    broken = zs.run(model, schedule, "zero_copy", fault=fault)
+    assert broken.md5 != stock.md5, f"seed={seed} ({model.shape.id}): fault {fault} left the md5 unchanged"
+
+
+def test_mamba2_pad_guard_makes_padding_on_row_size_harmless():
+    """H3 under Mamba2: the kernel stores nothing for a padded entry (seed == pad), so even row ``size`` is safe."""
+    seed = _seed()
+    model, schedule, counts = _setup("mamba2", "ssm_fp32-conv_fp32", seed)
+    stock = zs.run(model, schedule, "stock")
+    padded = zs.run(model, schedule, "zero_copy", fault="padding_to_pool_size")
+    assert counts["padded"], f"seed={seed}: no padded batch"
+    assert padded.md5 == stock.md5, f"seed={seed} ({model.shape.id})"

@@ -1,0 +1,376 @@
+"""Pure-PyTorch model of the stock commit and of the zero-copy commit of ``docs/zero-copy.md`` (issue 29, stage 1).
+
+No SGLang, no Triton: a toy recurrent verify with the indexing of SGLang's verify kernels, a scheduler that draws
+one event schedule (joins with chunked prefills, finishes, retractions with re-prefill, streaming-session
+hand-offs, reordered and padded batches, accept lengths 1..D), and two worlds that replay it:
+
+* ``stock``: the verify seeds from ``temporal[slot]``, writes the per-step scratch at the batch position, and the
+  commit copies the accepted step (SSM and conv) into the slot;
+* ``zero_copy``: scratch rows are ``req_pool_idx`` (row 0 the discard row), the verify seeds from scratch
+  ``[row, accepted[row] - 1]``, the commit moves only the conv window and sets ``accepted``; an extend stages
+  ``temporal[slot]`` into ``[row, 0]``; a streaming-session hand-off is materialized into ``temporal[slot]`` at the
+  start of the next extend forward.
+
+``FAULTS`` are deliberate mistakes in the zero-copy world (negative controls).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+FAULTS = (
+    "no_stage_in",  # the extend does not stage temporal[slot] into scratch [row, 0]
+    "seed_column_0",  # the verify seeds from column 0 instead of accepted - 1
+    "no_accepted_update",  # the commit leaves `accepted` alone
+    "batch_position_rows",  # scratch rows stay batch positions (SGLang's default), with reordering
+    "no_materialize",  # the session hand-off is not materialized before the next turn's extend
+    "padding_to_pool_size",  # padded entries write row `size` (SGLang's PP mapping, H3) instead of row 0
+)
+
+
+@dataclass(frozen=True)
+class Shape:
+    kind: str  # "gdn": state [H, K, V], gated delta rule; "mamba2": state [H, P, N], selective state update
+    heads: int
+    state: tuple[int, int]
+    dim: int  # conv channels
+    conv_k: int  # conv kernel width; the window holds conv_k - 1 columns
+    drafts: int  # D: tokens per verify, accept length 1..D
+    ssm_dtype: torch.dtype = torch.float32
+    conv_dtype: torch.dtype = torch.float32
+
+    @property
+    def id(self) -> str:
+        a, b = self.state
+        names = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+        return (
+            f"{self.kind}-H{self.heads}x{a}x{b}-dim{self.dim}-k{self.conv_k}-D{self.drafts}"
+            f"-ssm_{names[self.ssm_dtype]}-conv_{names[self.conv_dtype]}"
+        )
+
+
+class Model:
+    """Fixed random weights; one token step = a causal conv step, then one SSM step that reads the state."""
+
+    def __init__(self, shape: Shape, gen: torch.Generator):
+        self.shape = shape
+        h, (a, b), d = shape.heads, shape.state, shape.dim
+
+        def w(*size: int, scale: float = 1.0) -> torch.Tensor:
+            return torch.randn(*size, generator=gen) * scale
+
+        self.conv_w = w(d, shape.conv_k, scale=0.5)
+        s = d**-0.5
+        if shape.kind == "gdn":
+            self.wq, self.wk, self.wv = w(d, h * a, scale=s), w(d, h * a, scale=s), w(d, h * b, scale=s)
+            self.wg, self.wb = w(d, h, scale=s), w(d, h, scale=s)
+        else:
+            self.wx, self.wB, self.wC = w(d, h * a, scale=s), w(d, b, scale=s), w(d, b, scale=s)
+            self.wdt, self.a_log, self.d_skip = w(d, h, scale=s), w(h, scale=0.5), w(h)
+
+    def zero_state(self) -> torch.Tensor:
+        return torch.zeros(self.shape.heads, *self.shape.state)
+
+    def conv_step(self, window: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        full = torch.cat([window, x.to(window.dtype)[:, None]], dim=1)
+        return F.silu((full.float() * self.conv_w).sum(-1)), full[:, 1:].clone()
+
+    def ssm_step(self, state: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h, (a, b) = self.shape.heads, self.shape.state
+        if self.shape.kind == "gdn":
+            q = (y @ self.wq).view(h, a)
+            k = F.normalize((y @ self.wk).view(h, a), dim=-1)
+            v = (y @ self.wv).view(h, b)
+            g, beta = torch.sigmoid(y @ self.wg), torch.sigmoid(y @ self.wb)
+            state = g[:, None, None] * state
+            pred = torch.einsum("hk,hkv->hv", k, state)
+            state = state + beta[:, None, None] * k[:, :, None] * (v - pred)[:, None, :]
+            return state, torch.einsum("hk,hkv->hv", q, state)
+        x = (y @ self.wx).view(h, a)
+        bb, cc = y @ self.wB, y @ self.wC
+        dt = F.softplus(y @ self.wdt)
+        decay = torch.exp(dt * -torch.exp(self.a_log))
+        state = decay[:, None, None] * state + (dt[:, None] * x)[:, :, None] * bb[None, None, :]
+        return state, state @ cc + self.d_skip[:, None] * x
+
+    def prefill(self, ssm: torch.Tensor, conv: torch.Tensor, tokens: torch.Tensor):
+        """An extend chunk from the stored state: returns the stored final state, window and per-token outputs."""
+        state, window, outs = ssm.float().clone(), conv.clone(), []
+        for x in tokens:
+            y, window = self.conv_step(window, x)
+            state, o = self.ssm_step(state, y)
+            outs.append(o)
+        return state.to(self.shape.ssm_dtype), window, torch.stack(outs)
+
+    def verify(self, ssm_src, seed, conv, slots, drafts, inter_ssm, inter_conv, rows, pad_guard: bool):
+        """The verify kernels' indexing, entry by entry (§1): seed ``ssm_src[seed[n]]`` (zero when negative) is read
+        before any store; step t is stored at scratch ``[rows[n], t]`` (no store when ``rows[n] < 0``, nor for a
+        padded entry when ``pad_guard``, Mamba2's guard); the conv reads ``conv[slot]``, skips padded entries and
+        writes the all-accepted window back to ``conv[slot]``."""
+        outs = []
+        for n in range(len(seed)):
+            idx, slot, row = seed[n], slots[n], rows[n]
+            state = ssm_src[idx].float().clone() if idx >= 0 else self.zero_state()
+            window = conv[slot].clone() if slot >= 0 else None
+            per = []
+            for t in range(drafts.shape[1]):
+                if window is not None:
+                    y, window = self.conv_step(window, drafts[n, t])
+                    if row >= 0:
+                        inter_conv[row, t] = window
+                else:
+                    y = torch.zeros(self.shape.dim)
+                state, o = self.ssm_step(state, y)
+                if row >= 0 and not (pad_guard and idx < 0):
+                    inter_ssm[row, t] = state.to(self.shape.ssm_dtype)
+                per.append(o)
+            if window is not None:
+                conv[slot] = window
+            outs.append(torch.stack(per))
+        return outs
+
+
+# ---------------------------------------------------------------- the event schedule (shared by both worlds)
+
+
+@dataclass
+class Extend:
+    rid: int
+    row: int
+    slot: int
+    init: tuple[torch.Tensor, torch.Tensor] | None  # a join's initial (ssm, conv) state; None: continue from the slot
+    chunk: torch.Tensor  # [L, dim]
+
+
+@dataclass
+class Verify:
+    entries: list[tuple[int, int, int] | None]  # (rid, row, slot) in batch order; None: a padded entry
+    drafts: torch.Tensor  # [B, D, dim]
+    accept: list[int]  # accept length per entry, 1..D (0 for padding)
+
+
+@dataclass
+class Step:
+    leaves: list[tuple[str, int, int, int]] = field(default_factory=list)  # (finish|retract|session, rid, row, slot)
+    extends: list[Extend] = field(default_factory=list)
+    verify: Verify | None = None
+
+
+@dataclass
+class _Req:
+    init: tuple[torch.Tensor, torch.Tensor]
+    history: list[torch.Tensor]
+    row: int = -1
+    slot: int = -1
+    status: str = "prefill"
+    due: int = 0
+    chunks: list[tuple[torch.Tensor, bool]] = field(default_factory=list)  # (chunk, first chunk of a fresh join)
+
+
+def make_schedule(shape: Shape, seed: int, steps: int = 60, rows: int = 8, slots: int = 11, chunk: int = 4):
+    """Random events for ``steps`` steps; rows ``1..rows`` and slots ``0..slots-1`` are allocated at random (row
+    ``rows``, the pool size, often). Returns the steps and the event counts."""
+    rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
+    d = shape.dim
+    reqs: dict[int, _Req] = {}
+    free_rows, free_slots = list(range(1, rows + 1)), list(range(slots))
+    running: list[int] = []
+    counts: Counter[str] = Counter()
+
+    def randn(*size: int) -> torch.Tensor:
+        return torch.randn(*size, generator=gen)
+
+    def allocate(r: _Req) -> bool:
+        if not free_rows or not free_slots:
+            return False
+        r.row = max(free_rows) if rng.random() < 0.3 else rng.choice(free_rows)
+        r.slot = rng.choice(free_slots)
+        free_rows.remove(r.row)
+        free_slots.remove(r.slot)
+        return True
+
+    def queue_prefill(r: _Req, tokens: torch.Tensor, fresh: bool) -> None:
+        parts = list(torch.split(tokens, chunk))
+        r.chunks = [(c, fresh and i == 0) for i, c in enumerate(parts)]
+        r.status = "prefill"
+        counts["chunked_prefill"] += len(parts) > 1
+
+    out: list[Step] = []
+    for step in range(steps):
+        ev = Step()
+        for rid in list(running):
+            r, u = reqs[rid], rng.random()
+            kind = "finish" if u < 0.04 else "retract" if u < 0.07 else "session" if u < 0.10 else None
+            if kind is None:
+                continue
+            running.remove(rid)
+            ev.leaves.append((kind, rid, r.row, r.slot))
+            counts[kind] += 1
+            if kind != "session":
+                free_rows.append(r.row)
+                free_slots.append(r.slot)
+            r.status, r.due = ("done", 0) if kind == "finish" else (kind, step + rng.randint(1, 4))
+        for r in reqs.values():
+            if r.status == "retract" and r.due <= step and allocate(r):
+                queue_prefill(r, torch.stack(r.history), fresh=True)  # recompute from the join state
+                counts["rejoin"] += 1
+            elif r.status == "session" and r.due <= step:
+                turn = randn(rng.randint(1, 6), d)
+                r.history.extend(turn)
+                queue_prefill(r, turn, fresh=False)  # the next turn extends from temporal[slot]
+                counts["next_turn"] += 1
+        while rng.random() < 0.4 and len(reqs) < 64:
+            init = (
+                randn(shape.heads, *shape.state).to(shape.ssm_dtype),
+                randn(d, shape.conv_k - 1).to(shape.conv_dtype),
+            )
+            r = _Req(init=init, history=list(randn(rng.randint(1, 10), d)))
+            if not allocate(r):
+                break
+            reqs[len(reqs)] = r
+            queue_prefill(r, torch.stack(r.history), fresh=True)
+            counts["join"] += 1
+        for rid, r in reqs.items():
+            if r.status == "prefill":
+                c, fresh = r.chunks.pop(0)
+                ev.extends.append(Extend(rid, r.row, r.slot, r.init if fresh else None, c))
+                if not r.chunks:
+                    r.status = "running"
+                    running.append(rid)  # merge_batch appends
+        if running:
+            if rng.random() < 0.5:
+                before = list(running)
+                rng.shuffle(running)
+                counts["reorder"] += running != before
+            n = len(running)
+            bucket = next(b for b in (1, 2, 4, 8, 16) if b >= n) if rng.random() < 0.7 else n
+            counts["padded"] += bucket > n
+            entries: list[tuple[int, int, int] | None] = [(i, reqs[i].row, reqs[i].slot) for i in running]
+            entries += [None] * (bucket - n)
+            drafts = randn(bucket, shape.drafts, d)
+            accept = [rng.randint(1, shape.drafts) for _ in running] + [0] * (bucket - n)
+            for i, (rid, acc) in enumerate(zip(running, accept)):
+                reqs[rid].history.extend(drafts[i, :acc])
+                counts[f"accept_{acc}"] += 1
+            ev.verify = Verify(entries, drafts, accept)
+            counts["verify"] += 1
+        out.append(ev)
+    return out, counts
+
+
+# ---------------------------------------------------------------- the two worlds
+
+
+@dataclass
+class Trace:
+    outputs: dict[tuple[int, str, int], torch.Tensor]  # (step, "extend"|"verify", rid) -> outputs
+    states: dict[tuple[int, str, int], tuple[torch.Tensor, torch.Tensor]]  # (step, event, rid) -> (ssm, conv)
+    md5: str
+    counters: Counter[str]
+
+
+def run(model: Model, schedule: list[Step], scheme: str, fault: str | None = None, rows: int = 8, slots: int = 11):
+    """Replay ``schedule`` through ``scheme`` ("stock" or "zero_copy", optionally with one of ``FAULTS``)."""
+    assert scheme in ("stock", "zero_copy") and (fault is None or (scheme == "zero_copy" and fault in FAULTS))
+    sh, zc = model.shape, scheme == "zero_copy"
+    dd = sh.drafts
+    temporal = torch.zeros(slots, sh.heads, *sh.state, dtype=sh.ssm_dtype)
+    conv = torch.zeros(slots, sh.dim, sh.conv_k - 1, dtype=sh.conv_dtype)
+    inter_ssm = torch.zeros(rows + 1, dd, sh.heads, *sh.state, dtype=sh.ssm_dtype)  # [S+1, D, ...]
+    inter_conv = torch.zeros(rows + 1, dd, sh.dim, sh.conv_k - 1, dtype=sh.conv_dtype)
+    accepted = torch.ones(rows + 1, dtype=torch.int32)
+    handoff: list[tuple[int, int, int]] = []  # (rid, row, slot) queued at a session hand-off (§2.6)
+    outputs: dict = {}
+    states: dict = {}
+    counters: Counter[str] = Counter()
+    md5 = hashlib.md5()
+
+    def live(row: int, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The request's current (ssm, conv) state: a test-only materialization (``materialize_all_live``)."""
+        ssm = inter_ssm[row, int(accepted[row]) - 1] if zc else temporal[slot]
+        return ssm.clone(), conv[slot].clone()
+
+    def emit(key: tuple[int, str, int], value: torch.Tensor) -> None:
+        outputs[key] = value
+        md5.update(value.float().numpy().tobytes())
+
+    for step, ev in enumerate(schedule):
+        for kind, rid, row, slot in ev.leaves:  # finish / retract read nothing (R7, R8); session queues (R10)
+            states[(step, kind, rid)] = live(row, slot)
+            if zc and kind == "session":
+                handoff.append((rid, row, slot))
+        if ev.extends:
+            if zc:  # materialize the hand-off queue at the start of the next target extend forward
+                for rid, row, slot in handoff:
+                    if fault != "no_materialize":
+                        temporal[slot] = inter_ssm[row, int(accepted[row]) - 1]
+                        counters["materialize"] += 1
+                    states[(step, "handoff_temporal", rid)] = (temporal[slot].clone(), conv[slot].clone())
+                handoff.clear()
+            else:
+                for rid, slot in _queued_sessions(schedule, step):  # stock: nothing to do; the same record
+                    states[(step, "handoff_temporal", rid)] = (temporal[slot].clone(), conv[slot].clone())
+            for e in ev.extends:
+                if e.init is not None:  # a join: clear_slots / the initial state, then the first chunk
+                    temporal[e.slot], conv[e.slot] = e.init
+                temporal[e.slot], conv[e.slot], o = model.prefill(temporal[e.slot], conv[e.slot], e.chunk)
+                emit((step, "extend", e.rid), o)
+            if zc and fault != "no_stage_in":  # stage-in after the last layer of the extend forward (§2.5)
+                for e in ev.extends:
+                    inter_ssm[e.row, 0] = temporal[e.slot]
+                    accepted[e.row] = 1
+                    counters["stage_in"] += 1
+        v = ev.verify
+        if v is None:
+            continue
+        real = [x for x in v.entries if x is not None]
+        slot_idx = [x[2] if x else -1 for x in v.entries]
+        if not zc:
+            rows_w = list(range(len(v.entries)))  # batch positions (GDN arange, Mamba2 arange, §1)
+            ssm_src, seed = temporal, slot_idx
+        else:
+            pad_row = rows if fault == "padding_to_pool_size" else 0
+            if fault == "batch_position_rows":
+                rows_w = [i if x else pad_row for i, x in enumerate(v.entries)]
+            else:
+                rows_w = [x[1] if x else pad_row for x in v.entries]  # §2.1
+            col = [0 if fault == "seed_column_0" else int(accepted[r]) - 1 for r in rows_w]
+            seed = [r * dd + c if x else -1 for r, c, x in zip(rows_w, col, v.entries)]  # §2.3
+            ssm_src = inter_ssm.view((rows + 1) * dd, sh.heads, *sh.state)
+            counters["seeded_verify"] += len(real)
+        outs = model.verify(
+            ssm_src, seed, conv, slot_idx, v.drafts, inter_ssm, inter_conv, rows_w, pad_guard=sh.kind == "mamba2"
+        )
+        for x, o in zip(v.entries, outs):
+            if x is not None:
+                emit((step, "verify", x[0]), o)
+        for n, (x, acc) in enumerate(zip(v.entries, v.accept)):  # the commit, rows in the verify's order
+            if x is None:
+                continue
+            _rid, _row, slot = x
+            conv[slot] = inter_conv[rows_w[n], acc - 1]
+            if zc:
+                if fault != "no_accepted_update":
+                    accepted[rows_w[n]] = acc
+            else:
+                temporal[slot] = inter_ssm[rows_w[n], acc - 1]
+                counters["ssm_commits"] += 1
+        for rid, row, slot in real:
+            states[(step, "live", rid)] = live(row, slot)
+    return Trace(outputs, states, md5.hexdigest(), counters)
+
+
+def _queued_sessions(schedule: list[Step], step: int) -> list[tuple[int, int]]:
+    """(rid, slot) of the session hand-offs since the previous extend forward (what zero-copy has queued)."""
+    queued: list[tuple[int, int]] = []
+    for s in range(step, -1, -1):
+        if s < step and schedule[s].extends:
+            break
+        queued[:0] = [(rid, slot) for kind, rid, _row, slot in schedule[s].leaves if kind == "session"]
+    return queued
