@@ -11,7 +11,7 @@ import os
 import sys
 from typing import NoReturn
 
-from . import env, state, versions
+from . import env, versions
 from .env import FLAG, Mode, SwitchError, parse_mode
 from .env import SWITCH as ENV
 from .state import STATE
@@ -212,8 +212,3 @@ def _register(what_if: bool) -> None:
 
 def flag_in_argv() -> bool:
     return FLAG in sys.argv[1:]
-
-
-def reset_for_tests() -> None:
-    """Forget this process's decision and every other remembered state (:func:`.state.reset`)."""
-    state.reset()

@@ -16,7 +16,7 @@ import contextlib
 import pytest
 import torch
 
-from sglang_mamba_dedup import activation, env, faults, patch_state, report
+from sglang_mamba_dedup import activation, env, faults, patch_state, report, state
 from sglang_mamba_dedup.patches import verify_commit
 from tests.support import integration as iu
 
@@ -40,7 +40,7 @@ def _fault_run(monkeypatch):
     finally:
         faults.remove()
         patch_state.revert(force=True)
-        activation.reset_for_tests()
+        state.reset()
 
 
 def test_negative_control_fault_reaches_the_kernel(kernel_impl, monkeypatch):

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from sglang_mamba_dedup import activation, env, patch_state, versions
+from sglang_mamba_dedup import activation, env, patch_state, state, versions
 from sglang_mamba_dedup.activation import Mode, SwitchError, parse_mode
 from sglang_mamba_dedup.patcher import is_ours, resolve
 from sglang_mamba_dedup.patches import PATCHES, SWITCHED_FEATURES
@@ -131,7 +131,7 @@ def test_strict_with_a_skipped_feature_stops_and_leaves_nothing_wrapped(monkeypa
     assert "dedup_layout" in str(e.value) and "no_such_method" in str(e.value)
     assert not patch_state.PATCHER.applied(feature="commit"), "strict failure left features wrapped"
     # the same breakage with plain "on": logged, the other features stay applied
-    activation.reset_for_tests()
+    state.reset()
     monkeypatch.setenv(env.SWITCH, "on")
     activation.register()
     assert "skipped: dedup_layout" in activation.last_summary()

@@ -56,7 +56,7 @@ def test_newer_release_is_off_with_one_warning_and_can_be_allowed(monkeypatch, c
     assert env.ALLOW_UNTESTED in caplog.records[0].getMessage()
     # opted in: patched as the newest tested release, every target checked, said to be untested
     caplog.clear()
-    activation.reset_for_tests()
+    state.reset()
     monkeypatch.setenv(env.ALLOW_UNTESTED, "1")
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         activation.register()
@@ -143,7 +143,7 @@ def test_manual_apply_survives_load_plugins_with_the_switch_unset(monkeypatch):
     assert patch_state.PATCHER.applied("commit"), "a later load_plugins() undid the manual apply"
     assert "apply() was called in this process" in activation.last_summary()
     # an explicit off does revert it
-    activation.reset_for_tests()
+    state.reset()
     sglang_mamba_dedup.apply(["commit"])
     monkeypatch.setenv(env.SWITCH, "0")
     activation.register()
