@@ -23,7 +23,6 @@ from . import env, report
 from .patches import verify_commit
 from .state import STATE
 
-ENV = env.FAULT
 COMMIT_STEP0 = "commit_step0"
 FAULTS: dict[str, str] = {
     COMMIT_STEP0: "the commit copies draft step 0 instead of the accepted step",
@@ -40,7 +39,7 @@ def installed() -> str | None:
 def install(name: str) -> None:
     """Break the plugin's commit as ``name`` says (idempotent); ``ValueError`` for an unknown name."""
     if name not in FAULTS:
-        raise ValueError(f"{ENV}={name!r} is not a known fault; known: {', '.join(FAULTS)}")
+        raise ValueError(f"{env.FAULT}={name!r} is not a known fault; known: {', '.join(FAULTS)}")
     if STATE.fault == name:
         return
     remove()
@@ -56,7 +55,9 @@ def install(name: str) -> None:
     verify_commit._Route.commit = commit_step0  # type: ignore[method-assign]
     STATE.fault = name
     report.record_fault(name)
-    logger.warning("sglang-mamba-dedup: NEGATIVE CONTROL %s=%s: %s (never in a real run)", ENV, name, FAULTS[name])
+    logger.warning(
+        "sglang-mamba-dedup: NEGATIVE CONTROL %s=%s: %s (never in a real run)", env.FAULT, name, FAULTS[name]
+    )
 
 
 def remove() -> None:
@@ -68,22 +69,22 @@ def remove() -> None:
     report.record_fault(None)
 
 
-def set_env(env: dict[str, str], on: bool) -> dict[str, str]:
+def set_env(child: dict[str, str], on: bool) -> dict[str, str]:
     """Set (``on``: the e2e's ``fault`` runs) or clear this fault's variable in a child's environment."""
     if on:
-        env[ENV] = COMMIT_STEP0
+        child[env.FAULT] = COMMIT_STEP0
     else:
-        env.pop(ENV, None)
-    return env
+        child.pop(env.FAULT, None)
+    return child
 
 
 def requested() -> str | None:
-    """The value of :data:`ENV` (stripped), a known fault or not; None when unset or blank."""
+    """The value of :data:`env.FAULT` (stripped), a known fault or not; None when unset or blank."""
     return env.value(env.FAULT)
 
 
 def install_from_env() -> str | None:
-    """Install the fault named by :data:`ENV` (called by the activation when the plugin is on); returns its
+    """Install the fault named by :data:`env.FAULT` (called by the activation when the plugin is on); returns its
     name, or None when unset. An unknown name is logged at ERROR and nothing is installed."""
     name = requested()
     if name is None:

@@ -23,8 +23,6 @@ from typing import Any
 
 from . import env, sizing
 
-ALLOW_CPU_ENV = env.ALLOW_CPU
-
 _UNSET = object()
 
 
@@ -67,7 +65,7 @@ def device_problem(device: Any) -> str | None:
         return None
     if dev.type == "cpu" and env.enabled(env.ALLOW_CPU):  # tests only: the Triton interpreter stands in
         return None
-    return f"device {dev.type!r} is not CUDA (the CPU override {ALLOW_CPU_ENV}=1 is for tests only)"
+    return f"device {dev.type!r} is not CUDA (the CPU override {env.ALLOW_CPU}=1 is for tests only)"
 
 
 def conv_kernel_of(cache_params: Any) -> int | None:

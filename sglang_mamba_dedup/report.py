@@ -19,8 +19,6 @@ from . import env, state, versions
 from .state import COUNTERS as COUNTERS  # the counters' names, for readers of the report
 from .state import STATE, current_mode
 
-REPORT_DIR_ENV = env.REPORT_DIR
-
 
 def events() -> dict[str, Any]:
     with STATE.lock:

@@ -32,9 +32,9 @@ def _triton_interpret_scope():
 @pytest.fixture
 def allow_cpu(monkeypatch):
     """Tests only: the gate accepts a CPU pool (the interpreter stands in for the GPU); undone after the test."""
-    from sglang_mamba_dedup import gate
+    from sglang_mamba_dedup import env
 
-    monkeypatch.setenv(gate.ALLOW_CPU_ENV, "1")
+    monkeypatch.setenv(env.ALLOW_CPU, "1")
 
 
 def pytest_configure(config):

@@ -8,6 +8,8 @@ import math
 import os
 from collections.abc import Callable, Iterator
 
+from .. import env
+
 
 def number(
     kind: Callable[[str], float], *, low: float = 0.0, high: float | None = None, inclusive: bool = False
@@ -63,7 +65,7 @@ def switched(value: str | None) -> Iterator[None]:
 
     with report.muted():
         try:
-            with environ(activation.ENV, value):
+            with environ(env.SWITCH, value):
                 activation.register(what_if=True)
                 yield
         finally:

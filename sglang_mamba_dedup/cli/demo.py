@@ -8,7 +8,7 @@ import contextlib
 import os
 import sys
 
-from .. import sizing
+from .. import env, sizing
 from ..offline.sglang_pool import CudaToDeviceTorch
 from ..offline.shapes import MODELS
 from ._args import environ, positive_int, switched
@@ -31,12 +31,10 @@ def _cpu_stand_in(device: str):
         return
     from sglang.srt.mem_cache import memory_pool
 
-    from .. import gate
-
     saved_torch = memory_pool.torch
     memory_pool.torch = CudaToDeviceTorch(device)
     try:
-        with environ(gate.ALLOW_CPU_ENV, "1"):
+        with environ(env.ALLOW_CPU, "1"):
             yield True
     finally:
         memory_pool.torch = saved_torch
@@ -80,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..offline.sglang_pool import build_pool, cache_params
 
     try:
-        user_mode = activation.parse_mode(os.environ.get(activation.ENV))
+        user_mode = activation.parse_mode(os.environ.get(env.SWITCH))
     except activation.SwitchError as exc:
         print(f"sglang-mamba-dedup demo: {exc}", file=sys.stderr)
         return 2

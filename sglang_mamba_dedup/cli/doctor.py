@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from .. import activation, faults, patch_state, versions
+from .. import activation, env, faults, patch_state, versions
 from ..patches import PATCHES, verify_commit
 from . import evidence
 
@@ -46,7 +46,7 @@ def collect() -> dict[str, Any]:
         "entry_point_registered": _entry_point_found(),
         "problems": [],
     }
-    raw = os.environ.get(activation.ENV)
+    raw = os.environ.get(env.SWITCH)
     info["switch"] = {"raw": raw}
     try:
         info["switch"]["mode"] = activation.parse_mode(raw).value
@@ -123,10 +123,10 @@ def _fault() -> dict[str, Any] | None:
     effect = faults.FAULTS.get(name)
     what = f"{effect} (on: every accepted state goes wrong)" if effect else "not a known fault (on: ERROR, ignored)"
     return {
-        "variable": faults.ENV,
+        "variable": env.FAULT,
         "value": name,
         "known": effect is not None,
-        "problem": f"{faults.ENV}={name} is set: the NEGATIVE CONTROL, never for serving: {what}; "
+        "problem": f"{env.FAULT}={name} is set: the NEGATIVE CONTROL, never for serving: {what}; "
         f"strict mode refuses to start with it. Unset it",
     }
 
@@ -158,7 +158,7 @@ def render(info: dict[str, Any]) -> str:
     if sw.get("error"):
         say(f"  switch      {sw['error']}")
     else:
-        say(f"  switch      {activation.ENV}={sw['raw'] if sw['raw'] is not None else '<unset>'} -> {sw['mode']}")
+        say(f"  switch      {env.SWITCH}={sw['raw'] if sw['raw'] is not None else '<unset>'} -> {sw['mode']}")
     if info.get("fault"):
         say(f"  FAULT       {info['fault']['problem']}")
     for feature, f in (info.get("features") or {}).items():

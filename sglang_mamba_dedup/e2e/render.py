@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import faults
-from ..env import FLAG, SWITCH
+from ..env import FAULT, FLAG, SWITCH
 from .context import RunContext, RunResult
 from .reports import commit_counts, describe_report
 from .server import describe_command
@@ -137,7 +137,7 @@ def run_start(ctx: RunContext, i: int, mode: str) -> None:
     else:
         what = f"{SWITCH}={'0' if mode == 'off' else '1'} (fresh process)"
     if mode == "fault":
-        what += f" + {faults.ENV}={faults.COMMIT_STEP0} (negative control: {faults.FAULTS[faults.COMMIT_STEP0]})"
+        what += f" + {FAULT}={faults.COMMIT_STEP0} (negative control: {faults.FAULTS[faults.COMMIT_STEP0]})"
     say(f"-- run {i + 1}/{len(ctx.modes)}: {what} ...")
 
 

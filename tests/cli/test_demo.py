@@ -2,7 +2,7 @@
 
 import pytest
 
-from sglang_mamba_dedup import activation, versions
+from sglang_mamba_dedup import env, versions
 from sglang_mamba_dedup.cli import demo
 
 pytestmark = pytest.mark.release
@@ -28,10 +28,10 @@ def test_demo_shows_the_plugins_effect(capsys):
 
 
 def test_demo_honours_strict_and_rejects_bad_input(monkeypatch, capsys):
-    monkeypatch.setenv(activation.ENV, "strict")
+    monkeypatch.setenv(env.SWITCH, "strict")
     assert demo.main(["--slots", "1", "--draft-tokens", "2"]) == 0
     assert "plugin on (topk=1, strict)" in capsys.readouterr().out
-    monkeypatch.setenv(activation.ENV, "bogus")
+    monkeypatch.setenv(env.SWITCH, "bogus")
     assert demo.main([]) == 2
     for bad in (["--slots", "-1"], ["--draft-tokens", "0"]):
         with pytest.raises(SystemExit) as e:
@@ -66,8 +66,8 @@ def test_what_if_commands_write_no_report_and_install_no_fault(monkeypatch, tmp_
     from sglang_mamba_dedup.patches import verify_commit
 
     reports = tmp_path / "reports"
-    monkeypatch.setenv(report.REPORT_DIR_ENV, str(reports))
-    monkeypatch.setenv(faults.ENV, faults.COMMIT_STEP0)
+    monkeypatch.setenv(env.REPORT_DIR, str(reports))
+    monkeypatch.setenv(env.FAULT, faults.COMMIT_STEP0)
     installs: list[str] = []
     monkeypatch.setattr(report, "record_fault", lambda name: installs.append(name) if name else None)
     if command == "plan":

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from sglang_mamba_dedup import versions
+from sglang_mamba_dedup import env, versions
 from sglang_mamba_dedup.cli import doctor
 
 pytestmark = pytest.mark.release
@@ -145,21 +145,20 @@ def test_doctor_release_json(release, code, capsys):
 def test_doctor_names_a_set_fault_variable(monkeypatch, capsys, value, known):
     """``SGLANG_MAMBA_DEDUP_FAULT`` set: a line of its own right under the switch, a problem in the verdict (exit 1),
     and the same in the JSON report."""
-    from sglang_mamba_dedup import faults
 
     _fake_cuda(monkeypatch)
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP", "1")
-    monkeypatch.setenv(faults.ENV, value)
+    monkeypatch.setenv(env.FAULT, value)
     assert doctor.main([]) == 1
     lines = capsys.readouterr().out.splitlines()
     at = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("FAULT"))
-    assert lines[at - 1].lstrip().startswith("switch") and f"{faults.ENV}={value} is set" in lines[at]
+    assert lines[at - 1].lstrip().startswith("switch") and f"{env.FAULT}={value} is set" in lines[at]
     assert "NEGATIVE CONTROL" in lines[at] and "strict mode refuses to start" in lines[at]
     verdict = next(i for i, ln in enumerate(lines) if ln.startswith("verdict"))
-    assert any(ln.startswith("  - ") and faults.ENV in ln for ln in lines[verdict:])
+    assert any(ln.startswith("  - ") and env.FAULT in ln for ln in lines[verdict:])
     assert doctor.main(["--json"]) == 1
     info = json.loads(capsys.readouterr().out)
     assert info["fault"]["value"] == value and info["fault"]["known"] is known
     assert info["fault"]["problem"] in info["problems"]
-    monkeypatch.delenv(faults.ENV)
+    monkeypatch.delenv(env.FAULT)
     assert doctor.main([]) == 0 and "FAULT" not in capsys.readouterr().out
