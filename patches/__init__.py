@@ -8,7 +8,7 @@ from __future__ import annotations
 from sglang_mamba_dedup import versions
 from sglang_mamba_dedup.patcher import Patch
 
-from . import estimator, mamba_pool, server_args, topk, verify_commit
+from . import estimator, mamba_pool, server_args, topk, verify_commit, zero_copy
 
 # Ranges come only from the named boundaries in ``sglang_mamba_dedup.versions``.
 ALL = str(versions.SUPPORTED)
@@ -16,10 +16,12 @@ BACKPORT = str(versions.BACKPORT)
 OLD_LAYOUT = str(versions.OLD_LAYOUT)  # pools built in model_runner_kv_cache_mixin
 NEW_LAYOUT = str(versions.NEW_LAYOUT)  # pools built in kv_cache_configurator
 UNIFIED_POOL = str(versions.UNIFIED_POOL)  # UnifiedMambaPool exists
+ZERO_COPY = str(versions.ZERO_COPY)  # the one release the zero-copy commit is built against
 
-#: Features in application order; all of them only when the plugin is switched on. ``launch_flag`` makes
-#: SGLang's parser accept ``--enable-mamba-conv-dedup`` (which switched the plugin on from ``sys.argv``).
-FEATURES = ("launch_flag", "dedup_layout", "commit", "topk_plumbing", "estimator")
+#: Features in application order; all of them only when the plugin is switched on (``zero_copy`` only when
+#: asked for as well). ``launch_flag`` makes SGLang's parser accept our flags (which switched the plugin on from
+#: ``sys.argv``).
+FEATURES = ("launch_flag", "dedup_layout", "commit", "topk_plumbing", "estimator", "zero_copy")
 SWITCHED_FEATURES = FEATURES[1:]
 
 PATCHES: list[Patch] = [
@@ -103,5 +105,55 @@ PATCHES: list[Patch] = [
         wrapper=estimator.handle_max_mamba_cache,
         params=("total_rest_memory",),
         doc="reserves the deduplicated window size (more slots) and what the pool allocates beyond SGLang's estimate: padding rows, ReplaySSM's conv scratch, PD decode's pre-allocated rows",
+    ),
+    Patch(
+        name="gdn_backend.forward_extend",
+        feature="zero_copy",
+        module="sglang.srt.layers.attention.linear.gdn_backend",
+        attr="GDNAttnBackend.forward_extend",
+        releases=ZERO_COPY,
+        wrapper=zero_copy.gdn_forward_extend,
+        params=("layer", "forward_batch"),
+        doc="zero-copy (asked for): a verify runs seeded from the scratch; any other extend stages its rows in",
+    ),
+    Patch(
+        name="gdn_backend.select_verify_intermediate_state_indices",
+        feature="zero_copy",
+        module="sglang.srt.layers.attention.linear.gdn_backend",
+        attr="select_verify_intermediate_state_indices",
+        releases=ZERO_COPY,
+        wrapper=zero_copy.select_rows,
+        params=("default_indices", "req_pool_indices", "valid", "pool_size"),
+        doc="zero-copy: a request's scratch row is its req_pool_idx (padding: row 0)",
+    ),
+    Patch(
+        name="gdn_triton.target_verify",
+        feature="zero_copy",
+        module="sglang.srt.layers.attention.linear.kernels.gdn_triton",
+        attr="TritonGDNKernel.target_verify",
+        releases=ZERO_COPY,
+        wrapper=zero_copy.triton_target_verify,
+        params=("ssm_states", "cache_indices", "intermediate_states_buffer", "intermediate_state_indices"),
+        doc="zero-copy: SGLang's Triton verify reads each request's state from the scratch column it is in",
+    ),
+    Patch(
+        name="streaming_session.try_cache_finished_req",
+        feature="zero_copy",
+        module="sglang.srt.session.streaming_session",
+        attr="StreamingSession.try_cache_finished_req",
+        releases=ZERO_COPY,
+        wrapper=zero_copy.session_kept,
+        params=("req",),
+        doc="zero-copy: a streaming session's kept turn is queued to be materialized into its slot",
+    ),
+    Patch(
+        name="model_runner.deferred_mamba_cow_and_clear",
+        feature="zero_copy",
+        module="sglang.srt.model_executor.model_runner",
+        attr="ModelRunner._maybe_execute_deferred_mamba_cow_and_clear",
+        releases=ZERO_COPY,
+        wrapper=zero_copy.before_extend,
+        params=("forward_batch",),
+        doc="zero-copy: the queued session hand-offs are materialized before the next extend reads the pool",
     ),
 ]

@@ -1,5 +1,6 @@
-"""The launch flag ``--enable-mamba-conv-dedup`` on SGLang's own command line: ``add_cli_args`` adds it to the
-parser, ``from_cli_args`` sets ``SGLANG_MAMBA_DEDUP`` before SGLang spawns its schedulers (docs/internals.md).
+"""The launch flags ``--enable-mamba-conv-dedup`` and ``--enable-mamba-zero-copy-commit`` on SGLang's own command
+line: ``add_cli_args`` adds them to the parser, ``from_cli_args`` sets ``SGLANG_MAMBA_DEDUP`` (and
+``SGLANG_MAMBA_DEDUP_ZERO_COPY``) before SGLang spawns its schedulers (docs/internals.md).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ logger = logging.getLogger("sglang_mamba_dedup")
 
 FLAG = env.FLAG
 DEST = "enable_mamba_conv_dedup"
+ZERO_COPY_DEST = "enable_mamba_zero_copy_commit"
 
 
 def add_cli_args(wrapped, instance, args, kwargs):
@@ -27,12 +29,25 @@ def add_cli_args(wrapped, instance, args, kwargs):
             help="sglang-mamba-dedup: deduplicate the speculative conv-window cache of hybrid Mamba/GDN "
             "models and commit accepted states with the plugin's kernels (same as SGLANG_MAMBA_DEDUP=1).",
         )
+    if parser is not None and env.ZERO_COPY_FLAG not in getattr(parser, "_option_string_actions", {}):
+        parser.add_argument(
+            env.ZERO_COPY_FLAG,
+            dest=ZERO_COPY_DEST,
+            action="store_true",
+            default=False,
+            help="sglang-mamba-dedup: the zero-copy commit (SGLang 0.5.23, GDN, radix cache off; implies "
+            f"{FLAG}; same as {env.ZERO_COPY}=1): the verify reads the accepted SSM state where it wrote it.",
+        )
     return result
 
 
 def from_cli_args(wrapped, instance, args, kwargs):
     ns = kwargs.get("args", args[0] if args else None)
-    if getattr(ns, DEST, False) and not versions.support_problem(versions.installed_sglang_version()):
+    if getattr(ns, ZERO_COPY_DEST, False):
+        os.environ[env.ZERO_COPY] = "1"
+    if (getattr(ns, DEST, False) or getattr(ns, ZERO_COPY_DEST, False)) and not versions.support_problem(
+        versions.installed_sglang_version()
+    ):
         # (outside the range the flag is accepted and ignored; the activation has said why, once)
         current = os.environ.get(env.SWITCH, "")
         if env.parse_mode_or_off(current) is not env.Mode.STRICT:

@@ -96,17 +96,28 @@ class _Route:
             and self.pool.mamba_cache is self.cache
         )
 
-    def commit(self, steps, slots, track_steps, track_slots) -> None:
+    def commit(self, steps, slots, track_steps, track_slots, rows=None) -> None:
         """Our commit's one kernel launch (``track_*`` None: no track set), the seam the negative control breaks. The
-        plan is looked up on every call (docs/internals.md); the route keeps the one in use alive for CUDA graphs."""
+        plan is looked up on every call (docs/internals.md); the route keeps the one in use alive for CUDA graphs.
+        ``rows`` (the zero-copy commit, docs/zero-copy.md): the conv windows only, read from the requests' scratch
+        rows; the SSM state stays where the verify wrote it, and ``accepted`` records which step that is."""
         cache, kernel = self.cache, self.kernel
-        self.plan = kernel.get_plan(cache.conv, cache.intermediate_conv_window, cache.temporal, cache.intermediate_ssm)
-        kernel.launch(
-            self.plan,
-            ssm=(cache.intermediate_ssm, cache.temporal),
-            accept=(steps, slots),
-            track=(track_steps, track_slots),
-        )
+        if rows is None:
+            self.plan = kernel.get_plan(
+                cache.conv, cache.intermediate_conv_window, cache.temporal, cache.intermediate_ssm
+            )
+            kernel.launch(
+                self.plan,
+                ssm=(cache.intermediate_ssm, cache.temporal),
+                accept=(steps, slots),
+                track=(track_steps, track_slots),
+            )
+            return
+        if track_steps is not None:
+            raise RuntimeError("zero-copy commit with a track set: the radix cache must be off (docs/zero-copy.md)")
+        self.plan = kernel.get_plan(cache.conv, cache.intermediate_conv_window, None, None)
+        kernel.launch(self.plan, accept=(steps, slots), src_rows=rows[: steps.shape[0]])
+        self.pool._smd_zc.accept(steps, slots, rows)
 
 
 def _static_reason(linear_backend, pool) -> str | None:
@@ -197,7 +208,13 @@ def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
         translate = getattr(linear_backend, "_translate_mamba_indices", None)  # 0.5.23: virtual -> physical slot ids
         if translate is not None:
             track_idx = translate(track_idx)
-    route.commit(last_correct, state_indices, track_steps if track_idx is not None else None, track_idx)
+    zc = getattr(route.pool, "_smd_zc", None)
+    if zc is not None and req_pool_indices is None:
+        raise RuntimeError("zero-copy commit without req_pool_indices: the scratch rows are unknown")
+    rows = req_pool_indices if zc is not None else None
+    route.commit(last_correct, state_indices, track_steps if track_idx is not None else None, track_idx, rows=rows)
+    if zc is not None:
+        STATE.events["zc_commit_calls"] = STATE.events.get("zc_commit_calls", 0) + 1
     ple = getattr(instance, "_update_ple_state_after_mtp_verify", None)
     if ple is not None:
         ple(state_indices, last_correct, track_idx, track_steps)  # the call checked by CALLEES

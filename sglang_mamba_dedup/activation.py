@@ -186,8 +186,15 @@ def _register(what_if: bool) -> None:
     if mode is Mode.STRICT and not what_if:
         _refuse_fault()
     STATE.mode = mode
-    results: dict[str, str | None] = patch_state.apply(FEATURES)
+    zero_copy = env.enabled(env.ZERO_COPY)
+    wanted = [f for f in FEATURES if f != "zero_copy" or zero_copy]
+    results: dict[str, str | None] = patch_state.apply(wanted)
     skipped = {f: r for f, r in results.items() if r is not None}
+    if zero_copy and not versions.in_range(versions.effective(version), versions.ZERO_COPY):
+        skipped["zero_copy"] = (
+            f"{env.ZERO_COPY} asked for, but the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} "
+            "only: today's commit"
+        )
     if mode is Mode.STRICT and skipped:
         STATE.mode = Mode.OFF
         patch_state.revert()
@@ -196,7 +203,7 @@ def _register(what_if: bool) -> None:
     applied = sorted(
         {v["feature"] for v in st.values() if v["state"] == "applied" and v["feature"] in SWITCHED_FEATURES}
     )
-    idle = sorted(f for f in SWITCHED_FEATURES if f not in applied and f not in skipped)
+    idle = sorted(f for f in SWITCHED_FEATURES if f in wanted and f not in applied and f not in skipped)
     parts = [f"{head}: {mode.value}, {versions.mode_for(version)} mode", "applied " + (", ".join(applied) or "nothing")]
     if idle:
         parts.append("not needed on this release: " + ", ".join(idle))
@@ -211,4 +218,7 @@ def _register(what_if: bool) -> None:
 
 
 def flag_in_argv() -> bool:
-    return FLAG in sys.argv[1:]
+    argv = sys.argv[1:]
+    if env.ZERO_COPY_FLAG in argv:
+        os.environ[env.ZERO_COPY] = "1"  # the scheduler processes read it
+    return FLAG in argv or env.ZERO_COPY_FLAG in argv

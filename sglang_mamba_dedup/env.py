@@ -15,8 +15,16 @@ stock path kept); ``strict`` = on, and any reason to skip stops the launch. Spaw
 FLAG = "--enable-mamba-conv-dedup"
 """The launch flag of ``python -m sglang.launch_server`` / ``sglang serve``: the same as ``SGLANG_MAMBA_DEDUP=1``."""
 
+ZERO_COPY = "SGLANG_MAMBA_DEDUP_ZERO_COPY"
+"""Boolean, with the switch on: the zero-copy commit (SGLang 0.5.23, GDN, the cases docs/zero-copy.md makes safe):
+the verify seeds each request from the scratch column its last verify wrote, and the commit moves no SSM bytes."""
+
+ZERO_COPY_FLAG = "--enable-mamba-zero-copy-commit"
+"""The launch flag for :data:`ZERO_COPY` (it also switches the plugin on, like :data:`FLAG`)."""
+
 FAULT = "SGLANG_MAMBA_DEDUP_FAULT"
-"""The e2e's negative control (``commit_step0``: the commit copies draft step 0); strict mode refuses to start."""
+"""The e2e's negative control (``commit_step0``: the commit copies draft step 0; ``zc_no_stage_in``: zero-copy's
+stage-in after an extend is skipped); strict mode refuses to start."""
 
 REPORT_DIR = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
 """A folder: each process writes ``status-<pid>-<token>.json`` there (what was patched, layouts, commit counts)."""

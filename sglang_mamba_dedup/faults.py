@@ -18,14 +18,17 @@ names it, and the what-if CLIs (``plan``, ``demo``) never install it.
 from __future__ import annotations
 
 import logging
+import sys
 
 from . import env, report
 from .patches import verify_commit
 from .state import STATE
 
 COMMIT_STEP0 = "commit_step0"
+ZC_NO_STAGE_IN = "zc_no_stage_in"
 FAULTS: dict[str, str] = {
     COMMIT_STEP0: "the commit copies draft step 0 instead of the accepted step",
+    ZC_NO_STAGE_IN: "the zero-copy commit skips the stage-in after an extend (the first verify seeds stale scratch)",
 }
 
 logger = logging.getLogger("sglang_mamba_dedup")
@@ -43,16 +46,27 @@ def install(name: str) -> None:
     if STATE.fault == name:
         return
     remove()
-    real = verify_commit._Route.commit
+    if name == ZC_NO_STAGE_IN:
+        from .patches import zero_copy
 
-    def commit_step0(route, steps, slots, track_steps, track_slots):
-        import torch
+        real_stage_in = zero_copy.ZeroCopy.stage_in
 
-        step0 = torch.where(steps >= 0, torch.zeros_like(steps), steps)
-        return real(route, step0, slots, track_steps, track_slots)
+        def no_stage_in(zc, layer_cache, slots, rows):
+            return None
 
-    commit_step0._smd_real = real  # type: ignore[attr-defined]
-    verify_commit._Route.commit = commit_step0  # type: ignore[method-assign]
+        no_stage_in._smd_real = real_stage_in  # type: ignore[attr-defined]
+        zero_copy.ZeroCopy.stage_in = no_stage_in  # type: ignore[method-assign]
+    else:
+        real = verify_commit._Route.commit
+
+        def commit_step0(route, steps, slots, track_steps, track_slots, rows=None):
+            import torch
+
+            step0 = torch.where(steps >= 0, torch.zeros_like(steps), steps)
+            return real(route, step0, slots, track_steps, track_slots, rows=rows)
+
+        commit_step0._smd_real = real  # type: ignore[attr-defined]
+        verify_commit._Route.commit = commit_step0  # type: ignore[method-assign]
     STATE.fault = name
     report.record_fault(name)
     logger.warning(
@@ -65,14 +79,18 @@ def remove() -> None:
     real = getattr(verify_commit._Route.commit, "_smd_real", None)
     if real is not None:
         verify_commit._Route.commit = real  # type: ignore[method-assign]
+    zero_copy = sys.modules.get("sglang_mamba_dedup.patches.zero_copy")
+    real = getattr(getattr(zero_copy, "ZeroCopy", None), "stage_in", None)
+    if getattr(real, "_smd_real", None) is not None:
+        zero_copy.ZeroCopy.stage_in = real._smd_real  # type: ignore[union-attr]
     STATE.fault = None
     report.record_fault(None)
 
 
-def set_env(child: dict[str, str], on: bool) -> dict[str, str]:
-    """Set (``on``: the e2e's ``fault`` runs) or clear this fault's variable in a child's environment."""
+def set_env(child: dict[str, str], on: bool, name: str = COMMIT_STEP0) -> dict[str, str]:
+    """Set (``on``: the e2e's ``fault`` runs) or clear the fault's variable in a child's environment."""
     if on:
-        child[env.FAULT] = COMMIT_STEP0
+        child[env.FAULT] = name
     else:
         child.pop(env.FAULT, None)
     return child

@@ -57,6 +57,12 @@ def record_fault(name: str | None) -> None:
         write()
 
 
+def record_zero_copy(decision: str) -> None:
+    """The zero-copy commit's decision for a pool: ``on``, or ``off: <reason>`` (the last pool decided wins)."""
+    with STATE.lock:
+        STATE.events["zero_copy"] = decision
+
+
 def count_commit(ours: bool, track: bool = False) -> None:
     """Count one verify commit: ``ours`` when our kernel served it, ``track`` when it had a track set."""
     with STATE.lock:

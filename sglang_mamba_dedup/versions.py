@@ -44,6 +44,8 @@ NEW_LAYOUT_FROM = "0.5.16"
 SPEC_RADIX_FROM = "0.5.14"
 #: ``UnifiedMambaPool`` (``--enable-unified-memory``) exists; it never runs ``MambaPool.__init__``.
 UNIFIED_POOL_FROM = "0.5.15"
+#: the zero-copy commit (docs/zero-copy.md): built and proven against this one release's private code.
+ZERO_COPY_RELEASE = "0.5.23"
 #: the first release we have not tested.
 UNTESTED_FROM = "0.5.24"
 
@@ -53,6 +55,7 @@ UPSTREAM_DEDUP = SpecifierSet(f">={UPSTREAM_DEDUP_FROM},<{UNTESTED_FROM}")
 OLD_LAYOUT = SpecifierSet(f">={FIRST},<{NEW_LAYOUT_FROM}")
 NEW_LAYOUT = SpecifierSet(f">={NEW_LAYOUT_FROM},<{UNTESTED_FROM}")
 UNIFIED_POOL = SpecifierSet(f">={UNIFIED_POOL_FROM},<{UNTESTED_FROM}")
+ZERO_COPY = SpecifierSet(f"=={ZERO_COPY_RELEASE}")
 
 
 def plugin_version() -> str:

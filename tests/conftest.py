@@ -45,7 +45,7 @@ def pytest_configure(config):
 def _plugin_clean(monkeypatch):
     from sglang_mamba_dedup import env, faults, patch_state, state
 
-    for name in (env.SWITCH, env.FAULT, env.REPORT_DIR):
+    for name in (env.SWITCH, env.FAULT, env.REPORT_DIR, env.ZERO_COPY):
         monkeypatch.delenv(name, raising=False)
     patch_state.revert(force=True)
     state.reset()

@@ -1,0 +1,243 @@
+"""The zero-copy commit through SGLang 0.5.23's own GDN verify kernels and the plugin's own zero-copy code, stock vs
+zero-copy bit-exact over a random schedule (docs/zero-copy.md section 9, "the same through SGLang's own kernels").
+
+Both worlds run SGLang's Triton ``causal_conv1d_update`` and ``TritonGDNKernel.target_verify`` (its
+``fused_sigmoid_gating_delta_rule_update``; under ``TRITON_INTERPRET=1`` on the CPU), with the rows from
+``gdn_backend.select_verify_intermediate_state_indices``: as SGLang ships them in the stock world, through the
+plugin's wrappers (Z2, Z3) in the zero-copy world. The stock commit is a PyTorch reference of SGLang's scatter; the
+zero-copy commit is the plugin's ``_Route.commit(rows=...)`` (our Triton kernel, conv only, then ``accepted``);
+extends write ``temporal``/``conv`` (a deterministic function of the old state) and zero-copy stages in with
+``ZeroCopy.stage_in``; session hand-offs go through ``ZeroCopy.materialize``. The schedule (joins, chunked prefills,
+finishes, retractions, hand-offs, reorders, CUDA-graph-style padding with slot -1 / row 0, accept lengths 1..D) is
+``tests/support/zero_copy_sim.make_schedule``'s. Not covered here: the GDN backend's ``forward_extend`` (Z1), CUDA
+graphs, real tiling (the H200 e2e).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import types
+
+import pytest
+import torch
+
+from sglang_mamba_dedup import faults, patch_state, versions
+from sglang_mamba_dedup.patches import verify_commit, zero_copy
+from tests.support import zero_copy_sim as sim
+
+pytestmark = [
+    pytest.mark.release,
+    pytest.mark.skipif(
+        not versions.in_range(versions.installed_sglang_version(), versions.ZERO_COPY),
+        reason=f"the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} only",
+    ),
+]
+
+ROWS, SLOTS, H, HV, KD, VD, CONV_K = 6, 9, 2, 4, 8, 8, 4
+DIM = 2 * H * KD + HV * VD  # q, k, v channels of the conv, as GDN splits them
+
+
+@pytest.fixture
+def zero_copy_patched(monkeypatch):
+    monkeypatch.setenv("SGLANG_MAMBA_DEDUP", "1")
+    monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ZERO_COPY", "1")
+    assert patch_state.apply(["commit", "zero_copy"]) == {"commit": None, "zero_copy": None}
+    yield
+    faults.remove()
+    patch_state.revert(force=True)
+
+
+class _World:
+    """One layer's pool, scratch and weights; ``zc``: the plugin's zero-copy bookkeeping (None: stock)."""
+
+    def __init__(self, drafts: int, ssm_dtype, zc: bool, gen: torch.Generator):
+        def r(*shape):
+            return torch.randn(*shape, generator=gen)
+
+        self.temporal = torch.zeros(1, SLOTS, HV, VD, KD, dtype=ssm_dtype)
+        self.conv = torch.zeros(1, SLOTS, DIM, CONV_K - 1)
+        self.inter_ssm = torch.zeros(1, ROWS + 1, drafts, HV, VD, KD, dtype=ssm_dtype)
+        self.inter_conv = torch.zeros(1, ROWS + 1, drafts, DIM, CONV_K - 1)
+        self.weight, self.bias = r(DIM, CONV_K) * 0.5, r(DIM) * 0.1
+        self.A_log, self.dt_bias, self.mix = r(HV) * 0.5, r(HV) * 0.5, r(HV, VD, KD) * 0.1
+        self.proj_a, self.proj_b = r(DIM, HV) * 0.2, r(DIM, HV) * 0.2
+        self.cache = types.SimpleNamespace(
+            temporal=self.temporal,
+            intermediate_ssm=self.inter_ssm,
+            conv=[self.conv],
+            intermediate_conv_window=[self.inter_conv],
+        )
+        self.pool = types.SimpleNamespace(mamba_cache=self.cache, _smd_zc=None)
+        if zc:
+            self.pool._smd_zc = zero_copy.ZeroCopy(self.pool)
+        self.route = verify_commit._Route(None, self.pool, self.cache, verify_commit.load_fused_commit(), None)
+        self.layer = types.SimpleNamespace(temporal=self.temporal[0], intermediate_ssm=self.inter_ssm[0])
+
+    def extend(self, e: sim.Extend) -> None:
+        """A stand-in prefill chunk: the new state is a fixed function of the stored one and the chunk."""
+        if e.init is not None:  # a join: the slot's initial state
+            self.temporal[0, e.slot], self.conv[0, e.slot] = e.init
+        self.conv[0, e.slot] = self.conv[0, e.slot] * 0.9 + e.chunk.mean()
+        self.temporal[0, e.slot] = (self.temporal[0, e.slot].float() * 0.9 + e.chunk.mean() * self.mix).to(
+            self.temporal.dtype
+        )
+
+    def verify(
+        self, v: sim.Verify, rpi: torch.Tensor, slots: torch.Tensor, default_rows: torch.Tensor, stock_rows=False
+    ):
+        from sglang.kernels.ops.mamba.causal_conv1d_triton import causal_conv1d_update
+        from sglang.srt.layers.attention.linear import gdn_backend
+        from sglang.srt.layers.attention.linear.kernels.gdn_triton import TritonGDNKernel
+
+        b, d = v.drafts.shape[:2]
+        token = zero_copy._ACTIVE.set(self.pool._smd_zc) if self.pool._smd_zc is not None else None
+        try:
+            select = gdn_backend.select_verify_intermediate_state_indices
+            if stock_rows:  # negative control: SGLang's batch-position rows under the zero-copy seed
+                select = select.__wrapped__
+            rows = select(default_rows, rpi, slots >= 0, ROWS)
+            y = causal_conv1d_update(
+                v.drafts.transpose(1, 2).contiguous(),
+                self.conv[0],
+                self.weight,
+                self.bias,
+                "silu",
+                conv_state_indices=slots,
+                intermediate_conv_window=self.inter_conv[0],
+                intermediate_state_indices=rows[:b],
+            )
+            x = y.transpose(1, 2).reshape(b * d, DIM)
+            q, k, val = torch.split(x, [H * KD, H * KD, HV * VD], dim=-1)
+            out = TritonGDNKernel().target_verify(
+                self.A_log,
+                self.dt_bias,
+                q.reshape(1, b * d, H, KD).contiguous(),
+                k.reshape(1, b * d, H, KD).contiguous(),
+                val.reshape(1, b * d, HV, VD).contiguous(),
+                x @ self.proj_a,
+                x @ self.proj_b,
+                ssm_states=self.temporal[0],
+                cache_indices=slots,
+                query_start_loc=torch.arange(0, b + 1, dtype=torch.int32) * d,
+                intermediate_states_buffer=self.inter_ssm[0],
+                intermediate_state_indices=rows,
+                cache_steps=d,
+                retrieve_parent_token=None,
+            )
+        finally:
+            if token is not None:
+                zero_copy._ACTIVE.reset(token)
+        return y, out.reshape(b, d, HV, VD), rows
+
+    def commit(self, steps, slots, rows, rpi) -> None:
+        if self.pool._smd_zc is None:  # SGLang's scatter, in PyTorch: scratch [batch position, step] -> slot
+            for n in range(steps.shape[0]):
+                if steps[n] >= 0 and slots[n] >= 0:
+                    self.temporal[0, slots[n]] = self.inter_ssm[0, rows[n], steps[n]]
+                    self.conv[0, slots[n]] = self.inter_conv[0, rows[n], steps[n]]
+        else:
+            self.route.commit(steps, slots, None, None, rows=rpi)
+
+    def live(self, row: int, slot: int) -> torch.Tensor:
+        zc = self.pool._smd_zc
+        if zc is None:
+            return self.temporal[0, slot].clone()
+        return self.inter_ssm[0, row, int(zc.accepted[row]) - 1].clone()
+
+
+def replay(schedule, drafts: int, ssm_dtype, zc: bool, seed: int, skip=()):
+    """Run ``schedule``; returns (md5 of every verify output, the live states per step); ``skip``: zero-copy steps
+    left out on purpose (negative controls: "materialize", "accept", "rows")."""
+    w = _World(drafts, ssm_dtype, zc, torch.Generator().manual_seed(seed))
+    md5, lives = hashlib.md5(), []
+    # SGLang's batch-position table (build_verify_intermediate_state_indices): rows 0..size-1, then padding on row size
+    default_rows = torch.cat([torch.arange(ROWS), torch.full((17,), ROWS)]).to(torch.int32)
+    for ev in schedule:
+        zcs = w.pool._smd_zc
+        for kind, _rid, row, slot in ev.leaves:
+            if zcs is not None and kind == "session":
+                zcs.handoffs.append((row, torch.tensor(slot)))
+        if ev.extends:
+            if zcs is not None and zcs.handoffs:
+                if "materialize" in skip:
+                    zcs.handoffs.clear()
+                else:
+                    zcs.materialize(w.cache)
+            for e in ev.extends:
+                w.extend(e)
+            if zcs is not None:
+                slots = torch.tensor([e.slot for e in ev.extends], dtype=torch.int32)
+                rows = torch.tensor([e.row for e in ev.extends], dtype=torch.int64)
+                zcs.stage_in(w.layer, slots, rows)
+        v = ev.verify
+        if v is None:
+            continue
+        slots = torch.tensor([x[2] if x else -1 for x in v.entries], dtype=torch.int32)
+        rpi = torch.tensor([x[1] if x else 0 for x in v.entries], dtype=torch.int64)
+        y, out, rows = w.verify(v, rpi, slots, default_rows, stock_rows=zcs is not None and "rows" in skip)
+        for n, x in enumerate(v.entries):
+            if x is not None:
+                md5.update(y[n].float().numpy().tobytes())
+                md5.update(out[n].float().numpy().tobytes())
+        steps = torch.tensor([a - 1 if x else -1 for a, x in zip(v.accept, v.entries)], dtype=torch.int32)
+        if zcs is not None and "accept" in skip:
+            w.route.kernel.launch(
+                w.route.kernel.get_plan(w.cache.conv, w.cache.intermediate_conv_window, None, None),
+                accept=(steps, slots),
+                src_rows=rpi,
+            )
+        else:
+            w.commit(steps, slots, rows if zcs is None else None, rpi)
+        lives.append({x[0]: (w.live(x[1], x[2]), w.conv[0, x[2]].clone()) for x in v.entries if x is not None})
+    return md5.hexdigest(), lives
+
+
+CASES = [(4, torch.float32), (2, torch.bfloat16), (3, torch.float32)]
+
+
+def _seed() -> int:
+    """Fresh each run; a failure names it, ``ZERO_COPY_SIM_SEED=<seed>`` replays it."""
+    return int(os.environ.get("ZERO_COPY_SIM_SEED") or random.SystemRandom().randrange(2**31))
+
+
+def _schedule(drafts: int, ssm_dtype, seed: int):
+    shape = sim.Shape("gdn", HV, (VD, KD), DIM, CONV_K, drafts, ssm_dtype=ssm_dtype)
+    return sim.make_schedule(shape, seed, steps=24, rows=ROWS, slots=SLOTS, chunk=3)
+
+
+@pytest.mark.parametrize("drafts,ssm_dtype", CASES, ids=["D4-fp32", "D2-bf16", "D3-fp32"])
+def test_zero_copy_through_sglang_kernels_is_bit_exact(zero_copy_patched, drafts, ssm_dtype):
+    seed = _seed()
+    schedule, counts = _schedule(drafts, ssm_dtype, seed)
+    where = f"seed {seed} (replay with ZERO_COPY_SIM_SEED={seed}; events {dict(counts)})"
+    assert counts["verify"] >= 8 and counts["join"] >= 2, where
+    stock_md5, stock_lives = replay(schedule, drafts, ssm_dtype, zc=False, seed=seed)
+    zc_md5, zc_lives = replay(schedule, drafts, ssm_dtype, zc=True, seed=seed)
+    for step, (a, b) in enumerate(zip(stock_lives, zc_lives)):
+        assert a.keys() == b.keys()
+        for rid in a:
+            assert torch.equal(a[rid][0], b[rid][0]), f"{where}: step {step} request {rid}: SSM state differs"
+            assert torch.equal(a[rid][1], b[rid][1]), f"{where}: step {step} request {rid}: conv window differs"
+    assert stock_md5 == zc_md5, f"{where}: verify outputs differ"
+
+
+@pytest.mark.parametrize("skip", ["stage_in", "accept", "rows", "materialize"])
+def test_each_zero_copy_step_is_needed(zero_copy_patched, skip):
+    """Negative controls: leaving out one step of the zero-copy scheme changes the outputs (``stage_in`` through the
+    e2e's own fault, ``faults.ZC_NO_STAGE_IN``)."""
+    for _ in range(50):  # a schedule with what the control needs (a hand-off for "materialize")
+        seed = _seed()
+        schedule, counts = _schedule(4, torch.float32, seed)
+        if counts["verify"] >= 8 and (skip != "materialize" or counts["session"]):
+            break
+    else:
+        pytest.fail(f"no schedule with a session hand-off in 50 draws (last seed {seed})")
+    if skip == "stage_in":
+        faults.install(faults.ZC_NO_STAGE_IN)
+    stock_md5, _ = replay(schedule, 4, torch.float32, zc=False, seed=seed)
+    zc_md5, _ = replay(schedule, 4, torch.float32, zc=True, seed=seed, skip=(skip,))
+    assert stock_md5 != zc_md5, (
+        f"seed {seed}: zero-copy without {skip} still matched stock (ZERO_COPY_SIM_SEED replays)"
+    )
