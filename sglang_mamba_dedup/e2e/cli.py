@@ -35,6 +35,10 @@ The offline Engine runs in :mod:`.engine` (why it is the default: see there), th
 :mod:`.server`. This module is the command line: the parser, the usage checks that involve several options,
 and :func:`main`, which hands the checked options to :func:`.driver.run`.
 
+``--zero-copy`` adds ``SGLANG_MAMBA_DEDUP_ZERO_COPY=1`` to the "on" and "fault" runs (the radix cache off in
+every run) and requires their schedulers to serve commits zero-copy; without it the variable is removed from
+every run. ``--fault`` picks the negative control's fault (:data:`sglang_mamba_dedup.faults.FAULTS`).
+
 ``--random-weights`` builds a Qwen3.5-architecture checkpoint with its MTP layer and seeded random
 weights (:mod:`.random_model`) into a temporary directory: no downloads are needed.
 That checkpoint is removed at exit, also after a failure; one built under ``--workdir`` or
@@ -54,6 +58,7 @@ import urllib.parse
 from pathlib import Path
 from typing import NoReturn
 
+from .. import faults
 from ..cli._args import number
 from . import driver, interrupts, render, verdict
 from .engine import Runner
@@ -74,6 +79,7 @@ examples:
   sglang-mamba-dedup e2e --base-url-off http://h:30000 --base-url-on http://h:30001 --model-path M
   sglang-mamba-dedup e2e --model-path Qwen/Qwen3.5-0.8B --num-prompts 8 --max-new-tokens 64
   sglang-mamba-dedup e2e --random-weights --modes off,off --workdir ./e2e-work   # harness check, keeps logs
+  sglang-mamba-dedup e2e --random-weights --modes off,on,fault --zero-copy --fault zc_no_stage_in
 
 exit status:
 """
@@ -270,6 +276,19 @@ def _build_parser() -> argparse.ArgumentParser:
         "'off,off' checks the harness (the engagement check is skipped)",
     )
     r.add_argument(
+        "--zero-copy",
+        action="store_true",
+        help="the zero-copy commit: SGLANG_MAMBA_DEDUP_ZERO_COPY=1 in the on and fault runs (never in the off "
+        "run), the radix cache off in every run (as --no-radix-cache); their schedulers must report it on and "
+        "commits served zero-copy, else exit 8. Without it the variable is removed from every run",
+    )
+    r.add_argument(
+        "--fault",
+        default=faults.COMMIT_STEP0,
+        choices=list(faults.FAULTS),
+        help="the fault of the fault runs (default %(default)s; zc_no_stage_in needs --zero-copy)",
+    )
+    r.add_argument(
         "--expect-track",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -352,6 +371,10 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("--base-url-off/--base-url-on compare servers you run: no --server or --random-weights")
     if args.base_url_off and args.modes not in (None, ["off", "on"]):
         parser.error("--base-url-off/--base-url-on compare exactly one off and one on server (--modes off,on)")
+    if args.fault == faults.ZC_NO_STAGE_IN and not args.zero_copy:
+        parser.error(f"--fault {args.fault} breaks the zero-copy commit: it needs --zero-copy")
+    if args.zero_copy and args.base_url_off:
+        parser.error("--zero-copy sets the runs' environment: not with --base-url-off/--base-url-on")
     if args.throughput:
         if not (args.server or args.base_url_off):
             parser.error("--throughput runs two servers side by side: add --server or --base-url-off/--base-url-on")

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import versions
 from . import engine, files, paired, random_model, render, server
 from .context import RunContext, RunResult
 from .engine import Runner
@@ -26,7 +25,7 @@ from .reports import read_reports
 from .settings import (
     DEFAULT_MODEL,
     build_engine_kwargs,
-    deployment_defaults,
+    defaults_of,
     describe_settings,
     parse_engine_args,
     server_arg_fields,
@@ -113,6 +112,8 @@ def _run(ctx: RunContext, work: Path, runner: Runner | None, temp_model: Path | 
         track_expected=ctx.track_expected,
         no_reports=ctx.no_reports,
         verbose=ctx.args.verbose,
+        fault=ctx.args.fault,
+        zero_copy=ctx.args.zero_copy,
     )
     render.md5s(verdict, results)
     if verdict.negative_control:
@@ -136,7 +137,13 @@ def _run_paired(
     summary = _summary(ctx, spec, model_path, random_info, results)
     summary["label"] = ctx.args.label
     verdict = judge_pairs(
-        results, data, spec, track_expected=ctx.track_expected, no_reports=ctx.no_reports, verbose=ctx.args.verbose
+        results,
+        data,
+        spec,
+        track_expected=ctx.track_expected,
+        no_reports=ctx.no_reports,
+        verbose=ctx.args.verbose,
+        zero_copy=ctx.args.zero_copy,
     )
     if data is not None and all(r.ok for r in results):
         n = len(spec["prompts"])
@@ -197,9 +204,7 @@ def _prepare(ctx: RunContext, work: Path, temp_model: Path | None) -> int | tupl
 
     # engine arguments: the run's own, the deployment defaults this SGLang knows, then --engine-arg
     fields = server_arg_fields()
-    defaults, dropped = deployment_defaults(
-        not args.no_cuda_graph, not args.no_radix_cache, fields, versions.installed_sglang_version()
-    )
+    defaults, dropped = defaults_of(args, fields)
     kw = build_engine_kwargs(ctx, model_path, skip_tokenizer=(fmt == "ids"), defaults=defaults)
     explicit = parse_engine_args(args.engine_arg)
     ctx.dropped_defaults = [d for d in dropped if d.split("=", 1)[0] not in explicit]
@@ -227,6 +232,7 @@ def _prepare(ctx: RunContext, work: Path, temp_model: Path | None) -> int | tupl
         "warmup_tokens": args.warmup_tokens,
         "round2_suffixes": round2_suffixes(len(prompts), fmt, vocab),
         "batch1": {"prompt_index": 0, "max_new_tokens": ctx.batch1_tokens} if args.throughput else None,
+        "plugin": {"fault": args.fault, "zero_copy": args.zero_copy},  # the runs' variables: .engine.run_env
     }
     ctx.workload = workload_md5(spec)
     return spec, model_path, random_info
@@ -302,6 +308,7 @@ def _summary(
         "server_dropped": ctx.server_dropped,
         "track_expected": ctx.track_expected,
         "track_reason": ctx.track_reason,
+        **spec["plugin"],
         "sampling_params": spec["sampling_params"],
         "num_prompts": len(spec["prompts"]),
         "workload": ctx.workload,

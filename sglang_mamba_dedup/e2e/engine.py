@@ -2,7 +2,7 @@
 
 :func:`run_in_subprocess` writes the run spec to the run's folder and starts ``python -P -c`` on
 :func:`_worker_main` with ``SGLANG_MAMBA_DEDUP`` set for the mode (``0`` for "off", ``1`` for "on" and
-"fault"; "fault" also sets the negative control's fault, :func:`fault_env`) and the report folder in
+"fault"; the fault and zero-copy variables: :func:`run_env`) and the report folder in
 ``SGLANG_MAMBA_DEDUP_REPORT_DIR``. The worker builds the Engine, runs :func:`.workload.run_plan` over
 ``Engine.generate`` and writes the outputs, SGLang's counters, the versions and the GPU as JSON.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import faults
-from ..env import REPORT_DIR, SWITCH
+from ..env import REPORT_DIR, SWITCH, ZERO_COPY
 from . import interrupts
 from .files import open_for_writing
 from .workload import flush_with_retry, run_plan
@@ -36,9 +36,17 @@ from .workload import flush_with_retry, run_plan
 Runner = Callable[[dict[str, Any], str, Path, Path], dict[str, Any]]
 
 
-def fault_env(env: dict[str, str], mode: str) -> dict[str, str]:
-    """Set (mode ``fault``) or clear the negative control's fault variable in a run's environment."""
-    return faults.set_env(env, mode == "fault")
+def run_env(
+    env: dict[str, str], mode: str, fault: str = faults.COMMIT_STEP0, zero_copy: bool = False
+) -> dict[str, str]:
+    """A run's plugin variables (the spec's ``plugin``): the fault ``fault`` in a "fault" run, ``ZERO_COPY=1`` in
+    the "on" and "fault" runs with ``zero_copy``; each removed where not asked for (also when the parent has it)."""
+    faults.set_env(env, mode == "fault", fault)
+    if zero_copy and mode != "off":
+        env[ZERO_COPY] = "1"
+    else:
+        env.pop(ZERO_COPY, None)
+    return env
 
 
 _WORKER_BOOT = (
@@ -63,7 +71,7 @@ def run_in_subprocess(
         out_path.unlink()
     env = os.environ.copy()
     env[SWITCH] = "0" if mode == "off" else "1"
-    fault_env(env, mode)
+    run_env(env, mode, **spec.get("plugin", {}))
     env[REPORT_DIR] = str(report_dir)
     env.setdefault("PYTHONUNBUFFERED", "1")
     t0 = time.time()

@@ -210,6 +210,7 @@ def execute(
                         timeout=_start_timeout(ctx),
                         verbose=args.verbose,
                         command=launch,
+                        plugin=spec.get("plugin"),
                     )
                 )
                 started[mode] = info

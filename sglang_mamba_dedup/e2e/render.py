@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import faults
-from ..env import FAULT, FLAG, SWITCH
+from ..env import FAULT, FLAG, SWITCH, ZERO_COPY
 from .context import RunContext, RunResult
 from .reports import commit_counts, describe_report
 from .server import describe_command
@@ -103,6 +103,11 @@ def header(ctx: RunContext, spec: Mapping[str, Any], model_path: str, random_inf
         "each prompt + its round-1 output + a short new suffix (prefixes read back from the radix cache)"
     )
     say("settings: " + describe_settings(kw))
+    say(
+        "plugin: zero-copy commit "
+        + (f"on ({ZERO_COPY}=1 in the on and fault runs; radix cache off)" if args.zero_copy else "off")
+        + f"; fault of the fault runs: {args.fault} ({faults.FAULTS[args.fault]})"
+    )
     if ctx.dropped_defaults:
         say("defaults dropped (this SGLang's ServerArgs has no such field): " + "; ".join(ctx.dropped_defaults))
     if ctx.server_dropped:
@@ -136,8 +141,10 @@ def run_start(ctx: RunContext, i: int, mode: str) -> None:
         what = "launch_server " + (f"with {FLAG}" if mode != "off" else "without the flag")
     else:
         what = f"{SWITCH}={'0' if mode == 'off' else '1'} (fresh process)"
+    if args.zero_copy and mode != "off":
+        what += f" + {ZERO_COPY}=1"
     if mode == "fault":
-        what += f" + {FAULT}={faults.COMMIT_STEP0} (negative control: {faults.FAULTS[faults.COMMIT_STEP0]})"
+        what += f" + {FAULT}={args.fault} (negative control: {faults.FAULTS[args.fault]})"
     say(f"-- run {i + 1}/{len(ctx.modes)}: {what} ...")
 
 
@@ -217,7 +224,7 @@ def md5s(verdict: Verdict, results: Sequence[RunResult]) -> None:
         if a["text_md5"] is not None or b["text_md5"] is not None:
             say(f"md5 text, rounds 1+2:      run 1 {a['text_md5']} | run {c.run} {b['text_md5']}")
         if c.mode == "fault" and c.same:
-            say(negative_control_text(c))
+            say(negative_control_text(c, verdict.fault))
         elif c.mode == "fault":
             at = f" (first difference at {c.where})" if c.where else ""
             say(f"negative control caught: run {c.run} (fault) differs from run 1 ({base.mode}){at}")

@@ -183,6 +183,12 @@ def describe_report(report: dict | None) -> str:
             f"dense {dense:,}, physical {phys:,}, saved {dense - phys:,}{pct}"
         )
     parts.append(describe_commits(report))
+    ev = report.get("events") or {}
+    if "zero_copy" in ev:
+        parts.append(
+            f"zero-copy: {ev['zero_copy']}; commits served zero-copy {ev.get('zc_commit_calls', 0)}, "
+            f"stage-ins {ev.get('zc_stage_in_calls', 0)}"
+        )
     patches = report.get("patches") or {}
     if patches:
         parts.append(

@@ -37,9 +37,9 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import faults
 from ..env import FLAG, REPORT_DIR, SWITCH
 from . import interrupts
+from .engine import run_env
 from .files import open_for_writing, write_text
 from .workload import Generate, flush_with_retry, run_plan
 
@@ -293,9 +293,11 @@ def launched(
     timeout: float = 1200.0,
     verbose: bool = False,
     command: CommandBuilder = server_command,
+    plugin: Mapping[str, Any] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """A ``launch_server`` of ``mode`` on a free local port, stopped (its whole process group) when the block
-    ends, also on an exception or Ctrl-C; modes "on" and "fault" add the launch flag.
+    ends, also on an exception or Ctrl-C; modes "on" and "fault" add the launch flag; ``plugin``: the spec's
+    (:func:`.engine.run_env`).
 
     Yields ``{"mode", "command", "base_url", "pid", "error"}`` once ``/health`` answers (``error`` None) or the
     start failed (``error`` says why); ``returncode`` is added after the stop.
@@ -304,7 +306,7 @@ def launched(
     base = f"http://127.0.0.1:{port}"
     env = os.environ.copy()
     env.pop(SWITCH, None)  # off: the plugin stays off; on / fault: the flag alone switches it on
-    faults.set_env(env, mode == "fault")  # the negative control: the plugin on, its commit deliberately broken
+    run_env(env, mode, **(plugin or {}))  # the negative control's fault, the zero-copy commit
     env[REPORT_DIR] = str(report_dir)
     env.setdefault("PYTHONUNBUFFERED", "1")
     cmd = command(engine_kwargs, port, mode != "off")
@@ -344,7 +346,14 @@ def run_server(
     t0 = time.time()
     result: dict[str, Any] = {"mode": mode, "ok": False}
     with launched(
-        spec["engine_kwargs"], mode, report_dir, log_path, timeout=timeout, verbose=verbose, command=command
+        spec["engine_kwargs"],
+        mode,
+        report_dir,
+        log_path,
+        timeout=timeout,
+        verbose=verbose,
+        command=command,
+        plugin=spec.get("plugin"),
     ) as info:
         result.update(info)
         try:

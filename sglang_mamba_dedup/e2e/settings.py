@@ -10,6 +10,7 @@ the ``sglang.Engine(**kwargs)`` of every run (the run's own settings, the defaul
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 from collections.abc import Collection, Mapping, Sequence
@@ -112,6 +113,13 @@ def deployment_defaults(
     return kept, notes
 
 
+def defaults_of(args: argparse.Namespace, fields: Collection[str] | None) -> tuple[dict[str, Any], list[str]]:
+    """:func:`deployment_defaults` as the options ask (``--zero-copy`` implies ``--no-radix-cache``) for the
+    installed SGLang."""
+    radix_cache = not (args.no_radix_cache or args.zero_copy)
+    return deployment_defaults(not args.no_cuda_graph, radix_cache, fields, versions.installed_sglang_version())
+
+
 def _show(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
@@ -211,9 +219,7 @@ def build_engine_kwargs(
     if args.mem_fraction_static is not None:
         kw["mem_fraction_static"] = args.mem_fraction_static
     if defaults is None:
-        defaults = deployment_defaults(
-            not args.no_cuda_graph, not args.no_radix_cache, server_arg_fields(), versions.installed_sglang_version()
-        )[0]
+        defaults = defaults_of(args, server_arg_fields())[0]
     kw.update(defaults)
     kw.update(parse_engine_args(args.engine_arg))
     return kw

@@ -43,7 +43,7 @@ MEANINGS: dict[int, str] = {
     EXIT_NO_OUTPUT: "nothing generated: an answer without output_ids, with no token, or (ignore_eos) shorter "
     "than asked",
     EXIT_NOT_ENGAGED: 'the plugin did not engage in an "on" run (with --expect-track: also no commit with track '
-    "slots through our kernel)",
+    "slots through our kernel; with --zero-copy: also no commit served zero-copy)",
 }
 #: After the runs, the first of these codes that has a failure is the exit code.
 PRECEDENCE = (
@@ -102,6 +102,7 @@ class Verdict:
     compared: bool  # the md5 route compared the runs' md5s (every run went through, each generated)
     md5: list[Md5Check]  # every later run against run 1
     plugin: list[PluginCheck]  # every run whose reports were read
+    fault: str = faults.COMMIT_STEP0  # the fault of the "fault" runs (--fault)
 
     @property
     def negative_control(self) -> list[dict[str, Any]]:
@@ -121,8 +122,11 @@ def judge_runs(
     track_expected: bool,
     no_reports: bool,
     verbose: bool = False,
+    fault: str = faults.COMMIT_STEP0,
+    zero_copy: bool = False,
 ) -> Verdict:
-    """The md5 route: every run went through, then run 1 against every later run, then the plugin."""
+    """The md5 route: every run went through, then run 1 against every later run, then the plugin (``fault``: the
+    fault of the "fault" runs; ``zero_copy``: the "on" and "fault" runs must show the zero-copy commit)."""
     failures: list[Failure] = []
     checks: list[Md5Check] = []
     compared = False
@@ -133,8 +137,10 @@ def judge_runs(
     elif results:
         compared = True
         checks = _md5_checks(results, len(spec["prompts"]))
-        failures += _md5_failures(results, checks)
-    return _with_plugin(results, failures, compared, checks, planned, spec, track_expected, no_reports)
+        failures += _md5_failures(results, checks, fault)
+    return _with_plugin(
+        results, failures, compared, checks, planned, spec, track_expected, no_reports, fault, zero_copy
+    )
 
 
 def judge_pairs(
@@ -145,6 +151,7 @@ def judge_pairs(
     track_expected: bool,
     no_reports: bool,
     verbose: bool = False,
+    zero_copy: bool = False,
 ) -> Verdict:
     """``--throughput``: both servers went through, the pairs (:func:`.paired.run_pairs`), then the plugin."""
     failures: list[Failure] = []
@@ -161,7 +168,9 @@ def judge_pairs(
         if data["mismatches"]:
             n = len(data["mismatches"])
             failures.append((EXIT_MD5_DIFFER, f"{n} requests differ: {data['mismatches'][0]}"))
-    return _with_plugin(results, failures, False, [], ("off", "on"), spec, track_expected, no_reports)
+    return _with_plugin(
+        results, failures, False, [], ("off", "on"), spec, track_expected, no_reports, faults.COMMIT_STEP0, zero_copy
+    )
 
 
 def _with_plugin(
@@ -173,8 +182,11 @@ def _with_plugin(
     spec: Mapping[str, Any],
     track_expected: bool,
     no_reports: bool,
+    fault: str,
+    zero_copy: bool,
 ) -> Verdict:
-    plugin = [] if no_reports else plugin_checks(results, track_expected, expected_ranks(spec.get("engine_kwargs")))
+    ranks = expected_ranks(spec.get("engine_kwargs"))
+    plugin = [] if no_reports else plugin_checks(results, track_expected, ranks, fault, zero_copy)
     for c in plugin:
         if c.ok is False and c.judged == "engaged":
             failures.append((EXIT_NOT_ENGAGED, "plugin not engaged: " + "; ".join(c.reasons)))
@@ -182,7 +194,7 @@ def _with_plugin(
             failures.append((EXIT_OFF_NOT_OFF, "the off run was not off: " + "; ".join(c.reasons)))
     if "on" in planned and not any(r.mode == "on" for r in results):
         failures.append((EXIT_RUN_FAILED, "no 'on' run was started (--time-budget): nothing shows the plugin"))
-    return Verdict(exit_code(failures), failures, compared, checks, plugin)
+    return Verdict(exit_code(failures), failures, compared, checks, plugin, fault)
 
 
 def _md5_checks(results: Sequence[RunResult], n_prompts: int) -> list[Md5Check]:
@@ -195,13 +207,13 @@ def _md5_checks(results: Sequence[RunResult], n_prompts: int) -> list[Md5Check]:
     return checks
 
 
-def _md5_failures(results: Sequence[RunResult], checks: Sequence[Md5Check]) -> list[Failure]:
+def _md5_failures(results: Sequence[RunResult], checks: Sequence[Md5Check], fault: str) -> list[Failure]:
     base = results[0]
     failures: list[Failure] = []
     for c in checks:
         if c.mode == "fault":
             if c.same:
-                failures.append((EXIT_FAULT_NOT_CAUGHT, negative_control_text(c)))
+                failures.append((EXIT_FAULT_NOT_CAUGHT, negative_control_text(c, fault)))
         elif not c.same:
             at = f"md5 differ (run 1 {base.mode} vs run {c.run} {c.mode}); first difference at {c.where}"
             failures.append((EXIT_MD5_DIFFER, at if c.where else "md5 differ"))
@@ -210,16 +222,23 @@ def _md5_failures(results: Sequence[RunResult], checks: Sequence[Md5Check]) -> l
     return failures
 
 
-def negative_control_text(c: Md5Check) -> str:
+def negative_control_text(c: Md5Check, fault: str) -> str:
     return (
-        f"negative control NOT caught: run {c.run} (fault: {faults.FAULTS[faults.COMMIT_STEP0]}) gave run 1's md5; "
+        f"negative control NOT caught: run {c.run} (fault {fault}: {faults.FAULTS[fault]}) gave run 1's md5; "
         "this md5 check cannot see a broken commit"
     )
 
 
-def plugin_checks(results: Sequence[RunResult], track_expected: bool, expect_ranks: int = 1) -> list[PluginCheck]:
-    """Per run: an "on" or "fault" run engaged (a fault run also shows the fault installed), an "off" run stayed
-    off; a failed run that is not "off" is not judged (a missing or partial report says nothing there)."""
+def plugin_checks(
+    results: Sequence[RunResult],
+    track_expected: bool,
+    expect_ranks: int = 1,
+    fault: str = faults.COMMIT_STEP0,
+    zero_copy: bool = False,
+) -> list[PluginCheck]:
+    """Per run: an "on" or "fault" run engaged (a fault run also shows ``fault`` installed; with ``zero_copy`` both
+    show the zero-copy commit serving commits), an "off" run stayed off; a failed run that is not "off" is not
+    judged (a missing or partial report says nothing there)."""
     out = []
     for i, r in enumerate(results):
         sched = scheduler_reports(r.reports, r.pid)
@@ -227,11 +246,12 @@ def plugin_checks(results: Sequence[RunResult], track_expected: bool, expect_ran
         if r.mode != "off" and not r.ok:
             out.append(PluginCheck(i, r.mode, "failed", None, [], sched, shown, None))
         elif r.mode in ("on", "fault"):
-            ok, reasons, rep = check_engaged(r.reports, r.pid, expect_track=track_expected, expect_ranks=expect_ranks)
-            if r.mode == "fault" and not any(
-                (s.get("events") or {}).get("fault") == faults.COMMIT_STEP0 for s in sched
-            ):
-                ok, reasons = False, [*reasons, f"no scheduler report shows the fault {faults.COMMIT_STEP0} installed"]
+            _, reasons, rep = check_engaged(r.reports, r.pid, expect_track=track_expected, expect_ranks=expect_ranks)
+            if r.mode == "fault" and not any((s.get("events") or {}).get("fault") == fault for s in sched):
+                reasons = [*reasons, f"no scheduler report shows the fault {fault} installed"]
+            if zero_copy:
+                reasons = [*reasons, *zero_copy_problems(sched)]
+            ok = not reasons
             track = None
             if ok and track_expected:
                 track = min(commit_counts(s)["ours_track_commit_calls"] for s in shown)
@@ -240,6 +260,20 @@ def plugin_checks(results: Sequence[RunResult], track_expected: bool, expect_ran
             ok, reasons = check_off(r.reports, r.pid)
             out.append(PluginCheck(i, r.mode, "off", ok, reasons, sched, shown, sched[0] if sched else None))
     return out
+
+
+def zero_copy_problems(sched: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Why no scheduler report shows the zero-copy commit on (``events.zero_copy``) and serving commits
+    (``events.zc_commit_calls`` > 0); empty when one does."""
+    events = [s.get("events") or {} for s in sched]
+    on = [e for e in events if e.get("zero_copy") == "on"]
+    if not on:
+        seen = "; ".join(dict.fromkeys(str(e.get("zero_copy", "not recorded")) for e in events)) or "no report"
+        return [f"zero-copy asked for but no scheduler report shows it on (events.zero_copy: {seen})"]
+    if not any(isinstance(n := e.get("zc_commit_calls"), int) and n > 0 for e in on):
+        calls = ", ".join(str(e.get("zc_commit_calls", "not recorded")) for e in on)
+        return [f"zero-copy on but no commit was served zero-copy (events.zc_commit_calls: {calls})"]
+    return []
 
 
 def output_problems(results: Sequence[RunResult], spec: Mapping[str, Any]) -> list[str]:

@@ -4,7 +4,8 @@ Serves ``/health``, ``/flush_cache`` and ``/generate`` (greedy-like: the output 
 ids, the same with and without the flag unless FAKE_SERVER_DIFFER=1; ``cached_tokens`` is the longest prefix
 of an earlier sequence since the last flush), prints an activation line like the plugin's when
 ``--enable-mamba-conv-dedup`` is given, and spawns a child "scheduler" process that writes a status report
-into SGLANG_MAMBA_DEDUP_REPORT_DIR, so the driver's stop must take the whole process group down.
+into SGLANG_MAMBA_DEDUP_REPORT_DIR, so the driver's stop must take the whole process group down (with the flag
+and SGLANG_MAMBA_DEDUP_ZERO_COPY=1 the report shows the zero-copy commit on, or FAKE_SERVER_ZERO_COPY's decision).
 FAKE_SERVER_FAIL=1 exits before it is healthy (FAKE_SERVER_FAIL=on: only with the flag); FAKE_SERVER_NO_TRACK=1
 reports no commit with track slots; FAKE_SERVER_LOG=path appends "off|on PATH" of every request there;
 FAKE_SERVER_CHILD_PID_FILE=path appends the child's pid there, FAKE_SERVER_PID_FILE=path the server's own;
@@ -35,6 +36,8 @@ if d:
           "track_commit_calls": track, "ours_track_commit_calls": track if flag else 0}
     if flag:
         ev["dedup_layout"] = {"state": "upstream", "reason": None, "dense_bytes": 200, "physical_bytes": 100}
+    if flag and os.environ.get("SGLANG_MAMBA_DEDUP_ZERO_COPY") == "1":
+        ev.update(zero_copy=os.environ.get("FAKE_SERVER_ZERO_COPY", "on"), zc_commit_calls=8)
     doc = {"pid": os.getpid(), "mode": "on" if flag else "off", "sglang": "fake", "events": ev, "patches": {}}
     Path(d, f"status-{os.getpid()}.json").write_text(json.dumps(doc))
 with open(sys.argv[2], "a") as f:

@@ -81,6 +81,12 @@ def test_example_wrapper_calls_main(monkeypatch):
         (["--run-timeout", "0"], "--run-timeout"),
         (["--json-out", "/nonexistent/dir/x.json"], "does not exist"),
         (["--json-out", "{tmp}"], "is a folder"),
+        (["--fault", "nope"], "invalid choice: 'nope'"),
+        (["--fault", "zc_no_stage_in"], "--fault zc_no_stage_in breaks the zero-copy commit: it needs --zero-copy"),
+        (
+            ["--zero-copy", "--base-url-off", "http://h:1", "--base-url-on", "http://h:2"],
+            "--zero-copy sets the runs' environment: not with --base-url-off",
+        ),
     ],
     ids=[
         "preset",
@@ -111,6 +117,9 @@ def test_example_wrapper_calls_main(monkeypatch):
         "run-timeout-0",
         "json-out-no-folder",
         "json-out-a-folder",
+        "fault-unknown",
+        "fault-zc-without-zero-copy",
+        "zero-copy-base-urls",
     ],
 )
 def test_usage_errors_exit_2_before_anything_runs(extra, needle, tmp_path, no_build, capsys):
@@ -125,6 +134,22 @@ def test_usage_errors_exit_2_before_anything_runs(extra, needle, tmp_path, no_bu
     line = stderr_line(capsys.readouterr().err)
     assert needle in line, line
     assert not runs.calls and not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, fault, zero_copy",
+    [
+        ([], "commit_step0", False),
+        (["--zero-copy"], "commit_step0", True),
+        (["--zero-copy", "--fault", "zc_no_stage_in"], "zc_no_stage_in", True),
+        (["--fault", "commit_step0", "--modes", "off,on,fault"], "commit_step0", False),
+    ],
+)
+def test_zero_copy_and_fault_accepted(argv, fault, zero_copy):
+    parser = cli._build_parser()
+    args = parser.parse_args(argv)
+    cli._check_usage(parser, args)  # a usage error would exit
+    assert (args.fault, args.zero_copy) == (fault, zero_copy)
 
 
 def test_missing_safetensors_is_a_usage_error(tmp_path, monkeypatch, capsys):

@@ -27,6 +27,8 @@ def test_main_pass_when_equal_and_engaged(workdir, tmp_path, capsys):
     assert "settings: decode CUDA graphs on (full); prefill CUDA graphs off; radix cache on" in out
     assert "track slots: required in the on run (radix cache on" in out
     assert "rounds: 2 per run" in out
+    assert "plugin: zero-copy commit off; fault of the fault runs: commit_step0" in out
+    assert spec_off["plugin"] == {"fault": "commit_step0", "zero_copy": False}
     assert "-> EQUAL" in out and "engaged: YES (track slots required: 10 commits" in out and "RESULT: PASS" in out
     assert "with track slots 10/10" in out
     assert "read from the prefix cache: round 1 0 of " in out
@@ -67,6 +69,41 @@ def test_main_fault_run_without_the_fault_in_its_report_is_not_engaged(workdir, 
     runs = FakeRuns(reports, differ={"fault": 1}, rates={"off": [1.0], "on": [1.0], "fault": [1.0]})
     assert cli.main(ARGS + workdir + ["--modes", "off,on,fault"], runner=runs) == verdict.EXIT_NOT_ENGAGED
     assert "no scheduler report shows the fault commit_step0 installed" in capsys.readouterr().out
+
+
+def _zc(docs, zero_copy="on", calls=5):
+    return [dict(d, events={**d["events"], "zero_copy": zero_copy, "zc_commit_calls": calls}) for d in docs]
+
+
+def test_main_zero_copy_and_the_chosen_fault(workdir, tmp_path, capsys):
+    zc_fault = [status_report(0, fault="zc_no_stage_in")]
+    reports = {"off": ON_REPORTS["off"], "on": _zc(ON_REPORTS["on"]), "fault": _zc(zc_fault)}
+    runs = FakeRuns(reports, differ={"fault": 1}, rates={"off": [1.0], "on": [1.0], "fault": [1.0]})
+    argv = ["--modes", "off,on,fault", "--zero-copy", "--fault", "zc_no_stage_in", "--json-out", str(tmp_path / "s")]
+    code = cli.main(ARGS + workdir + argv, runner=runs)
+    out = capsys.readouterr().out
+    assert code == verdict.EXIT_OK, out
+    for _, spec in runs.calls:  # every run the same settings: the radix cache off in the off run too
+        assert spec["plugin"] == {"fault": "zc_no_stage_in", "zero_copy": True}
+        assert spec["engine_kwargs"]["disable_radix_cache"] is True
+    assert "radix cache off" in out and "track slots: not required" in out
+    assert "plugin: zero-copy commit on (SGLANG_MAMBA_DEDUP_ZERO_COPY=1 in the on and fault runs" in out
+    assert "fault of the fault runs: zc_no_stage_in (the zero-copy commit skips" in out
+    starts = [ln for ln in out.splitlines() if ln.startswith("-- run ")]
+    assert ["ZERO_COPY" in ln for ln in starts] == [False, True, True]
+    assert "SGLANG_MAMBA_DEDUP_FAULT=zc_no_stage_in" in starts[2]
+    assert "zero-copy: on; commits served zero-copy 5" in out
+    summary = json.loads((tmp_path / "s").read_text())
+    assert (summary["zero_copy"], summary["fault"]) == (True, "zc_no_stage_in")
+
+
+def test_main_zero_copy_not_shown_is_not_engaged(workdir, capsys):
+    reports = {**ON_REPORTS, "on": _zc(ON_REPORTS["on"], "off: radix cache on")}
+    code = cli.main(ARGS + workdir + ["--zero-copy"], runner=FakeRuns(reports))
+    result = capsys.readouterr().out.splitlines()[-1]
+    assert code == verdict.EXIT_NOT_ENGAGED, result
+    assert "RESULT: FAIL -- plugin not engaged: zero-copy asked for but no scheduler report shows it on " in result
+    assert "(events.zero_copy: off: radix cache on)" in result
 
 
 def test_main_md5_differ(workdir, capsys):

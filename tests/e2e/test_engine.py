@@ -1,12 +1,47 @@
-"""The offline route's pieces that need no GPU: the fault variable of a run, the CUDA check."""
+"""The offline route's pieces that need no GPU: the plugin variables of a run, the CUDA check."""
+
+import json
+
+import pytest
 
 from sglang_mamba_dedup.e2e import engine
 
+FAULT, ZC = "SGLANG_MAMBA_DEDUP_FAULT", "SGLANG_MAMBA_DEDUP_ZERO_COPY"
 
-def test_fault_mode_sets_the_fault_only_in_fault_runs():
-    env = engine.fault_env({"SGLANG_MAMBA_DEDUP_FAULT": "stale"}, "on")
-    assert "SGLANG_MAMBA_DEDUP_FAULT" not in env
-    assert engine.fault_env({}, "fault") == {"SGLANG_MAMBA_DEDUP_FAULT": "commit_step0"}
+
+@pytest.mark.parametrize(
+    "mode, plugin, want",
+    [
+        ("off", {}, {}),
+        ("on", {}, {}),
+        ("fault", {}, {FAULT: "commit_step0"}),
+        ("off", {"zero_copy": True, "fault": "zc_no_stage_in"}, {}),
+        ("on", {"zero_copy": True, "fault": "zc_no_stage_in"}, {ZC: "1"}),
+        ("fault", {"zero_copy": True, "fault": "zc_no_stage_in"}, {FAULT: "zc_no_stage_in", ZC: "1"}),
+    ],
+)
+def test_run_env_sets_the_fault_and_zero_copy_per_mode(mode, plugin, want):
+    """The parent's own values never reach a run: each variable is set where asked for, removed elsewhere."""
+    assert engine.run_env({FAULT: "stale", ZC: "1", "KEEP": "x"}, mode, **plugin) == {**want, "KEEP": "x"}
+
+
+def test_run_in_subprocess_passes_the_spec_plugin_variables(tmp_path, monkeypatch):
+    """The engine process gets the spec's plugin variables for its mode (the worker replaced by an env dump)."""
+    boot = "import json, os, sys; json.dump({'env': dict(os.environ)}, open(sys.argv[2], 'w'))"
+    monkeypatch.setattr(engine, "_WORKER_BOOT", boot)
+    monkeypatch.setenv(ZC, "1")  # the parent's: must not reach the off run
+    spec = {"plugin": {"fault": "zc_no_stage_in", "zero_copy": True}}
+    got = {}
+    for mode in ("off", "on", "fault"):
+        res = engine.run_in_subprocess(spec, mode, tmp_path / "r", tmp_path / f"run-{mode}.log")
+        assert res["ok"], res
+        got[mode] = {k: res["env"].get(k) for k in ("SGLANG_MAMBA_DEDUP", FAULT, ZC)}
+    assert got == {
+        "off": {"SGLANG_MAMBA_DEDUP": "0", FAULT: None, ZC: None},
+        "on": {"SGLANG_MAMBA_DEDUP": "1", FAULT: None, ZC: "1"},
+        "fault": {"SGLANG_MAMBA_DEDUP": "1", FAULT: "zc_no_stage_in", ZC: "1"},
+    }
+    assert json.loads((tmp_path / "spec-run-fault.json").read_text()) == spec
 
 
 def test_cuda_check_is_about_the_engine_device(monkeypatch):

@@ -256,6 +256,21 @@ def test_throughput_servers_side_by_side(tmp_path, fake_servers, capsys):
     assert len(children) == 2 and not any(map(alive, children))
 
 
+def test_throughput_zero_copy_reaches_the_on_server(tmp_path, fake_servers, monkeypatch, capsys):
+    """--zero-copy: the on server gets the variable (its fake scheduler reports zero-copy on) and is judged on it."""
+    code = cli.main(_args(tmp_path, "--zero-copy", "--json-out", str(tmp_path / "s.json")))
+    out = capsys.readouterr().out
+    assert code == verdict.EXIT_OK, out
+    assert "zero-copy: on; commits served zero-copy 8" in out
+    runs = json.loads((tmp_path / "s.json").read_text())["runs"]
+    assert "zero_copy" not in runs[0]["scheduler_report"]["events"]
+    assert runs[1]["scheduler_report"]["events"]["zero_copy"] == "on"
+    monkeypatch.setenv("FAKE_SERVER_ZERO_COPY", "off: not GDN")  # the on server refused it
+    code = cli.main(_args(tmp_path, "--zero-copy"))
+    out = capsys.readouterr().out
+    assert code == verdict.EXIT_NOT_ENGAGED and "(events.zero_copy: off: not GDN)" in out, out
+
+
 def test_throughput_md5_mismatch_exits_1(tmp_path, fake_servers, monkeypatch, capsys):
     monkeypatch.setenv("FAKE_SERVER_DIFFER", "1")
     code = cli.main(_args(tmp_path, "--json-out", str(tmp_path / "s.json")))

@@ -108,6 +108,25 @@ def test_server_is_stopped_on_ctrl_c(tmp_path, monkeypatch):
     assert started and not alive(int(pid_file.read_text().split()[0]))
 
 
+def test_server_gets_the_spec_plugin_variables_per_mode(tmp_path, monkeypatch):
+    """launch_server's environment: the zero-copy variable in the on and fault runs only (never the parent's), the
+    chosen fault in the fault run (the server replaced by an env dump into its report folder)."""
+    dump = "import json, os; json.dump(dict(os.environ), open(os.environ['SGLANG_MAMBA_DEDUP_REPORT_DIR'] + '/e', 'w'))"
+    monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ZERO_COPY", "1")
+    spec = {"engine_kwargs": {}, "plugin": {"fault": "zc_no_stage_in", "zero_copy": True}}
+    got = {}
+    for mode in ("off", "on", "fault"):
+        rdir = tmp_path / mode
+        rdir.mkdir()
+        res = server.run_server(
+            spec, mode, rdir, tmp_path / f"{mode}.log", timeout=30, command=lambda *a: [sys.executable, "-c", dump]
+        )
+        assert "exited with 0 before it was healthy" in res["error"]
+        env = json.loads((rdir / "e").read_text())
+        got[mode] = (env.get("SGLANG_MAMBA_DEDUP_ZERO_COPY"), env.get("SGLANG_MAMBA_DEDUP_FAULT"))
+    assert got == {"off": (None, None), "on": ("1", None), "fault": ("1", "zc_no_stage_in")}
+
+
 def test_base_urls_compare_md5_only(tmp_path, monkeypatch, capsys):
     procs = []
     urls = {}

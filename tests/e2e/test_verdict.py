@@ -29,9 +29,17 @@ def _run(mode, reports=(), differ=None, ok=True, answer=None, pid=1000):
     return r
 
 
-def _judge(*results, planned=None, track=True, no_reports=False):
+def _judge(*results, planned=None, track=True, no_reports=False, **plugin):
     modes = planned or [r.mode for r in results]
-    return verdict.judge_runs(list(results), SPEC, modes, track_expected=track, no_reports=no_reports)
+    return verdict.judge_runs(list(results), SPEC, modes, track_expected=track, no_reports=no_reports, **plugin)
+
+
+def _zc(docs, zero_copy="on", calls=5):
+    """``docs`` with the zero-copy events (``zero_copy`` None: not recorded)."""
+    extra = {"zc_commit_calls": calls, "zc_stage_in_calls": 2}
+    if zero_copy is not None:
+        extra["zero_copy"] = zero_copy
+    return [dict(d, events={**d["events"], **extra}) for d in docs]
 
 
 def test_equal_md5s_and_engaged_pass():
@@ -121,6 +129,63 @@ def test_the_negative_control_caught_passes_and_points_at_the_difference():
     assert (v.code, v.failures) == (verdict.EXIT_OK, [])
     assert v.negative_control == [{"run": 3, "caught": True}]
     assert v.md5[1].where == "round 1, prompt 1, token 2"
+
+
+@pytest.mark.parametrize(
+    "on, fault, needle",
+    [
+        (
+            _zc(ON, "off: radix cache on"),
+            _zc(FAULT),
+            "zero-copy asked for but no scheduler report shows it on (events.zero_copy: off: radix cache on)",
+        ),
+        (
+            ON,
+            _zc(FAULT),
+            "zero-copy asked for but no scheduler report shows it on (events.zero_copy: not recorded)",
+        ),
+        (_zc(ON, calls=0), _zc(FAULT), "zero-copy on but no commit was served zero-copy (events.zc_commit_calls: 0)"),
+        (_zc(ON), _zc(FAULT, calls=0), "zero-copy on but no commit was served zero-copy (events.zc_commit_calls: 0)"),
+        (_zc(ON), _zc(FAULT, "off: not GDN"), "(events.zero_copy: off: not GDN)"),
+    ],
+    ids=["off-with-reason", "not-recorded", "on-no-zc-commit", "fault-no-zc-commit", "fault-off"],
+)
+def test_zero_copy_asked_for_must_show_in_the_on_and_fault_runs(on, fault, needle):
+    results = [_run("off", OFF), _run("on", on), _run("fault", fault, differ=1)]
+    v = _judge(*results, zero_copy=True)
+    assert [c for c, _ in v.failures] == [verdict.EXIT_NOT_ENGAGED] and needle in v.failures[0][1], v.failures
+    assert v.failures[0][1].startswith("plugin not engaged: ")
+    assert _judge(*results).code == verdict.EXIT_OK  # without --zero-copy nothing of it is checked
+
+
+def test_zero_copy_shown_on_with_commits_passes():
+    v = _judge(_run("off", OFF), _run("on", _zc(ON)), _run("fault", _zc(FAULT), differ=1), zero_copy=True)
+    assert (v.code, v.failures) == (verdict.EXIT_OK, [])
+    assert [c.ok for c in v.plugin] == [True, True, True]
+    # one scheduler report of several showing it is enough (the brief: at least one)
+    two = [*_zc(ON, "off: no pool"), *_zc(ON)]
+    assert _judge(_run("off", OFF), _run("on", two), zero_copy=True).code == verdict.EXIT_OK
+
+
+def test_zero_copy_in_the_throughput_route():
+    pairs = {"pairs": [{"phase": "batch1", "first": False}], "mismatches": [], "no_output": []}
+    for on, code in ((ON, verdict.EXIT_NOT_ENGAGED), (_zc(ON), verdict.EXIT_OK)):
+        results = [_run("off", OFF), _run("on", on)]
+        v = verdict.judge_pairs(results, pairs, SPEC, track_expected=True, no_reports=False, zero_copy=True)
+        assert v.code == code, v.failures
+
+
+def test_the_fault_checked_is_the_chosen_one():
+    zc_fault = [status_report(0, fault="zc_no_stage_in")]
+    v = _judge(_run("off", OFF), _run("on", ON), _run("fault", FAULT, differ=1), fault="zc_no_stage_in")
+    assert v.code == verdict.EXIT_NOT_ENGAGED
+    assert "no scheduler report shows the fault zc_no_stage_in installed" in v.failures[0][1], v.failures
+    v = _judge(_run("off", OFF), _run("on", ON), _run("fault", zc_fault, differ=1), fault="zc_no_stage_in")
+    assert (v.code, v.failures, v.fault) == (verdict.EXIT_OK, [], "zc_no_stage_in")
+    assert _judge(_run("off", OFF), _run("on", ON), _run("fault", zc_fault, differ=1)).code == verdict.EXIT_NOT_ENGAGED
+    v = _judge(_run("off", OFF), _run("on", ON), _run("fault", zc_fault), fault="zc_no_stage_in")  # not caught
+    assert v.code == verdict.EXIT_FAULT_NOT_CAUGHT
+    assert "run 3 (fault zc_no_stage_in: the zero-copy commit skips the stage-in" in v.failures[0][1], v.failures
 
 
 def test_track_slots_are_only_required_where_expected():
