@@ -18,10 +18,10 @@ NEW_LAYOUT = str(versions.NEW_LAYOUT)  # pools built in kv_cache_configurator
 UNIFIED_POOL = str(versions.UNIFIED_POOL)  # UnifiedMambaPool exists
 ZERO_COPY = str(versions.ZERO_COPY)  # the one release the zero-copy commit is built against
 
-#: Features in application order; all of them only when the plugin is switched on (``zero_copy`` only when
-#: asked for as well). ``launch_flag`` makes SGLang's parser accept our flags (which switched the plugin on from
+#: Features in application order; all of them only when the plugin is switched on (``zero_copy*`` only when
+#: asked for as well; the Mamba2 mixer's kernel bindings exist on CUDA only, hence a feature of their own). ``launch_flag`` makes SGLang's parser accept our flags (which switched the plugin on from
 #: ``sys.argv``).
-FEATURES = ("launch_flag", "dedup_layout", "commit", "topk_plumbing", "estimator", "zero_copy")
+FEATURES = ("launch_flag", "dedup_layout", "commit", "topk_plumbing", "estimator", "zero_copy", "zero_copy_mamba2")
 SWITCHED_FEATURES = FEATURES[1:]
 
 PATCHES: list[Patch] = [
@@ -155,5 +155,41 @@ PATCHES: list[Patch] = [
         wrapper=zero_copy.before_extend,
         params=("forward_batch",),
         doc="zero-copy: the queued session hand-offs are materialized before the next extend reads the pool",
+    ),
+    Patch(
+        name="mamba2_backend.forward",
+        feature="zero_copy_mamba2",
+        module="sglang.srt.layers.attention.hybrid_linear_attn_backend",
+        attr="Mamba2AttnBackend.forward",
+        releases=ZERO_COPY,
+        wrapper=zero_copy.mamba2_forward,
+        params=("mixer", "hidden_states", "output", "layer_id", "forward_batch"),
+        doc="zero-copy (Mamba2): a verify layer runs seeded from the scratch; any other extend stages its rows in",
+    ),
+    Patch(
+        name="mamba2_mixer.causal_conv1d_update_triton",
+        feature="zero_copy_mamba2",
+        module="sglang.srt.layers.attention.mamba.mamba",
+        attr="causal_conv1d_update_triton",
+        releases=ZERO_COPY,
+        wrapper=zero_copy.mamba2_conv,
+        params=("conv_state_indices", "intermediate_conv_window", "intermediate_state_indices"),
+        doc="zero-copy (Mamba2): the verify's conv windows go to the requests' scratch rows",
+    ),
+    Patch(
+        name="mamba2_mixer.selective_state_update",
+        feature="zero_copy_mamba2",
+        module="sglang.srt.layers.attention.mamba.mamba",
+        attr="selective_state_update",
+        releases=ZERO_COPY,
+        wrapper=zero_copy.mamba2_ssm,
+        params=(
+            "state",
+            "state_batch_indices",
+            "intermediate_states_buffer",
+            "cache_steps",
+            "intermediate_state_indices",
+        ),
+        doc="zero-copy (Mamba2): the verify's state update seeds from the scratch column its request is in",
     ),
 ]

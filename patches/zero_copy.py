@@ -1,7 +1,7 @@
-"""The zero-copy commit (opt-in, :data:`~sglang_mamba_dedup.env.ZERO_COPY`; SGLang 0.5.23; GDN with SGLang's Triton
-verify): a request's live SSM state stays in the scratch column where its last verify wrote the accepted step, the
+"""The zero-copy commit (opt-in, :data:`~sglang_mamba_dedup.env.ZERO_COPY`; SGLang 0.5.23; GDN and Mamba2 with
+SGLang's Triton verify kernels): a request's live SSM state stays in the scratch column where its last verify wrote the accepted step, the
 next verify reads it there, and the commit moves no SSM bytes. Design, every other reader of the state, and why each
-excluded case keeps today's commit: docs/zero-copy.md (hooks Z1-Z3 here, Z5 in :mod:`.verify_commit`).
+excluded case keeps today's commit: docs/zero-copy.md (hooks Z1-Z4 and Z6 here, Z5 in :mod:`.verify_commit`).
 
 Per pool (:class:`ZeroCopy`, decided once at the backend's first extend): ``accepted[row]``, how many tokens the
 row's last verify accepted; the scratch rows are the requests' ``req_pool_idx`` (row 0: padding, the discard row).
@@ -84,8 +84,22 @@ def settings_problem(settings: dict[str, Any]) -> str | None:
     return None
 
 
+def _verify_kernel_problem(backend) -> str | None:
+    """GDN: SGLang's Triton verify must be the one that runs; Mamba2: the Triton selective-state update (H1 is
+    proven for those kernels only)."""
+    if type(backend).__name__ == "Mamba2AttnBackend":
+        from sglang.kernels.ops.mamba.triton_ops import ssu_dispatch
+
+        ssu = type(getattr(ssu_dispatch, "_mamba_ssu_backend", None)).__name__
+        return None if ssu == "TritonSSUBackend" else f"the Mamba2 state update is {ssu}, not SGLang's Triton one"
+    verify = getattr(getattr(backend, "kernel_dispatcher", None), "verify_kernel", None)
+    if type(verify).__name__ != "TritonGDNKernel":
+        return f"the verify kernel is {type(verify).__name__}, not SGLang's Triton GDN verify"
+    return None
+
+
 def backend_problem(backend) -> str | None:
-    """Why this GDN backend's pool keeps today's commit (pool, scratch, verify kernel, side states), or None."""
+    """Why this GDN or Mamba2 backend's pool keeps today's commit (pool, scratch, verify kernel, side states)."""
     rtp = getattr(backend, "req_to_token_pool", None)
     pool = getattr(rtp, "mamba_pool", None)
     if pool is None or not getattr(pool, "_smd_commit_ok", False):
@@ -100,9 +114,9 @@ def backend_problem(backend) -> str | None:
         return f"{scratch.shape[1]} scratch rows for {rtp.size} request rows (one per request row, plus row 0)"
     if getattr(backend, "accept_lens_pool", None) is not None:
         return "KDA fused accept"
-    verify = getattr(getattr(backend, "kernel_dispatcher", None), "verify_kernel", None)
-    if type(verify).__name__ != "TritonGDNKernel":
-        return f"the verify kernel is {type(verify).__name__}, not SGLang's Triton GDN verify"
+    problem = _verify_kernel_problem(backend)
+    if problem:
+        return problem
     for side, field in (("short_conv_pool", "conv_state"), ("ngram_pool", "context")):
         if getattr(getattr(rtp, side, None), field, None) is not None:
             return f"the model has PLE side states ({side})"
@@ -246,6 +260,64 @@ def triton_target_verify(wrapped, instance, args, kwargs):
     seed = zc.seed(kwargs["intermediate_state_indices"], kwargs["cache_indices"])
     kwargs = dict(kwargs, ssm_states=buffer.flatten(0, 1), cache_indices=seed)
     return wrapped(*args, **kwargs)
+
+
+#: (zero-copy, rows, slots) while a zero-copy Mamba2 backend runs a target verify layer (read by the Z4 bindings)
+_MAMBA2: contextvars.ContextVar[Any] = contextvars.ContextVar("smd_zero_copy_mamba2", default=None)
+
+
+def _bind_mamba2(mixer, hidden_states, output, layer_id, forward_batch, *_args, **_kwargs):
+    return layer_id, forward_batch
+
+
+def mamba2_forward(wrapped, instance, args, kwargs):
+    """Z4: as Z1, for a Mamba2 layer: a verify runs with its rows (``req_pool_idx``, padding row 0) and seeds active
+    for the mixer's two kernel calls; any other extend stages its rows in."""
+    zc = None if instance is None else _decide(instance)
+    if zc is None:
+        return wrapped(*args, **kwargs)
+    import torch
+
+    layer_id, forward_batch = _bind_mamba2(*args, **kwargs)
+    slots = instance.forward_metadata.mamba_cache_indices
+    rpi = forward_batch.req_pool_indices
+    if forward_batch.forward_mode.is_target_verify():
+        n = slots.shape[0]
+        rows = torch.where(slots >= 0, rpi[:n], torch.zeros_like(rpi[:n])).to(torch.int32)
+        token = _MAMBA2.set((zc, rows, slots))
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            _MAMBA2.reset(token)
+    out = wrapped(*args, **kwargs)
+    if slots is not None and slots.numel() and slots.shape[0] == rpi.shape[0]:
+        zc.stage_in(instance.req_to_token_pool.mamba2_layer_cache(layer_id), slots, rpi)
+        STATE.events["zc_stage_in_calls"] = STATE.events.get("zc_stage_in_calls", 0) + 1
+    return out
+
+
+def mamba2_conv(wrapped, instance, args, kwargs):
+    """Z4: the verify's conv writes its per-step windows on the requests' rows."""
+    active = _MAMBA2.get()
+    if active is None or kwargs.get("intermediate_conv_window") is None:
+        return wrapped(*args, **kwargs)
+    return wrapped(*args, **dict(kwargs, intermediate_state_indices=active[1]))
+
+
+def mamba2_ssm(wrapped, instance, args, kwargs):
+    """Z4: the verify's selective-state update seeds from the scratch and writes its steps on the requests' rows."""
+    active = _MAMBA2.get()
+    buffer = kwargs.get("intermediate_states_buffer")
+    if active is None or buffer is None or kwargs.get("retrieve_parent_token") is not None or not args:
+        return wrapped(*args, **kwargs)
+    zc, rows, slots = active
+    kwargs = dict(
+        kwargs,
+        state_batch_indices=zc.seed(rows, slots),
+        intermediate_state_indices=rows,
+        cache_steps=buffer.shape[1],  # Mamba2's store pitch is this argument, not the buffer's stride
+    )
+    return wrapped(buffer.flatten(0, 1), *args[1:], **kwargs)
 
 
 def session_kept(wrapped, instance, args, kwargs):

@@ -187,10 +187,11 @@ def _register(what_if: bool) -> None:
         _refuse_fault()
     STATE.mode = mode
     zero_copy = env.enabled(env.ZERO_COPY)
-    wanted = [f for f in FEATURES if f != "zero_copy" or zero_copy]
+    wanted = [f for f in FEATURES if not f.startswith("zero_copy") or zero_copy]
     results: dict[str, str | None] = patch_state.apply(wanted)
     skipped = {f: r for f, r in results.items() if r is not None}
     if zero_copy and not versions.in_range(versions.effective(version), versions.ZERO_COPY):
+        skipped = {f: r for f, r in skipped.items() if not f.startswith("zero_copy")}
         skipped["zero_copy"] = (
             f"{env.ZERO_COPY} asked for, but the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} "
             "only: today's commit"
