@@ -106,12 +106,13 @@ def backend_problem(backend) -> str | None:
         return "the plugin's commit does not serve this pool"
     cache = pool.mamba_cache
     scratch = getattr(cache, "intermediate_ssm", None)
-    if scratch is None or scratch.dim() != cache.temporal.dim() + 2:
+    if scratch is None or scratch.dim() != cache.temporal.dim() + 1:  # [L, S+1, D, *state] vs [L, slots+1, *state]
         return "no per-step SSM scratch (a draft's pool, or ReplaySSM)"
     if scratch.dtype != cache.temporal.dtype:
         return f"the scratch dtype {scratch.dtype} differs from the state's {cache.temporal.dtype}"
-    if scratch.shape[1] < rtp.size + 1:
-        return f"{scratch.shape[1]} scratch rows for {rtp.size} request rows (one per request row, plus row 0)"
+    rows = getattr(rtp, "size", None)
+    if not isinstance(rows, int) or scratch.shape[1] < rows + 1:
+        return f"{scratch.shape[1]} scratch rows for {rows} request rows (one per request row, plus row 0)"
     if getattr(backend, "accept_lens_pool", None) is not None:
         return "KDA fused accept"
     problem = _verify_kernel_problem(backend)
@@ -181,7 +182,7 @@ def _decide(backend) -> ZeroCopy | None:
         return None
     decided = getattr(pool, "_smd_zc", _MISSING)
     if decided is not _MISSING:
-        return decided
+        return decided if isinstance(decided, ZeroCopy) else None
     if not env.enabled(env.ZERO_COPY):  # not asked for (a test that applied every feature): stock, silently
         pool._smd_zc = None
         return None
