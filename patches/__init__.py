@@ -22,7 +22,10 @@ ZERO_COPY = str(versions.ZERO_COPY)  # the one release the zero-copy commit is b
 #: asked for as well; the Mamba2 mixer's kernel bindings exist on CUDA only, hence a feature of their own). ``launch_flag`` makes SGLang's parser accept our flags (which switched the plugin on from
 #: ``sys.argv``).
 FEATURES = ("launch_flag", "dedup_layout", "commit", "topk_plumbing", "estimator", "zero_copy", "zero_copy_mamba2")
-SWITCHED_FEATURES = FEATURES[1:]
+#: Features applied only when asked for as well (``SGLANG_MAMBA_DEDUP_ZERO_COPY``).
+ASKED_FOR = ("zero_copy", "zero_copy_mamba2")
+#: What switching the plugin on applies (besides the flag).
+SWITCHED_FEATURES = tuple(f for f in FEATURES[1:] if f not in ASKED_FOR)
 
 PATCHES: list[Patch] = [
     Patch(

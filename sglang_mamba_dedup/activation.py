@@ -22,7 +22,7 @@ from .state import current_mode as current_mode  # re-exported, as ENV, FLAG, Mo
 _load_problem: str | None = None
 try:
     from . import patch_state, report
-    from .patches import FEATURES, SWITCHED_FEATURES
+    from .patches import ASKED_FOR, FEATURES
 except Exception as _exc:  # noqa: BLE001 - any import failure: register() says it, strict stops
     _load_problem = f"{type(_exc).__name__}: {_exc}"
 
@@ -187,11 +187,11 @@ def _register(what_if: bool) -> None:
         _refuse_fault()
     STATE.mode = mode
     zero_copy = env.enabled(env.ZERO_COPY)
-    wanted = [f for f in FEATURES if not f.startswith("zero_copy") or zero_copy]
+    wanted = [f for f in FEATURES if f not in ASKED_FOR or zero_copy]
     results: dict[str, str | None] = patch_state.apply(wanted)
     skipped = {f: r for f, r in results.items() if r is not None}
     if zero_copy and not versions.in_range(versions.effective(version), versions.ZERO_COPY):
-        skipped = {f: r for f, r in skipped.items() if not f.startswith("zero_copy")}
+        skipped = {f: r for f, r in skipped.items() if f not in ASKED_FOR}
         skipped["zero_copy"] = (
             f"{env.ZERO_COPY} asked for, but the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} "
             "only: today's commit"
@@ -201,10 +201,9 @@ def _register(what_if: bool) -> None:
         patch_state.revert()
         raise StrictModeError("; ".join(f"{f}: {r}" for f, r in skipped.items()))
     st = patch_state.status()
-    applied = sorted(
-        {v["feature"] for v in st.values() if v["state"] == "applied" and v["feature"] in SWITCHED_FEATURES}
-    )
-    idle = sorted(f for f in SWITCHED_FEATURES if f in wanted and f not in applied and f not in skipped)
+    switched = [f for f in wanted if f != "launch_flag"]
+    applied = sorted({v["feature"] for v in st.values() if v["state"] == "applied" and v["feature"] in switched})
+    idle = sorted(f for f in switched if f not in applied and f not in skipped)
     parts = [f"{head}: {mode.value}, {versions.mode_for(version)} mode", "applied " + (", ".join(applied) or "nothing")]
     if idle:
         parts.append("not needed on this release: " + ", ".join(idle))

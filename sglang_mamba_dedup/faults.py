@@ -18,10 +18,9 @@ names it, and the what-if CLIs (``plan``, ``demo``) never install it.
 from __future__ import annotations
 
 import logging
-import sys
 
 from . import env, report
-from .patches import verify_commit
+from .patches import verify_commit, zero_copy
 from .state import STATE
 
 COMMIT_STEP0 = "commit_step0"
@@ -47,8 +46,6 @@ def install(name: str) -> None:
         return
     remove()
     if name == ZC_NO_STAGE_IN:
-        from .patches import zero_copy
-
         real_stage_in = zero_copy.ZeroCopy.stage_in
 
         def no_stage_in(zc, layer_cache, slots, rows):
@@ -79,10 +76,9 @@ def remove() -> None:
     real = getattr(verify_commit._Route.commit, "_smd_real", None)
     if real is not None:
         verify_commit._Route.commit = real  # type: ignore[method-assign]
-    zero_copy = sys.modules.get("sglang_mamba_dedup.patches.zero_copy")
-    real = getattr(getattr(zero_copy, "ZeroCopy", None), "stage_in", None)
-    if getattr(real, "_smd_real", None) is not None:
-        zero_copy.ZeroCopy.stage_in = real._smd_real  # type: ignore[union-attr]
+    real = getattr(zero_copy.ZeroCopy.stage_in, "_smd_real", None)
+    if real is not None:
+        zero_copy.ZeroCopy.stage_in = real  # type: ignore[method-assign]
     STATE.fault = None
     report.record_fault(None)
 

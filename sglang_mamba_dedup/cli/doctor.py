@@ -18,7 +18,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 
 from .. import activation, env, faults, patch_state, versions
-from ..patches import PATCHES, verify_commit
+from ..patches import ASKED_FOR, PATCHES, verify_commit
 from . import evidence
 
 
@@ -99,7 +99,9 @@ def collect() -> dict[str, Any]:
                 "reason": reason if reason else (None if selected else "not needed on this release"),
                 "targets": {p.name: {"target": p.target, "problem": per_patch.get(p.name)} for p in selected},
             }
-            if reason:
+            if reason and feature in ASKED_FOR and not env.enabled(env.ZERO_COPY):
+                features[feature]["reason"] = f"not asked for ({env.ZERO_COPY} unset): {reason}"
+            elif reason:
                 info["problems"].append(reason)
         info["features"] = features
         kernel = verify_commit.kernel_problem()  # the import the decode path would make, tried here too
@@ -216,7 +218,15 @@ def patch_table_markdown() -> str:
     README equal to it: ``sglang-mamba-dedup doctor --patch-table``)."""
     lines = ["| feature | target | releases | what our wrapper does |", "|---|---|---|---|"]
     for p in PATCHES:
-        lines.append(f"| `{p.feature}` | `{p.target}` | {_release_span(p.releases)} | {p.doc} |")
+        if p.feature not in ASKED_FOR:
+            lines.append(f"| `{p.feature}` | `{p.target}` | {_release_span(p.releases)} | {p.doc} |")
+    for feature in ASKED_FOR:  # one row each: their targets are in docs/zero-copy.md section 7
+        mine = [p for p in PATCHES if p.feature == feature]
+        targets = ", ".join(sorted({p.target.split(".")[-2] + "." + p.target.split(".")[-1] for p in mine}))
+        lines.append(
+            f"| `{feature}` | {targets} | {_release_span(mine[0].releases)} | only with {env.ZERO_COPY}=1: "
+            "[the zero-copy commit](docs/zero-copy.md) |"
+        )
     return "\n".join(lines)
 
 

@@ -130,6 +130,22 @@ def _expected(release):
         "estimator": {"kv_cache_mixin.handle_max_mamba_cache"}
         if release in _OLD
         else {"kv_cache_configurator.handle_max_mamba_cache"},
+        "zero_copy": {
+            "gdn_backend.forward_extend",
+            "gdn_backend.select_verify_intermediate_state_indices",
+            "gdn_triton.target_verify",
+            "streaming_session.try_cache_finished_req",
+            "model_runner.deferred_mamba_cow_and_clear",
+        }
+        if release == versions.ZERO_COPY_RELEASE
+        else set(),
+        "zero_copy_mamba2": {
+            "mamba2_backend.forward",
+            "mamba2_mixer.causal_conv1d_update_triton",
+            "mamba2_mixer.selective_state_update",
+        }
+        if release == versions.ZERO_COPY_RELEASE
+        else set(),
     }
 
 
@@ -198,12 +214,17 @@ def _block(text: str, name: str) -> str:
 
 
 def test_readme_patch_table_is_generated_from_the_patch_table():
-    """README's "What it patches" is ``sglang-mamba-dedup doctor --patch-table``: one row per patch."""
+    """README's "What it patches" is ``sglang-mamba-dedup doctor --patch-table``: one row per patch, and one per
+    asked-for feature (zero-copy) naming each of its targets."""
     from sglang_mamba_dedup.cli import doctor
+    from sglang_mamba_dedup.patches import ASKED_FOR
 
     block = _block((ROOT / "README.md").read_text(), "patch-table")
     assert block == doctor.patch_table_markdown()
-    assert block.count("\n| `") == len(PATCHES)
+    assert block.count("\n| `") == len([p for p in PATCHES if p.feature not in ASKED_FOR]) + len(ASKED_FOR)
+    for p in PATCHES:
+        if p.feature in ASKED_FOR:
+            assert ".".join(p.target.split(".")[-2:]) in block, p.name
 
 
 def test_readme_stays_short():
