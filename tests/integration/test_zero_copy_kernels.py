@@ -15,6 +15,7 @@ graphs, real tiling (the H200 e2e).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
@@ -41,6 +42,8 @@ DIM = 2 * H * KD + HV * VD  # q, k, v channels of the conv, as GDN splits them
 
 @pytest.fixture
 def zero_copy_patched(monkeypatch):
+    if not hasattr(torch.cpu, "device"):  # SGLang's selective_state_update enters a device context (CUDA-only API)
+        monkeypatch.setattr(torch.cpu, "device", lambda index: contextlib.nullcontext(), raising=False)
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP", "1")
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ZERO_COPY", "1")
     assert patch_state.apply(["commit", "zero_copy"]) == {"commit": None, "zero_copy": None}
@@ -52,10 +55,11 @@ def zero_copy_patched(monkeypatch):
 class _World:
     """One layer's pool, scratch and weights; ``zc``: the plugin's zero-copy bookkeeping (None: stock)."""
 
-    def __init__(self, drafts: int, ssm_dtype, zc: bool, gen: torch.Generator):
+    def __init__(self, drafts: int, ssm_dtype, zc: bool, gen: torch.Generator, kind: str = "gdn"):
         def r(*shape):
             return torch.randn(*shape, generator=gen)
 
+        self.kind = kind  # "gdn": state [HV, V, K]; "mamba2": [heads, head_dim, dstate] (the same sizes here)
         self.temporal = torch.zeros(1, SLOTS, HV, VD, KD, dtype=ssm_dtype)
         self.conv = torch.zeros(1, SLOTS, DIM, CONV_K - 1)
         self.inter_ssm = torch.zeros(1, ROWS + 1, drafts, HV, VD, KD, dtype=ssm_dtype)
@@ -87,6 +91,8 @@ class _World:
     def verify(
         self, v: sim.Verify, rpi: torch.Tensor, slots: torch.Tensor, default_rows: torch.Tensor, stock_rows=False
     ):
+        if self.kind == "mamba2":
+            return self._verify_mamba2(v, rpi, slots, stock_rows)
         from sglang.kernels.ops.mamba.causal_conv1d_triton import causal_conv1d_update
         from sglang.srt.layers.attention.linear import gdn_backend
         from sglang.srt.layers.attention.linear.kernels.gdn_triton import TritonGDNKernel
@@ -131,6 +137,68 @@ class _World:
                 zero_copy._ACTIVE.reset(token)
         return y, out.reshape(b, d, HV, VD), rows
 
+    def _verify_mamba2(self, v: sim.Verify, rpi: torch.Tensor, slots: torch.Tensor, stock_rows: bool):
+        """The Mamba2 mixer's verify: SGLang's Triton conv and ``selective_state_update`` as the mixer calls them,
+        through the plugin's Z4 binding wrappers in the zero-copy world (rows and seeds as ``mamba2_forward``
+        sets them); stock rows are batch positions (``mamba.py``'s ``arange``, clamped to the scratch here)."""
+        from sglang.kernels.ops.mamba.causal_conv1d_triton import causal_conv1d_update
+        from sglang.kernels.ops.mamba.triton_ops.mamba_ssm import selective_state_update
+
+        b, d = v.drafts.shape[:2]
+        zc = self.pool._smd_zc
+        positions = torch.arange(b, dtype=torch.int32).clamp(max=ROWS)
+        if zc is None or stock_rows:
+            rows = positions
+        else:
+            rows = torch.where(slots >= 0, rpi, torch.zeros_like(rpi)).to(torch.int32)
+        token = zero_copy._MAMBA2.set((zc, rows, slots)) if zc is not None else None
+        conv = (lambda w, i, a, k: w(*a, **k)) if zc is None else zero_copy.mamba2_conv
+        ssm = (lambda w, i, a, k: w(*a, **k)) if zc is None else zero_copy.mamba2_ssm
+        try:
+            y = conv(
+                causal_conv1d_update,
+                None,
+                (v.drafts.transpose(1, 2).contiguous(), self.conv[0], self.weight, self.bias, "silu"),
+                dict(
+                    conv_state_indices=slots,
+                    intermediate_conv_window=self.inter_conv[0],
+                    intermediate_state_indices=positions,
+                ),
+            )
+            x = y.transpose(1, 2)  # [b, d, DIM]: x | B | C
+            xs, bm, cm = torch.split(x, [HV * VD, 2 * KD, 2 * KD], dim=-1)
+            dt = (x @ self.proj_a)[..., None].expand(b, d, HV, VD).contiguous()
+            out = torch.empty(b, d, HV, VD)
+            ssm(
+                selective_state_update,
+                None,
+                (
+                    self.temporal[0],
+                    xs.reshape(b, d, HV, VD).contiguous(),
+                    dt,
+                    -torch.exp(self.A_log)[:, None, None].expand(HV, VD, KD),
+                    bm.reshape(b, d, 2, KD).contiguous(),
+                    cm.reshape(b, d, 2, KD).contiguous(),
+                    self.dt_bias[:, None].expand(HV, VD) * 0 + 0.5,
+                ),
+                dict(
+                    z=None,
+                    dt_bias=self.dt_bias[:, None].expand(HV, VD),
+                    dt_softplus=True,
+                    state_batch_indices=slots,
+                    out=out,
+                    disable_state_update=True,
+                    intermediate_states_buffer=self.inter_ssm[0],
+                    cache_steps=d,
+                    retrieve_parent_token=None,
+                    intermediate_state_indices=positions,
+                ),
+            )
+        finally:
+            if token is not None:
+                zero_copy._MAMBA2.reset(token)
+        return y, out, rows
+
     def commit(self, steps, slots, rows, rpi) -> None:
         if self.pool._smd_zc is None:  # SGLang's scatter, in PyTorch: scratch [batch position, step] -> slot
             for n in range(steps.shape[0]):
@@ -147,10 +215,10 @@ class _World:
         return self.inter_ssm[0, row, int(zc.accepted[row]) - 1].clone()
 
 
-def replay(schedule, drafts: int, ssm_dtype, zc: bool, seed: int, skip=()):
+def replay(schedule, drafts: int, ssm_dtype, zc: bool, seed: int, skip=(), kind="gdn"):
     """Run ``schedule``; returns (md5 of every verify output, the live states per step); ``skip``: zero-copy steps
     left out on purpose (negative controls: "materialize", "accept", "rows")."""
-    w = _World(drafts, ssm_dtype, zc, torch.Generator().manual_seed(seed))
+    w = _World(drafts, ssm_dtype, zc, torch.Generator().manual_seed(seed), kind)
     md5, lives = hashlib.md5(), []
     # SGLang's batch-position table (build_verify_intermediate_state_indices): rows 0..size-1, then padding on row size
     default_rows = torch.cat([torch.arange(ROWS), torch.full((17,), ROWS)]).to(torch.int32)
@@ -194,7 +262,12 @@ def replay(schedule, drafts: int, ssm_dtype, zc: bool, seed: int, skip=()):
     return md5.hexdigest(), lives
 
 
-CASES = [(4, torch.float32), (2, torch.bfloat16), (3, torch.float32)]
+CASES = [
+    ("gdn", 4, torch.float32),
+    ("gdn", 2, torch.bfloat16),
+    ("mamba2", 4, torch.float32),
+    ("mamba2", 3, torch.bfloat16),
+]
 
 
 def _seed() -> int:
@@ -207,14 +280,16 @@ def _schedule(drafts: int, ssm_dtype, seed: int):
     return sim.make_schedule(shape, seed, steps=24, rows=ROWS, slots=SLOTS, chunk=3)
 
 
-@pytest.mark.parametrize("drafts,ssm_dtype", CASES, ids=["D4-fp32", "D2-bf16", "D3-fp32"])
-def test_zero_copy_through_sglang_kernels_is_bit_exact(zero_copy_patched, drafts, ssm_dtype):
+@pytest.mark.parametrize(
+    "kind,drafts,ssm_dtype", CASES, ids=["gdn-D4-fp32", "gdn-D2-bf16", "mamba2-D4-fp32", "mamba2-D3-bf16"]
+)
+def test_zero_copy_through_sglang_kernels_is_bit_exact(zero_copy_patched, kind, drafts, ssm_dtype):
     seed = _seed()
     schedule, counts = _schedule(drafts, ssm_dtype, seed)
     where = f"seed {seed} (replay with ZERO_COPY_SIM_SEED={seed}; events {dict(counts)})"
     assert counts["verify"] >= 8 and counts["join"] >= 2, where
-    stock_md5, stock_lives = replay(schedule, drafts, ssm_dtype, zc=False, seed=seed)
-    zc_md5, zc_lives = replay(schedule, drafts, ssm_dtype, zc=True, seed=seed)
+    stock_md5, stock_lives = replay(schedule, drafts, ssm_dtype, zc=False, seed=seed, kind=kind)
+    zc_md5, zc_lives = replay(schedule, drafts, ssm_dtype, zc=True, seed=seed, kind=kind)
     for step, (a, b) in enumerate(zip(stock_lives, zc_lives)):
         assert a.keys() == b.keys()
         for rid in a:
@@ -223,8 +298,18 @@ def test_zero_copy_through_sglang_kernels_is_bit_exact(zero_copy_patched, drafts
     assert stock_md5 == zc_md5, f"{where}: verify outputs differ"
 
 
-@pytest.mark.parametrize("skip", ["stage_in", "accept", "rows", "materialize"])
-def test_each_zero_copy_step_is_needed(zero_copy_patched, skip):
+CONTROLS = [
+    ("gdn", "stage_in"),
+    ("gdn", "accept"),
+    ("gdn", "rows"),
+    ("gdn", "materialize"),
+    ("mamba2", "stage_in"),
+    ("mamba2", "rows"),
+]
+
+
+@pytest.mark.parametrize("kind,skip", CONTROLS, ids=[f"{k}-{s}" for k, s in CONTROLS])
+def test_each_zero_copy_step_is_needed(zero_copy_patched, kind, skip):
     """Negative controls: leaving out one step of the zero-copy scheme changes the outputs (``stage_in`` through the
     e2e's own fault, ``faults.ZC_NO_STAGE_IN``)."""
     for _ in range(50):  # a schedule with what the control needs (a hand-off for "materialize")
@@ -236,8 +321,8 @@ def test_each_zero_copy_step_is_needed(zero_copy_patched, skip):
         pytest.fail(f"no schedule with a session hand-off in 50 draws (last seed {seed})")
     if skip == "stage_in":
         faults.install(faults.ZC_NO_STAGE_IN)
-    stock_md5, _ = replay(schedule, 4, torch.float32, zc=False, seed=seed)
-    zc_md5, _ = replay(schedule, 4, torch.float32, zc=True, seed=seed, skip=(skip,))
+    stock_md5, _ = replay(schedule, 4, torch.float32, zc=False, seed=seed, kind=kind)
+    zc_md5, _ = replay(schedule, 4, torch.float32, zc=True, seed=seed, skip=(skip,), kind=kind)
     assert stock_md5 != zc_md5, (
         f"seed {seed}: zero-copy without {skip} still matched stock (ZERO_COPY_SIM_SEED replays)"
     )
