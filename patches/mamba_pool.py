@@ -13,12 +13,12 @@ import functools
 import inspect
 import logging
 
-from sglang_mamba_dedup import gate, ledger, report, sizing, state, versions
+from sglang_mamba_dedup import env, gate, ledger, report, sizing, state, versions
 from sglang_mamba_dedup.env import SWITCH
 from sglang_mamba_dedup.sizing import GIB
 from sglang_mamba_dedup.state import STATE
 
-from . import verify_commit
+from . import verify_commit, zero_copy
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -63,6 +63,8 @@ def mamba_pool_init(wrapped, instance, args, kwargs):
     bound, instance, kwargs = norm
     result = _backport_init(bound, instance, kwargs) if _is_backport() else _takeover_init(bound, instance, kwargs)
     _record_ledger(instance)
+    if env.enabled(env.ZERO_COPY) and versions.in_range(versions.effective(_sglang_version()), versions.ZERO_COPY):
+        zero_copy.prepare(instance)
     return result
 
 

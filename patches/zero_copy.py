@@ -124,15 +124,25 @@ def backend_problem(backend) -> str | None:
     return None
 
 
+def prepare(pool) -> None:
+    """At pool build (zero-copy asked for): the ``accepted`` table, so that it is allocated with the pool and never
+    inside a CUDA-graph capture (where the decision may come first)."""
+    import torch
+
+    scratch = getattr(getattr(pool, "mamba_cache", None), "intermediate_ssm", None)
+    if scratch is not None and scratch.dim() >= 3:
+        pool._smd_accepted = torch.ones(scratch.shape[1], dtype=torch.int32, device=scratch.device)
+
+
 class ZeroCopy:
     """One pool's zero-copy bookkeeping: ``accepted`` (int32, one entry per scratch row, on the pool's device)."""
 
     def __init__(self, pool) -> None:
-        import torch
-
         scratch = pool.mamba_cache.intermediate_ssm
         self.pitch = scratch.shape[2]  # the allocated draft-step pitch of a scratch row
-        self.accepted = torch.ones(scratch.shape[1], dtype=torch.int32, device=scratch.device)
+        if getattr(pool, "_smd_accepted", None) is None:
+            prepare(pool)
+        self.accepted = pool._smd_accepted
         self.handoffs: list = []  # (row, slot tensor) of streaming-session turns kept, to materialize (Z6)
 
     def stage_in(self, layer_cache, slots, rows) -> None:
@@ -175,6 +185,12 @@ class ZeroCopy:
         cache.temporal[:, slots] = cache.intermediate_ssm[:, rows, self.accepted.index_select(0, rows).long() - 1]
 
 
+def _capturing() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
 def _decide(backend) -> ZeroCopy | None:
     """This backend's pool's zero-copy, decided once per pool (one log line either way; strict stops)."""
     pool = getattr(getattr(backend, "req_to_token_pool", None), "mamba_pool", None)
@@ -187,6 +203,8 @@ def _decide(backend) -> ZeroCopy | None:
         pool._smd_zc = None
         return None
     reason = backend_problem(backend)
+    if reason is None and getattr(pool, "_smd_accepted", None) is None and _capturing():
+        reason = "the pool was built without the accepted table and this first verify is inside a CUDA-graph capture"
     if reason is None:
         try:
             reason = settings_problem(read_settings())

@@ -118,3 +118,18 @@ def test_refused_is_logged_and_strict_stops(monkeypatch, caplog):
     state.reset()
     with pytest.raises(RuntimeError, match="strict mode.*radix cache is on"):
         zero_copy._decide(_backend())
+
+
+def test_the_accepted_table_comes_from_pool_build_and_never_from_a_capture(monkeypatch):
+    monkeypatch.setenv(env.ZERO_COPY, "1")
+    monkeypatch.setattr(zero_copy, "read_settings", lambda: dict(SAFE))
+    backend = _backend()
+    pool = backend.req_to_token_pool.mamba_pool
+    zero_copy.prepare(pool)  # what the MambaPool.__init__ wrapper does when zero-copy is asked for
+    table = pool._smd_accepted
+    assert table.dtype == torch.int32 and table.tolist() == [1] * 7
+    monkeypatch.setattr(zero_copy, "_capturing", lambda: True)
+    assert zero_copy._decide(backend).accepted is table  # built with the pool: a capture changes nothing
+    late = _backend()
+    assert zero_copy._decide(late) is None  # no table from the pool and inside a capture: stays off
+    assert "inside a CUDA-graph capture" in report.events()["zero_copy"]
