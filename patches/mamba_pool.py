@@ -62,9 +62,9 @@ def mamba_pool_init(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     bound, instance, kwargs = norm
     result = _backport_init(bound, instance, kwargs) if _is_backport() else _takeover_init(bound, instance, kwargs)
-    _record_ledger(instance)
     if env.enabled(env.ZERO_COPY) and versions.in_range(versions.effective(_sglang_version()), versions.ZERO_COPY):
-        zero_copy.prepare(instance)
+        zero_copy.prepare(instance)  # before the ledger, which counts it with the pool's bookkeeping tensors
+    _record_ledger(instance)
     return result
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import sglang_mamba_dedup
-from sglang_mamba_dedup import ledger, report, sizing
+from sglang_mamba_dedup import ledger, report, sizing, versions
 from sglang_mamba_dedup.offline import estimator
 from sglang_mamba_dedup.patches import estimator as estimator_patch
 from sglang_mamba_dedup.state import STATE
@@ -488,3 +488,16 @@ def test_a_second_pool_keeps_its_own_ledger_and_has_no_reservation(caplog):
     assert "the estimator reserved" in lines[0].getMessage()
     assert "no reservation of its own" in lines[1].getMessage()
     assert "the estimator reserved" not in lines[1].getMessage()
+
+
+@pytest.mark.skipif(
+    not versions.in_range(iu.SGLANG_VERSION, versions.ZERO_COPY), reason="the zero-copy commit exists on 0.5.23 only"
+)
+def test_zero_copy_accepted_table_is_in_the_ledger(monkeypatch):
+    """Zero-copy asked for: the pool is built with its ``accepted`` table (int32, one per scratch row); the ledger
+    counts it among the pool's bookkeeping tensors, and allocated still equals reserved within the tolerance."""
+    monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ZERO_COPY", "1")
+    _cp, est, doc, _decision = _estimate_then_pool("no-radix", on=True)
+    entry = doc["buffers"]["_smd_accepted"]
+    assert entry == {"logical": 4 * (est.running + 1), "physical": 4 * (est.running + 1)}, entry  # rows 0..S
+    assert doc["allocated_bytes"] - doc["reserved_bytes"] <= ledger.tolerance(doc), doc["buffers"]
