@@ -8,7 +8,7 @@ from __future__ import annotations
 from sglang_mamba_dedup import versions
 from sglang_mamba_dedup.patcher import Patch
 
-from . import estimator, mamba_pool, server_args, topk, verify_commit, zero_copy
+from . import estimator, mamba_pool, server_args, topk, verify_commit
 
 # Ranges come only from the named boundaries in ``sglang_mamba_dedup.versions``.
 ALL = str(versions.SUPPORTED)
@@ -26,6 +26,21 @@ FEATURES = ("launch_flag", "dedup_layout", "commit", "topk_plumbing", "estimator
 ASKED_FOR = ("zero_copy", "zero_copy_mamba2")
 #: What switching the plugin on applies (besides the flag).
 SWITCHED_FEATURES = tuple(f for f in FEATURES[1:] if f not in ASKED_FOR)
+
+
+def _zero_copy(name: str):
+    """The zero-copy wrapper ``name``, its module imported at its first call: only a process that asked for
+    zero-copy has these patches installed, so no other process loads :mod:`.zero_copy`."""
+
+    def wrapper(wrapped, instance, args, kwargs):
+        from . import zero_copy
+
+        return getattr(zero_copy, name)(wrapped, instance, args, kwargs)
+
+    wrapper.__name__ = wrapper.__qualname__ = name
+    wrapper._smd_lazy = f"{__name__}.zero_copy.{name}"  # type: ignore[attr-defined]
+    return wrapper
+
 
 PATCHES: list[Patch] = [
     Patch(
@@ -115,7 +130,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.layers.attention.linear.gdn_backend",
         attr="GDNAttnBackend.forward_extend",
         releases=ZERO_COPY,
-        wrapper=zero_copy.gdn_forward_extend,
+        wrapper=_zero_copy("gdn_forward_extend"),
         params=("layer", "forward_batch"),
         doc="zero-copy (asked for): a verify runs seeded from the scratch; any other extend stages its rows in",
     ),
@@ -125,7 +140,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.layers.attention.linear.gdn_backend",
         attr="select_verify_intermediate_state_indices",
         releases=ZERO_COPY,
-        wrapper=zero_copy.select_rows,
+        wrapper=_zero_copy("select_rows"),
         params=("default_indices", "req_pool_indices", "valid", "pool_size"),
         doc="zero-copy: a request's scratch row is its req_pool_idx (padding: row 0)",
     ),
@@ -135,7 +150,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.layers.attention.linear.kernels.gdn_triton",
         attr="TritonGDNKernel.target_verify",
         releases=ZERO_COPY,
-        wrapper=zero_copy.triton_target_verify,
+        wrapper=_zero_copy("triton_target_verify"),
         params=("ssm_states", "cache_indices", "intermediate_states_buffer", "intermediate_state_indices"),
         doc="zero-copy: SGLang's Triton verify reads each request's state from the scratch column it is in",
     ),
@@ -145,7 +160,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.session.streaming_session",
         attr="StreamingSession.try_cache_finished_req",
         releases=ZERO_COPY,
-        wrapper=zero_copy.session_kept,
+        wrapper=_zero_copy("session_kept"),
         params=("req",),
         doc="zero-copy: a streaming session's kept turn is queued to be materialized into its slot",
     ),
@@ -155,7 +170,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.model_executor.model_runner",
         attr="ModelRunner._maybe_execute_deferred_mamba_cow_and_clear",
         releases=ZERO_COPY,
-        wrapper=zero_copy.before_extend,
+        wrapper=_zero_copy("before_extend"),
         params=("forward_batch",),
         doc="zero-copy: the queued session hand-offs are materialized before the next extend reads the pool",
     ),
@@ -165,7 +180,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.layers.attention.hybrid_linear_attn_backend",
         attr="Mamba2AttnBackend.forward",
         releases=ZERO_COPY,
-        wrapper=zero_copy.mamba2_forward,
+        wrapper=_zero_copy("mamba2_forward"),
         params=("mixer", "hidden_states", "output", "layer_id", "forward_batch"),
         doc="zero-copy (Mamba2): a verify layer runs seeded from the scratch; any other extend stages its rows in",
     ),
@@ -175,7 +190,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.layers.attention.mamba.mamba",
         attr="causal_conv1d_update_triton",
         releases=ZERO_COPY,
-        wrapper=zero_copy.mamba2_conv,
+        wrapper=_zero_copy("mamba2_conv"),
         params=("conv_state_indices", "intermediate_conv_window", "intermediate_state_indices"),
         doc="zero-copy (Mamba2): the verify's conv windows go to the requests' scratch rows",
     ),
@@ -185,7 +200,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.layers.attention.mamba.mamba",
         attr="selective_state_update",
         releases=ZERO_COPY,
-        wrapper=zero_copy.mamba2_ssm,
+        wrapper=_zero_copy("mamba2_ssm"),
         params=(
             "state",
             "state_batch_indices",

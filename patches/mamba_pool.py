@@ -18,7 +18,7 @@ from sglang_mamba_dedup.env import SWITCH
 from sglang_mamba_dedup.sizing import GIB
 from sglang_mamba_dedup.state import STATE
 
-from . import verify_commit, zero_copy
+from . import verify_commit
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -63,6 +63,8 @@ def mamba_pool_init(wrapped, instance, args, kwargs):
     bound, instance, kwargs = norm
     result = _backport_init(bound, instance, kwargs) if _is_backport() else _takeover_init(bound, instance, kwargs)
     if env.enabled(env.ZERO_COPY) and versions.in_range(versions.effective(_sglang_version()), versions.ZERO_COPY):
+        from . import zero_copy  # loaded only where zero-copy is asked for
+
         zero_copy.prepare(instance)  # before the ledger, which counts it with the pool's bookkeeping tensors
     _record_ledger(instance)
     return result
