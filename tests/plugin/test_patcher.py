@@ -204,8 +204,11 @@ def test_real_sglang_targets_apply_and_revert_exactly():
             parent, attr, raw = patcher.resolve(p.module, p.attr)
             originals[p.name] = (parent, attr, raw)
     result = patch_state.apply()
+    version = patch_state.PATCHER._version_getter()
     for feature in cuda_only & set(result):
-        assert "no attribute causal_conv1d_update_triton" in result.pop(feature)
+        reason = result.pop(feature)
+        if any(p.feature == feature and p.applies_to(version) for p in PATCHES):  # else: not this release's
+            assert reason is not None and "no attribute causal_conv1d_update_triton" in reason
         assert not patch_state.PATCHER.applied(feature)
     assert all(r is None for r in result.values()), result
     for name, (parent, attr, _raw) in originals.items():
