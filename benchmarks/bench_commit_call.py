@@ -2,15 +2,22 @@
 """The whole post-verify commit call as SGLang makes it, plugin on vs SGLang's own, in one process (CUDA).
 
 ``HybridLinearAttnBackend.update_mamba_state_after_mtp_verify`` on a real pool and backend (bf16 conv windows,
-fp32 SSM; models, D and batches as given), accept only and accept + track. Per configuration the two providers
-alternate over several rounds (the plugin's ``commit`` patch applied / reverted between rounds on the same
-pool); per call: CUDA events around the Python call (device + host, as the decode loop pays it) and the host
-time of the call alone (``perf_counter``, no sync inside the loop). Prints a table; the rows go to
-``<out>/latest/commit_call-<label>-<gpu>.csv`` and ``<out>/history.csv``. Run it once per plugin build to
-compare builds (e.g. the host overhead of a change): ``--label before`` / ``--label after``.
+fp32 SSM; models, D and batches as given), accept only and accept + track. Per configuration the providers
+alternate over several rounds on the same pool: ``sglang`` (the plugin's ``commit`` patch reverted), ``ours``
+(applied) and, accept only, ``zero_copy`` (applied, the pool's ``_smd_zc`` set and ``req_pool_indices`` passed:
+the conv windows only, read from the requests' scratch rows; docs/zero-copy.md 2.4; checked first to leave the
+SSM slots untouched and write the conv ones). Per call: CUDA events around the Python call (device + host, as the
+decode loop pays it) and the host time of the call alone (``perf_counter``, no sync inside the loop). Prints a
+table; the rows go to ``<out>/latest/commit_call-<label>-<gpu>.csv`` and ``<out>/history.csv``. Then the bytes
+each commit moves per model and batch (``--bytes-batches``), from the pool's tensors: SSM and conv, read + write,
+for SGLang, the plugin and zero-copy, and zero-copy's stage-in per request per extend; into
+``<out>/latest/commit_bytes-<label>-<gpu>.csv`` and the history. Run it once per plugin build to compare builds
+(e.g. the host overhead of a change): ``--label before`` / ``--label after``. List options take commas or spaces.
 
     python3 -P benchmarks/bench_commit_call.py --label after      # the plugin build under test installed
-    TRITON_INTERPRET=1 python benchmarks/bench_commit_call.py --cpu --batches 1 --draft-tokens 2 \
+    python3 -P benchmarks/bench_commit_call.py --label zc --models qwen3.5-0.8b qwen3-next-80b \
+        --batches 1 16 64 128                                      # the zero-copy sweep (docs/zero-copy.md 10)
+    TRITON_INTERPRET=1 python benchmarks/bench_commit_call.py --cpu --batches 1 2 --draft-tokens 2 \
         --rounds 1 --calls 2 --out /tmp/dry                        # dry run of the script on the CPU
 """
 
@@ -56,14 +63,56 @@ def _tooling_from_checkout() -> None:
     pkg.offline = mod  # type: ignore[attr-defined]
 
 
-def _moved_bytes(shape, steps, track_steps, draft_tokens: int) -> int:
-    """Bytes one commit reads and writes: every valid row (step in [0, D)) copies, in each GDN layer, one
-    fp32 SSM entry and one bf16 [conv_dim, K-1] window."""
-    per_row = 4 * shape.value_heads * shape.head_dim * shape.head_dim + 2 * shape.conv_dim * (shape.conv_kernel - 1)
+def _entry_bytes(cache) -> tuple[int, int, int]:
+    """The pool's state layers and the bytes of one slot's entry per layer, from its tensors: the SSM state
+    (``temporal``) and the conv windows (every conv tensor, the logical [dim, K-1] window)."""
+    ssm = cache.temporal[0, 0].numel() * cache.temporal.element_size()
+    conv = sum(c[0, 0].numel() * c.element_size() for c in cache.conv)
+    return cache.temporal.shape[0], ssm, conv
+
+
+def _moved_bytes(entry, steps, track_steps, draft_tokens: int, ssm: bool = True) -> int:
+    """Bytes one commit reads and writes: every valid row (step in [0, D)) copies, in each state layer, one
+    SSM entry (``ssm``; zero-copy moves none) and one conv window."""
+    layers, ssm_bytes, conv_bytes = entry
     rows = int(((steps >= 0) & (steps < draft_tokens)).sum())
     if track_steps is not None:
         rows += int(((track_steps >= 0) & (track_steps < draft_tokens)).sum())
-    return 2 * rows * shape.gdn_layers * per_row
+    return 2 * rows * layers * (ssm_bytes * ssm + conv_bytes)
+
+
+def _bytes_rows(label: str, model: str, entry, batches: list[int]) -> list[dict]:
+    """Per batch, the bytes one accept-only commit moves (every row valid, read + write): SSM and conv, for
+    SGLang, the plugin (the same copies, one launch) and zero-copy (no SSM bytes: the state stays in the
+    scratch), and zero-copy's stage-in (``temporal[slot]`` into scratch column 0, every layer) per request per
+    extend. Bytes of the index tensors and ``accepted`` (4 B a row) left out."""
+    layers, ssm, conv = entry
+    out = []
+    for bs in batches:
+        n = 2 * layers * bs
+        out.append(
+            dict(
+                label=label,
+                model=model,
+                batch=bs,
+                layers=layers,
+                ssm_entry=ssm,
+                conv_entry=conv,
+                sglang_ssm=n * ssm,
+                sglang_conv=n * conv,
+                ours_ssm=n * ssm,
+                ours_conv=n * conv,
+                zero_copy_ssm=0,
+                zero_copy_conv=n * conv,
+                stage_in_per_req=2 * layers * ssm,
+            )
+        )
+    return out
+
+
+def _items(values: list[str]) -> list[str]:
+    """``["1,16", "64"]`` -> ``["1", "16", "64"]``: a list option's commas and spaces alike."""
+    return [v for value in values for v in value.split(",") if v]
 
 
 def main(argv=None) -> int:
@@ -71,10 +120,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT") or str(_timing.RESULTS), help="results folder")
     ap.add_argument("--label", default="current", help="names the build or run (rows and file name)")
     ap.add_argument(
-        "--models", default="qwen3.5-0.8b", help="comma list of sglang_mamba_dedup.offline.shapes.MODELS keys"
+        "--models", nargs="+", default=["qwen3.5-0.8b"], help="sglang_mamba_dedup.offline.shapes.MODELS keys"
     )
-    ap.add_argument("--batches", default="1,64")
-    ap.add_argument("--draft-tokens", default="4", help="comma list of D (speculative draft tokens)")
+    ap.add_argument("--batches", nargs="+", default=["1,64"])
+    ap.add_argument("--draft-tokens", nargs="+", default=["4"], help="D (speculative draft tokens)")
+    ap.add_argument("--bytes-batches", nargs="+", default=["1,16,64,128"], help="batches of the bytes table")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=100)
     ap.add_argument("--cpu", action="store_true", help="dry run on the CPU (TRITON_INTERPRET=1, host clock)")
@@ -89,6 +139,7 @@ def main(argv=None) -> int:
     _timing.checkout_on_path()
     _tooling_from_checkout()
     from sglang_mamba_dedup import patch_state, report
+    from sglang_mamba_dedup.offline.sglang_pool import build_pool
     from sglang_mamba_dedup.offline.shapes import MODELS
     from tests.support import integration as iu
 
@@ -107,28 +158,44 @@ def main(argv=None) -> int:
     bandwidth = _copy_bandwidth(torch, device)
     size = "1 GiB" if device == "cuda" else "1 MiB"
     print(f"device copy bandwidth ({size} copy_, read + write): {bandwidth / 1e9:.0f} GB/s", flush=True)
-    rows = []
+    bytes_batches = [int(b) for b in _items(args.bytes_batches)]
+    rows, byte_rows = [], []
     with iu.cpu_stock_paths(device):
-        for model in args.models.split(","):
-            shape = MODELS[model]
-            cp = iu.make_cache_params(**shape.state_dims(), conv_dtype=torch.bfloat16)
-            for D in [int(d) for d in args.draft_tokens.split(",")]:
-                for bs in [int(b) for b in args.batches.split(",")]:
-                    rows.extend(_measure(args, device, torch, iu, report, toggle, cp, shape, model, D, bs, bandwidth))
+        for model in _items(args.models):
+            cp = iu.make_cache_params(**MODELS[model].state_dims(), conv_dtype=torch.bfloat16)
+            pool = build_pool(cp, size=1, mamba_size=4, draft_tokens=2, topk=1, device=device)  # its tensors' sizes
+            byte_rows += _bytes_rows(args.label, model, _entry_bytes(pool.mamba_pool.mamba_cache), bytes_batches)
+            del pool
+            for D in [int(d) for d in _items(args.draft_tokens)]:
+                for bs in [int(b) for b in _items(args.batches)]:
+                    rows.extend(_measure(args, device, torch, iu, report, toggle, cp, model, D, bs, bandwidth))
                     if device == "cuda":
                         torch.cuda.empty_cache()
     path = rec.write(rows)
+    bytes_path = _timing.Recorder(args.out, "commit_bytes", label=args.label, device=device).write(byte_rows)
     print(
-        "\n| build | model | D | batch | track | SGLang us (host) | plugin us (host) | speed-up | plugin %BW |"
-        "\n|---|---|---|---|---|---|---|---|---|"
+        "\n| build | model | D | batch | track | SGLang us (host) | plugin us (host) | zero-copy us (host) "
+        "| speed-up | plugin %BW | zero-copy %BW |\n|---|---|---|---|---|---|---|---|---|---|---|"
     )
     for r in rows:
+        zc = f"{r['zero_copy_us']} ({r['zero_copy_host_us']})" if "zero_copy_us" in r else "-"
+        zc_bw = f"{r['zero_copy_bw_pct']}%" if "zero_copy_us" in r else "-"
         print(
             f"| {r['label']} | {r['model']} | {r['D']} | {r['batch']} | {'yes' if r['track'] else 'no'} "
-            f"| {r['sglang_us']} ({r['sglang_host_us']}) | {r['ours_us']} ({r['ours_host_us']}) | {r['speedup']}x "
-            f"| {r['ours_bw_pct']}% |"
+            f"| {r['sglang_us']} ({r['sglang_host_us']}) | {r['ours_us']} ({r['ours_host_us']}) | {zc} "
+            f"| {r['speedup']}x | {r['ours_bw_pct']}% | {zc_bw} |"
         )
-    print(f"\nwrote {path} and {rec.out / 'history.csv'}")
+    print(
+        "\nBytes per accept-only commit, read + write, MB (SSM / conv); zero-copy's stage-in once per request per "
+        "extend\n\n| model | batch | SGLang | plugin | zero-copy | stage-in per request |\n|---|---|---|---|---|---|"
+    )
+    for r in byte_rows:
+        mb = {k: f"{v / 1e6:.2f}" for k, v in r.items() if k.endswith(("_ssm", "_conv", "_per_req"))}
+        print(
+            f"| {r['model']} | {r['batch']} | {mb['sglang_ssm']} / {mb['sglang_conv']} | {mb['ours_ssm']} / "
+            f"{mb['ours_conv']} | {mb['zero_copy_ssm']} / {mb['zero_copy_conv']} | {mb['stage_in_per_req']} |"
+        )
+    print(f"\nwrote {path}, {bytes_path} and {rec.out / 'history.csv'}")
     return 0
 
 
@@ -139,8 +206,9 @@ def _copy_bandwidth(torch, device: str) -> float:
     return _timing.copy_bandwidth(src, warmup=5, rounds=1, calls=20, device=device)
 
 
-def _measure(args, device, torch, iu, report, toggle, cp, shape, model, D, bs, bandwidth):
+def _measure(args, device, torch, iu, report, toggle, cp, model, D, bs, bandwidth):
     from sglang_mamba_dedup.offline.sglang_pool import build_pool
+    from sglang_mamba_dedup.patches import zero_copy
 
     pool = build_pool(cp, size=bs, mamba_size=3 * bs + 1, draft_tokens=D, topk=1, device=device)
     backend = iu.build_backend(pool, device=device, topk=1, draft_tokens=D)
@@ -150,6 +218,11 @@ def _measure(args, device, torch, iu, report, toggle, cp, shape, model, D, bs, b
     steps = torch.randint(0, D, (bs,), device=device, dtype=torch.int64, generator=g)
     track_idx = torch.arange(bs + 1, 2 * bs + 1, device=device, dtype=torch.int64)
     track_steps = torch.randint(-1, D, (bs,), device=device, dtype=torch.int64, generator=g)
+    rpi = torch.randperm(bs, device=device, generator=g) + 1  # req_pool_indices: the scratch rows (row 0: padding)
+    mamba = pool.mamba_pool
+    zc = zero_copy.ZeroCopy(mamba)
+    assert zc.accepted.shape[0] > bs, "a scratch row per request row, plus row 0"
+    entry = _entry_bytes(mamba.mamba_cache)
     out = []
     for track in (False, True):
         call_args = (steps, track_idx if track else None, track_steps if track else None, None)
@@ -157,18 +230,27 @@ def _measure(args, device, torch, iu, report, toggle, cp, shape, model, D, bs, b
         def call():
             backend.update_mamba_state_after_mtp_verify(*call_args)
 
+        def zc_call():
+            backend.update_mamba_state_after_mtp_verify(*call_args, req_pool_indices=rpi)
+
+        fns = {"sglang": call, "ours": call} if track else {"sglang": call, "ours": call, "zero_copy": zc_call}
+
         def enter(name):  # this provider's commit in place, its counters reset, 10 warm-up calls
-            toggle(name == "ours")
+            toggle(name != "sglang")
+            mamba._smd_zc = zc if name == "zero_copy" else None
             report.clear_events()
             for _ in range(10):
-                call()
+                fns[name]()
 
         def leave(name):
-            ours_calls = report.events().get("ours_commit_calls", 0)
-            assert (ours_calls > 0) == (name == "ours"), (name, ours_calls)
+            ours_calls, zc_calls = (report.events().get(k, 0) for k in ("ours_commit_calls", "zc_commit_calls"))
+            assert (ours_calls > 0) == (name != "sglang") and (zc_calls > 0) == (name == "zero_copy"), (name, zc_calls)
 
+        if not track:
+            enter("zero_copy")
+            _check_zero_copy(torch, report, mamba.mamba_cache, slots, rpi, steps, zc_call)
         res = _timing.time_calls(
-            {"sglang": call, "ours": call},
+            fns,
             warmup=0,
             rounds=args.rounds,
             calls=args.calls,
@@ -178,17 +260,39 @@ def _measure(args, device, torch, iu, report, toggle, cp, shape, model, D, bs, b
             on_leave=leave,
             device=device,
         )
+        mamba._smd_zc = None
         row = {"label": args.label, "model": model, "D": D, "batch": bs, "track": track}
-        for name, t in (("ours", res["ours"]), ("sglang", res["sglang"])):  # the CSV's column order
-            row[f"{name}_us"] = round(t.median, 2)
-            row[f"{name}_host_us"] = round(t.host_median, 2)
+        for name in (n for n in ("ours", "sglang", "zero_copy") if n in res):  # the CSV's column order
+            row[f"{name}_us"] = round(res[name].median, 2)
+            row[f"{name}_host_us"] = round(res[name].host_median, 2)
         row["speedup"] = round(row["sglang_us"] / row["ours_us"], 3)
-        nbytes = _moved_bytes(shape, steps, track_steps if track else None, D)
+        nbytes = _moved_bytes(entry, steps, track_steps if track else None, D)
         row["bytes"] = nbytes
         row["ours_bw_pct"] = round(100 * nbytes / (row["ours_us"] * 1e-6) / bandwidth, 1)
+        if not track:
+            row["zero_copy_bytes"] = _moved_bytes(entry, steps, None, D, ssm=False)
+            row["zero_copy_bw_pct"] = round(100 * row["zero_copy_bytes"] / (row["zero_copy_us"] * 1e-6) / bandwidth, 1)
         out.append(row)
         print(row, flush=True)
     return out  # pool and backend freed with this frame
+
+
+def _check_zero_copy(torch, report, cache, slots, rows, steps, call) -> None:
+    """One zero-copy call takes the zero-copy route (``zc_commit_calls`` grows), leaves the requests' SSM slots
+    of ``temporal`` as they were and writes their conv slots, each from its request's scratch row at the accepted
+    step (``conv[:, slot] == window[:, row, step]``); the slots are poisoned first."""
+    idx = slots.long()
+    for t in (cache.temporal, *cache.conv):
+        t[:, idx] = -7
+    for w in cache.intermediate_conv_window:
+        w.copy_(torch.rand(w.shape, dtype=torch.float32, device=w.device))  # no -7 in the scratch
+    before = report.events().get("zc_commit_calls", 0)
+    call()
+    assert report.events().get("zc_commit_calls", 0) == before + 1, "the zero-copy route was not taken"
+    assert bool((cache.temporal[:, idx] == -7).all()), "the zero-copy commit wrote SSM slots of temporal"
+    for c, w in zip(cache.conv, cache.intermediate_conv_window):
+        assert torch.equal(c[:, idx], w[:, rows, steps]), "the conv slots not written from the requests' scratch rows"
+    print(f"zero-copy check: SSM slots untouched, conv slots written ({slots.shape[0]} requests)", flush=True)
 
 
 if __name__ == "__main__":
