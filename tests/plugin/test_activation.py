@@ -235,3 +235,34 @@ def test_what_if_register_patches_without_report_or_fault(monkeypatch, tmp_path)
     activation.register()
     assert faults.installed() == faults.COMMIT_STEP0
     assert [p.name for p in tmp_path.glob("status-*.json")], "the real activation wrote no report"
+
+
+def test_zero_copy_flag_switches_on_and_asks_for_zero_copy(monkeypatch):
+    """``--enable-mamba-zero-copy-commit`` alone: the plugin on, zero-copy asked for in the environment the
+    schedulers inherit, its features applied (0.5.23; the Mamba2 bindings exist on CUDA only), SGLang's parser
+    accepts the flag, and from_cli_args sets both variables for a caller that built argv itself."""
+    from sglang.srt.server_args import ServerArgs
+
+    monkeypatch.delenv(env.ZERO_COPY, raising=False)
+    monkeypatch.setattr("sys.argv", ["sglang.launch_server", "--model-path", "m", env.ZERO_COPY_FLAG])
+    activation.register()
+    assert os.environ[env.SWITCH] == "1" and os.environ[env.ZERO_COPY] == "1"
+    zero_copy_patches = {p.name for p in PATCHES if p.feature == "zero_copy"}
+    if versions.in_range(versions.installed_sglang_version(), versions.ZERO_COPY):
+        assert zero_copy_patches <= _wrapped_names() and "zero_copy" in activation.last_summary()
+    else:
+        assert not zero_copy_patches & _wrapped_names()
+        assert f"built for SGLang {versions.ZERO_COPY_RELEASE} only" in activation.last_summary()
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    monkeypatch.delenv(env.SWITCH)
+    monkeypatch.delenv(env.ZERO_COPY)
+    ServerArgs.from_cli_args(parser.parse_args(["--model-path", "dummy", env.ZERO_COPY_FLAG]))
+    assert os.environ[env.SWITCH] == "1" and os.environ[env.ZERO_COPY] == "1"
+
+
+def test_zero_copy_not_asked_for_is_not_applied(monkeypatch):
+    monkeypatch.setenv(env.SWITCH, "1")
+    activation.register()
+    assert not {p.name for p in PATCHES if p.feature.startswith("zero_copy")} & _wrapped_names()
+    assert "zero_copy" not in activation.last_summary()
