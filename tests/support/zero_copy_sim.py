@@ -175,7 +175,8 @@ class _Req:
 
 def make_schedule(shape: Shape, seed: int, steps: int = 60, rows: int = 8, slots: int = 11, chunk: int = 4):
     """Random events for ``steps`` steps; rows ``1..rows`` and slots ``0..slots-1`` are allocated at random (row
-    ``rows``, the pool size, often). Returns the steps and the event counts."""
+    ``rows``, the pool size, often). A retraction, a session hand-off and a finish are forced from step
+    ``steps // 3`` on if the draws have not made one yet. Returns the steps and the event counts."""
     rng, gen = random.Random(seed), torch.Generator().manual_seed(seed)
     d = shape.dim
     reqs: dict[int, _Req] = {}
@@ -207,6 +208,8 @@ def make_schedule(shape: Shape, seed: int, steps: int = 60, rows: int = 8, slots
         for rid in list(running):
             r, u = reqs[rid], rng.random()
             kind = "finish" if u < 0.04 else "retract" if u < 0.07 else "session" if u < 0.10 else None
+            if kind is None and step >= steps // 3:  # every kind of leave at least once, whatever the draws
+                kind = next((k for k in ("retract", "session", "finish") if not counts[k]), None)
             if kind is None:
                 continue
             running.remove(rid)
