@@ -10,7 +10,8 @@ extends write ``temporal``/``conv`` (a deterministic function of the old state) 
 ``ZeroCopy.stage_in``; session hand-offs go through ``ZeroCopy.materialize``. The schedule (joins, chunked prefills,
 finishes, retractions, hand-offs, reorders, CUDA-graph-style padding with slot -1 / row 0, accept lengths 1..D) is
 ``tests/support/zero_copy_sim.make_schedule``'s. Not covered here: the GDN backend's ``forward_extend`` (Z1), CUDA
-graphs, real tiling (the H200 e2e).
+graphs (the H200 e2e). With a CUDA GPU the same test runs every kernel compiled on CUDA tensors (real tiling,
+the commit's direct launch): the H200 simulation of docs/zero-copy.md section 9.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ pytestmark = [
     ),
 ]
 
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # CPU: TRITON_INTERPRET (tests/conftest.py)
 ROWS, SLOTS, H, HV, KD, VD, CONV_K = 6, 9, 2, 4, 8, 8, 4
 DIM = 2 * H * KD + HV * VD  # q, k, v channels of the conv, as GDN splits them
 
@@ -57,13 +59,13 @@ class _World:
 
     def __init__(self, drafts: int, ssm_dtype, zc: bool, gen: torch.Generator, kind: str = "gdn"):
         def r(*shape):
-            return torch.randn(*shape, generator=gen)
+            return torch.randn(*shape, generator=gen).to(DEVICE)
 
         self.kind = kind  # "gdn": state [HV, V, K]; "mamba2": [heads, head_dim, dstate] (the same sizes here)
-        self.temporal = torch.zeros(1, SLOTS, HV, VD, KD, dtype=ssm_dtype)
-        self.conv = torch.zeros(1, SLOTS, DIM, CONV_K - 1)
-        self.inter_ssm = torch.zeros(1, ROWS + 1, drafts, HV, VD, KD, dtype=ssm_dtype)
-        self.inter_conv = torch.zeros(1, ROWS + 1, drafts, DIM, CONV_K - 1)
+        self.temporal = torch.zeros(1, SLOTS, HV, VD, KD, dtype=ssm_dtype, device=DEVICE)
+        self.conv = torch.zeros(1, SLOTS, DIM, CONV_K - 1, device=DEVICE)
+        self.inter_ssm = torch.zeros(1, ROWS + 1, drafts, HV, VD, KD, dtype=ssm_dtype, device=DEVICE)
+        self.inter_conv = torch.zeros(1, ROWS + 1, drafts, DIM, CONV_K - 1, device=DEVICE)
         self.weight, self.bias = r(DIM, CONV_K) * 0.5, r(DIM) * 0.1
         self.A_log, self.dt_bias, self.mix = r(HV) * 0.5, r(HV) * 0.5, r(HV, VD, KD) * 0.1
         self.proj_a, self.proj_b = r(DIM, HV) * 0.2, r(DIM, HV) * 0.2
@@ -83,10 +85,9 @@ class _World:
         """A stand-in prefill chunk: the new state is a fixed function of the stored one and the chunk."""
         if e.init is not None:  # a join: the slot's initial state
             self.temporal[0, e.slot], self.conv[0, e.slot] = e.init
-        self.conv[0, e.slot] = self.conv[0, e.slot] * 0.9 + e.chunk.mean()
-        self.temporal[0, e.slot] = (self.temporal[0, e.slot].float() * 0.9 + e.chunk.mean() * self.mix).to(
-            self.temporal.dtype
-        )
+        mean = e.chunk.mean().to(DEVICE)
+        self.conv[0, e.slot] = self.conv[0, e.slot] * 0.9 + mean
+        self.temporal[0, e.slot] = (self.temporal[0, e.slot].float() * 0.9 + mean * self.mix).to(self.temporal.dtype)
 
     def verify(
         self, v: sim.Verify, rpi: torch.Tensor, slots: torch.Tensor, default_rows: torch.Tensor, stock_rows=False
@@ -105,7 +106,7 @@ class _World:
                 select = select.__wrapped__
             rows = select(default_rows, rpi, slots >= 0, ROWS)
             y = causal_conv1d_update(
-                v.drafts.transpose(1, 2).contiguous(),
+                v.drafts.to(DEVICE).transpose(1, 2).contiguous(),
                 self.conv[0],
                 self.weight,
                 self.bias,
@@ -126,7 +127,7 @@ class _World:
                 x @ self.proj_b,
                 ssm_states=self.temporal[0],
                 cache_indices=slots,
-                query_start_loc=torch.arange(0, b + 1, dtype=torch.int32) * d,
+                query_start_loc=torch.arange(0, b + 1, dtype=torch.int32, device=DEVICE) * d,
                 intermediate_states_buffer=self.inter_ssm[0],
                 intermediate_state_indices=rows,
                 cache_steps=d,
@@ -146,7 +147,7 @@ class _World:
 
         b, d = v.drafts.shape[:2]
         zc = self.pool._smd_zc
-        positions = torch.arange(b, dtype=torch.int32).clamp(max=ROWS)
+        positions = torch.arange(b, dtype=torch.int32, device=DEVICE).clamp(max=ROWS)
         if zc is None or stock_rows:
             rows = positions
         else:
@@ -158,7 +159,7 @@ class _World:
             y = conv(
                 causal_conv1d_update,
                 None,
-                (v.drafts.transpose(1, 2).contiguous(), self.conv[0], self.weight, self.bias, "silu"),
+                (v.drafts.to(DEVICE).transpose(1, 2).contiguous(), self.conv[0], self.weight, self.bias, "silu"),
                 dict(
                     conv_state_indices=slots,
                     intermediate_conv_window=self.inter_conv[0],
@@ -168,7 +169,7 @@ class _World:
             x = y.transpose(1, 2)  # [b, d, DIM]: x | B | C
             xs, bm, cm = torch.split(x, [HV * VD, 2 * KD, 2 * KD], dim=-1)
             dt = (x @ self.proj_a)[..., None].expand(b, d, HV, VD).contiguous()
-            out = torch.empty(b, d, HV, VD)
+            out = torch.empty(b, d, HV, VD, device=DEVICE)
             ssm(
                 selective_state_update,
                 None,
@@ -221,12 +222,12 @@ def replay(schedule, drafts: int, ssm_dtype, zc: bool, seed: int, skip=(), kind=
     w = _World(drafts, ssm_dtype, zc, torch.Generator().manual_seed(seed), kind)
     md5, lives = hashlib.md5(), []
     # SGLang's batch-position table (build_verify_intermediate_state_indices): rows 0..size-1, then padding on row size
-    default_rows = torch.cat([torch.arange(ROWS), torch.full((17,), ROWS)]).to(torch.int32)
+    default_rows = torch.cat([torch.arange(ROWS), torch.full((17,), ROWS)]).to(DEVICE, torch.int32)
     for ev in schedule:
         zcs = w.pool._smd_zc
         for kind, _rid, row, slot in ev.leaves:
             if zcs is not None and kind == "session":
-                zcs.handoffs.append((row, torch.tensor(slot)))
+                zcs.handoffs.append((row, torch.tensor(slot, device=DEVICE)))
         if ev.extends:
             if zcs is not None and zcs.handoffs:
                 if "materialize" in skip:
@@ -236,20 +237,22 @@ def replay(schedule, drafts: int, ssm_dtype, zc: bool, seed: int, skip=(), kind=
             for e in ev.extends:
                 w.extend(e)
             if zcs is not None:
-                slots = torch.tensor([e.slot for e in ev.extends], dtype=torch.int32)
-                rows = torch.tensor([e.row for e in ev.extends], dtype=torch.int64)
+                slots = torch.tensor([e.slot for e in ev.extends], dtype=torch.int32, device=DEVICE)
+                rows = torch.tensor([e.row for e in ev.extends], dtype=torch.int64, device=DEVICE)
                 zcs.stage_in(w.layer, slots, rows)
         v = ev.verify
         if v is None:
             continue
-        slots = torch.tensor([x[2] if x else -1 for x in v.entries], dtype=torch.int32)
-        rpi = torch.tensor([x[1] if x else 0 for x in v.entries], dtype=torch.int64)
+        slots = torch.tensor([x[2] if x else -1 for x in v.entries], dtype=torch.int32, device=DEVICE)
+        rpi = torch.tensor([x[1] if x else 0 for x in v.entries], dtype=torch.int64, device=DEVICE)
         y, out, rows = w.verify(v, rpi, slots, default_rows, stock_rows=zcs is not None and "rows" in skip)
         for n, x in enumerate(v.entries):
             if x is not None:
-                md5.update(y[n].float().numpy().tobytes())
-                md5.update(out[n].float().numpy().tobytes())
-        steps = torch.tensor([a - 1 if x else -1 for a, x in zip(v.accept, v.entries)], dtype=torch.int32)
+                md5.update(y[n].float().cpu().numpy().tobytes())
+                md5.update(out[n].float().cpu().numpy().tobytes())
+        steps = torch.tensor(
+            [a - 1 if x else -1 for a, x in zip(v.accept, v.entries)], dtype=torch.int32, device=DEVICE
+        )
         if zcs is not None and "accept" in skip:
             w.route.kernel.launch(
                 w.route.kernel.get_plan(w.cache.conv, w.cache.intermediate_conv_window, None, None),

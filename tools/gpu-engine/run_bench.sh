@@ -8,7 +8,10 @@
 #   tests   the kernel tests compiled on the GPU (the CUDA-only ones included), then the integration simulations;
 #   pairs   benchmarks/bench_commit_call.py with the .old build and this checkout alternating, 3 processes each
 #           (host overhead of this build vs the older one, same inputs, same machine, interleaved);
-#   matrix  benchmarks/bench_commit_call.py over both models, D in {2,4,8}, accept and accept + track.
+#   matrix  benchmarks/bench_commit_call.py over both models, D in {2,4,8}, accept and accept + track;
+#   zc      the zero-copy proof on CUDA (its commit launch, then the kernel simulation through SGLang's kernels,
+#           logs in $OUT/pytest_zc.log), then the commit call of the .old build and this one alternating, twice
+#           (Qwen3.5-0.8B, batch 1 and 64: the zero-copy call's host cost before and after a change).
 # Results: $OUT/history.csv (the tree's benchmarks/results/history.csv with this run's rows appended) and
 # $OUT/latest/commit_call-<label>-<gpu>.csv (matrix); copy both over benchmarks/results/. The device has no git:
 # BENCH_COMMIT=<sha> names this checkout's commit in the history, OLD_COMMIT=<sha> the .old build's.
@@ -93,6 +96,27 @@ if [[ ,$STEPS, == *,matrix,* ]]; then
     --models qwen3.5-0.8b --batches 1,16,64,128,256 --draft-tokens 2,4,8 --rounds 3 --calls 60 2>&1 | grep -v -E "^\{|Warning|warn" || status=1
   PYTHONPATH=$new timeout 200 python3 -P benchmarks/bench_commit_call.py --out "$OUT" --label qwen3next \
     --models qwen3-next-80b --batches 1,64 --draft-tokens 2,4,8 --rounds 3 --calls 60 2>&1 | grep -v -E "^\{|Warning|warn" || status=1
+fi
+if [[ ,$STEPS, == *,zc,* ]]; then
+  stamp "zero-copy on CUDA"
+  rm -rf /tmp/smd-tests && mkdir -p /tmp/smd-tests && cp -r tests /tmp/smd-tests/ && cd /tmp/smd-tests
+  # tools/gpu-engine on the path: its sitecustomize stands in for sgl_kernel where SGLang's backends import it
+  PYTHONPATH=$new:$root/tools/gpu-engine timeout 240 python3 -P -m pytest -q -p no:cacheprovider -rA \
+    tests/kernels/test_zero_copy_commit.py tests/integration/test_zero_copy_kernels.py > "$OUT/pytest_zc.log" 2>&1 || status=1
+  grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed" "$OUT/pytest_zc.log" | tail -25
+  cd "$root"
+  [ -f "$OUT/history.csv" ] || cp benchmarks/results/history.csv "$OUT/history.csv"
+  for i in 1 2; do
+    for b in old new; do
+      [ $b = old ] && [ ! -d /tmp/smd-old ] && continue
+      stamp "zero-copy commit call, pair $i: $b build"
+      pp=$old; commit=${OLD_COMMIT:-unknown}
+      [ $b = new ] && { pp=$new; commit=${BENCH_COMMIT:-unknown}; }
+      BENCH_COMMIT=$commit PYTHONPATH=$pp timeout 100 python3 -P benchmarks/bench_commit_call.py --out "$OUT" \
+        --label "zc-$b$i" --models qwen3.5-0.8b --batches 1,64 --bytes-batches 1 --rounds 3 --calls 60 2>&1 \
+        | grep -E '^\| |check' | grep -v -- '---' || status=1
+    done
+  done
 fi
 stamp "done (status $status)"
 exit $status
