@@ -38,6 +38,8 @@ and :func:`main`, which hands the checked options to :func:`.driver.run`.
 ``--zero-copy`` adds ``SGLANG_MAMBA_DEDUP_ZERO_COPY=1`` to the "on" and "fault" runs (the radix cache off in
 every run) and requires their schedulers to serve commits zero-copy; without it the variable is removed from
 every run. ``--fault`` picks the negative control's fault (:data:`sglang_mamba_dedup.faults.FAULTS`).
+``--streaming-sessions`` runs rounds 1 and 2 as two turns of a streaming session per prompt (the Engine route);
+with ``--zero-copy`` the on runs must also materialize the states the sessions kept.
 
 ``--random-weights`` builds a Qwen3.5-architecture checkpoint with its MTP layer and seeded random
 weights (:mod:`.random_model`) into a temporary directory: no downloads are needed.
@@ -283,6 +285,14 @@ def _build_parser() -> argparse.ArgumentParser:
         "commits served zero-copy, else exit 8. Without it the variable is removed from every run",
     )
     r.add_argument(
+        "--streaming-sessions",
+        action="store_true",
+        help="rounds 1 and 2 as two turns of one streaming session per prompt (enable_streaming_session; round 2 "
+        "sends only its suffix and continues from the state the session kept). Engine route only. With "
+        "--zero-copy the on runs must report kept states materialized (events.zc_materialize_calls > 0), "
+        "else exit 8",
+    )
+    r.add_argument(
         "--fault",
         default=faults.COMMIT_STEP0,
         choices=list(faults.FAULTS),
@@ -375,6 +385,8 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--fault {args.fault} breaks the zero-copy commit: it needs --zero-copy")
     if args.zero_copy and args.base_url_off:
         parser.error("--zero-copy sets the runs' environment: not with --base-url-off/--base-url-on")
+    if args.streaming_sessions and (args.server or args.base_url_off or args.throughput):
+        parser.error("--streaming-sessions runs on the Engine route: not with --server, --base-url-* or --throughput")
     if args.throughput:
         if not (args.server or args.base_url_off):
             parser.error("--throughput runs two servers side by side: add --server or --base-url-off/--base-url-on")

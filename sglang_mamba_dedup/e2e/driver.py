@@ -233,6 +233,7 @@ def _prepare(ctx: RunContext, work: Path, temp_model: Path | None) -> int | tupl
         "round2_suffixes": round2_suffixes(len(prompts), fmt, vocab),
         "batch1": {"prompt_index": 0, "max_new_tokens": ctx.batch1_tokens} if args.throughput else None,
         "plugin": {"fault": args.fault, "zero_copy": args.zero_copy},  # the runs' variables: .engine.run_env
+        "streaming_sessions": args.streaming_sessions,
     }
     ctx.workload = workload_md5(spec)
     return spec, model_path, random_info

@@ -29,7 +29,7 @@ from .. import faults
 from ..env import REPORT_DIR, SWITCH, ZERO_COPY
 from . import interrupts
 from .files import open_for_writing
-from .workload import flush_with_retry, run_plan
+from .workload import Sessions, flush_with_retry, run_plan
 
 #: What runs one generation: ``runner(spec, mode, report_dir, log_path) -> result`` (:func:`run_in_subprocess`
 #: with its defaults, :func:`.server.url_runner`, or a test's stand-in).
@@ -160,12 +160,43 @@ def _worker_main(argv: list[str]) -> int:
         def generate(batch: list[Any], sampling: dict[str, Any]) -> list[dict]:
             return engine.generate(**{key: batch}, sampling_params=sampling)
 
-        plan = run_plan(spec, generate, lambda: flush_with_retry(lambda: _engine_flush_once(engine)))
+        plan = run_plan(
+            spec,
+            generate,
+            lambda: flush_with_retry(lambda: _engine_flush_once(engine)),
+            sessions=_engine_sessions(engine, key),
+        )
     finally:
         engine.shutdown()
     res = {"pid": os.getpid(), **plan, "versions": package_versions(), "gpu": gpu_info()}
     Path(out_path).write_text(json.dumps(res, default=str))
     return 0
+
+
+#: ``open_session``'s capacity_of_str_len: no limit a test prompt reaches
+_SESSION_CAPACITY = 1 << 24
+
+
+def _engine_sessions(engine: Any, key: str) -> Sessions:
+    """The Engine's streaming sessions: one ``async_generate`` per session, all of a batch gathered on the
+    Engine's event loop (SGLang applies one ``session_params`` to a whole batched ``generate``)."""
+    import asyncio
+
+    def turns(batch: list[Any], sampling: dict[str, Any], ids: list[str]) -> list[dict]:
+        async def gather() -> list[Any]:
+            calls = (
+                engine.async_generate(**{key: p}, sampling_params=dict(sampling), session_params={"id": sid})
+                for p, sid in zip(batch, ids)
+            )
+            return list(await asyncio.gather(*calls))
+
+        return engine.loop.run_until_complete(gather())
+
+    return Sessions(
+        open=lambda: engine.open_session(_SESSION_CAPACITY, streaming=True),
+        generate=turns,
+        close=engine.close_session,
+    )
 
 
 def cuda_problem(engine_kwargs: dict[str, Any]) -> str | None:

@@ -98,10 +98,17 @@ def header(ctx: RunContext, spec: Mapping[str, Any], model_path: str, random_inf
         + f"); max_new_tokens {args.max_new_tokens}; batch {spec['batch_size']}; "
         f"max_running_requests {kw.get('max_running_requests')}"
     )
-    say(
-        "rounds: 2 per run, after an untimed warm-up and an emptied prefix cache: round 1 the prompts, round 2 "
-        "each prompt + its round-1 output + a short new suffix (prefixes read back from the radix cache)"
-    )
+    if spec.get("streaming_sessions"):
+        say(
+            "rounds: 2 per run, after an untimed warm-up and an emptied prefix cache, as two turns of one streaming "
+            "session per prompt: round 1 the prompt, round 2 only a short new suffix (the session continues from "
+            "the state it kept)"
+        )
+    else:
+        say(
+            "rounds: 2 per run, after an untimed warm-up and an emptied prefix cache: round 1 the prompts, round 2 "
+            "each prompt + its round-1 output + a short new suffix (prefixes read back from the radix cache)"
+        )
     say("settings: " + describe_settings(kw))
     say(
         "plugin: zero-copy commit "

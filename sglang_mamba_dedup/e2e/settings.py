@@ -114,10 +114,13 @@ def deployment_defaults(
 
 
 def defaults_of(args: argparse.Namespace, fields: Collection[str] | None) -> tuple[dict[str, Any], list[str]]:
-    """:func:`deployment_defaults` as the options ask (``--zero-copy`` implies ``--no-radix-cache``) for the
-    installed SGLang."""
+    """:func:`deployment_defaults` as the options ask (``--zero-copy`` implies ``--no-radix-cache``;
+    ``--streaming-sessions`` adds ``enable_streaming_session``) for the installed SGLang."""
     radix_cache = not (args.no_radix_cache or args.zero_copy)
-    return deployment_defaults(not args.no_cuda_graph, radix_cache, fields, versions.installed_sglang_version())
+    kw, notes = deployment_defaults(not args.no_cuda_graph, radix_cache, fields, versions.installed_sglang_version())
+    if getattr(args, "streaming_sessions", False):
+        kw["enable_streaming_session"] = True  # a release without it refuses the keyword: the run fails, and says so
+    return kw, notes
 
 
 def _show(value: Any) -> str:

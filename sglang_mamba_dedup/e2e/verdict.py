@@ -186,7 +186,8 @@ def _with_plugin(
     zero_copy: bool,
 ) -> Verdict:
     ranks = expected_ranks(spec.get("engine_kwargs"))
-    plugin = [] if no_reports else plugin_checks(results, track_expected, ranks, fault, zero_copy)
+    sessions = bool(spec.get("streaming_sessions"))
+    plugin = [] if no_reports else plugin_checks(results, track_expected, ranks, fault, zero_copy, sessions)
     for c in plugin:
         if c.ok is False and c.judged == "engaged":
             failures.append((EXIT_NOT_ENGAGED, "plugin not engaged: " + "; ".join(c.reasons)))
@@ -235,10 +236,11 @@ def plugin_checks(
     expect_ranks: int = 1,
     fault: str = faults.COMMIT_STEP0,
     zero_copy: bool = False,
+    sessions: bool = False,
 ) -> list[PluginCheck]:
     """Per run: an "on" or "fault" run engaged (a fault run also shows ``fault`` installed; with ``zero_copy`` both
-    show the zero-copy commit serving commits), an "off" run stayed off; a failed run that is not "off" is not
-    judged (a missing or partial report says nothing there)."""
+    show the zero-copy commit serving commits, and with ``sessions`` kept states materialized), an "off" run
+    stayed off; a failed run that is not "off" is not judged (a missing or partial report says nothing there)."""
     out = []
     for i, r in enumerate(results):
         sched = scheduler_reports(r.reports, r.pid)
@@ -250,7 +252,7 @@ def plugin_checks(
             if r.mode == "fault" and not any((s.get("events") or {}).get("fault") == fault for s in sched):
                 reasons = [*reasons, f"no scheduler report shows the fault {fault} installed"]
             if zero_copy:
-                reasons = [*reasons, *zero_copy_problems(sched)]
+                reasons = [*reasons, *zero_copy_problems(sched, sessions)]
             ok = not reasons
             track = None
             if ok and track_expected:
@@ -262,9 +264,10 @@ def plugin_checks(
     return out
 
 
-def zero_copy_problems(sched: Sequence[Mapping[str, Any]]) -> list[str]:
+def zero_copy_problems(sched: Sequence[Mapping[str, Any]], sessions: bool = False) -> list[str]:
     """Why no scheduler report shows the zero-copy commit on (``events.zero_copy``) and serving commits
-    (``events.zc_commit_calls`` > 0); empty when one does."""
+    (``events.zc_commit_calls`` > 0), and with ``sessions`` (streaming sessions ran) states the sessions kept
+    materialized (``events.zc_materialize_calls`` > 0); empty when one does."""
     events = [s.get("events") or {} for s in sched]
     on = [e for e in events if e.get("zero_copy") == "on"]
     if not on:
@@ -273,6 +276,9 @@ def zero_copy_problems(sched: Sequence[Mapping[str, Any]]) -> list[str]:
     if not any(isinstance(n := e.get("zc_commit_calls"), int) and n > 0 for e in on):
         calls = ", ".join(str(e.get("zc_commit_calls", "not recorded")) for e in on)
         return [f"zero-copy on but no commit was served zero-copy (events.zc_commit_calls: {calls})"]
+    if sessions and not any(isinstance(n := e.get("zc_materialize_calls"), int) and n > 0 for e in on):
+        calls = ", ".join(str(e.get("zc_materialize_calls", "not recorded")) for e in on)
+        return [f"streaming sessions ran but no kept state was materialized (events.zc_materialize_calls: {calls})"]
     return []
 
 

@@ -2,7 +2,8 @@
 
 The fixed prompt set (``data/prompts.json``), token ids for a model without a tokenizer
 (:func:`text_to_ids`), round 2 on prefixes of round 1 (:func:`round2_prompts`), the run plan (:func:`run_plan`:
-warm-up, emptied prefix cache, round 1, round 2, batch 1) over any ``generate`` function, the retried cache
+warm-up, emptied prefix cache, round 1, round 2; or the two rounds as two turns of streaming sessions,
+:class:`Sessions`) over any ``generate`` function, the retried cache
 flush both routes share (:func:`flush_with_retry`), and the md5 helpers: of the outputs and of the workload
 (:func:`workload_md5`, what decides whether runs of two calls may be merged).
 """
@@ -17,6 +18,7 @@ import re
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +88,7 @@ def workload_md5(spec: Mapping[str, Any]) -> dict[str, str]:
         "warmup_tokens",
         "round2_suffixes",
         "batch1",
+        "streaming_sessions",
     )
     return {k: hashlib.md5(json.dumps(spec.get(k), sort_keys=True, default=str).encode()).hexdigest() for k in keys}
 
@@ -131,6 +134,30 @@ def round2_prompts(
 
 # ----------------------------------------------------------------------------- what one run generates
 Generate = Callable[[list[Any], dict[str, Any]], list[dict]]
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """A route's streaming sessions (SGLang's ``open_session(streaming=True)``): ``open() -> id``,
+    ``generate(prompts, sampling_params, ids) -> answers`` (prompt ``i`` as the next turn of session ``ids[i]``,
+    the sessions concurrently) and ``close(id)``."""
+
+    open: Callable[[], str]
+    generate: Callable[[list[Any], dict[str, Any], list[str]], list[dict]]
+    close: Callable[[str], Any]
+
+
+def _turns(sessions: Sessions, ids: Sequence[str]) -> Generate:
+    """A :data:`Generate` that sends its batches, in order, as the next turn of ``ids``' sessions."""
+    pos = 0
+
+    def generate(batch: list[Any], sampling: dict[str, Any]) -> list[dict]:
+        nonlocal pos
+        out = sessions.generate(batch, sampling, list(ids[pos : pos + len(batch)]))
+        pos += len(batch)
+        return out
+
+    return generate
 
 
 _META_KEYS = (
@@ -244,6 +271,7 @@ def run_plan(
     generate: Generate,
     flush: Callable[[], bool | None],
     clock: Callable[[], float] = time.perf_counter,
+    sessions: Sessions | None = None,
 ) -> dict[str, Any]:
     """What every run does, Engine or HTTP alike (``generate(prompts, sampling_params) -> answers``):
 
@@ -254,8 +282,12 @@ def run_plan(
     4. round 2, timed: :func:`round2_prompts` of round 1's outputs; their long prefixes are read back from
        the radix cache.
 
-    Returns ``{"rounds": [round1, round2], "cache_flushes": [flushed]}``, each round ``{"seconds", "outputs",
-    "meta"}``.
+    With ``spec["streaming_sessions"]`` rounds 1 and 2 are two turns of one streaming session per prompt
+    (``sessions``; a route without them raises ``ValueError``): round 1 sends the prompt, round 2 only its
+    suffix, and SGLang continues from the state the session kept (the same token sequence as round 2's prompt).
+
+    Returns ``{"rounds": [round1, round2], "cache_flushes": [flushed]}`` (and ``"sessions"``: how many), each
+    round ``{"seconds", "outputs", "meta"}``.
     """
     prompts = spec["prompts"]
     fmt = spec["prompt_format"]
@@ -267,6 +299,18 @@ def run_plan(
         for batch in split_batches(prompts, bs):
             generate(batch, dict(sampling, max_new_tokens=n))
     flushes = [flush()]
+    if spec.get("streaming_sessions"):
+        if sessions is None:
+            raise ValueError("streaming sessions asked for, but this route has none (the Engine route has them)")
+        ids = [sessions.open() for _ in prompts]
+        try:
+            round1 = timed(_turns(sessions, ids), split_batches(prompts, bs), sampling, clock)
+            suffixes = spec["round2_suffixes"]
+            round2 = timed(_turns(sessions, ids), split_batches(suffixes, bs), sampling, clock)
+        finally:
+            for sid in ids:
+                sessions.close(sid)
+        return {"rounds": [round1, round2], "cache_flushes": flushes, "sessions": len(ids)}
     round1 = timed(generate, split_batches(prompts, bs), sampling, clock)
     second = round2_prompts(prompts, round1["outputs"], spec.get("round2_suffixes") or [], fmt)
     round2 = timed(generate, split_batches(second, bs), sampling, clock)

@@ -87,6 +87,7 @@ def test_example_wrapper_calls_main(monkeypatch):
             ["--zero-copy", "--base-url-off", "http://h:1", "--base-url-on", "http://h:2"],
             "--zero-copy sets the runs' environment: not with --base-url-off",
         ),
+        (["--streaming-sessions", "--server"], "--streaming-sessions runs on the Engine route"),
     ],
     ids=[
         "preset",
@@ -120,6 +121,7 @@ def test_example_wrapper_calls_main(monkeypatch):
         "fault-unknown",
         "fault-zc-without-zero-copy",
         "zero-copy-base-urls",
+        "streaming-sessions-server",
     ],
 )
 def test_usage_errors_exit_2_before_anything_runs(extra, needle, tmp_path, no_build, capsys):

@@ -53,3 +53,38 @@ def test_cuda_check_is_about_the_engine_device(monkeypatch):
     assert engine.cuda_problem({"device": "cpu"}) is None  # the user picked another device: not our call
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert engine.cuda_problem({}) is None
+
+
+def test_engine_sessions_open_streaming_and_run_each_turn_in_its_own_session():
+    """The Engine route's sessions: ``open_session(streaming=True)``, one ``async_generate`` per prompt with its
+    own ``session_params`` (a batched generate would give every prompt the same session), gathered on the
+    Engine's loop, answers in prompt order."""
+    import asyncio
+
+    class FakeEngine:
+        def __init__(self):
+            self.loop = asyncio.new_event_loop()
+            self.opened, self.closed, self.calls = [], [], []
+
+        def open_session(self, capacity_of_str_len, streaming=False):
+            self.opened.append((capacity_of_str_len, streaming))
+            return f"sid{len(self.opened)}"
+
+        def close_session(self, sid):
+            self.closed.append(sid)
+
+        async def async_generate(self, input_ids=None, sampling_params=None, session_params=None):
+            self.calls.append((input_ids, session_params))
+            await asyncio.sleep(0.01 * (3 - len(input_ids)))  # the longer prompt answers first
+            return {"output_ids": [len(input_ids)], "session": session_params["id"]}
+
+    fake = FakeEngine()
+    api = engine._engine_sessions(fake, "input_ids")
+    ids = [api.open(), api.open()]
+    assert fake.opened == [(engine._SESSION_CAPACITY, True)] * 2
+    out = api.generate([[1], [1, 2]], {"max_new_tokens": 2}, ids)
+    assert out == [{"output_ids": [1], "session": "sid1"}, {"output_ids": [2], "session": "sid2"}]
+    assert fake.calls == [([1], {"id": "sid1"}), ([1, 2], {"id": "sid2"})]
+    api.close("sid1")
+    assert fake.closed == ["sid1"]
+    fake.loop.close()

@@ -139,3 +139,10 @@ def test_engine_arg_wins_over_the_defaults():
     kw = settings.build_engine_kwargs(ctx, "/m", True)
     assert kw["disable_radix_cache"] is True
     assert kw.get("cuda_graph_backend_decode", "disabled") == "disabled"
+
+
+def test_streaming_sessions_switch_on_sglang_streaming_sessions():
+    on = cli._build_parser().parse_args(["--streaming-sessions"])
+    assert settings.defaults_of(on, NEW_FIELDS)[0]["enable_streaming_session"] is True
+    off = cli._build_parser().parse_args([])
+    assert "enable_streaming_session" not in settings.defaults_of(off, NEW_FIELDS)[0]

@@ -34,9 +34,12 @@ def _judge(*results, planned=None, track=True, no_reports=False, **plugin):
     return verdict.judge_runs(list(results), SPEC, modes, track_expected=track, no_reports=no_reports, **plugin)
 
 
-def _zc(docs, zero_copy="on", calls=5):
-    """``docs`` with the zero-copy events (``zero_copy`` None: not recorded)."""
+def _zc(docs, zero_copy="on", calls=5, materialized=None):
+    """``docs`` with the zero-copy events (``zero_copy`` None: not recorded; ``materialized``: the count of
+    materialized session states, not recorded when None)."""
     extra = {"zc_commit_calls": calls, "zc_stage_in_calls": 2}
+    if materialized is not None:
+        extra["zc_materialize_calls"] = materialized
     if zero_copy is not None:
         extra["zero_copy"] = zero_copy
     return [dict(d, events={**d["events"], **extra}) for d in docs]
@@ -165,6 +168,29 @@ def test_zero_copy_shown_on_with_commits_passes():
     # one scheduler report of several showing it is enough (the brief: at least one)
     two = [*_zc(ON, "off: no pool"), *_zc(ON)]
     assert _judge(_run("off", OFF), _run("on", two), zero_copy=True).code == verdict.EXIT_OK
+
+
+def test_streaming_sessions_under_zero_copy_must_materialize_the_kept_states():
+    sessions = dict(SPEC, streaming_sessions=True)
+
+    def judge(on):
+        results = [_run("off", OFF), _run("on", on)]
+        return verdict.judge_runs(
+            results, sessions, ["off", "on"], track_expected=True, no_reports=False, zero_copy=True
+        )
+
+    for on, needle in (
+        (_zc(ON), "(events.zc_materialize_calls: not recorded)"),
+        (_zc(ON, materialized=0), "(events.zc_materialize_calls: 0)"),
+    ):
+        v = judge(on)
+        assert [c for c, _ in v.failures] == [verdict.EXIT_NOT_ENGAGED], v.failures
+        assert "streaming sessions ran but no kept state was materialized " + needle in v.failures[0][1]
+    assert judge(_zc(ON, materialized=3)).code == verdict.EXIT_OK
+    # without sessions the count is not asked for; without zero-copy nothing of it is checked
+    assert _judge(_run("off", OFF), _run("on", _zc(ON)), zero_copy=True).code == verdict.EXIT_OK
+    results = [_run("off", OFF), _run("on", ON)]
+    assert verdict.judge_runs(results, sessions, ["off", "on"], track_expected=True, no_reports=False).code == 0
 
 
 def test_zero_copy_in_the_throughput_route():

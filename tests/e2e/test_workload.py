@@ -103,3 +103,74 @@ def test_flush_with_retry():
     assert len(waits) == 2
     assert workload.flush_with_retry(lambda: None, sleep=waits.append) is None  # not supported: no retries
     assert workload.flush_with_retry(lambda: False, attempts=3, sleep=lambda s: None) is False
+
+
+class FakeSessions:
+    """Streaming sessions over a FakeEngine: a session's context is every turn and its outputs so far, and a turn
+    generates from the whole context (SGLang's append-only streaming session)."""
+
+    def __init__(self, engine):
+        self.engine, self.ctx, self.opened, self.closed, self.turns = engine, {}, [], [], []
+
+    def open(self):
+        sid = f"s{len(self.opened)}"
+        self.opened.append(sid)
+        self.ctx[sid] = []
+        return sid
+
+    def generate(self, batch, sampling, ids):
+        assert len(ids) == len(batch) == len(set(ids)), "one turn per session at a time"
+        self.turns.append(list(ids))
+        outs = []
+        for p, sid in zip(batch, ids):
+            ctx = self.ctx[sid] + list(p)
+            out = self.engine.generate([ctx], sampling)[0]
+            self.ctx[sid] = ctx + out["output_ids"]
+            outs.append(out)
+        return outs
+
+    def close(self, sid):
+        self.closed.append(sid)
+
+    def api(self):
+        return workload.Sessions(open=self.open, generate=self.generate, close=self.close)
+
+
+def test_run_plan_in_streaming_sessions_sends_round2_as_the_next_turn():
+    prompts = [[1, 2, 3], [4, 5], [6]]
+    spec = dict(plan_spec(prompts, warm=0, bs=2), streaming_sessions=True)
+    fake = FakeSessions(FakeEngine())
+    res = workload.run_plan(spec, fake.engine.generate, fake.engine.flush, fake.engine.clock, sessions=fake.api())
+    assert fake.opened == ["s0", "s1", "s2"] and fake.closed == fake.opened and res["sessions"] == 3
+    assert fake.turns == [["s0", "s1"], ["s2"], ["s0", "s1"], ["s2"]]  # round 1, then round 2, in batches
+    # round 2 sent only the suffixes, and the sessions continued from what they kept: the same sequences as the
+    # plain plan's round-2 prompts, so the same outputs
+    plain = workload.run_plan(plan_spec(prompts, warm=0, bs=2), FakeEngine().generate, FakeEngine().flush)
+    for got, want in zip(res["rounds"], plain["rounds"]):
+        assert [o["output_ids"] for o in got["outputs"]] == [o["output_ids"] for o in want["outputs"]]
+    assert fake.ctx["s1"] == plain_round2_sequence(prompts[1], plain, 1, spec)
+
+
+def plain_round2_sequence(prompt, plain, i, spec):
+    return (
+        list(prompt)
+        + plain["rounds"][0]["outputs"][i]["output_ids"]
+        + list(spec["round2_suffixes"][i])
+        + (plain["rounds"][1]["outputs"][i]["output_ids"])
+    )
+
+
+def test_run_plan_streaming_sessions_need_a_route_with_them_and_close_what_they_opened():
+    spec = dict(plan_spec([[1], [2]], warm=0), streaming_sessions=True)
+    fake = FakeEngine()
+    with pytest.raises(ValueError, match="streaming sessions asked for, but this route has none"):
+        workload.run_plan(spec, fake.generate, fake.flush)
+    broken = FakeSessions(FakeEngine())
+
+    def fail(batch, sampling, ids):
+        raise RuntimeError("the engine died")
+
+    api = workload.Sessions(open=broken.open, generate=fail, close=broken.close)
+    with pytest.raises(RuntimeError, match="the engine died"):
+        workload.run_plan(spec, fake.generate, fake.flush, sessions=api)
+    assert broken.closed == broken.opened == ["s0", "s1"]
