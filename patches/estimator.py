@@ -150,8 +150,9 @@ RING_CURSOR_BYTES = 9
 
 def unreserved_by_sglang(info: dict[str, Any], slots: int, rows: int, scale: float = 1.0) -> dict[str, int]:
     """What the deduplicated ``MambaPool`` will allocate for ``slots`` mamba slots and ``rows`` verify rows (each +1
-    padding), by buffer SGLang's estimate prices: state and scratch; under ReplaySSM (ring and state priced) the
-    conv-window scratch and spec cursors. ``scale``: this PP stage's share of the mamba layers."""
+    padding), by buffer SGLang's estimate prices: state and scratch, and zero-copy's ``accepted`` table where it is
+    asked for (SGLang prices none); under ReplaySSM (ring and state priced) the conv-window scratch and spec
+    cursors. ``scale``: this PP stage's share of the mamba layers (the table and the cursors are per pool)."""
     import sys
 
     per = sizing.request_bytes(info["cache_params"], info["draft_tokens"], dedup=True, replayssm=info["replayssm"])
@@ -168,7 +169,10 @@ def unreserved_by_sglang(info: dict[str, Any], slots: int, rows: int, scale: flo
             "ssm_scratch": (rows + 1) * per.ssm_scratch,
             "conv_scratch": (rows + 1) * per.conv_scratch_physical,
         }
-    return {k: int(v * scale) if k != "spec_cursors" else v for k, v in out.items()}
+        if verify_commit.zero_copy_asked():  # the pool's accepted table, one entry per scratch row (all layers)
+            out["zero_copy_accepted"] = (rows + 1) * verify_commit.ACCEPTED_ENTRY_BYTES
+    per_layer = ("state", "ssm_scratch", "conv_scratch")
+    return {k: int(v * scale) if k in per_layer else v for k, v in out.items()}
 
 
 def pp_layer_scale(wrapped, instance, cache_params: Any) -> float:

@@ -13,7 +13,7 @@ import functools
 import inspect
 import logging
 
-from sglang_mamba_dedup import env, gate, ledger, report, sizing, state, versions
+from sglang_mamba_dedup import gate, ledger, report, sizing, state, versions
 from sglang_mamba_dedup.env import SWITCH
 from sglang_mamba_dedup.sizing import GIB
 from sglang_mamba_dedup.state import STATE
@@ -62,7 +62,7 @@ def mamba_pool_init(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     bound, instance, kwargs = norm
     result = _backport_init(bound, instance, kwargs) if _is_backport() else _takeover_init(bound, instance, kwargs)
-    if env.enabled(env.ZERO_COPY) and versions.in_range(versions.effective(_sglang_version()), versions.ZERO_COPY):
+    if verify_commit.zero_copy_asked():
         from . import zero_copy  # loaded only where zero-copy is asked for
 
         zero_copy.prepare(instance)  # before the ledger, which counts it with the pool's bookkeeping tensors

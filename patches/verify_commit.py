@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Any
 
-from sglang_mamba_dedup import report, state
+from sglang_mamba_dedup import env, report, state, versions
 from sglang_mamba_dedup.env import SWITCH
 from sglang_mamba_dedup.patcher import Callee
 from sglang_mamba_dedup.state import STATE
@@ -24,6 +24,17 @@ CALLEES = (
 )
 
 logger = logging.getLogger("sglang_mamba_dedup")
+
+#: bytes of one entry of the zero-copy ``accepted`` table (int32, one per scratch row: rows + 1 padding row)
+ACCEPTED_ENTRY_BYTES = 4
+
+
+def zero_copy_asked() -> bool:
+    """Zero-copy is asked for on a release that has it: the pool is then built with its ``accepted`` table (the
+    pool patch) and the estimator reserves it."""
+    return env.enabled(env.ZERO_COPY) and versions.in_range(
+        versions.effective(versions.sglang_version()), versions.ZERO_COPY
+    )
 
 
 def load_fused_commit() -> Any:

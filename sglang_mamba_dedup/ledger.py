@@ -70,10 +70,12 @@ def _is_index(t: Any) -> bool:
 
 def bookkeeping_buffers(pool: Any) -> list[str]:
     """The pool's own bookkeeping tensors: integer tensors it keeps beside its state (SGLang 0.5.12's
-    ``free_slots`` list, slot descriptors). They grow with the slots, and no estimator prices them."""
+    ``free_slots`` list, slot descriptors). They grow with the slots, and no estimator prices them (zero-copy's
+    ``accepted`` table is not one of them: the plugin's estimator reserves it)."""
     cache = getattr(pool, "mamba_cache", None)
     state = {f.name for f in dataclasses.fields(cache)} if dataclasses.is_dataclass(cache) else set()
-    return [name for name, ts in buffers(pool) if name not in state and all(_is_index(t) for t in ts)]
+    priced = state | {"_smd_accepted"}  # zero-copy's table: the plugin's estimator reserves it
+    return [name for name, ts in buffers(pool) if name not in priced and all(_is_index(t) for t in ts)]
 
 
 def build(pool: Any) -> dict[str, Any]:

@@ -30,12 +30,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .. import launch_config, versions
+from .. import env, launch_config, versions
 from ..offline.shapes import MODELS
 from ..sizing import GIB, MIB
 from ..state import STATE
 from . import plan_args, plan_render
-from ._args import switched
+from ._args import environ, switched
 from .plan_model import PlanError, flag_value, model_flag, shape_from_config, shard
 
 #: What SGLang's load took beyond the checkpoint's bytes before it sized the pools, at most, on the H200 runs of
@@ -53,8 +53,17 @@ def plan(args, launch_flags: list[str] | None = None) -> dict[str, Any]:
     problem = versions.support_problem(versions.installed_sglang_version())
     if problem:
         raise RuntimeError(problem)
+    from ..patches import verify_commit
+
     argv = plan_args.checked_launch(args, launch_flags)
-    return _plan_shape(args) if argv is None else _plan_launch(args, argv)
+    zero_copy = False
+    if argv is not None:
+        argv, zero_copy = plan_args.own_flags(argv)
+    # the zero-copy flag as the server reads it: the plugin's estimator then reserves the accepted table
+    with environ(env.ZERO_COPY, "1") if zero_copy else contextlib.nullcontext():
+        doc = _plan_shape(args) if argv is None else _plan_launch(args, argv)
+        doc["settings"]["zero_copy"] = verify_commit.zero_copy_asked()
+    return doc
 
 
 def _document(model: str, mixer: str, cp, st: dict[str, Any], args, weights_gb: float, weights_how: str):

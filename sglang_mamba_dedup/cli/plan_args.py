@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from .. import env
 from ..offline.shapes import MODELS
 from ._args import number, positive_int
 from .plan_model import PlanError, model_flag, shape_from_config
@@ -194,3 +195,11 @@ def _check_flags(args) -> None:
                 f"SGLang {release} has no --disaggregation-decode-extra-slots (0.5.14+); "
                 "it pre-allocates SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS, or twice the requests up to 32"
             )
+
+
+def own_flags(launch_flags: list[str]) -> tuple[list[str], bool]:
+    """``launch_flags`` without the plugin's own launch flags (SGLang's parser knows them only where the plugin is
+    loaded), and whether the zero-copy commit's was among them. The switch's changes nothing here: a plan always
+    shows both columns."""
+    kept = [f for f in launch_flags if f not in (env.FLAG, env.ZERO_COPY_FLAG)]
+    return kept, env.ZERO_COPY_FLAG in launch_flags

@@ -30,7 +30,9 @@ def render(doc: dict[str, Any]) -> str:
         f"SGLang {doc['sglang']}: {doc['model']} ({doc['mixer']}), TP {st['tp_size']}, "
         f"D={st['speculative_num_draft_tokens']} draft tokens, max running {st['max_running_requests']}, "
         f"radix {'on' if st['radix_cache'] else 'off'}, ReplaySSM {'on' if st['enable_linear_replayssm_spec'] else 'off'}, "
-        f"SSM {st['ssm_dtype']}" + (f", PD {st['disaggregation_mode']}" if st["disaggregation_mode"] != "null" else ""),
+        f"SSM {st['ssm_dtype']}"
+        + (f", PD {st['disaggregation_mode']}" if st["disaggregation_mode"] != "null" else "")
+        + (", zero-copy commit (its accepted table reserved)" if st.get("zero_copy") else ""),
     ]
     resolved = _resolved_line(doc)
     if resolved:

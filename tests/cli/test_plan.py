@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -240,3 +241,42 @@ def test_plan_says_when_the_server_would_not_start(capsys):
     argv = ["--shape", "qwen3.5-0.8b", "--disaggregation-mode", "decode", "--disaggregation-decode-extra-slots"]
     rc, out, _ = _plan(capsys, *argv, "1000000")
     assert rc == 0 and "plugin: the server would not start" in out
+
+
+def test_plan_takes_the_plugins_own_launch_flags(tmp_path, capsys, monkeypatch):
+    """A server's command line pasted after ``--`` keeps the plugin's flags, which SGLang's parser knows only where
+    the plugin is loaded: the planner takes them out. The zero-copy flag, where the release has zero-copy, makes
+    the plugin column reserve the ``accepted`` table (one int32 per scratch row) and nothing else; the
+    environment is as it was after the plan."""
+    from sglang_mamba_dedup import env, versions
+
+    monkeypatch.delenv(env.ZERO_COPY, raising=False)
+    (tmp_path / "config.json").write_text(json.dumps(random_model.build_config(random_model.PRESETS["qwen3.5-0.8b"])))
+    m = str(tmp_path)
+    base = [
+        "--model-path", m, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m,
+        "--max-running-requests", "64", "--skip-tokenizer-init", "--disable-radix-cache",
+    ]  # fmt: skip
+    rc, out, err = _plan(capsys, "--json", "--", *base)
+    if rc == 2 and "SGLang refused the launch flags" in err:  # the release's own config class rejects the preset
+        pytest.skip(err.strip())
+    assert rc == 0, err
+    plain = json.loads(out)
+    docs = {}
+    for flag in (env.FLAG, env.ZERO_COPY_FLAG):
+        rc, out, err = _plan(capsys, "--json", "--", *base, flag)
+        assert rc == 0, err
+        docs[flag] = json.loads(out)
+        assert flag not in docs[flag]["launch"]["argv"]
+        assert env.ZERO_COPY not in os.environ
+    assert docs[env.FLAG]["plugin"] == plain["plugin"] and docs[env.FLAG]["settings"]["zero_copy"] is False
+    zc = docs[env.ZERO_COPY_FLAG]
+    if not versions.in_range(versions.installed_sglang_version(), versions.ZERO_COPY):
+        assert zc["plugin"] == plain["plugin"] and zc["settings"]["zero_copy"] is False
+        return
+    table = 4 * (zc["plugin"]["running_requests"] + 1)
+    assert zc["settings"]["zero_copy"] is True and zc["stock"] == plain["stock"]
+    assert zc["plugin"]["plugin"]["top_up_bytes"] - plain["plugin"]["plugin"]["top_up_bytes"] == table
+    assert zc["plugin"]["reserved_gb"] - plain["plugin"]["reserved_gb"] == pytest.approx(table / 2**30, rel=1e-6)
+    assert zc["plugin"]["mamba_slots"] == plain["plugin"]["mamba_slots"]

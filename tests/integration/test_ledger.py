@@ -493,11 +493,18 @@ def test_a_second_pool_keeps_its_own_ledger_and_has_no_reservation(caplog):
 @pytest.mark.skipif(
     not versions.in_range(iu.SGLANG_VERSION, versions.ZERO_COPY), reason="the zero-copy commit exists on 0.5.23 only"
 )
-def test_zero_copy_accepted_table_is_in_the_ledger(monkeypatch):
-    """Zero-copy asked for: the pool is built with its ``accepted`` table (int32, one per scratch row); the ledger
-    counts it among the pool's bookkeeping tensors, and allocated still equals reserved within the tolerance."""
+def test_zero_copy_accepted_table_is_reserved_and_in_the_ledger(monkeypatch):
+    """Zero-copy asked for: the pool is built with its ``accepted`` table (int32, one per scratch row), and the
+    estimator reserves exactly it: the reservation, the top-up and the allocation all grow by (S+1) x 4 bytes, so
+    reserved stays equal to allocated."""
+    _cp, base_est, base, base_decision = _estimate_then_pool("no-radix", on=True)
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ZERO_COPY", "1")
-    _cp, est, doc, _decision = _estimate_then_pool("no-radix", on=True)
-    entry = doc["buffers"]["_smd_accepted"]
-    assert entry == {"logical": 4 * (est.running + 1), "physical": 4 * (est.running + 1)}, entry  # rows 0..S
-    assert doc["allocated_bytes"] - doc["reserved_bytes"] <= ledger.tolerance(doc), doc["buffers"]
+    _cp, est, doc, decision = _estimate_then_pool("no-radix", on=True)
+    table = 4 * (est.running + 1)  # rows 0..S
+    assert doc["buffers"]["_smd_accepted"] == {"logical": table, "physical": table}, doc["buffers"]
+    assert doc["bookkeeping_bytes"] == base["bookkeeping_bytes"]  # priced, so not in the ledger's tolerance
+    assert (est.running, est.slots) == (base_est.running, base_est.slots)
+    assert doc["allocated_bytes"] - base["allocated_bytes"] == table
+    assert doc["reserved_bytes"] - base["reserved_bytes"] == table
+    assert decision["top_up_bytes"] - base_decision["top_up_bytes"] == table
+    assert doc["allocated_bytes"] - doc["reserved_bytes"] == base["allocated_bytes"] - base["reserved_bytes"]
