@@ -65,7 +65,7 @@ def mamba_pool_init(wrapped, instance, args, kwargs):
     if verify_commit.zero_copy_asked():
         from . import zero_copy  # loaded only where zero-copy is asked for
 
-        zero_copy.prepare(instance)  # before the ledger, which counts it with the pool's bookkeeping tensors
+        zero_copy.prepare(instance)  # before the ledger, which counts it (the estimator reserved it)
     _record_ledger(instance)
     return result
 

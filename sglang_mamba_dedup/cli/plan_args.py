@@ -199,7 +199,7 @@ def _check_flags(args) -> None:
 
 def own_flags(launch_flags: list[str]) -> tuple[list[str], bool]:
     """``launch_flags`` without the plugin's own launch flags (SGLang's parser knows them only where the plugin is
-    loaded), and whether the zero-copy commit's was among them. The switch's changes nothing here: a plan always
-    shows both columns."""
+    loaded), and whether the zero-copy commit's was among them. The switch's own flag changes nothing here: a plan
+    always shows both columns."""
     kept = [f for f in launch_flags if f not in (env.FLAG, env.ZERO_COPY_FLAG)]
     return kept, env.ZERO_COPY_FLAG in launch_flags

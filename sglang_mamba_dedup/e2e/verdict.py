@@ -273,12 +273,13 @@ def zero_copy_problems(sched: Sequence[Mapping[str, Any]], sessions: bool = Fals
     if not on:
         seen = "; ".join(dict.fromkeys(str(e.get("zero_copy", "not recorded")) for e in events)) or "no report"
         return [f"zero-copy asked for but no scheduler report shows it on (events.zero_copy: {seen})"]
-    if not any(isinstance(n := e.get("zc_commit_calls"), int) and n > 0 for e in on):
-        calls = ", ".join(str(e.get("zc_commit_calls", "not recorded")) for e in on)
-        return [f"zero-copy on but no commit was served zero-copy (events.zc_commit_calls: {calls})"]
-    if sessions and not any(isinstance(n := e.get("zc_materialize_calls"), int) and n > 0 for e in on):
-        calls = ", ".join(str(e.get("zc_materialize_calls", "not recorded")) for e in on)
-        return [f"streaming sessions ran but no kept state was materialized (events.zc_materialize_calls: {calls})"]
+    needed = [("zc_commit_calls", "zero-copy on but no commit was served zero-copy")]
+    if sessions:
+        needed.append(("zc_materialize_calls", "streaming sessions ran but no kept state was materialized"))
+    for key, problem in needed:
+        if not any(isinstance(n := e.get(key), int) and n > 0 for e in on):
+            counts = ", ".join(str(e.get(key, "not recorded")) for e in on)
+            return [f"{problem} (events.{key}: {counts})"]
     return []
 
 
