@@ -30,15 +30,15 @@ SWITCHED_FEATURES = tuple(f for f in FEATURES[1:] if f not in ASKED_FOR)
 
 def _zero_copy(name: str):
     """The zero-copy wrapper ``name``, its module imported at its first call: only a process that asked for
-    zero-copy has these patches installed, so no other process loads :mod:`.zero_copy`."""
+    zero-copy has these patches installed, so no other process loads :mod:`.zero_copy.hooks`."""
 
     def wrapper(wrapped, instance, args, kwargs):
-        from . import zero_copy
+        from .zero_copy import hooks
 
-        return getattr(zero_copy, name)(wrapped, instance, args, kwargs)
+        return getattr(hooks, name)(wrapped, instance, args, kwargs)
 
     wrapper.__name__ = wrapper.__qualname__ = name
-    wrapper._smd_lazy = f"{__name__}.zero_copy.{name}"  # type: ignore[attr-defined]
+    wrapper._smd_lazy = f"{__name__}.zero_copy.hooks.{name}"  # type: ignore[attr-defined]
     return wrapper
 
 

@@ -13,7 +13,7 @@ from sglang_mamba_dedup import gate, sizing, state, versions
 from sglang_mamba_dedup.sizing import GIB
 from sglang_mamba_dedup.state import STATE
 
-from . import verify_commit
+from . import verify_commit, zero_copy
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -169,8 +169,8 @@ def unreserved_by_sglang(info: dict[str, Any], slots: int, rows: int, scale: flo
             "ssm_scratch": (rows + 1) * per.ssm_scratch,
             "conv_scratch": (rows + 1) * per.conv_scratch_physical,
         }
-        if verify_commit.zero_copy_asked():  # the pool's accepted table, one entry per scratch row (all layers)
-            out["zero_copy_accepted"] = (rows + 1) * verify_commit.ACCEPTED_ENTRY_BYTES
+        if zero_copy.asked():  # the pool's accepted table, one entry per scratch row (all layers)
+            out["zero_copy_accepted"] = (rows + 1) * zero_copy.ACCEPTED_ENTRY_BYTES
     per_layer = ("state", "ssm_scratch", "conv_scratch")
     return {k: int(v * scale) if k in per_layer else v for k, v in out.items()}
 

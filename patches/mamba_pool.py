@@ -18,7 +18,7 @@ from sglang_mamba_dedup.env import SWITCH
 from sglang_mamba_dedup.sizing import GIB
 from sglang_mamba_dedup.state import STATE
 
-from . import verify_commit
+from . import verify_commit, zero_copy
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -62,9 +62,7 @@ def mamba_pool_init(wrapped, instance, args, kwargs):
         return wrapped(*args, **kwargs)
     bound, instance, kwargs = norm
     result = _backport_init(bound, instance, kwargs) if _is_backport() else _takeover_init(bound, instance, kwargs)
-    if verify_commit.zero_copy_asked():
-        from . import zero_copy  # loaded only where zero-copy is asked for
-
+    if zero_copy.asked():
         zero_copy.prepare(instance)  # before the ledger, which counts it (the estimator reserved it)
     _record_ledger(instance)
     return result

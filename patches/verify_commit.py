@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import Any
 
-from sglang_mamba_dedup import env, report, state, versions
+from sglang_mamba_dedup import report, state
 from sglang_mamba_dedup.env import SWITCH
 from sglang_mamba_dedup.patcher import Callee
 from sglang_mamba_dedup.state import STATE
@@ -24,18 +24,6 @@ CALLEES = (
 )
 
 logger = logging.getLogger("sglang_mamba_dedup")
-
-#: bytes of one entry of the zero-copy ``accepted`` table (int32, one per scratch row: rows + 1 padding row)
-ACCEPTED_ENTRY_BYTES = 4
-
-
-def zero_copy_asked() -> bool:
-    """Zero-copy is asked for on a release that has it: the pool is then built with its ``accepted`` table (the
-    pool patch) and the estimator reserves it."""
-    return env.enabled(env.ZERO_COPY) and versions.in_range(
-        versions.effective(versions.sglang_version()), versions.ZERO_COPY
-    )
-
 
 def load_fused_commit() -> Any:
     """The plugin's commit kernel module, imported once per process; ImportError when unavailable (remembered and
@@ -110,8 +98,9 @@ class _Route:
     def commit(self, steps, slots, track_steps, track_slots, rows=None) -> None:
         """Our commit's one kernel launch (``track_*`` None: no track set), the seam the negative control breaks. The
         plan is looked up on every call (docs/internals.md); the route keeps the one in use alive for CUDA graphs.
-        ``rows`` (the zero-copy commit, docs/zero-copy.md): the conv windows only, read from the requests' scratch
-        rows; the SSM state stays where the verify wrote it, and ``accepted`` records which step that is."""
+        ``rows`` (the zero-copy commit, :meth:`~sglang_mamba_dedup.patches.zero_copy.bookkeeping.ZeroCopy.commit`):
+        the conv windows only, read from the requests' scratch rows; the SSM state stays where the verify wrote it,
+        and the same launch records in ``accepted`` which step that is."""
         cache, kernel = self.cache, self.kernel
         if rows is None:
             self.plan = kernel.get_plan(
@@ -126,9 +115,7 @@ class _Route:
             return
         if track_steps is not None:
             raise RuntimeError("zero-copy commit with a track set: the radix cache must be off (docs/zero-copy.md)")
-        self.plan = kernel.get_plan(cache.conv, cache.intermediate_conv_window, None, None)
-        kernel.launch(self.plan, accept=(steps, slots), src_rows=rows[: steps.shape[0]])
-        self.pool._smd_zc.accept(steps, slots, rows)
+        self.plan = self.pool._smd_zc.commit(kernel, cache, steps, slots, rows)
 
 
 def _static_reason(linear_backend, pool) -> str | None:

@@ -23,6 +23,7 @@ _load_problem: str | None = None
 try:
     from . import patch_state, report
     from .patches import ASKED_FOR, FEATURES
+    from .patches import zero_copy as zero_copy_patch
 except Exception as _exc:  # noqa: BLE001 - any import failure: register() says it, strict stops
     _load_problem = f"{type(_exc).__name__}: {_exc}"
 
@@ -186,11 +187,11 @@ def _register(what_if: bool) -> None:
     if mode is Mode.STRICT and not what_if:
         _refuse_fault()
     STATE.mode = mode
-    zero_copy = env.enabled(env.ZERO_COPY)
+    zero_copy = zero_copy_patch.wanted()
     wanted = [f for f in FEATURES if f not in ASKED_FOR or zero_copy]
     results: dict[str, str | None] = patch_state.apply(wanted)
     skipped = {f: r for f, r in results.items() if r is not None}
-    if zero_copy and not versions.in_range(versions.effective(version), versions.ZERO_COPY):
+    if zero_copy and not zero_copy_patch.release_ok(version):
         skipped = {f: r for f, r in skipped.items() if f not in ASKED_FOR}
         skipped["zero_copy"] = (
             f"{env.ZERO_COPY} asked for, but the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} "

@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 
 from . import env, report
-from .patches import verify_commit, zero_copy
+from .patches import verify_commit
+from .patches.zero_copy import bookkeeping
 from .state import STATE
 
 COMMIT_STEP0 = "commit_step0"
@@ -46,13 +47,13 @@ def install(name: str) -> None:
         return
     remove()
     if name == ZC_NO_STAGE_IN:
-        real_stage_in = zero_copy.ZeroCopy.stage_in
+        real_stage_in = bookkeeping.ZeroCopy.stage_in
 
-        def no_stage_in(zc, layer_cache, slots, rows):
+        def no_stage_in(zc, cache, slots, rows):
             return None
 
         no_stage_in._smd_real = real_stage_in  # type: ignore[attr-defined]
-        zero_copy.ZeroCopy.stage_in = no_stage_in  # type: ignore[method-assign]
+        bookkeeping.ZeroCopy.stage_in = no_stage_in  # type: ignore[method-assign]
     else:
         real = verify_commit._Route.commit
 
@@ -76,9 +77,9 @@ def remove() -> None:
     real = getattr(verify_commit._Route.commit, "_smd_real", None)
     if real is not None:
         verify_commit._Route.commit = real  # type: ignore[method-assign]
-    real = getattr(zero_copy.ZeroCopy.stage_in, "_smd_real", None)
+    real = getattr(bookkeeping.ZeroCopy.stage_in, "_smd_real", None)
     if real is not None:
-        zero_copy.ZeroCopy.stage_in = real  # type: ignore[method-assign]
+        bookkeeping.ZeroCopy.stage_in = real  # type: ignore[method-assign]
     STATE.fault = None
     report.record_fault(None)
 

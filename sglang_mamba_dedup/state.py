@@ -42,7 +42,7 @@ class ProcessState:
     kernel: Any = None  # the commit kernel module (imported on the first commit: torch and Triton are heavy)
     kernel_error: str | None = None  # why it did not import (remembered: the commit then stays SGLang's)
     fault: str | None = None  # the negative-control fault in place (never in a real run)
-    zero_copy: Any = None  # the target pool's zero-copy bookkeeping, when on (patches/zero_copy.py)
+    zero_copy: Any = None  # the target pool's zero-copy bookkeeping, when on (patches/zero_copy/)
 
     # -- the estimator's reservation, for the ledger of the next pool built
     estimate: dict[str, Any] = dataclasses.field(default_factory=dict)  # reserved bytes, draft tokens, top-up, reason

@@ -53,7 +53,7 @@ def plan(args, launch_flags: list[str] | None = None) -> dict[str, Any]:
     problem = versions.support_problem(versions.installed_sglang_version())
     if problem:
         raise RuntimeError(problem)
-    from ..patches import verify_commit
+    from ..patches import zero_copy as zero_copy_patch
 
     argv = plan_args.checked_launch(args, launch_flags)
     zero_copy = False
@@ -62,7 +62,7 @@ def plan(args, launch_flags: list[str] | None = None) -> dict[str, Any]:
     # the zero-copy flag as the server reads it: the plugin's estimator then reserves the accepted table
     with environ(env.ZERO_COPY, "1") if zero_copy else contextlib.nullcontext():
         doc = _plan_shape(args) if argv is None else _plan_launch(args, argv)
-        doc["settings"]["zero_copy"] = verify_commit.zero_copy_asked()
+        doc["settings"]["zero_copy"] = zero_copy_patch.asked()
     return doc
 
 

@@ -6,7 +6,8 @@ each valid row ``r`` (:mod:`sglang_mamba_dedup.kernels`) and every layer ``l``, 
 
 ``conv_srcs[i]`` may be the deduplicated overlapping view (``view[l, r, t, d, w] == phys[l, r, d, t + w]``) or a
 dense buffer: the kernel walks the view's strides. Destinations may have any strides (views over larger pools);
-the SSM entries (trailing dims) must be dense on both sides. For :func:`.single_kind.tail_copy`: a source-row table
+the SSM entries (trailing dims) must be dense on both sides. A plan with an ``accepted`` table (the zero-copy
+commit) also stores ``accepted[r'] = s + 1`` for each valid accept row, ``r'`` its source row. For :func:`.single_kind.tail_copy`: a source-row table
 (row ``r`` reads source row ``src_rows[r]``), and a plan's tail mode (one conv kind, no SSM): step ``s`` reads the
 ``[.., dim, W]`` block shifted by ``s`` columns (``dst[.., 0:W-s] = src[.., s:W]``), a copy onto itself is skipped,
 and every program loads whole window rows before it stores them (memmove-safe in place).
@@ -161,6 +162,7 @@ def _fused_commit_kernel(
     HAS_TRACK: tl.constexpr,
     HAS_SRC_ROWS: tl.constexpr,
     TAIL: tl.constexpr,
+    ACCEPTED: tl.constexpr,
 ):
     tile = tl.program_id(0)
     layer = tl.program_id(1).to(tl.int64)
@@ -180,6 +182,10 @@ def _fused_commit_kernel(
         HAS_SRC_ROWS,
     )
     if valid:
+        if ACCEPTED:  # the zero-copy bookkeeping: one store per valid accept row, from its first program
+            if (tile == 0) & (layer == 0) & (pid_row < n_acc):
+                table = tl.load(conv_meta_ptr + NUM_CONV * META_COLS + COL_SRC_PTR).to(tl.pointer_type(tl.int32))
+                tl.store(table + r, (step + 1).to(tl.int32))
         if tile < conv_tiles:
             for k in tl.static_range(NUM_CONV):
                 row = conv_meta_ptr + k * META_COLS

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------- descriptor table
 
 # One int64 row of META_COLS per conv kind, then a sentinel row whose COL_TILE0 is the
-# total conv tile count (the end of the last kind).  build_plan fills the rows and the
-# kernel reads them through these same constants.
+# total conv tile count (the end of the last kind) and whose COL_SRC_PTR is the accepted
+# table's address (a plan with one; the zero-copy commit).  build_plan fills the rows and
+# the kernel reads them through these same constants.
 COL_SRC_PTR = tl.constexpr(0)  # conv_srcs[i].data_ptr()
 COL_DST_PTR = tl.constexpr(1)  # conv_dsts[i].data_ptr()
 COL_DIM = tl.constexpr(2)  # dim_i
@@ -69,15 +70,18 @@ class CommitPlan:
     conv_tiles: int  # grid tiles (axis 0) of all conv kinds; the SSM tiles follow
     tiles: int  # grid axis 0
     tail: bool  # tail mode (see :mod:`.commit`)
+    accepted: bool  # the launch also records ``accepted[source row] = step + 1`` (the zero-copy commit)
     # (has track set, has source-row table) -> (kernel arguments after n_acc, constexprs and num_warps)
     calls: dict[tuple[bool, bool], tuple[tuple[Any, ...], dict[str, Any]]]
     # the same key -> the direct launcher of the compiled kernel (None: Triton's path only)
     direct: dict[tuple[bool, bool], DirectLaunch | None] = field(default_factory=dict)
 
 
-def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False) -> CommitPlan:
+def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False, accepted=None) -> CommitPlan:
     """Validate the state tensors (shapes: :func:`.commit.fused_commit`) and pack their pointers and strides once.
-    ``tail``: the tail mode of :mod:`.commit` (one conv pair, ``D = 1``, no SSM pair)."""
+    ``tail``: the tail mode of :mod:`.commit` (one conv pair, ``D = 1``, no SSM pair). ``accepted``: an int32 table
+    with one entry per source row; every launch of the plan then also stores ``accepted[src row] = step + 1`` for
+    each valid accept row (the zero-copy commit's bookkeeping, in the same launch)."""
     conv_dsts = list(conv_dsts)
     conv_srcs = list(conv_srcs)
     if len(conv_dsts) != len(conv_srcs):
@@ -163,6 +167,9 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False) -> Co
         tile_start += n_tiles
     sentinel = [0] * META_COLS.value
     sentinel[COL_TILE0] = tile_start  # end of the last kind
+    if accepted is not None:
+        _check_accepted(accepted, device, geom)
+        sentinel[COL_SRC_PTR] = accepted.data_ptr()
     rows.append(sentinel)
     meta = torch.tensor(rows, dtype=torch.int64).to(device)
 
@@ -201,6 +208,7 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False) -> Co
         SSM_BLOCK=ssm_block,
         SSM_EVEN=ssm_numel % ssm_block == 0,
         TAIL=tail,
+        ACCEPTED=accepted is not None,
         num_warps=max(ssm_warps, conv_warps),
     )
     # everything after n_acc, ready for each (track on/off, source-row table on/off)
@@ -221,8 +229,21 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False) -> Co
         conv_tiles=tile_start,
         tiles=tile_start + ssm_tiles,
         tail=tail,
+        accepted=accepted is not None,
         calls=calls,
     )
+
+
+def _check_accepted(accepted, device, geom) -> None:
+    """The accepted table: int32, 1-D, dense, on the states' device, one entry per source row at least."""
+    if not isinstance(accepted, torch.Tensor):
+        raise TypeError(f"accepted must be a torch.Tensor, got {type(accepted).__name__}")
+    if accepted.dtype != torch.int32 or accepted.ndim != 1 or accepted.stride(0) != 1:
+        raise ValueError(f"accepted must be a dense 1-D int32 tensor, got {accepted.dtype} {tuple(accepted.shape)}")
+    if accepted.device != device:
+        raise ValueError(f"accepted is on {accepted.device}, expected {device}")
+    if geom is not None and accepted.shape[0] < geom[0]:
+        raise ValueError(f"accepted has {accepted.shape[0]} entries for {geom[0]} source rows")
 
 
 # ---------------------------------------------------------------- the cache
@@ -238,13 +259,14 @@ def _layout(t) -> tuple | None:
     return None if t is None else (t.data_ptr(), t.shape, t.stride(), t.dtype)
 
 
-def _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool) -> tuple:
+def _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool, accepted=None) -> tuple:
     # Keyed on the layout of every tensor the plan describes, not on the tensor objects:
     # a tensor changed in place (transpose_, as_strided_, set_, resize_) or a new tensor
     # in reused memory gets its own plan.  A plan is a function of exactly these values,
     # so a hit is correct whichever tensors produced it.  Attribute reads only.
     return (
         tail,
+        _layout(accepted),
         _layout(ssm_dst),
         _layout(ssm_src),
         len(conv_dsts),
@@ -253,20 +275,20 @@ def _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool) -> tuple:
     )
 
 
-def get_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False, owner=None) -> CommitPlan:
+def get_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False, owner=None, accepted=None) -> CommitPlan:
     """The cached plan of these tensors (built and validated on the first call), kept as long as ``owner`` (default:
     the first destination tensor) lives. A caller that passes temporary views names the tensor they view, so that
     the plan outlives the call (a CUDA graph that captured the launch reads its descriptor table)."""
     try:
-        key = _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail)
+        key = _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail, accepted)
         if owner is None:
             owner = conv_dsts[0] if conv_dsts else ssm_dst
         per_owner = _plans.get(owner)
     except (AttributeError, TypeError, IndexError):  # not tensors: build_plan says which
-        return build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail)
+        return build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail, accepted)
     plan = per_owner.get(key) if per_owner is not None else None
     if plan is None:
-        plan = build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail)
+        plan = build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail, accepted)
         if per_owner is None:
             per_owner = _plans.setdefault(owner, {})
         per_owner[key] = plan

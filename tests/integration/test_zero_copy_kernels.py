@@ -5,9 +5,10 @@ Both worlds run SGLang's Triton ``causal_conv1d_update`` and ``TritonGDNKernel.t
 ``fused_sigmoid_gating_delta_rule_update``; under ``TRITON_INTERPRET=1`` on the CPU), with the rows from
 ``gdn_backend.select_verify_intermediate_state_indices``: as SGLang ships them in the stock world, through the
 plugin's wrappers (Z2, Z3) in the zero-copy world. The stock commit is a PyTorch reference of SGLang's scatter; the
-zero-copy commit is the plugin's ``_Route.commit(rows=...)`` (our Triton kernel, conv only, then ``accepted``);
-extends write ``temporal``/``conv`` (a deterministic function of the old state) and zero-copy stages in with
-``ZeroCopy.stage_in``; session hand-offs go through ``ZeroCopy.materialize``. The schedule (joins, chunked prefills,
+zero-copy commit is the plugin's ``_Route.commit(rows=...)`` (our Triton kernel, conv only, ``accepted`` stored by the
+same launch); rows and seeds come from ``ZeroCopy.verify_tables`` (the seed-index kernel); extends write
+``temporal``/``conv`` (a deterministic function of the old state) and zero-copy stages in with ``ZeroCopy.stage_in``
+(the commit kernel, all layers); session hand-offs go through ``ZeroCopy.materialize``. The schedule (joins, chunked prefills,
 finishes, retractions, hand-offs, reorders, CUDA-graph-style padding with slot -1 / row 0, accept lengths 1..D) is
 ``tests/support/zero_copy_sim.make_schedule``'s. Not covered here: the GDN backend's ``forward_extend`` (Z1), CUDA
 graphs (the H200 e2e). With a CUDA GPU the same test runs every kernel compiled on CUDA tensors (real tiling,
@@ -26,7 +27,8 @@ import pytest
 import torch
 
 from sglang_mamba_dedup import faults, patch_state, versions
-from sglang_mamba_dedup.patches import verify_commit, zero_copy
+from sglang_mamba_dedup.patches import verify_commit
+from sglang_mamba_dedup.patches.zero_copy import bookkeeping, hooks
 from tests.support import zero_copy_sim as sim
 
 pytestmark = [
@@ -77,9 +79,8 @@ class _World:
         )
         self.pool = types.SimpleNamespace(mamba_cache=self.cache, _smd_zc=None)
         if zc:
-            self.pool._smd_zc = zero_copy.ZeroCopy(self.pool)
+            self.pool._smd_zc = bookkeeping.ZeroCopy(self.pool)
         self.route = verify_commit._Route(None, self.pool, self.cache, verify_commit.load_fused_commit(), None)
-        self.layer = types.SimpleNamespace(temporal=self.temporal[0], intermediate_ssm=self.inter_ssm[0])
 
     def extend(self, e: sim.Extend) -> None:
         """A stand-in prefill chunk: the new state is a fixed function of the stored one and the chunk."""
@@ -99,7 +100,8 @@ class _World:
         from sglang.srt.layers.attention.linear.kernels.gdn_triton import TritonGDNKernel
 
         b, d = v.drafts.shape[:2]
-        token = zero_copy._ACTIVE.set(self.pool._smd_zc) if self.pool._smd_zc is not None else None
+        zc = self.pool._smd_zc  # Z1: the forward's rows and seeds, built once at its first linear layer
+        token = hooks._ACTIVE.set(zc.verify_tables(0, rpi, slots)) if zc is not None else None
         try:
             select = gdn_backend.select_verify_intermediate_state_indices
             if stock_rows:  # negative control: SGLang's batch-position rows under the zero-copy seed
@@ -135,7 +137,7 @@ class _World:
             )
         finally:
             if token is not None:
-                zero_copy._ACTIVE.reset(token)
+                hooks._ACTIVE.reset(token)
         return y, out.reshape(b, d, HV, VD), rows
 
     def _verify_mamba2(self, v: sim.Verify, rpi: torch.Tensor, slots: torch.Tensor, stock_rows: bool):
@@ -148,13 +150,12 @@ class _World:
         b, d = v.drafts.shape[:2]
         zc = self.pool._smd_zc
         positions = torch.arange(b, dtype=torch.int32, device=DEVICE).clamp(max=ROWS)
-        if zc is None or stock_rows:
-            rows = positions
-        else:
-            rows = torch.where(slots >= 0, rpi, torch.zeros_like(rpi)).to(torch.int32)
-        token = zero_copy._MAMBA2.set((zc, rows, slots)) if zc is not None else None
-        conv = (lambda w, i, a, k: w(*a, **k)) if zc is None else zero_copy.mamba2_conv
-        ssm = (lambda w, i, a, k: w(*a, **k)) if zc is None else zero_copy.mamba2_ssm
+        rows, token = positions, None
+        if zc is not None:  # Z4: the forward's tables; the negative control builds them on batch positions
+            tables = zc.verify_tables(0, positions if stock_rows else rpi, slots)
+            rows, token = tables.rows, hooks._ACTIVE.set(tables)
+        conv = (lambda w, i, a, k: w(*a, **k)) if zc is None else hooks.mamba2_conv
+        ssm = (lambda w, i, a, k: w(*a, **k)) if zc is None else hooks.mamba2_ssm
         try:
             y = conv(
                 causal_conv1d_update,
@@ -197,7 +198,7 @@ class _World:
             )
         finally:
             if token is not None:
-                zero_copy._MAMBA2.reset(token)
+                hooks._ACTIVE.reset(token)
         return y, out, rows
 
     def commit(self, steps, slots, rows, rpi) -> None:
@@ -239,7 +240,7 @@ def replay(schedule, drafts: int, ssm_dtype, zc: bool, seed: int, skip=(), kind=
             if zcs is not None:
                 slots = torch.tensor([e.slot for e in ev.extends], dtype=torch.int32, device=DEVICE)
                 rows = torch.tensor([e.row for e in ev.extends], dtype=torch.int64, device=DEVICE)
-                zcs.stage_in(w.layer, slots, rows)
+                zcs.stage_in(w.cache, slots, rows)
         v = ev.verify
         if v is None:
             continue

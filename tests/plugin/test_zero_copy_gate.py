@@ -11,6 +11,7 @@ import torch
 
 from sglang_mamba_dedup import env, report, state
 from sglang_mamba_dedup.patches import zero_copy
+from sglang_mamba_dedup.patches.zero_copy import bookkeeping, gate
 
 SAFE = {
     "speculative_algorithm": "NEXTN",
@@ -41,40 +42,42 @@ UNSAFE = [
 
 
 def test_the_safe_settings_pass():
-    assert zero_copy.settings_problem(dict(SAFE)) is None
-    assert zero_copy.settings_problem(dict(SAFE, speculative_eagle_topk=None, speculative_algorithm="EAGLE")) is None
+    assert gate.settings_problem(dict(SAFE)) is None
+    assert gate.settings_problem(dict(SAFE, speculative_eagle_topk=None, speculative_algorithm="EAGLE")) is None
 
 
 @pytest.mark.parametrize("name,value,why", UNSAFE, ids=[u[0] for u in UNSAFE])
 def test_each_excluded_setting_keeps_todays_commit(name, value, why):
-    problem = zero_copy.settings_problem(dict(SAFE, **{name: value}))
+    problem = gate.settings_problem(dict(SAFE, **{name: value}))
     assert problem is not None and why in problem and name in problem
 
 
 def test_a_setting_that_cannot_be_read_is_refused(monkeypatch):
     settings = dict(SAFE)
     del settings["pp_size"]
-    assert "cannot read SGLang's setting pp_size" in zero_copy.settings_problem(settings)
+    assert "cannot read SGLang's setting pp_size" in gate.settings_problem(settings)
     monkeypatch.setenv("SGLANG_ENABLE_PP_SPEC", "1")
-    assert "SGLANG_ENABLE_PP_SPEC" in zero_copy.settings_problem(dict(SAFE))
+    assert "SGLANG_ENABLE_PP_SPEC" in gate.settings_problem(dict(SAFE))
 
 
 class TritonGDNKernel:  # the name the gate reads
     pass
 
 
-def _backend(rows=6, scratch_rows=7, verify=TritonGDNKernel, commit_ok=True, scratch_dtype=torch.float32):
+def _backend(rows=6, scratch_rows=7, verify=TritonGDNKernel, commit_ok=True, scratch_dtype=torch.float32, layers=(3, 0, 7)):
     cache = types.SimpleNamespace(
         temporal=torch.zeros(2, 10, 2, 4, 4),
         intermediate_ssm=torch.zeros(2, scratch_rows, 3, 2, 4, 4, dtype=scratch_dtype),
     )
     pool = types.SimpleNamespace(mamba_cache=cache, _smd_commit_ok=commit_ok)
-    rtp = types.SimpleNamespace(mamba_pool=pool, size=rows, short_conv_pool=None, ngram_pool=None)
+    rtp = types.SimpleNamespace(
+        mamba_pool=pool, size=rows, short_conv_pool=None, ngram_pool=None, mamba_map={k: i for i, k in enumerate(layers)}
+    )
     return types.SimpleNamespace(req_to_token_pool=rtp, kernel_dispatcher=types.SimpleNamespace(verify_kernel=verify()))
 
 
 def test_a_gdn_backend_with_triton_verify_and_enough_rows_passes():
-    assert zero_copy.backend_problem(_backend()) is None
+    assert gate.backend_problem(_backend()) is None
 
 
 @pytest.mark.parametrize(
@@ -84,24 +87,26 @@ def test_a_gdn_backend_with_triton_verify_and_enough_rows_passes():
         (dict(scratch_rows=6), "6 scratch rows for 6 request rows"),
         (dict(verify=object), "not SGLang's Triton GDN verify"),
         (dict(scratch_dtype=torch.bfloat16), "scratch dtype"),
+        (dict(layers=()), "names no linear layers"),
     ],
-    ids=["not-our-commit", "too-few-rows", "flashinfer-verify", "dtype"],
+    ids=["not-our-commit", "too-few-rows", "flashinfer-verify", "dtype", "no-layer-map"],
 )
 def test_an_unsafe_backend_keeps_todays_commit(kw, why):
-    assert why in zero_copy.backend_problem(_backend(**kw))
+    assert why in gate.backend_problem(_backend(**kw))
 
 
 def test_the_decision_is_once_per_pool_and_logged(monkeypatch, caplog):
     backend = _backend()
-    monkeypatch.setattr(zero_copy, "read_settings", lambda: dict(SAFE))
-    assert zero_copy._decide(backend) is None  # not asked for: stock, silently, and remembered
+    monkeypatch.setattr(gate, "read_settings", lambda: dict(SAFE))
+    assert gate.decide(backend) is None  # not asked for: stock, silently, and remembered
     assert backend.req_to_token_pool.mamba_pool._smd_zc is None
     del backend.req_to_token_pool.mamba_pool._smd_zc
     monkeypatch.setenv(env.ZERO_COPY, "1")
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
-        zc = zero_copy._decide(backend)
-        assert zero_copy._decide(backend) is zc
-    assert isinstance(zc, zero_copy.ZeroCopy) and zc.pitch == 3 and zc.accepted.tolist() == [1] * 7
+        zc = gate.decide(backend)
+        assert gate.decide(backend) is zc
+    assert isinstance(zc, bookkeeping.ZeroCopy) and zc.pitch == 3 and zc.accepted.tolist() == [1] * 7
+    assert zc.layers == (0, 7)  # the first and last linear layer ids (tables built at 0, stage-ins after 7)
     assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
     assert "zero-copy commit on" in caplog.records[0].message
     assert report.events()["zero_copy"] == "on"
@@ -109,27 +114,27 @@ def test_the_decision_is_once_per_pool_and_logged(monkeypatch, caplog):
 
 def test_refused_is_logged_and_strict_stops(monkeypatch, caplog):
     monkeypatch.setenv(env.ZERO_COPY, "1")
-    monkeypatch.setattr(zero_copy, "read_settings", lambda: dict(SAFE, disable_radix_cache=False))
+    monkeypatch.setattr(gate, "read_settings", lambda: dict(SAFE, disable_radix_cache=False))
     with caplog.at_level(logging.WARNING, logger="sglang_mamba_dedup"):
-        assert zero_copy._decide(_backend()) is None
+        assert gate.decide(_backend()) is None
     assert "stays off for this pool: the radix cache is on" in caplog.text
     assert report.events()["zero_copy"].startswith("off: the radix cache is on")
     monkeypatch.setenv(env.SWITCH, "strict")
     state.reset()
     with pytest.raises(RuntimeError, match="strict mode.*radix cache is on"):
-        zero_copy._decide(_backend())
+        gate.decide(_backend())
 
 
 def test_the_accepted_table_comes_from_pool_build_and_never_from_a_capture(monkeypatch):
     monkeypatch.setenv(env.ZERO_COPY, "1")
-    monkeypatch.setattr(zero_copy, "read_settings", lambda: dict(SAFE))
+    monkeypatch.setattr(gate, "read_settings", lambda: dict(SAFE))
     backend = _backend()
     pool = backend.req_to_token_pool.mamba_pool
     zero_copy.prepare(pool)  # what the MambaPool.__init__ wrapper does when zero-copy is asked for
     table = pool._smd_accepted
     assert table.dtype == torch.int32 and table.tolist() == [1] * 7
-    monkeypatch.setattr(zero_copy, "_capturing", lambda: True)
-    assert zero_copy._decide(backend).accepted is table  # built with the pool: a capture changes nothing
+    monkeypatch.setattr(gate, "_capturing", lambda: True)
+    assert gate.decide(backend).accepted is table  # built with the pool: a capture changes nothing
     late = _backend()
-    assert zero_copy._decide(late) is None  # no table from the pool and inside a capture: stays off
+    assert gate.decide(late) is None  # no table from the pool and inside a capture: stays off
     assert "inside a CUDA-graph capture" in report.events()["zero_copy"]

@@ -73,3 +73,20 @@ def tail_copy_reference(src, dst, src_blocks, dst_blocks, offsets) -> None:
             continue
         for j in range(W - b):
             dst[db, :, j] = src[sb, :, j + b]
+
+
+def seeded_rows_reference(req_pool_indices, slots, accepted, pitch):
+    """The zero-copy verify's ``(rows, seeds)``, one entry at a time (``kernels.seed_index``)."""
+    rows, seeds = [], []
+    for n, slot in enumerate(slots.tolist()):
+        row = int(req_pool_indices[n])
+        if slot >= 0 and 0 <= row < accepted.shape[0]:
+            rows.append(row)
+            seeds.append(row * pitch + int(accepted[row]) - 1)
+        else:
+            rows.append(0)
+            seeds.append(-1)
+    return (
+        torch.tensor(rows, dtype=torch.int32, device=slots.device),
+        torch.tensor(seeds, dtype=slots.dtype, device=slots.device),
+    )

@@ -1,0 +1,47 @@
+"""The zero-copy commit (opt-in: :data:`~sglang_mamba_dedup.env.ZERO_COPY`; SGLang 0.5.23; GDN and Mamba2 with
+SGLang's Triton verify kernels), in one place. A request's live SSM state stays in the scratch column where its last
+verify wrote the accepted step, the next verify reads it there, and the commit moves only the conv window. Design,
+every other reader of the state, and why each excluded case keeps today's commit: docs/zero-copy.md.
+
+* this module: whether zero-copy is asked for (:func:`asked`) and the pool's ``accepted`` table (:func:`prepare`, at
+  pool build): the only part a process that did not ask for zero-copy loads;
+* :mod:`.gate`: whether a pool may take it (SGLang's resolved settings, the backend), decided once per pool;
+* :mod:`.bookkeeping`: :class:`~.bookkeeping.ZeroCopy`, one pool's table and what moves state: the verify's rows and
+  seeds (one launch per verify forward), the stage-in (one launch per extend), the commit (one launch, the
+  ``accepted`` update folded in), the session hand-off;
+* :mod:`.hooks`: the wrappers Z1-Z4 and Z6 of the patch table; Z5 is the commit wrapper's zero-copy route
+  (:mod:`..verify_commit` calls :meth:`~.bookkeeping.ZeroCopy.commit`).
+"""
+
+from __future__ import annotations
+
+from sglang_mamba_dedup import env, versions
+
+#: bytes of one entry of the ``accepted`` table (int32, one per scratch row: rows + 1 padding row)
+ACCEPTED_ENTRY_BYTES = 4
+
+
+def wanted() -> bool:
+    """The operator asked for zero-copy (the variable, which the launch flag sets), whatever the release."""
+    return env.enabled(env.ZERO_COPY)
+
+
+def release_ok(version: str | None = None) -> bool:
+    """Zero-copy is built for this SGLang release (``version``: the installed one when None)."""
+    return versions.in_range(versions.effective(version or versions.sglang_version()), versions.ZERO_COPY)
+
+
+def asked() -> bool:
+    """Zero-copy is asked for on a release that has it: the pool is then built with its ``accepted`` table (the pool
+    patch) and the estimator reserves it."""
+    return wanted() and release_ok()
+
+
+def prepare(pool) -> None:
+    """At pool build (zero-copy asked for): the ``accepted`` table, all ones, so that it is allocated with the pool and
+    never inside a CUDA-graph capture (where the decision may come first)."""
+    import torch
+
+    scratch = getattr(getattr(pool, "mamba_cache", None), "intermediate_ssm", None)
+    if scratch is not None and scratch.dim() >= 3:
+        pool._smd_accepted = torch.ones(scratch.shape[1], dtype=torch.int32, device=scratch.device)

@@ -1,0 +1,90 @@
+"""One pool's zero-copy bookkeeping (:class:`ZeroCopy`) and everything that moves its state, each on the device with
+no host synchronisation:
+
+* ``accepted[row]`` (int32, one entry per scratch row): how many tokens the row's last verify accepted; the live SSM
+  state of a request is scratch ``[row, accepted[row] - 1]``. The rows are the requests' ``req_pool_idx`` (row 0:
+  padding, the discard row);
+* per verify forward, once (at the first linear layer, inside the verify's CUDA graph where there is one): the rows
+  and seeds every layer reads (:meth:`ZeroCopy.verify_tables`, one launch of :mod:`~sglang_mamba_dedup.kernels.seed_index`);
+* per extend, once (after the last linear layer): the stage-in of every layer, ``scratch[:, row, 0] =
+  temporal[:, slot]`` (one launch of the commit kernel) and ``accepted[row] = 1``;
+* per commit: the conv windows from the requests' rows, with ``accepted[row] = step + 1`` stored by the same launch;
+* per streaming-session hand-off: the live state materialized into ``temporal[slot]`` (Z6).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from sglang_mamba_dedup.patches import verify_commit
+
+from . import prepare
+
+
+class VerifyTables(NamedTuple):
+    """What every linear layer of one zero-copy verify forward reads."""
+
+    zc: ZeroCopy
+    rows: Any  # int32 [n]: the scratch row each entry writes (req_pool_idx; padding: 0)
+    seeds: Any  # [n], the slots' dtype: the entry's live state in the scratch viewed [rows * pitch, ...]; padding: -1
+
+
+class ZeroCopy:
+    """One pool's ``accepted`` table (on the pool's device), its scratch pitch and first/last linear layer ids."""
+
+    def __init__(self, pool, layers: tuple[int, int] = (0, 0)) -> None:
+        self.pool = pool
+        self.pitch = pool.mamba_cache.intermediate_ssm.shape[2]  # the allocated draft-step pitch of a scratch row
+        if getattr(pool, "_smd_accepted", None) is None:
+            prepare(pool)
+        self.accepted = pool._smd_accepted
+        self.layers = layers  # (first, last) linear layer id of a forward: where tables are built / stage-ins run
+        self.handoffs: list = []  # (row, slot tensor) of streaming-session turns kept, to materialize (Z6)
+        self.tables: VerifyTables | None = None
+        self._tables_of: tuple = ()
+        self._zeros = None  # int32 zeros, one per scratch row: the stage-in's steps
+
+    def verify_tables(self, layer_id: int, req_pool_indices, slots) -> VerifyTables:
+        """This verify forward's rows and seeds: built at the first linear layer (so a CUDA graph capture records
+        the launch and every replay recomputes them), reused by every later layer of the same forward."""
+        key = (slots.shape[0], slots.data_ptr(), req_pool_indices.data_ptr())
+        if self.tables is None or layer_id == self.layers[0] or key != self._tables_of:
+            from sglang_mamba_dedup.kernels.seed_index import seeded_rows
+
+            rows, seeds = seeded_rows(req_pool_indices, slots, self.accepted, self.pitch)
+            self.tables, self._tables_of = VerifyTables(self, rows, seeds), key
+        return self.tables
+
+    def stage_in(self, cache, slots, rows) -> None:
+        """After an extend wrote ``temporal[:, slots]`` (all layers): copy it into scratch column 0 of each request's
+        row in one launch, and ``accepted[row] = 1`` (the next verify seeds from there). Padding (slot < 0): nothing."""
+        import torch
+
+        n = slots.shape[0]
+        if n == 0:
+            return
+        if self._zeros is None:
+            self._zeros = torch.zeros(self.accepted.shape[0], dtype=torch.int32, device=self.accepted.device)
+        kernel = verify_commit.load_fused_commit()
+        src, dst = cache.temporal[:, :, None], cache.intermediate_ssm[:, :, 0]  # [L, slots, 1, *st], [L, S+1, *st]
+        plan = kernel.get_plan([], [], dst, src, owner=cache.temporal)
+        kernel.launch(plan, ssm=(src, dst), accept=(self._zeros[:n], rows[:n]), src_rows=slots)
+        self.accepted.index_fill_(0, torch.where(slots >= 0, rows[:n], 0).long(), 1)
+
+    def commit(self, kernel, cache, steps, slots, rows):
+        """Z5: the conv windows of the accepted step from the requests' scratch rows, ``accepted[row] = step + 1``
+        stored by the same launch; no SSM bytes. Returns the plan (the route keeps it alive for CUDA graphs)."""
+        plan = kernel.get_plan(cache.conv, cache.intermediate_conv_window, None, None, accepted=self.accepted)
+        kernel.launch(plan, accept=(steps, slots), src_rows=rows[: steps.shape[0]])
+        return plan
+
+    def materialize(self, cache) -> None:
+        """Z6: ``temporal[slot] = scratch[row, accepted[row] - 1]`` (all layers, one indexed copy) for the queued
+        hand-offs, then forget them."""
+        import torch
+
+        device = self.accepted.device
+        rows = torch.tensor([row for row, _ in self.handoffs], dtype=torch.long, device=device)
+        slots = torch.cat([slot.reshape(1) for _, slot in self.handoffs]).to(device=device, dtype=torch.long)
+        self.handoffs.clear()
+        cache.temporal[:, slots] = cache.intermediate_ssm[:, rows, self.accepted.index_select(0, rows).long() - 1]

@@ -1,0 +1,174 @@
+"""Whether a pool may take the zero-copy commit: SGLang's resolved settings (:func:`settings_problem`), the backend and
+its pool (:func:`backend_problem`), decided once per pool at its backend's first forward (:func:`decide`: one log
+line either way, strict mode stops). Each excluded case and why: docs/zero-copy.md section 6.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from sglang_mamba_dedup import env, report, state
+from sglang_mamba_dedup.state import STATE
+
+from . import prepare, wanted
+
+logger = logging.getLogger("sglang_mamba_dedup")
+
+_MISSING = object()
+
+#: (setting, is it safe, why not) - each excluded case of docs/zero-copy.md section 6 that a setting decides.
+_SETTINGS = (
+    (
+        "speculative_algorithm",
+        lambda v: getattr(v, "name", str(v)).upper() in ("EAGLE", "NEXTN", "MTP"),
+        "not NEXTN/EAGLE",
+    ),
+    ("speculative_eagle_topk", lambda v: v is None or int(v) <= 1, "topk > 1 (tree verify)"),
+    ("disable_radix_cache", lambda v: bool(v), "the radix cache is on (it snapshots the committed state)"),
+    ("enable_linear_replayssm", lambda v: not v, "ReplaySSM owns the state"),
+    ("enable_linear_replayssm_spec", lambda v: not v, "ReplaySSM owns the commit"),
+    ("disaggregation_mode", lambda v: str(v) == "null", "PD disaggregation transfers the committed state"),
+    ("pp_size", lambda v: int(v) == 1, "pipeline parallelism (delayed commit)"),
+    ("enable_dp_attention", lambda v: not v, "DP attention (padded warm-up rows)"),
+    ("enable_two_batch_overlap", lambda v: not v, "two-batch overlap (not analysed)"),
+    ("enable_mixed_chunk", lambda v: not v, "mixed chunked prefill (a decode row inside an extend)"),
+    ("speculative_adaptive", lambda v: not v, "an adaptive draft count"),
+)
+
+
+def read_settings() -> dict[str, Any]:
+    """The resolved settings :data:`_SETTINGS` names, from SGLang 0.5.23's runtime-context bags (what resolution
+    decided), the operator's record where no bag has the name; a name found nowhere is missing (and refused)."""
+    from sglang.srt import runtime_context as rc
+
+    sources = []
+    for getter in ("get_spec", "get_memory", "get_disagg", "get_schedule", "get_exec", "get_server_args"):
+        try:
+            sources.append(getattr(rc, getter)())
+        except Exception:  # noqa: BLE001 - a bag not published in this process: the next source answers
+            continue
+    mamba = [m for m in (getattr(s, "mamba", None) for s in sources) if m is not None][:1]
+    found: dict[str, Any] = {}
+    for name, _ok, _why in _SETTINGS:
+        for source in (mamba if name.startswith("enable_linear_replayssm") else []) + sources:
+            value = getattr(source, name, _MISSING)
+            if value is not _MISSING:
+                found[name] = value
+                break
+    return found
+
+
+def settings_problem(settings: dict[str, Any]) -> str | None:
+    """Why these settings keep today's commit (the first excluded case met), or None; pure."""
+    for name, ok, why in _SETTINGS:
+        value = settings.get(name, _MISSING)
+        if value is _MISSING:
+            if name == "speculative_adaptive":  # a 0.5.23 option that may be absent from a bag: absent is off
+                continue
+            return f"cannot read SGLang's setting {name}"
+        try:
+            if not ok(value):
+                return f"{why} ({name}={value!r})"
+        except (TypeError, ValueError):
+            return f"{name}={value!r} is not understood"
+    if os.environ.get("SGLANG_ENABLE_PP_SPEC", "").strip().lower() in ("1", "true", "yes", "on"):
+        return "SGLANG_ENABLE_PP_SPEC is set (pipeline stable rows)"
+    return None
+
+
+def _verify_kernel_problem(backend) -> str | None:
+    """GDN: SGLang's Triton verify must be the one that runs; Mamba2: the Triton selective-state update (H1 is
+    proven for those kernels only)."""
+    if type(backend).__name__ == "Mamba2AttnBackend":
+        from sglang.kernels.ops.mamba.triton_ops import ssu_dispatch
+
+        ssu = type(getattr(ssu_dispatch, "_mamba_ssu_backend", None)).__name__
+        return None if ssu == "TritonSSUBackend" else f"the Mamba2 state update is {ssu}, not SGLang's Triton one"
+    verify = getattr(getattr(backend, "kernel_dispatcher", None), "verify_kernel", None)
+    if type(verify).__name__ != "TritonGDNKernel":
+        return f"the verify kernel is {type(verify).__name__}, not SGLang's Triton GDN verify"
+    return None
+
+
+def backend_problem(backend) -> str | None:
+    """Why this GDN or Mamba2 backend's pool keeps today's commit (pool, scratch, layers, verify kernel, side states)."""
+    rtp = getattr(backend, "req_to_token_pool", None)
+    pool = getattr(rtp, "mamba_pool", None)
+    if pool is None or not getattr(pool, "_smd_commit_ok", False):
+        return "the plugin's commit does not serve this pool"
+    cache = pool.mamba_cache
+    scratch = getattr(cache, "intermediate_ssm", None)
+    if scratch is None or scratch.dim() != cache.temporal.dim() + 1:  # [L, S+1, D, *state] vs [L, slots+1, *state]
+        return "no per-step SSM scratch (a draft's pool, or ReplaySSM)"
+    if scratch.dtype != cache.temporal.dtype:
+        return f"the scratch dtype {scratch.dtype} differs from the state's {cache.temporal.dtype}"
+    rows = getattr(rtp, "size", None)
+    if not isinstance(rows, int) or scratch.shape[1] < rows + 1:
+        return f"{scratch.shape[1]} scratch rows for {rows} request rows (one per request row, plus row 0)"
+    layers = getattr(rtp, "mamba_map", None)
+    if not isinstance(layers, dict) or not layers:
+        return "the pool names no linear layers (mamba_map): the first and last layer of a forward are unknown"
+    if getattr(backend, "accept_lens_pool", None) is not None:
+        return "KDA fused accept"
+    problem = _verify_kernel_problem(backend)
+    if problem:
+        return problem
+    for side, field in (("short_conv_pool", "conv_state"), ("ngram_pool", "context")):
+        if getattr(getattr(rtp, side, None), field, None) is not None:
+            return f"the model has PLE side states ({side})"
+    return None
+
+
+def _capturing() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
+def decide(backend):
+    """This backend's pool's :class:`~.bookkeeping.ZeroCopy`, or None: decided once per pool (one log line either
+    way; strict stops)."""
+    rtp = getattr(backend, "req_to_token_pool", None)
+    pool = getattr(rtp, "mamba_pool", None)
+    if pool is None:
+        return None
+    decided = getattr(pool, "_smd_zc", _MISSING)
+    if decided is not _MISSING:
+        return decided
+    if not wanted():  # not asked for (a test that applied every feature): stock, silently
+        pool._smd_zc = None
+        return None
+    reason = backend_problem(backend)
+    if reason is None and getattr(pool, "_smd_accepted", None) is None and _capturing():
+        reason = "the pool was built without the accepted table and this first verify is inside a CUDA-graph capture"
+    if reason is None:
+        try:
+            reason = settings_problem(read_settings())
+        except Exception as exc:  # noqa: BLE001 - unreadable settings: not proven safe
+            reason = f"cannot read SGLang's settings ({type(exc).__name__}: {exc})"
+    zc = None
+    if reason is None:
+        from .bookkeeping import ZeroCopy
+
+        if getattr(pool, "_smd_accepted", None) is None:
+            prepare(pool)
+        zc = ZeroCopy(pool, layers=(min(rtp.mamba_map), max(rtp.mamba_map)))
+    pool._smd_zc = zc
+    if zc is None:
+        report.record_zero_copy(f"off: {reason}")
+        if state.is_strict():
+            raise RuntimeError(f"sglang-mamba-dedup strict mode: {env.ZERO_COPY} asked for, but {reason}")
+        logger.warning("sglang-mamba-dedup: zero-copy commit asked for, stays off for this pool: %s", reason)
+    else:
+        STATE.zero_copy = zc
+        report.record_zero_copy("on")
+        logger.info(
+            "sglang-mamba-dedup: zero-copy commit on (%d scratch rows of %d steps, linear layers %d-%d): verify seeds "
+            "from the scratch, the commit moves no SSM bytes",
+            zc.accepted.shape[0],
+            zc.pitch,
+            *zc.layers,
+        )
+    return zc

@@ -1,0 +1,143 @@
+"""The zero-copy wrappers of the patch table (docs/zero-copy.md section 7): Z1-Z3 for GDN, Z4 for Mamba2, Z6 for the
+streaming-session hand-off. Each asks :func:`.gate.decide` (once per pool) and otherwise runs SGLang's own code; while
+a zero-copy verify layer runs, :data:`_ACTIVE` holds the forward's :class:`~.bookkeeping.VerifyTables` for the kernel
+bindings (Z2, Z3, and Mamba2's conv and state update).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+from sglang_mamba_dedup.state import STATE
+
+from .gate import decide
+
+#: this verify forward's VerifyTables while a zero-copy backend runs a target-verify layer
+_ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("smd_zero_copy", default=None)
+
+
+def _count(event: str) -> None:
+    STATE.events[event] = STATE.events.get(event, 0) + 1
+
+
+def _run_verify(tables, wrapped, args, kwargs):
+    token = _ACTIVE.set(tables)
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        _ACTIVE.reset(token)
+
+
+def _stage_in_after_last_layer(zc, layer_id: int, slots, req_pool_indices) -> None:
+    """After the last linear layer of an extend forward: every layer's new state into its request's row at once."""
+    if layer_id != zc.layers[1] or slots is None or not slots.numel() or slots.shape[0] != req_pool_indices.shape[0]:
+        return
+    zc.stage_in(zc.pool.mamba_cache, slots, req_pool_indices)
+    _count("zc_stage_in_calls")
+
+
+def _bind_extend(layer, forward_batch, *_args, **_kwargs):
+    return layer, forward_batch
+
+
+def gdn_forward_extend(wrapped, instance, args, kwargs):
+    """Z1: a target verify runs with this forward's rows and seeds active; any other extend stages its rows in after
+    its last linear layer."""
+    zc = None if instance is None else decide(instance)  # installed only when asked for (the activation)
+    if zc is None:
+        return wrapped(*args, **kwargs)
+    layer, forward_batch = _bind_extend(*args, **kwargs)
+    metadata = instance.forward_metadata
+    if forward_batch.forward_mode.is_target_verify():
+        n = metadata.query_start_loc.shape[0] - 1  # the batch, as SGLang's row selection cuts it
+        tables = zc.verify_tables(layer.layer_id, forward_batch.req_pool_indices, metadata.mamba_cache_indices[:n])
+        return _run_verify(tables, wrapped, args, kwargs)
+    out = wrapped(*args, **kwargs)
+    _stage_in_after_last_layer(zc, layer.layer_id, metadata.mamba_cache_indices, forward_batch.req_pool_indices)
+    return out
+
+
+def select_rows(wrapped, instance, args, kwargs):
+    """Z2: during a zero-copy verify the scratch row of a request is its ``req_pool_idx`` (padding: row 0)."""
+    tables = _ACTIVE.get()
+    return wrapped(*args, **kwargs) if tables is None else tables.rows
+
+
+def triton_target_verify(wrapped, instance, args, kwargs):
+    """Z3: SGLang's Triton verify reads its initial state from the scratch (``seeds``) instead of ``temporal``."""
+    tables = _ACTIVE.get()
+    buffer = kwargs.get("intermediate_states_buffer")
+    if tables is None or buffer is None or kwargs.get("retrieve_parent_token") is not None:
+        return wrapped(*args, **kwargs)
+    return wrapped(*args, **dict(kwargs, ssm_states=buffer.flatten(0, 1), cache_indices=tables.seeds))
+
+
+def _bind_mamba2(mixer, hidden_states, output, layer_id, forward_batch, *_args, **_kwargs):
+    return layer_id, forward_batch
+
+
+def mamba2_forward(wrapped, instance, args, kwargs):
+    """Z4: as Z1, for a Mamba2 layer: a verify runs with the forward's rows and seeds active for the mixer's two
+    kernel calls; any other extend stages its rows in after its last linear layer."""
+    zc = None if instance is None else decide(instance)
+    if zc is None:
+        return wrapped(*args, **kwargs)
+    layer_id, forward_batch = _bind_mamba2(*args, **kwargs)
+    slots = instance.forward_metadata.mamba_cache_indices
+    rpi = forward_batch.req_pool_indices
+    if forward_batch.forward_mode.is_target_verify():
+        return _run_verify(zc.verify_tables(layer_id, rpi, slots), wrapped, args, kwargs)
+    out = wrapped(*args, **kwargs)
+    _stage_in_after_last_layer(zc, layer_id, slots, rpi)
+    return out
+
+
+def mamba2_conv(wrapped, instance, args, kwargs):
+    """Z4: the verify's conv writes its per-step windows on the requests' rows."""
+    tables = _ACTIVE.get()
+    if tables is None or kwargs.get("intermediate_conv_window") is None:
+        return wrapped(*args, **kwargs)
+    return wrapped(*args, **dict(kwargs, intermediate_state_indices=tables.rows))
+
+
+def mamba2_ssm(wrapped, instance, args, kwargs):
+    """Z4: the verify's selective-state update seeds from the scratch and writes its steps on the requests' rows."""
+    tables = _ACTIVE.get()
+    buffer = kwargs.get("intermediate_states_buffer")
+    if tables is None or buffer is None or kwargs.get("retrieve_parent_token") is not None or not args:
+        return wrapped(*args, **kwargs)
+    kwargs = dict(
+        kwargs,
+        state_batch_indices=tables.seeds,
+        intermediate_state_indices=tables.rows,
+        cache_steps=buffer.shape[1],  # Mamba2's store pitch is this argument, not the buffer's stride
+    )
+    return wrapped(buffer.flatten(0, 1), *args[1:], **kwargs)
+
+
+def session_kept(wrapped, instance, args, kwargs):
+    """Z6: a streaming session keeps a finished turn's row and slot, and its next turn extends from
+    ``temporal[slot]``: queue the live state to be materialized there before the next extend forward."""
+    zc = STATE.zero_copy
+    req = args[0] if args else kwargs.get("req")
+    row = getattr(req, "req_pool_idx", None)
+    slot = getattr(getattr(req, "kv", None), "mamba_pool_idx", None)
+    kept = wrapped(*args, **kwargs)
+    if kept is True and zc is not None and row is not None and slot is not None:
+        zc.handoffs.append((int(row), slot))
+    return kept
+
+
+def before_extend(wrapped, instance, args, kwargs):
+    """Z6: the queued hand-offs are materialized on the forward stream, before an extend's layers read the pool
+    (where SGLang runs its own deferred copy-on-write)."""
+    zc = STATE.zero_copy
+    if zc is not None and zc.handoffs and instance is not None and not getattr(instance, "is_draft_worker", False):
+        mode = (args[0] if args else kwargs["forward_batch"]).forward_mode
+        if mode.is_extend() and not mode.is_target_verify():
+            pool = instance.req_to_token_pool.mamba_pool
+            if getattr(pool, "_smd_zc", None) is zc:
+                zc.materialize(pool.mamba_cache)
+                _count("zc_materialize_calls")
+    return wrapped(*args, **kwargs)
