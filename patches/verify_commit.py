@@ -25,6 +25,7 @@ CALLEES = (
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
+
 def load_fused_commit() -> Any:
     """The plugin's commit kernel module, imported once per process; ImportError when unavailable (remembered and
     logged once: SGLang's own commit then serves every call, strict mode refuses the pool)."""

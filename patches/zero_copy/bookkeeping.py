@@ -42,7 +42,7 @@ class ZeroCopy:
         self.handoffs: list = []  # (row, slot tensor) of streaming-session turns kept, to materialize (Z6)
         self.tables: VerifyTables | None = None
         self._tables_of: tuple = ()
-        self._zeros = None  # int32 zeros, one per scratch row: the stage-in's steps
+        self._zeros: Any = None  # int32 zeros, one per scratch row: the stage-in's steps
 
     def verify_tables(self, layer_id: int, req_pool_indices, slots) -> VerifyTables:
         """This verify forward's rows and seeds: built at the first linear layer (so a CUDA graph capture records

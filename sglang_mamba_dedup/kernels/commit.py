@@ -182,7 +182,8 @@ def _fused_commit_kernel(
         HAS_SRC_ROWS,
     )
     if valid:
-        if ACCEPTED:  # the zero-copy bookkeeping: one store per valid accept row, from its first program
+        # the zero-copy bookkeeping: one store per valid accept row, from its first program
+        if ACCEPTED:  # noqa: SIM102 - a constexpr branch (pruned at compile time) around a runtime one
             if (tile == 0) & (layer == 0) & (pid_row < n_acc):
                 table = tl.load(conv_meta_ptr + NUM_CONV * META_COLS + COL_SRC_PTR).to(tl.pointer_type(tl.int32))
                 tl.store(table + r, (step + 1).to(tl.int32))

@@ -64,14 +64,20 @@ class TritonGDNKernel:  # the name the gate reads
     pass
 
 
-def _backend(rows=6, scratch_rows=7, verify=TritonGDNKernel, commit_ok=True, scratch_dtype=torch.float32, layers=(3, 0, 7)):
+def _backend(
+    rows=6, scratch_rows=7, verify=TritonGDNKernel, commit_ok=True, scratch_dtype=torch.float32, layers=(3, 0, 7)
+):
     cache = types.SimpleNamespace(
         temporal=torch.zeros(2, 10, 2, 4, 4),
         intermediate_ssm=torch.zeros(2, scratch_rows, 3, 2, 4, 4, dtype=scratch_dtype),
     )
     pool = types.SimpleNamespace(mamba_cache=cache, _smd_commit_ok=commit_ok)
     rtp = types.SimpleNamespace(
-        mamba_pool=pool, size=rows, short_conv_pool=None, ngram_pool=None, mamba_map={k: i for i, k in enumerate(layers)}
+        mamba_pool=pool,
+        size=rows,
+        short_conv_pool=None,
+        ngram_pool=None,
+        mamba_map={k: i for i, k in enumerate(layers)},
     )
     return types.SimpleNamespace(req_to_token_pool=rtp, kernel_dispatcher=types.SimpleNamespace(verify_kernel=verify()))
 
