@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,7 +38,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from _timing import RESULTS, Recorder, checkout_on_path, write_csv
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _timing, also under python -P
+from _timing import RESULTS, Recorder, checkout_on_path, write_csv  # noqa: E402
 
 MODES = {  # mode -> the plugin's variables in its Engine's process
     "stock": {"SGLANG_MAMBA_DEDUP": "0"},
@@ -135,7 +137,7 @@ def prompts_for(batch: int, vocab: int, seed: int = 0) -> list[list[int]]:
 def _trace_events(folder: Path, deadline: float) -> list[dict]:
     """The Chrome trace SGLang's profiler wrote into ``folder`` (waits for it until ``deadline``)."""
     while True:
-        found = sorted(folder.glob("*.trace.json.gz"))
+        found = sorted(folder.rglob("*.trace.json.gz"))
         if found:
             time.sleep(1.0)  # the writer may still be closing it
             with gzip.open(found[-1], "rt") as f:
@@ -175,8 +177,7 @@ def worker(spec: dict) -> dict:
                 engine.stop_profile()
                 events = _trace_events(folder, time.time() + 120)
                 entry["profile"] = cycle_profile(events, spec["linear_layers"], wall)
-                for f in folder.glob("*"):
-                    f.unlink()  # a trace is large; its numbers are kept
+                shutil.rmtree(folder, ignore_errors=True)  # a trace is large; its numbers are kept
             res["batches"][str(batch)] = entry
     finally:
         engine.shutdown()
@@ -211,7 +212,7 @@ def run_engine(args, mode: str, rnd: int, spec: dict, work: Path) -> dict:
     t0 = time.time()
     with open(run / "engine.log", "w") as log:
         proc = subprocess.run(
-            [sys.executable, __file__, "--worker", str(run / "spec.json"), str(run / "result.json")],
+            [sys.executable, "-P", __file__, "--worker", str(run / "spec.json"), str(run / "result.json")],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
