@@ -23,7 +23,7 @@ status=0
 if [ "${CYCLE_TESTS:-0}" = 1 ]; then
   stamp "zero-copy proofs compiled on CUDA"
   rm -rf /tmp/smd-tests && mkdir -p /tmp/smd-tests && cp -r tests /tmp/smd-tests/ && cd /tmp/smd-tests
-  PYTHONPATH=/tmp/smd-meta:/tmp/site:$root/.stub timeout 240 python3 -P -m pytest -q -p no:cacheprovider -rA tests/kernels/test_zero_copy_commit.py \
+  PYTHONPATH=/tmp/smd-meta:/tmp/site:$root/.stub timeout "${CYCLE_TESTS_TIMEOUT:-240}" python3 -P -m pytest -q -p no:cacheprovider -rA tests/kernels/test_zero_copy_commit.py \
     "tests/kernels/test_commit.py::test_fused_commit_direct_launch_is_used_and_exact" \
     tests/integration/test_zero_copy_kernels.py > "$OUT/pytest_zc.log" 2>&1 || status=1
   grep -E "passed|failed|error" "$OUT/pytest_zc.log" | tail -3
