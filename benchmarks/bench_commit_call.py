@@ -208,7 +208,7 @@ def _copy_bandwidth(torch, device: str) -> float:
 
 def _measure(args, device, torch, iu, report, toggle, cp, model, D, bs, bandwidth):
     from sglang_mamba_dedup.offline.sglang_pool import build_pool
-    from sglang_mamba_dedup.patches import zero_copy
+    from sglang_mamba_dedup.patches.zero_copy.bookkeeping import ZeroCopy
 
     pool = build_pool(cp, size=bs, mamba_size=3 * bs + 1, draft_tokens=D, topk=1, device=device)
     backend = iu.build_backend(pool, device=device, topk=1, draft_tokens=D)
@@ -220,7 +220,7 @@ def _measure(args, device, torch, iu, report, toggle, cp, model, D, bs, bandwidt
     track_steps = torch.randint(-1, D, (bs,), device=device, dtype=torch.int64, generator=g)
     rpi = torch.randperm(bs, device=device, generator=g) + 1  # req_pool_indices: the scratch rows (row 0: padding)
     mamba = pool.mamba_pool
-    zc = zero_copy.ZeroCopy(mamba)
+    zc = ZeroCopy(mamba)
     assert zc.accepted.shape[0] > bs, "a scratch row per request row, plus row 0"
     entry = _entry_bytes(mamba.mamba_cache)
     out = []
