@@ -181,22 +181,33 @@ def _register(what_if: bool) -> None:
                 f"{head}: off ({ENV}={raw or 'unset'}), but {'; '.join(f'{n} {r}' for n, r in kept.items())}",
             )
             return
+        if zero_copy_patch.wanted() or zero_copy_patch.value_problem():
+            _say(
+                logging.WARNING,
+                f"{head}: off ({ENV} unset/0/off), nothing patched; {env.ZERO_COPY} is ignored: the zero-copy commit "
+                f"is part of the plugin, switch it on with {ENV}=1 (or {FLAG})",
+            )
+            return
         _say(logging.INFO, f"{head}: off ({ENV} unset/0/off), nothing patched")
         return
 
     if mode is Mode.STRICT and not what_if:
         _refuse_fault()
     STATE.mode = mode
-    zero_copy = zero_copy_patch.wanted()
+    zero_copy, zero_copy_skip = zero_copy_patch.wanted(), zero_copy_patch.value_problem()
+    if zero_copy and not zero_copy_patch.release_ok(version):  # exactly this release, untested ones included
+        zero_copy, zero_copy_skip = (
+            False,
+            (
+                f"{env.ZERO_COPY} asked for, but the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} "
+                f"only (this is {version})"
+            ),
+        )
     wanted = [f for f in FEATURES if f not in ASKED_FOR or zero_copy]
     results: dict[str, str | None] = patch_state.apply(wanted)
     skipped = {f: r for f, r in results.items() if r is not None}
-    if zero_copy and not zero_copy_patch.release_ok(version):
-        skipped = {f: r for f, r in skipped.items() if f not in ASKED_FOR}
-        skipped["zero_copy"] = (
-            f"{env.ZERO_COPY} asked for, but the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} "
-            "only: today's commit"
-        )
+    if zero_copy_skip:
+        skipped["zero_copy"] = f"{zero_copy_skip}: today's commit"
     if mode is Mode.STRICT and skipped:
         STATE.mode = Mode.OFF
         patch_state.revert()

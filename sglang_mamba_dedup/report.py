@@ -110,7 +110,7 @@ def report_path(directory: str) -> str:
 def write() -> str | None:
     """Write this process's report if the report directory is configured; never raises. The first write also
     registers one at interpreter exit (a process killed by a signal keeps its last power-of-two report)."""
-    directory = os.environ.get(env.REPORT_DIR)
+    directory = env.value(env.REPORT_DIR)  # stripped: a blank value is no directory, never a folder named " "
     if not directory or STATE.report_muted:
         return None
     if not STATE.report_atexit:

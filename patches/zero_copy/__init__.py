@@ -15,10 +15,17 @@ every other reader of the state, and why each excluded case keeps today's commit
 
 from __future__ import annotations
 
+import os
+
 from sglang_mamba_dedup import env, versions
 
 #: bytes of one entry of the ``accepted`` table (int32, one per scratch row: rows + 1 padding row)
 ACCEPTED_ENTRY_BYTES = 4
+
+
+#: the values of :data:`~sglang_mamba_dedup.env.ZERO_COPY` that say "no" (any other value than these and the "yes"
+#: values of :func:`~sglang_mamba_dedup.env.enabled` is reported, never guessed)
+_NO = ("", "0", "off", "false", "no")
 
 
 def wanted() -> bool:
@@ -26,9 +33,19 @@ def wanted() -> bool:
     return env.enabled(env.ZERO_COPY)
 
 
+def value_problem() -> str | None:
+    """The variable holds a value that is neither yes nor no: what to tell the operator (zero-copy stays off)."""
+    raw = os.environ.get(env.ZERO_COPY)
+    if raw is None or wanted() or raw.strip().lower() in _NO:
+        return None
+    return f"{env.ZERO_COPY}={raw[:40]!r} is not understood; accepted values: 1, on, true, yes / 0, off, false, no"
+
+
 def release_ok(version: str | None = None) -> bool:
-    """Zero-copy is built for this SGLang release (``version``: the installed one when None)."""
-    return versions.in_range(versions.effective(version or versions.sglang_version()), versions.ZERO_COPY)
+    """Zero-copy is built for this SGLang release exactly (``version``: the installed one when None). Never the
+    release :func:`~sglang_mamba_dedup.versions.effective` maps an untested one to: zero-copy depends on private code
+    proven on this release only, so ``SGLANG_MAMBA_DEDUP_ALLOW_UNTESTED`` does not extend it."""
+    return versions.in_range(version or versions.sglang_version(), versions.ZERO_COPY)
 
 
 def asked() -> bool:

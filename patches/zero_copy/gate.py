@@ -35,7 +35,10 @@ _SETTINGS = (
     ("enable_two_batch_overlap", lambda v: not v, "two-batch overlap (not analysed)"),
     ("enable_mixed_chunk", lambda v: not v, "mixed chunked prefill (a decode row inside an extend)"),
     ("speculative_adaptive", lambda v: not v, "an adaptive draft count"),
+    ("enable_multi_layer_eagle", lambda v: not v, "multi-layer EAGLE (not analysed)"),
 )
+#: 0.5.23 options a runtime-context bag may not carry: absent means off (every other name must be found)
+_ABSENT_IS_OFF = ("speculative_adaptive", "enable_multi_layer_eagle")
 
 
 def read_settings() -> dict[str, Any]:
@@ -65,7 +68,7 @@ def settings_problem(settings: dict[str, Any]) -> str | None:
     for name, ok, why in _SETTINGS:
         value = settings.get(name, _MISSING)
         if value is _MISSING:
-            if name == "speculative_adaptive":  # a 0.5.23 option that may be absent from a bag: absent is off
+            if name in _ABSENT_IS_OFF:
                 continue
             return f"cannot read SGLang's setting {name}"
         try:

@@ -58,3 +58,12 @@ def test_report_write_failure_never_raises_and_cleans_up(report_dir, monkeypatch
         monkeypatch.setattr(report.os, "replace", boom)
     assert report.write() is None
     assert list(report_dir.iterdir()) == [], "a failed write left a file behind"
+
+
+@pytest.mark.parametrize("blank", [" ", "\t"])
+def test_a_blank_report_dir_writes_nothing_and_makes_no_folder(monkeypatch, tmp_path, blank):
+    """m-S2 of the second audit: a blank value is no directory (it made a folder named " " in the cwd)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(env.REPORT_DIR, blank)
+    assert report.write() is None
+    assert list(tmp_path.iterdir()) == []

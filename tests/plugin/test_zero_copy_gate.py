@@ -144,3 +144,63 @@ def test_the_accepted_table_comes_from_pool_build_and_never_from_a_capture(monke
     late = _backend()
     assert gate.decide(late) is None  # no table from the pool and inside a capture: stays off
     assert "inside a CUDA-graph capture" in report.events()["zero_copy"]
+
+
+# the second audit's zero-copy cases (issue 36: m-Z1, m-Z2, m-Z5), each failing on the code before the fix ----------
+def test_an_untested_release_never_gets_zero_copy_even_when_allowed(monkeypatch):
+    """m-Z1: ``ALLOW_UNTESTED`` maps 0.5.24 onto 0.5.23 for the plugin's other features, never for zero-copy."""
+    from sglang_mamba_dedup import activation, versions
+    from sglang_mamba_dedup.patches import PATCHES
+    from sglang_mamba_dedup.patches import zero_copy as zc_patch
+
+    assert not zc_patch.release_ok("0.5.24") and zc_patch.release_ok(versions.ZERO_COPY_RELEASE)
+    monkeypatch.setattr(versions, "installed_sglang_version", lambda: "0.5.24")
+    monkeypatch.setenv(env.SWITCH, "1")
+    monkeypatch.setenv(env.ZERO_COPY, "1")
+    monkeypatch.setenv(env.ALLOW_UNTESTED, "1")
+    state.reset()
+    activation.register()
+    from sglang_mamba_dedup import patch_state
+
+    zc_names = {p.name for p in PATCHES if p.feature.startswith("zero_copy")}
+    assert patch_state.PATCHER.applied("commit"), "the other features still apply (allowed)"
+    assert not zc_names & set(patch_state.PATCHER.applied())
+    assert "built for SGLang 0.5.23 only (this is 0.5.24)" in activation.last_summary()
+    assert not zc_patch.asked()  # so no accepted table and no reservation either
+
+
+def test_multi_layer_eagle_keeps_todays_commit():
+    """m-Z2: docs/zero-copy.md section 6 lists multi-layer EAGLE as excluded; absent from a bag means off."""
+    assert "multi-layer EAGLE" in gate.settings_problem(dict(SAFE, enable_multi_layer_eagle=True))
+    assert gate.settings_problem(dict(SAFE, enable_multi_layer_eagle=False)) is None
+
+
+@pytest.mark.parametrize("switch", [None, "0"], ids=["switch-unset", "switch-0"])
+def test_zero_copy_asked_for_with_the_plugin_off_is_said(monkeypatch, caplog, switch):
+    """m-Z5: zero-copy asked for while the plugin is off: one WARNING that says it is ignored and why."""
+    from sglang_mamba_dedup import activation
+
+    if switch is not None:
+        monkeypatch.setenv(env.SWITCH, switch)
+    monkeypatch.setenv(env.ZERO_COPY, "1")
+    with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        activation.register()
+    (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert f"{env.ZERO_COPY} is ignored" in line.getMessage() and "nothing patched" in line.getMessage()
+
+
+@pytest.mark.parametrize("value", ["2", "enabled"])
+def test_an_unknown_zero_copy_value_is_named_and_strict_stops(monkeypatch, value):
+    """m-Z5: a value that is neither yes nor no is named in the activation line (zero-copy off); strict stops."""
+    from sglang_mamba_dedup import activation
+    from sglang_mamba_dedup.env import Mode
+
+    monkeypatch.setenv(env.SWITCH, "1")
+    monkeypatch.setenv(env.ZERO_COPY, value)
+    activation.register()
+    assert f"{env.ZERO_COPY}={value!r} is not understood" in activation.last_summary()
+    assert activation.current_mode() is Mode.ON  # the rest of the plugin still serves
+    state.reset()
+    monkeypatch.setenv(env.SWITCH, "strict")
+    with pytest.raises(SystemExit, match="not understood"):
+        activation.register()
