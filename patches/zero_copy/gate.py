@@ -169,7 +169,8 @@ def decide(backend):
         report.record_zero_copy("on")
         logger.info(
             "sglang-mamba-dedup: zero-copy commit on (%d scratch rows of %d steps, linear layers %d-%d): verify seeds "
-            "from the scratch, the commit moves no SSM bytes",
+            "from the scratch, the commit moves no SSM bytes; the scratch rows hold the live SSM states, a running "
+            "request's slot in the pool is stale between verifies",
             zc.accepted.shape[0],
             zc.pitch,
             *zc.layers,

@@ -115,6 +115,7 @@ def test_the_decision_is_once_per_pool_and_logged(monkeypatch, caplog):
     assert zc.layers == (0, 7)  # the first and last linear layer ids (tables built at 0, stage-ins after 7)
     assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
     assert "zero-copy commit on" in caplog.records[0].message
+    assert "hold the live SSM states" in caplog.records[0].message  # m-Z3: the stale slot is said
     assert report.events()["zero_copy"] == "on"
 
 
