@@ -47,6 +47,12 @@ def load_fused_commit() -> Any:
     return module
 
 
+def count_launch(path: str | None) -> None:
+    """Count a commit-kernel launch by the path it took (the kernel package only returns it)."""
+    if path is not None:
+        STATE.launches[path] += 1
+
+
 def kernel_problem() -> str | None:
     try:
         load_fused_commit()
@@ -107,12 +113,13 @@ class _Route:
             self.plan = kernel.get_plan(
                 cache.conv, cache.intermediate_conv_window, cache.temporal, cache.intermediate_ssm
             )
-            kernel.launch(
+            path = kernel.launch(
                 self.plan,
                 ssm=(cache.intermediate_ssm, cache.temporal),
                 accept=(steps, slots),
                 track=(track_steps, track_slots),
             )
+            count_launch(path)
             return
         if track_steps is not None:
             raise RuntimeError("zero-copy commit with a track set: the radix cache must be off (docs/zero-copy.md)")

@@ -68,14 +68,16 @@ class ZeroCopy:
         kernel = verify_commit.load_fused_commit()
         src, dst = cache.temporal[:, :, None], cache.intermediate_ssm[:, :, 0]  # [L, slots, 1, *st], [L, S+1, *st]
         plan = kernel.get_plan([], [], dst, src, owner=cache.temporal)
-        kernel.launch(plan, ssm=(src, dst), accept=(self._zeros[:n], rows[:n]), src_rows=slots)
+        verify_commit.count_launch(
+            kernel.launch(plan, ssm=(src, dst), accept=(self._zeros[:n], rows[:n]), src_rows=slots)
+        )
         self.accepted.index_fill_(0, torch.where(slots >= 0, rows[:n], 0).long(), 1)
 
     def commit(self, kernel, cache, steps, slots, rows):
         """Z5: the conv windows of the accepted step from the requests' scratch rows, ``accepted[row] = step + 1``
         stored by the same launch; no SSM bytes. Returns the plan (the route keeps it alive for CUDA graphs)."""
         plan = kernel.get_plan(cache.conv, cache.intermediate_conv_window, None, None, accepted=self.accepted)
-        kernel.launch(plan, accept=(steps, slots), src_rows=rows[: steps.shape[0]])
+        verify_commit.count_launch(kernel.launch(plan, accept=(steps, slots), src_rows=rows[: steps.shape[0]]))
         return plan
 
     def materialize(self, cache) -> None:

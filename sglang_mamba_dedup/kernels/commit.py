@@ -23,7 +23,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ..state import STATE
 from ._direct_launch import DirectLaunch
 from ._validate import _GRID_YZ_MAX, _INT32_MAX, check_index, check_index_pair
 from .plan import (
@@ -258,10 +257,12 @@ def _fused_commit_kernel(
 _CAN_LAUNCH_DIRECTLY = isinstance(_fused_commit_kernel, triton.runtime.jit.JITFunction)
 
 
-def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> None:
+def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> str | None:
     """Check the index sets and launch ``plan`` (no host synchronisation). ``accept`` / ``track``: ``(steps,
     slots)`` (``track`` None or ``(None, None)``: none); ``ssm``: the plan's ``(src, dst)`` SSM pair, if any;
-    ``src_rows``: the source-row table (rows then no longer name source rows: no limit by the source's rows)."""
+    ``src_rows``: the source-row table (rows then no longer name source rows: no limit by the source's rows).
+    Returns the path taken, for the caller to count: ``"direct"`` (:class:`DirectLaunch`), ``"triton"`` (Triton's own
+    launch) or None (nothing to launch)."""
     accept_steps, accept_slots = accept
     max_rows = plan.n_rows_src if src_rows is None else _INT32_MAX
     n_acc = check_index_pair("accept_steps", accept_steps, "accept_slots", accept_slots, plan.device, max_rows)
@@ -279,7 +280,7 @@ def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> 
             raise ValueError(f"{src_rows.shape[0]} source rows (src_rows) for {max(n_acc, n_trk)} index rows")
     n_rows = n_acc + n_trk
     if n_rows == 0 or plan.tiles == 0 or plan.n_layers == 0:
-        return
+        return None
     if n_rows > _GRID_YZ_MAX:
         raise ValueError(f"at most {_GRID_YZ_MAX} rows (accept + track) per launch, got {n_rows}")
     variant = (n_trk > 0, src_rows is not None)
@@ -289,9 +290,7 @@ def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> 
     index = (accept_steps, accept_slots, track_steps, track_slots, src_rows)
     direct = plan.direct.get(variant)
     if direct is not None and direct.launch(grid, index, n_acc, _fused_commit_kernel):
-        STATE.launches["direct"] += 1
-        return
-    STATE.launches["triton"] += 1
+        return "direct"
     fixed, kw = plan.calls[variant]
     # the SSM pair as integers of its width (bitwise copies); the table again where there is none (not read)
     typed = tuple(t.view(plan.ssm_int_dtype) for t in ssm) if plan.ssm_int_dtype is not None else (plan.meta,) * 2
@@ -299,18 +298,19 @@ def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> 
     compiled = _fused_commit_kernel[grid](*args, **kw)
     if variant not in plan.direct and _CAN_LAUNCH_DIRECTLY and plan.device.type == "cuda" and compiled is not None:
         plan.direct[variant] = DirectLaunch.build(_fused_commit_kernel, compiled, args, kw, len(index))
+    return "triton"
 
 
 def fused_commit(
     *, conv_dsts, conv_srcs, ssm_dst, ssm_src, accept_steps, accept_slots, track_steps=None, track_slots=None
-) -> None:
+) -> str | None:
     """Commit the accepted (and tracked) draft step of every request: all layers, all conv kinds and the SSM
     state, in one launch, without host synchronisation. conv_dsts[i]: ``[L, slots+1, dim_i, K-1]``; conv_srcs[i]: ``[L, R, D, dim_i, K-1]`` (dedup view or dense);
     any strides. ssm_dst: ``[L, slots+1, *ssm_shape]``, ssm_src: ``[L, R, D, *ssm_shape]`` (both None: no SSM
     pair; the ``*ssm_shape`` dims dense). accept_steps / accept_slots: ``[B]`` int32 or int64 on the states'
     device, ``B <= R``; track_steps / track_slots: an optional second index set, same launch. Index semantics,
-    CUDA graphs and duplicated slots: :mod:`sglang_mamba_dedup.kernels`.
+    CUDA graphs and duplicated slots: :mod:`sglang_mamba_dedup.kernels`. Returns the launch path (:func:`launch`).
     """
     conv_dsts, conv_srcs = list(conv_dsts), list(conv_srcs)
     plan = get_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src)
-    launch(plan, ssm=(ssm_src, ssm_dst), accept=(accept_steps, accept_slots), track=(track_steps, track_slots))
+    return launch(plan, ssm=(ssm_src, ssm_dst), accept=(accept_steps, accept_slots), track=(track_steps, track_slots))
