@@ -50,8 +50,12 @@ def from_cli_args(wrapped, instance, args, kwargs):
     ):
         # (outside the range the flag is accepted and ignored; the activation has said why, once)
         current = os.environ.get(env.SWITCH, "")
-        if env.parse_mode_or_off(current) is not env.Mode.STRICT:
-            if current and env.parse_mode_or_off(current) is env.Mode.OFF:
+        try:
+            mode: env.Mode | None = env.parse_mode(current)
+        except env.SwitchError:  # not understood: the variable wins and keeps the plugin off in every process, as
+            mode = None  # the activation said (an override here would turn the schedulers on behind its back)
+        if mode is env.Mode.OFF or mode is env.Mode.ON:
+            if current and mode is env.Mode.OFF:
                 logger.info("sglang-mamba-dedup: %s overrides %s=%s", FLAG, env.SWITCH, current)
             os.environ[env.SWITCH] = "1"  # the spawned scheduler processes apply the plugin from it
     return wrapped(*args, **kwargs)

@@ -22,7 +22,10 @@ def revert(features=None, force=False):
     from . import activation, patch_state
 
     activation.mark_programmatic(False)
-    return patch_state.revert(features, force=force)
+    result = patch_state.revert(features, force=force)
+    if not patch_state.PATCHER.applied():  # nothing left wrapped: the process is off, and a later activation decides
+        activation.forget()  # afresh (it returned early on its remembered key, re-applying nothing)
+    return result
 
 
 def status():

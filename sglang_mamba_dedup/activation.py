@@ -39,6 +39,12 @@ def mark_programmatic(on: bool = True) -> None:
     STATE.programmatic = on
 
 
+def forget() -> None:
+    """Everything was reverted: the mode is off and the next activation decides again, even with the same switch."""
+    STATE.mode = Mode.OFF
+    STATE.activation_key = None
+
+
 def last_summary() -> str | None:
     """The log line of the last activation in this process (for tests, the doctor and the e2e report)."""
     return STATE.last_summary

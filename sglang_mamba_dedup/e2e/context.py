@@ -34,6 +34,7 @@ class RunContext:
     workload: dict[str, str] = dataclasses.field(default_factory=dict)  # md5 per part of the run spec
     # set while running
     not_started: list[str] = dataclasses.field(default_factory=list)  # the runs --time-budget left out
+    not_written: list[str] = dataclasses.field(default_factory=list)  # results promised (--json-out ...) not written
     temp_workdir: Path | None = None  # the workdir when the call made a temporary one: removed after a PASS
     workdir_kept: bool = False  # the verdict kept the temporary workdir, for its logs
 

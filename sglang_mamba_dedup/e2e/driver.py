@@ -11,6 +11,7 @@ anything is built), :func:`_prepare` (the random-weight model when asked, the pr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import tempfile
@@ -32,7 +33,7 @@ from .settings import (
     track_expectation,
 )
 from .stats import run_stats
-from .verdict import EXIT_CANNOT_RUN, EXIT_OK, EXIT_RUN_FAILED, Verdict, judge_pairs, judge_runs
+from .verdict import EXIT_CANNOT_RUN, EXIT_NOT_WRITTEN, EXIT_OK, EXIT_RUN_FAILED, Verdict, judge_pairs, judge_runs
 from .workload import load_prompts, round2_suffixes, text_to_ids, workload_md5
 
 
@@ -158,6 +159,7 @@ def _run_paired(
                 render.say(f"pairs written to {ctx.args.csv_out}")
             except OSError as exc:  # a link planted there since the start (O_NOFOLLOW), a folder gone ...
                 render.not_written("--csv-out", ctx.args.csv_out, exc)
+                ctx.not_written.append(f"--csv-out {ctx.args.csv_out} not written ({type(exc).__name__})")
         summary["throughput"] = {**data, "labels": labels, "pair_counts": ctx.pair_counts}
     render.plugin_status(verdict, results, ("off", "on"), ctx.no_reports)
     if not ctx.no_reports:
@@ -329,6 +331,13 @@ def _finish(ctx: RunContext, summary: dict[str, Any], verdict: Verdict, temp_mod
             files.write_text(ctx.args.json_out, json.dumps(summary, indent=1, default=str))
         except OSError as exc:  # a link planted there since the start (O_NOFOLLOW), a folder gone ...
             render.not_written("--json-out", ctx.args.json_out, exc)
+            ctx.not_written.append(f"--json-out {ctx.args.json_out} not written ({type(exc).__name__})")
+    if ctx.not_written:  # never PASS, never exit 0, when a result the call promised is missing
+        verdict = dataclasses.replace(
+            verdict,
+            code=verdict.code if verdict.code != EXIT_OK else EXIT_NOT_WRITTEN,
+            failures=[*verdict.failures, *((EXIT_NOT_WRITTEN, w) for w in ctx.not_written)],
+        )
     _remove_temp_checkpoint(temp_model)  # before the RESULT line, which stays the last one
     if ctx.temp_workdir is not None and verdict.code != EXIT_OK:
         ctx.workdir_kept = True

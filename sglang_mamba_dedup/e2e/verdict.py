@@ -27,6 +27,7 @@ EXIT_CANNOT_RUN = 5
 EXIT_FAULT_NOT_CAUGHT = 6
 EXIT_NO_OUTPUT = 7
 EXIT_NOT_ENGAGED = 8
+EXIT_NOT_WRITTEN = 9
 #: Stopped by a signal: this + the signal's number (:mod:`.cli`).
 EXIT_SIGNAL_BASE = 128
 
@@ -44,6 +45,7 @@ MEANINGS: dict[int, str] = {
     "than asked",
     EXIT_NOT_ENGAGED: 'the plugin did not engage in an "on" run (with --expect-track: also no commit with track '
     "slots through our kernel; with --zero-copy: also no commit served zero-copy)",
+    EXIT_NOT_WRITTEN: "a result file asked for (--json-out, --csv-out) could not be written; the runs themselves passed",
 }
 #: After the runs, the first of these codes that has a failure is the exit code.
 PRECEDENCE = (

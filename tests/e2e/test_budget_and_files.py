@@ -46,8 +46,22 @@ def test_a_link_planted_during_the_run_is_not_followed(tmp_path, capsys):
 
     argv = ARGS + ["--modes", "off,off", "--json-out", str(out), "--workdir", str(tmp_path / "w")]
     code = cli.main(argv, runner=runner)
-    assert code == verdict.EXIT_OK and victim.read_text() == "keep me"
-    assert f"--json-out {out}: not written (OSError" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert victim.read_text() == "keep me"
+    assert f"--json-out {out}: not written (OSError" in printed
+    # m-E4 of the second audit: a result promised and not written is never PASS / exit 0
+    assert code == verdict.EXIT_NOT_WRITTEN and "RESULT: FAIL" in printed and "RESULT: PASS" not in printed
+
+
+def test_an_unwritable_json_out_fails_the_call(tmp_path, capsys):
+    """m-E4: ``--json-out /dev/full`` (every write fails) printed "not written", then PASS with exit 0."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    argv = ARGS + ["--modes", "off,off", "--json-out", "/dev/full", "--workdir", str(tmp_path / "w")]
+    code = cli.main(argv, runner=lambda spec, mode, report_dir, log_path: _fake_run(spec))
+    printed = capsys.readouterr().out
+    assert code == verdict.EXIT_NOT_WRITTEN, printed
+    assert "--json-out /dev/full not written" in printed and "RESULT: PASS" not in printed
 
 
 def test_json_and_csv_out_the_same_file(tmp_path, capsys):

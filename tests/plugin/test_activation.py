@@ -266,3 +266,32 @@ def test_zero_copy_not_asked_for_is_not_applied(monkeypatch):
     activation.register()
     assert not {p.name for p in PATCHES if p.feature.startswith("zero_copy")} & _wrapped_names()
     assert "zero_copy" not in activation.last_summary()
+
+
+def test_revert_then_a_new_activation_applies_again(monkeypatch):
+    """m-S3 of the second audit: ``revert()`` then ``register()`` with the same switch re-applied nothing while the
+    state still said "on"."""
+    import sglang_mamba_dedup as smd
+
+    monkeypatch.setenv(env.SWITCH, "1")
+    activation.register()
+    assert patch_state.PATCHER.applied("commit")
+    smd.revert(force=True)
+    assert not patch_state.PATCHER.applied() and activation.current_mode() is Mode.OFF
+    activation.register()
+    assert patch_state.PATCHER.applied("commit") and activation.current_mode() is Mode.ON
+
+
+def test_a_switch_not_understood_is_not_overridden_by_the_flag(monkeypatch):
+    """m-S1 of the second audit: ``SGLANG_MAMBA_DEDUP=maybe`` plus the flag: the activation says the variable wins
+    (off); SGLang's argument parsing must not then set it to 1 for the schedulers."""
+    from sglang.srt.server_args import ServerArgs
+
+    monkeypatch.setenv(env.SWITCH, "maybe")
+    monkeypatch.setattr("sys.argv", ["sglang.launch_server", "--model-path", "m", env.FLAG])
+    activation.register()
+    assert "is not understood" in activation.last_summary()
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    ServerArgs.from_cli_args(parser.parse_args(["--model-path", "dummy", env.FLAG]))
+    assert os.environ[env.SWITCH] == "maybe"
