@@ -83,6 +83,7 @@ def run_in_subprocess(
             env=env,
             stdout=None if verbose else log,
             stderr=subprocess.STDOUT if not verbose else None,
+            preexec_fn=interrupts.die_with_parent,  # a SIGKILLed driver leaves no engine (m-E1)
         )
         rc: Any
         try:

@@ -7,6 +7,11 @@ so the stops in those ``finally`` blocks run. Only the first signal raises: ever
 while a stop runs (:func:`stopping`), is held back and makes the stop hurry (SIGKILL now instead of the rest of
 SIGTERM's grace time); a signal held back during a stop at the normal end is raised once that stop is done.
 A signal the caller ignores (``nohup`` ignores SIGHUP) stays ignored.
+
+A signal that cannot be caught (SIGKILL, or ``timeout -k`` after its grace time) runs no ``finally`` block: every
+process the e2e starts itself (an engine process, a server) gets :func:`die_with_parent` as its ``preexec_fn``, so
+the kernel ends it with the driver, and SGLang's own children end with it (its schedulers and detokenizer ask for
+the same signal, ``kill_itself_when_parent_died``).
 """
 
 from __future__ import annotations
@@ -15,11 +20,34 @@ import contextlib
 import dataclasses
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _resolve_prctl():
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+#: libc's prctl, looked up here in the parent (the child, between fork and exec, must not load libraries)
+_PRCTL = _resolve_prctl()
+
+
+def die_with_parent() -> None:
+    """``preexec_fn`` of the e2e's children: SIGKILL when the e2e process dies, however it dies (Linux
+    ``PR_SET_PDEATHSIG``; elsewhere nothing). Runs in the child between fork and exec: one system call."""
+    if _PRCTL is not None:
+        _PRCTL(1, int(signal.SIGKILL))  # 1: PR_SET_PDEATHSIG
 
 
 class Stopped(KeyboardInterrupt):

@@ -320,6 +320,7 @@ def launched(
             stdout=None if verbose else log,
             stderr=None if verbose else subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=interrupts.die_with_parent,  # a SIGKILLed driver leaves no server (m-E1)
         )
         info["pid"] = proc.pid
         try:

@@ -198,7 +198,8 @@ def _output(answer: Mapping[str, Any]) -> dict[str, Any]:
     ids = answer.get("output_ids")
     if ids is None:
         return {"output_ids": [], "text": answer.get("text"), "no_ids": True}
-    if not isinstance(ids, list) or not all(isinstance(t, numbers.Integral) for t in ids):
+    # a bool is an Integral in Python, never a token id (m-E3 of the second audit)
+    if not isinstance(ids, list) or not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in ids):
         raise ValueError(f"output_ids {_brief(ids)} is not a list of token ids")
     return {"output_ids": [int(t) for t in ids], "text": answer.get("text")}
 
@@ -215,7 +216,7 @@ def _meta(answer: Mapping[str, Any]) -> dict[str, Any]:
 
 def output_problem(outputs: Sequence[Mapping[str, Any]], want: int | None) -> str | None:
     """Why these outputs (of :func:`outputs_and_meta`) hold nothing to compare, or None: no answers, an answer
-    without ``output_ids`` or with no token, or (``want``: ``ignore_eos`` fixed the length) fewer tokens."""
+    without ``output_ids`` or with no token, or (``want``: ``ignore_eos`` fixed the length) another token count."""
     if not outputs:
         return "no answers"
     for i, out in enumerate(outputs):
@@ -224,7 +225,7 @@ def output_problem(outputs: Sequence[Mapping[str, Any]], want: int | None) -> st
             return f"answer {i} has no output_ids"
         if got == 0:
             return f"answer {i} has no token"
-        if want is not None and got < want:
+        if want is not None and got != want:
             return f"answer {i} has {got} of the {want} tokens asked (ignore_eos fixes the length)"
     return None
 

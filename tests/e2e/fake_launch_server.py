@@ -26,8 +26,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 CHILD = """
-import json, os, sys, time
+import ctypes, json, os, signal, sys, time
 from pathlib import Path
+ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # as SGLang's scheduler does (kill_itself_when_parent_died)
 flag = sys.argv[1] == "1"
 d = os.environ.get("SGLANG_MAMBA_DEDUP_REPORT_DIR")
 if d:

@@ -108,3 +108,15 @@ def test_health_with_a_text_body_is_up(two_servers, capsys):
     code = cli.main(two_servers(FAKE_SERVER_HEALTH_TEXT="1") + BASE)
     out = capsys.readouterr().out
     assert code == verdict.EXIT_OK and "-> EQUAL" in out, out
+
+
+def test_booleans_are_not_token_ids_and_extra_tokens_are_not_ok():
+    """m-E3 of the second audit: ``output_ids: [true, ...]`` passed (a bool is an Integral), and 50 times the tokens
+    asked passed (only fewer was checked) on the --base-url route, whose md5 is its only check."""
+    with pytest.raises(ValueError, match="is not a list of token ids"):
+        workload._output({"output_ids": [True, True]})
+    assert workload._output({"output_ids": [3, 4]})["output_ids"] == [3, 4]
+    too_many = [{"output_ids": [5] * 200}]
+    assert "200 of the 4 tokens asked" in workload.output_problem(too_many, 4)
+    assert workload.output_problem([{"output_ids": [5] * 4}], 4) is None
+    assert workload.output_problem(too_many, None) is None  # no fixed length asked: any count

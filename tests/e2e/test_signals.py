@@ -114,3 +114,21 @@ def test_a_failed_request_stops_both_servers(tmp_path):
     code, out = _ended(tmp_path, proc, timeout=30)
     assert code == verdict.EXIT_RUN_FAILED and "request failed: HTTPError" in out, out
     assert len(_processes(tmp_path)) == 4
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_sigkilled_driver_leaves_no_server(tmp_path):
+    """m-E1 of the second audit: SIGKILL (or ``timeout -k``) runs no cleanup; the servers (own sessions) went on
+    holding their GPU memory. Now the kernel ends them with the driver, and their children with them."""
+    proc = _start(tmp_path, *THROUGHPUT)
+    _wait_for(tmp_path, PAIRS_RUN, proc)
+    pids = _processes(tmp_path)
+    assert len(pids) == 4 and all(map(alive, pids))
+    proc.kill()
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while any(map(alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in pids if alive(p)]
+    kill_left(left)
+    assert not left, f"left running after the driver was killed: {left}"
