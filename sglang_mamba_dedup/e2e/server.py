@@ -108,10 +108,22 @@ def launchable(
 
 
 def _request(url: str, payload: dict | None = None, timeout: float = 30.0) -> Any:
+    """One JSON request, whole within ``timeout`` seconds: ``urlopen``'s timeout bounds each read only, so a server
+    that trickles its answer (a byte a second) would hold the e2e past ``--run-timeout`` (m-E2 of the second audit);
+    the body is read in the pieces that arrive, against one deadline."""
+    deadline = time.monotonic() + timeout
     data = None if payload is None else json.dumps(payload).encode()
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
+    chunks: list[bytes] = []
     with urllib.request.urlopen(req, timeout=timeout) as resp:
-        body = resp.read()
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no whole answer from {url} within {timeout:g} s")
+            piece = resp.read1(1 << 16)
+            if not piece:
+                break
+            chunks.append(piece)
+    body = b"".join(chunks)
     return json.loads(body) if body else None
 
 

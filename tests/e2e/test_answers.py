@@ -120,3 +120,36 @@ def test_booleans_are_not_token_ids_and_extra_tokens_are_not_ok():
     assert "200 of the 4 tokens asked" in workload.output_problem(too_many, 4)
     assert workload.output_problem([{"output_ids": [5] * 4}], 4) is None
     assert workload.output_problem(too_many, None) is None  # no fixed length asked: any count
+
+
+def test_a_trickled_answer_ends_at_the_deadline():
+    """m-E2 of the second audit: a server that sends its answer a few bytes at a time kept the e2e past
+    --run-timeout (urlopen's timeout bounds each read only)."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Trickle(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = b'{"output_ids": [1, 2, 3], "meta_info": {}}' + b" " * 200
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            for i in range(len(body)):
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+                time.sleep(0.05)
+
+        def log_message(self, *args):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match="no whole answer"):
+            server._request(f"http://127.0.0.1:{srv.server_address[1]}/generate", {"x": 1}, timeout=1.0)
+        assert time.monotonic() - t0 < 3.0
+    finally:
+        srv.shutdown()
