@@ -54,6 +54,7 @@ import contextlib
 import importlib.util
 import os
 import signal
+import tempfile
 import textwrap
 import time
 import urllib.parse
@@ -440,7 +441,7 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
             parser.error(f"--prompt-format ids needs --vocab-size (no local config.json in {model!r} to read it from)")
     problem = _uncreatable(Path(args.workdir)) if args.workdir is not None else None
     if problem:
-        parser.error(f"--workdir {args.workdir!r}: cannot be created ({problem})")
+        parser.error(f"--workdir {args.workdir!r}: cannot be created or written ({problem})")
 
 
 def _server_of(url: str) -> tuple[str, str, int, str] | None:
@@ -463,9 +464,16 @@ def _uncreatable(folder: Path) -> str | None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         return exc.strerror or str(exc)
-    for p in made:
-        with contextlib.suppress(OSError):
-            p.rmdir()
+    try:  # an existing folder must also take files (a read-only one ended in a traceback, m-E7 of the audit)
+        fd, probe = tempfile.mkstemp(prefix=".smd-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"not writable: {exc.strerror or exc}"
+    finally:
+        for p in made:
+            with contextlib.suppress(OSError):
+                p.rmdir()
     return None
 
 

@@ -79,6 +79,26 @@ def test_an_uncreatable_workdir_is_a_usage_error(where, tmp_path, capsys, no_bui
     assert exc.value.code == 2 and len(err) == 1 and "cannot be created" in err[0], err
 
 
+def test_an_existing_read_only_workdir_is_a_usage_error(capsys, no_build):
+    """m-E7 of the second audit: ``--workdir /sys/fs`` (exists, read-only even for root) ended in a traceback, rc 1."""
+    if not os.path.isdir("/sys/fs") or os.access("/sys/fs", os.W_OK) and _writable("/sys/fs"):
+        pytest.skip("no read-only /sys/fs here")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(ARGS + ["--workdir", "/sys/fs"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1 and "not writable" in err[0], err
+
+
+def _writable(folder: str) -> bool:
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
+
+
 def _fake_run(spec, differ=False):
     engine = FakeEngine(differ_prompt=spec["prompts"][0] if differ else None)
     return {"ok": True, "pid": 1, **workload.run_plan(spec, engine.generate, engine.flush)}
