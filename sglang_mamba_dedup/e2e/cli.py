@@ -54,6 +54,7 @@ import contextlib
 import importlib.util
 import os
 import signal
+import socket
 import tempfile
 import textwrap
 import time
@@ -376,7 +377,7 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     for opt, url in (("--base-url-off", args.base_url_off), ("--base-url-on", args.base_url_on)):
         if url is not None and _server_of(url) is None:
             parser.error(f"{opt} {url!r}: not an http:// or https:// URL with a host (e.g. http://127.0.0.1:30000)")
-    if args.base_url_off and _server_of(args.base_url_off) == _server_of(args.base_url_on):
+    if args.base_url_off and _same_server(args.base_url_off, args.base_url_on):
         parser.error("--base-url-off and --base-url-on are the same server: that compares a server with itself")
     if args.base_url_off and (args.server or args.random_weights):
         parser.error("--base-url-off/--base-url-on compare servers you run: no --server or --random-weights")
@@ -455,6 +456,25 @@ def _server_of(url: str) -> tuple[str, str, int, str] | None:
         return None
     default = 443 if parts.scheme == "https" else 80
     return parts.scheme, parts.hostname.lower(), port or default, parts.path.rstrip("/")
+
+
+def _addresses(host: str) -> set[str]:
+    """The addresses ``host`` resolves to (itself when it does not resolve: compared as written)."""
+    try:
+        return {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        return {host}
+
+
+def _same_server(a: str, b: str) -> bool:
+    """Two URLs reach one server: same scheme, port and path, and host names that share an address (``localhost``,
+    ``127.0.0.1`` and ``127.1`` are one server; m-E8 of the second audit)."""
+    sa, sb = _server_of(a), _server_of(b)
+    if sa is None or sb is None:
+        return sa == sb
+    if (sa[0], sa[2], sa[3]) != (sb[0], sb[2], sb[3]):
+        return False
+    return sa[1] == sb[1] or bool(_addresses(sa[1]) & _addresses(sb[1]))
 
 
 def _uncreatable(folder: Path) -> str | None:

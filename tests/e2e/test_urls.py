@@ -20,8 +20,10 @@ from tests.e2e.procs import start_fake_server
         ("http://127.0.0.1:30000", "http://127.0.0.1:30000/", "are the same server"),
         ("http://LOCALHOST", "http://localhost:80", "are the same server"),
         ("http://127.0.0.1:99999", "http://127.0.0.1:1", "--base-url-off 'http://127.0.0.1:99999': not an"),
+        ("http://127.0.0.1:30000", "http://localhost:30000", "are the same server"),  # m-E8: two names, one server
+        ("http://127.0.0.1:30000", "http://127.1:30000", "are the same server"),
     ],
-    ids=["no-scheme", "file", "slash", "default-port", "bad-port"],
+    ids=["no-scheme", "file", "slash", "default-port", "bad-port", "localhost", "short-ip"],
 )
 def test_bad_base_urls_are_usage_errors_at_once(off, on, needle, tmp_path, capsys):
     t0 = time.monotonic()
