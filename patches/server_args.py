@@ -51,7 +51,7 @@ def from_cli_args(wrapped, instance, args, kwargs):
         # (outside the range the flag is accepted and ignored; the activation has said why, once)
         current = os.environ.get(env.SWITCH, "")
         try:
-            mode: env.Mode | None = env.parse_mode(current)
+            mode = env.parse_mode(current)
         except env.SwitchError:  # not understood: the variable wins and keeps the plugin off in every process, as
             mode = None  # the activation said (an override here would turn the schedulers on behind its back)
         if mode is env.Mode.OFF or mode is env.Mode.ON:

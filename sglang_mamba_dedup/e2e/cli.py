@@ -461,7 +461,7 @@ def _server_of(url: str) -> tuple[str, str, int, str] | None:
 def _addresses(host: str) -> set[str]:
     """The addresses ``host`` resolves to (itself when it does not resolve: compared as written)."""
     try:
-        return {info[4][0] for info in socket.getaddrinfo(host, None)}
+        return {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
     except (OSError, UnicodeError):
         return {host}
 
