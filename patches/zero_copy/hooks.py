@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextvars
 from typing import Any
 
+from sglang_mamba_dedup import state
 from sglang_mamba_dedup.state import STATE
 
 from .gate import decide
@@ -31,7 +32,16 @@ def _run_verify(tables, wrapped, args, kwargs):
 
 def _stage_in_after_last_layer(zc, layer_id: int, slots, req_pool_indices) -> None:
     """After the last linear layer of an extend forward: every layer's new state into its request's row at once."""
-    if layer_id != zc.layers[1] or slots is None or not slots.numel() or slots.shape[0] != req_pool_indices.shape[0]:
+    if layer_id != zc.layers[1] or slots is None or not slots.numel():
+        return
+    if slots.shape[0] != req_pool_indices.shape[0]:  # not an extend of whole requests: nothing SGLang 0.5.23 makes
+        state.warn_once(
+            "zero-copy stage-in shapes",
+            "sglang-mamba-dedup: an extend with %d mamba slots for %d requests was not staged in; a later verify of "
+            "these requests would seed from stale scratch (please report it)",
+            slots.shape[0],
+            req_pool_indices.shape[0],
+        )
         return
     zc.stage_in(zc.pool.mamba_cache, slots, req_pool_indices)
     _count("zc_stage_in_calls")

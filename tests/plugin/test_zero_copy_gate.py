@@ -205,3 +205,22 @@ def test_an_unknown_zero_copy_value_is_named_and_strict_stops(monkeypatch, value
     monkeypatch.setenv(env.SWITCH, "strict")
     with pytest.raises(SystemExit, match="not understood"):
         activation.register()
+
+
+def test_the_stage_in_runs_once_after_the_last_linear_layer_and_says_when_it_cannot(caplog):
+    """Z1/Z4's stage-in: only at the pool's last linear layer (one launch for every layer), never for other layers;
+    an extend whose slots and requests differ in number is not staged and is said once (WARNING)."""
+    from sglang_mamba_dedup.patches.zero_copy import hooks
+
+    calls = []
+    zc = types.SimpleNamespace(
+        layers=(0, 7), pool=types.SimpleNamespace(mamba_cache="cache"), stage_in=lambda *a: calls.append(a)
+    )
+    slots, rpi = torch.tensor([4, 2], dtype=torch.int32), torch.tensor([1, 3])
+    hooks._stage_in_after_last_layer(zc, 3, slots, rpi)
+    assert calls == []
+    hooks._stage_in_after_last_layer(zc, 7, slots, rpi)
+    assert len(calls) == 1 and calls[0][0] == "cache" and calls[0][1] is slots and calls[0][2] is rpi
+    with caplog.at_level(logging.WARNING, logger="sglang_mamba_dedup"):
+        hooks._stage_in_after_last_layer(zc, 7, slots, torch.tensor([1, 3, 5]))
+    assert len(calls) == 1 and "was not staged in" in caplog.text
