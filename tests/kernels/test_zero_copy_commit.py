@@ -50,7 +50,8 @@ def test_the_folded_accepted_update_is_exact_and_moves_the_same_windows(conv_dty
     dst = poison(torch.empty((L, SLOTS, DIM, K - 1), dtype=conv_dtype, device=DEVICE))
     expected = dst.clone()
     steps, slots, rows = _index(g, n, ROWS, SLOTS, idx_dtype)
-    accepted = torch.randint(1, 5, (ROWS,), generator=g, dtype=torch.int32).to(DEVICE)
+    # before: values no step + 1 (1..D) can take, so every store is seen
+    accepted = torch.randint(D + 1, D + 9, (ROWS,), generator=g, dtype=torch.int32).to(DEVICE)
     accepted_before = accepted.clone()
     track_set = (None, None)
     if track:  # a track row must never store into accepted
