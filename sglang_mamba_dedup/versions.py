@@ -136,6 +136,18 @@ def support_problem(version: str | None) -> str | None:
     return None
 
 
+def import_problem() -> str | None:
+    """None when SGLang's memory pool imports, else a sentence naming the error (a broken Triton or torch, say).
+
+    The commands ask this first: after a failed import SGLang's package is half-imported, and every later import
+    of it fails with a follow-on error that hides the cause."""
+    try:
+        from sglang.srt.mem_cache import memory_pool  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - whatever stops the import is the answer
+        return f"SGLang {installed_sglang_version()} does not import: {type(exc).__name__}: {exc}"
+    return None
+
+
 def untested_note(version: str | None) -> str | None:
     if is_untested_newer(version) and env.enabled(env.ALLOW_UNTESTED):
         return f"UNTESTED: SGLang {version} is outside {SUPPORTED}, patched as {RELEASES[-1]} ({env.ALLOW_UNTESTED}=1)"

@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     on_value = "strict" if user_mode is activation.Mode.STRICT else "1"
     release = versions.installed_sglang_version()
-    problem = versions.support_problem(release)
+    problem = versions.support_problem(release) or versions.import_problem()
     if problem:
         print(f"sglang-mamba-dedup demo: {problem}", file=sys.stderr)
         return 1

@@ -79,16 +79,20 @@ def collect() -> dict[str, Any]:
     tested = evidence.tested(info["sglang"])
     if tested is not None:
         info["tested"] = tested
+    if not problem:
+        problem = versions.import_problem()
+        if problem:  # every target would fail with a follow-on of this one: none is checked
+            info["upstream_dedup"] = None
+            info["features"] = {
+                feature: {"would_apply": False, "reason": "not checked: SGLang does not import", "targets": {}}
+                for feature in patch_state.PATCHER.features
+            }
     if problem:
         info["problems"].append(problem)
     else:
-        try:
-            from sglang.srt.mem_cache import memory_pool
+        from sglang.srt.mem_cache import memory_pool
 
-            info["upstream_dedup"] = hasattr(memory_pool, "conv_window_dedup_enabled")
-        except Exception as exc:
-            info["upstream_dedup"] = None
-            info["problems"].append(f"cannot import SGLang's memory pool: {type(exc).__name__}: {exc}")
+        info["upstream_dedup"] = hasattr(memory_pool, "conv_window_dedup_enabled")
         with contextlib.suppress(Exception):
             info["release_description"] = describe_release(info["sglang"])
         features: dict[str, Any] = {}

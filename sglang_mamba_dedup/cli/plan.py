@@ -47,12 +47,16 @@ LOAD_MARGIN_GB = 0.2
 COLUMNS = (("stock", False), ("plugin", True))
 
 
+class NoSGLang(RuntimeError):
+    """No SGLang to plan with: missing, unsupported, or not importable (audit m-P9: not the estimator's failure)."""
+
+
 def plan(args, launch_flags: list[str] | None = None) -> dict[str, Any]:
     """The plan of a model's launch (``launch_flags``, or the planner's own flags): SGLang's estimate, stock and
     with the plugin, as the ``--json`` document."""
-    problem = versions.support_problem(versions.installed_sglang_version())
+    problem = versions.support_problem(versions.installed_sglang_version()) or versions.import_problem()
     if problem:
-        raise RuntimeError(problem)
+        raise NoSGLang(problem)
     from ..patches import zero_copy as zero_copy_patch
 
     argv = plan_args.checked_launch(args, launch_flags)
@@ -392,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     except PlanError as exc:
         print(f"sglang-mamba-dedup plan: error: {exc}", file=sys.stderr)
         return 2
+    except NoSGLang as exc:
+        print(f"sglang-mamba-dedup plan: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:  # noqa: BLE001 - SGLang's estimator refused these settings: say what it said
         print(f"sglang-mamba-dedup plan: SGLang's estimator failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -20,8 +20,8 @@ EPILOG = """examples:
   sglang-mamba-dedup plan --model-path /models/Qwen3-Next-80B-A3B --tp-size 4 --max-running-requests 128
   sglang-mamba-dedup plan --shape nemotron-h-8b --mem-fraction-static 0.6 --json
 
-exit codes: 0 table printed; 1 SGLang's estimator failed on these settings (its message is printed);
-2 usage error, unknown model or option"""
+exit codes: 0 table printed; 1 SGLang is missing, unsupported or does not import, or its estimator failed on
+these settings (its message is printed); 2 usage error, unknown model or option"""
 
 #: Sizing flags that also exist as launch flags: given as planner flags they are turned into launch flags;
 #: given after ``--`` they must not be given here too. ``None`` default = not given.

@@ -29,7 +29,7 @@ md5 for every output). Exit codes as below (a server that does not start: 3).
 
 Exit status: :data:`.verdict.MEANINGS` (``--help`` lists it, :data:`EPILOG`). Before anything is built or run a
 usage error exits 2 (argparse: one ``error:`` line on stderr) and a machine without a CUDA GPU 5; after the runs
-the first code of :data:`.verdict.PRECEDENCE` that applies; a SIGTERM or SIGHUP exits 128 + the signal.
+the first code of :data:`.verdict.PRECEDENCE` that applies; a SIGINT (Ctrl-C), SIGTERM or SIGHUP exits 128 + the signal.
 
 The offline Engine runs in :mod:`.engine` (why it is the default: see there), the server route in
 :mod:`.server`. This module is the command line: the parser, the usage checks that involve several options,
@@ -524,7 +524,8 @@ def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
     with interrupts.handled():
         try:
             return driver.run(args, runner, t_start)
-        except interrupts.Stopped as exc:
-            code = verdict.EXIT_SIGNAL_BASE + exc.signum
-            render.stopped(exc.name, code)
+        except KeyboardInterrupt as exc:  # interrupts.Stopped, or Python's own Ctrl-C outside the handlers
+            stop = exc if isinstance(exc, interrupts.Stopped) else interrupts.Stopped(signal.SIGINT)
+            code = verdict.EXIT_SIGNAL_BASE + stop.signum
+            render.stopped(stop.name, code)
             return code

@@ -2,7 +2,7 @@
 
 Python's default SIGTERM and SIGHUP end the process without running its ``finally`` blocks, and the servers of
 ``--server`` run in their own sessions, so nothing else would stop them. :func:`handled` (around the whole
-call, :func:`.cli.main`) turns SIGTERM and SIGHUP into :class:`Stopped` and SIGINT into ``KeyboardInterrupt``,
+call, :func:`.cli.main`) turns SIGINT, SIGTERM and SIGHUP into :class:`Stopped` (a ``KeyboardInterrupt``),
 so the stops in those ``finally`` blocks run. Only the first signal raises: every later one, and any signal
 while a stop runs (:func:`stopping`), is held back and makes the stop hurry (SIGKILL now instead of the rest of
 SIGTERM's grace time); a signal held back during a stop at the normal end is raised once that stop is done.
@@ -51,7 +51,7 @@ def die_with_parent() -> None:
 
 
 class Stopped(KeyboardInterrupt):
-    """SIGTERM or SIGHUP ended the call (a ``KeyboardInterrupt``, so ``except Exception`` never swallows it)."""
+    """A signal ended the call (a ``KeyboardInterrupt``, so ``except Exception`` never swallows it)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -79,10 +79,6 @@ def _reset(installed: bool) -> None:
     _state = _State(installed=installed)
 
 
-def _exception(signum: int) -> KeyboardInterrupt:
-    return KeyboardInterrupt() if signum == signal.SIGINT else Stopped(signum)
-
-
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     if _state.raised or _state.stopping:
         if not _state.hurry:
@@ -93,7 +89,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
             _state.pending = signum
         return
     _state.raised = True
-    raise _exception(signum)
+    raise Stopped(signum)
 
 
 @contextlib.contextmanager
@@ -128,7 +124,7 @@ def stopping() -> Iterator[None]:
             if not _state.stopping and _state.pending is not None:
                 signum, _state.pending = _state.pending, None
                 _state.raised = True
-                raise _exception(signum)
+                raise Stopped(signum)
 
 
 def hurry() -> bool:

@@ -48,12 +48,41 @@ PHASES = ("batch1", "full")
 STOP_RESERVE_S = 30.0
 
 
+#: What a request to a server raises when the server fails it (an HTTP error, a refused connection, a bad answer).
+REQUEST_ERRORS = (urllib.error.URLError, OSError, ValueError)
+
+
+class RequestFailed(Exception):
+    """A request to one server failed: which server (``mode``) and why (``error``)."""
+
+    def __init__(self, mode: str, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.mode = mode
+
+
+def _of_server(mode: str, call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call``, its failures marked with the server they came from."""
+
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return call(*args, **kwargs)
+        except REQUEST_ERRORS as exc:
+            raise RequestFailed(mode, exc) from exc
+
+    return marked
+
+
 @dataclasses.dataclass
 class Endpoint:
     """One server as the pairs see it: ``generate(prompts, sampling_params) -> answers`` and its cache flush."""
 
     generate: Generate
     flush: Callable[[], bool | None]
+
+    @classmethod
+    def of_server(cls, mode: str, generate: Generate, flush: Callable[[], bool | None]) -> Endpoint:
+        """An endpoint whose failed requests raise :class:`RequestFailed` naming ``mode``."""
+        return cls(_of_server(mode, generate), _of_server(mode, flush))
 
 
 def phase_requests(spec: Mapping[str, Any]) -> dict[str, tuple[list[list[Any]], dict[str, Any]]]:
@@ -222,7 +251,8 @@ def execute(
                     results.append(RunResult("on", error="not started (the off server failed)"))
                 break
             say(f"   healthy after {time.monotonic() - t0:.1f} s at {base}")
-            endpoints[mode] = Endpoint(
+            endpoints[mode] = Endpoint.of_server(
+                mode,
                 server.http_generate(base, spec["prompt_format"], args.run_timeout),
                 server.http_flush(base, args.run_timeout),
             )
@@ -244,10 +274,14 @@ def execute(
                 )
                 for r in results:
                     r.ok = True
-            except (urllib.error.URLError, OSError, ValueError) as exc:
+            except (RequestFailed, *REQUEST_ERRORS) as exc:
+                # only the server whose request failed failed; the other one is stopped with it (audit m-E6)
+                failed_mode = exc.mode if isinstance(exc, RequestFailed) else None
+                what = str(exc) if isinstance(exc, RequestFailed) else f"{type(exc).__name__}: {exc}"
                 for r in results:
-                    r.error = f"request failed: {type(exc).__name__}: {exc}"
-                say(f"   FAILED: request failed: {type(exc).__name__}: {exc}")
+                    if failed_mode in (None, r.mode):
+                        r.error = f"request failed: {what}"
+                say(f"   FAILED: the {failed_mode or 'a'} server's request failed: {what}")
     for r in results:
         if r.mode in started:
             r.returncode = started[r.mode].get("returncode")

@@ -302,7 +302,10 @@ def output_problems(results: Sequence[RunResult], spec: Mapping[str, Any]) -> li
 
 def failed_runs_text(results: Sequence[RunResult], verbose: bool) -> str:
     """The failure line of runs that failed: what failed and where its log is, no guess at the cause."""
-    failed = [(i, r) for i, r in enumerate(results) if not r.ok]
+    unfinished = [(i, r) for i, r in enumerate(results) if not r.ok]
+    # a run without an error of its own was stopped because another failed (a server of --throughput)
+    failed = [(i, r) for i, r in unfinished if r.error] or unfinished
+    stopped = "".join(f"; run {i + 1} ({r.mode}) stopped with it" for i, r in unfinished if (i, r) not in failed)
     errors = "; ".join(dict.fromkeys(str(r.error) for _, r in failed))
     logs = [r.log for _, r in failed if r.log]  # a server never started has none
     at = (
@@ -313,7 +316,7 @@ def failed_runs_text(results: Sequence[RunResult], verbose: bool) -> str:
     if len(failed) == len(results):
         return f"all {len(results)} runs failed ({errors}), nothing was compared; {at}"
     names = ", ".join(f"run {i + 1} ({r.mode})" for i, r in failed)
-    return f"{names} failed ({errors}), nothing was compared; {at}"
+    return f"{names} failed ({errors}){stopped}, nothing was compared; {at}"
 
 
 def all_outputs(r: RunResult) -> list[list[int]]:

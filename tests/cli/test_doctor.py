@@ -162,3 +162,35 @@ def test_doctor_names_a_set_fault_variable(monkeypatch, capsys, value, known):
     assert info["fault"]["problem"] in info["problems"]
     monkeypatch.delenv(env.FAULT)
     assert doctor.main([]) == 0 and "FAULT" not in capsys.readouterr().out
+
+
+#: Runs one command with ``import triton`` failing, as a broken Triton install does (audit m-D1, m-D2, m-P9).
+BROKEN_TRITON = """
+import sys
+sys.modules["triton"] = None  # import triton -> ImportError
+from sglang_mamba_dedup.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _with_broken_triton(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", BROKEN_TRITON, *argv], capture_output=True, text=True, timeout=300)
+
+
+def test_doctor_with_a_broken_triton_names_the_cause_once():
+    proc = _with_broken_triton("doctor", "--json")
+    info = json.loads(proc.stdout)
+    assert proc.returncode == 1
+    sglang_problems = [p for p in info["problems"] if "SGLang" in p and "import" in p]
+    assert len(sglang_problems) == 1 and "triton" in sglang_problems[0], info["problems"]
+    assert not any("KeyError" in p for p in info["problems"]), info["problems"]  # no follow-on of the first
+    assert all(f["reason"].startswith("not checked") for f in info["features"].values()), info["features"]
+
+
+@pytest.mark.parametrize("command", [["demo"], ["plan", "--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80"]])
+def test_demo_and_plan_with_a_broken_triton_say_it_in_one_line(command):
+    proc = _with_broken_triton(*command)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "estimator failed" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "SGLang" in lines[0] and "does not import" in lines[0] and "triton" in lines[0], lines

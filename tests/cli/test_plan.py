@@ -280,3 +280,14 @@ def test_plan_takes_the_plugins_own_launch_flags(tmp_path, capsys, monkeypatch):
     assert zc["plugin"]["plugin"]["top_up_bytes"] - plain["plugin"]["plugin"]["top_up_bytes"] == table
     assert zc["plugin"]["reserved_gb"] - plain["plugin"]["reserved_gb"] == pytest.approx(table / 2**30, rel=1e-6)
     assert zc["plugin"]["mamba_slots"] == plain["plugin"]["mamba_slots"]
+
+
+@pytest.mark.parametrize("release, said", [(None, "SGLang is not installed"), ("0.5.30", "outside the supported")])
+def test_plan_without_a_usable_sglang_says_so_not_the_estimator(release, said, monkeypatch, capsys):
+    """Audit m-P9: a missing or unsupported SGLang is not "SGLang's estimator failed"."""
+    from sglang_mamba_dedup import versions
+
+    monkeypatch.setattr(versions, "installed_sglang_version", lambda: release)
+    assert plan.main(["--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80"]) == 1
+    err = capsys.readouterr().err
+    assert said in err and "estimator failed" not in err, err
