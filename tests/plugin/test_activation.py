@@ -295,3 +295,28 @@ def test_a_switch_not_understood_is_not_overridden_by_the_flag(monkeypatch):
     ServerArgs.add_cli_args(parser)
     ServerArgs.from_cli_args(parser.parse_args(["--model-path", "dummy", env.FLAG]))
     assert os.environ[env.SWITCH] == "maybe"
+
+
+def _applied_features():
+    return {v["feature"] for v in patch_state.status().values() if v["state"] == "applied"}
+
+
+@pytest.mark.parametrize("how", ["apply()", "switch on"])
+def test_an_in_process_plan_leaves_the_activation_as_it_found_it(how, monkeypatch, capsys):
+    """Audit m-S4: ``plan`` (and ``demo``) switch the plugin for a what-if in this process; afterwards the
+    features, the mode and the activation key are those of before, whether ``apply()`` or the switch made them."""
+    import sglang_mamba_dedup
+    from sglang_mamba_dedup.cli import plan
+
+    if how == "apply()":
+        monkeypatch.delenv(env.SWITCH, raising=False)
+        sglang_mamba_dedup.apply()
+        activation.register()  # SGLang's loader after apply(): an unset switch keeps its patches
+    else:
+        monkeypatch.setenv(env.SWITCH, "1")
+        activation.register()
+    before = (_applied_features(), state.STATE.mode, state.STATE.activation_key, _wrapped_names())
+    assert before[0], "nothing applied: the test could not fail"
+    assert plan.main(["--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80"]) == 0
+    after = (_applied_features(), state.STATE.mode, state.STATE.activation_key, _wrapped_names())
+    assert after == before
