@@ -124,6 +124,23 @@ def backend_problem(backend) -> str | None:
     return None
 
 
+#: R12: a draft's linear layers read the committed state between verifies, which zero-copy leaves stale in the pool.
+#: SGLang 0.5.23 gives such a draft its own pool (``clone_with_new_mamba``, multi-layer EAGLE only, refused by its
+#: setting and by that pool's missing scratch); a draft backend on the target's own pool is refused here.
+_DRAFT = "a draft worker's linear layers share this pool (R12: the draft must have none)"
+
+
+def _draft_on_a_zero_copy_pool() -> None:
+    """A draft worker's linear backend on a pool whose target already took zero-copy: the draft gets the stock
+    path; the pool cannot go back (the target's graphs are captured), so this is said as an ERROR, strict stops."""
+    msg = f"zero-copy commit is on for this pool, but {_DRAFT}: its reads of the pool's state may be stale"
+    if state.is_strict():
+        raise RuntimeError(f"sglang-mamba-dedup strict mode: {msg}")
+    if state.first_time("zero_copy_draft_on_pool"):
+        logger.error("sglang-mamba-dedup: %s; launch without %s", msg, env.ZERO_COPY)
+    return None
+
+
 def _capturing() -> bool:
     import torch
 
@@ -138,12 +155,14 @@ def decide(backend):
     if pool is None:
         return None
     decided = getattr(pool, "_smd_zc", _MISSING)
+    if getattr(backend, "is_draft_worker", False) and decided not in (_MISSING, None):
+        return _draft_on_a_zero_copy_pool()
     if decided is not _MISSING:
         return decided
     if not wanted():  # not asked for (a test that applied every feature): stock, silently
         pool._smd_zc = None
         return None
-    reason = backend_problem(backend)
+    reason = _DRAFT if getattr(backend, "is_draft_worker", False) else backend_problem(backend)
     if reason is None and getattr(pool, "_smd_accepted", None) is None and _capturing():
         reason = "the pool was built without the accepted table and this first verify is inside a CUDA-graph capture"
     if reason is None:

@@ -224,3 +224,33 @@ def test_the_stage_in_runs_once_after_the_last_linear_layer_and_says_when_it_can
     with caplog.at_level(logging.WARNING, logger="sglang_mamba_dedup"):
         hooks._stage_in_after_last_layer(zc, 7, slots, torch.tensor([1, 3, 5]))
     assert len(calls) == 1 and "was not staged in" in caplog.text
+
+
+def test_a_draft_workers_linear_backend_never_takes_zero_copy(monkeypatch, caplog):
+    """R12 (audit m-Z3): a draft with linear layers keeps today's commit. A draft worker's backend on an undecided
+    pool decides it off (the target shares that pool: it must not take zero-copy either); on a pool the target
+    already took it for, the draft gets the stock path and one ERROR line, and strict mode stops."""
+    monkeypatch.setenv(env.ZERO_COPY, "1")
+    monkeypatch.setattr(gate, "read_settings", lambda: dict(SAFE))
+    target = _backend()
+    draft = types.SimpleNamespace(**vars(target), is_draft_worker=True)
+    with caplog.at_level(logging.WARNING, logger="sglang_mamba_dedup"):
+        assert gate.decide(draft) is None
+        assert gate.decide(target) is None  # the pool was decided off by its draft
+    assert "a draft worker's linear layers" in caplog.text
+    assert report.events()["zero_copy"].startswith("off: a draft worker's linear layers")
+
+    target = _backend()
+    draft = types.SimpleNamespace(**vars(target), is_draft_worker=True)
+    zc = gate.decide(target)
+    assert isinstance(zc, bookkeeping.ZeroCopy)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="sglang_mamba_dedup"):
+        assert gate.decide(draft) is None and gate.decide(draft) is None
+        assert gate.decide(target) is zc
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "draft" in errors[0].getMessage(), caplog.text
+    monkeypatch.setenv(env.SWITCH, "strict")
+    state.reset()
+    with pytest.raises(RuntimeError, match="strict mode.*draft"):
+        gate.decide(draft)
