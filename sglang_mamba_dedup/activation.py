@@ -147,7 +147,8 @@ def _register(what_if: bool) -> None:
     STATE.mode = Mode.OFF  # until a branch below decides otherwise
     head = f"sglang-mamba-dedup {versions.plugin_version()} (SGLang {version or 'not installed'}, pid {os.getpid()})"
 
-    flag = flag_in_argv()
+    # a what-if (plan, demo) runs in a process whose argv may be a pasted launch line: it is not that server (B2)
+    flag = False if what_if else flag_in_argv()
     problem = versions.support_problem(version)
     if problem:
         if mode is Mode.STRICT:

@@ -291,3 +291,39 @@ def test_plan_without_a_usable_sglang_says_so_not_the_estimator(release, said, m
     assert plan.main(["--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80"]) == 1
     err = capsys.readouterr().err
     assert said in err and "estimator failed" not in err, err
+
+
+def test_a_pasted_launch_with_the_plugins_flag_keeps_the_stock_column_stock(tmp_path):
+    """Audit B2: the real command line (``sys.argv`` is the pasted launch) with ``--enable-mamba-conv-dedup`` or the
+    zero-copy flag: the stock column is the one without the flag, and differs from the plugin's."""
+    import subprocess
+    import sys
+
+    from sglang_mamba_dedup import env
+
+    (tmp_path / "config.json").write_text(json.dumps(random_model.build_config(random_model.PRESETS["qwen3.5-0.8b"])))
+    m = str(tmp_path)
+    base = [
+        "--model-path", m, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m,
+        "--max-running-requests", "256", "--skip-tokenizer-init", "--disable-radix-cache",
+        "--mem-fraction-static", "0.15",
+    ]  # fmt: skip
+    environ = {k: v for k, v in os.environ.items() if k not in (env.SWITCH, env.ZERO_COPY)}
+
+    def stock_and_plugin(*flag: str) -> tuple[dict, dict]:
+        argv = [sys.executable, "-m", "sglang_mamba_dedup", "plan", "--gpu-memory-gb", "139.13", "--json", "--"]
+        proc = subprocess.run(argv + base + list(flag), capture_output=True, text=True, timeout=300, env=environ)
+        if proc.returncode == 2 and "SGLang refused the launch flags" in proc.stderr:
+            pytest.skip(proc.stderr.strip())
+        assert proc.returncode == 0, proc.stderr
+        doc = json.loads(proc.stdout)
+        return (
+            {k: doc["stock"][k] for k in ("mamba_slots", "running_requests", "kv_cache_gb")},
+            {k: doc["plugin"][k] for k in ("mamba_slots", "running_requests", "kv_cache_gb")},
+        )
+
+    stock, plugin = stock_and_plugin()
+    assert stock != plugin, "the plugin changes nothing here: the test could not fail"
+    for flag in (env.FLAG, env.ZERO_COPY_FLAG):
+        assert stock_and_plugin(flag)[0] == stock, flag
