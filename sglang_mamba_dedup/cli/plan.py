@@ -27,6 +27,7 @@ import json
 import logging
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +133,12 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
     for key, plugin in COLUMNS:
         est = _estimate(cp, mixer, st, rest, plugin, launch=launch, kv_token_bytes=kv_token_bytes)
         if args.rest_gb is None:  # what fraction admits every request asked for, capped or not
-            est["fraction_needed"] = _fraction_needed(cp, mixer, launch, budget, plugin, est)
+
+            def admits_at(f: float, plugin: bool = plugin) -> bool:
+                rest_f = budget.rest(f)
+                return rest_f > 0 and _admits_all(_estimate(cp, mixer, st, rest_f, plugin, launch=launch))
+
+            _search_fraction(est, admits_at, st["mem_fraction_static"])
         if args.rest_gb is None:  # from the flags alone: the plan again if the load takes more than its bytes
             low = (
                 _estimate(cp, mixer, st, rest - LOAD_MARGIN_GB, plugin, launch=launch)
@@ -175,7 +181,14 @@ def _plan_shape(args) -> dict[str, Any]:
     )
     extra = _disaggregation(args, st)
     for key, plugin in COLUMNS:
-        doc[key] = _estimate(cp, shape.mixer, st, budget, plugin, extra=extra)
+        doc[key] = est = _estimate(cp, shape.mixer, st, budget, plugin, extra=extra)
+        if args.rest_gb is None:  # B1: the fraction that admits them all, searched as for a launch
+
+            def admits_at(f: float, plugin: bool = plugin) -> bool:
+                rest_f = args.gpu_memory_gb * f - weights_gb
+                return rest_f > 0 and _admits_all(_estimate(cp, shape.mixer, st, rest_f, plugin, extra=extra))
+
+            _search_fraction(est, admits_at, frac)
     return doc
 
 
@@ -235,7 +248,8 @@ def _estimate(
     }
     if kv_token_bytes is not None:
         out["kv_tokens"] = int(out["kv_cache_gb"] * GIB) // kv_token_bytes
-    out["fraction_needed"] = None
+    out["fraction_needed"] = None  # with fraction_searched: no fraction below 1 admits every request
+    out["fraction_searched"] = False  # --rest-gb fixes the budget: no fraction was looked for
     out["starts"] = out["kv_cache_gb"] > 0
     return out
 
@@ -332,25 +346,23 @@ class Budget:
         return "free x fraction - weights" + (" (" + "; ".join(extra) + ")" if extra else "")
 
 
-def _fraction_needed(cp, mixer: str, launch, budget: Budget, plugin: bool, now: dict) -> float | None:
-    """The smallest ``--mem-fraction-static`` (in hundredths, as a launch line is written: the load's footprint
-    on the GPU can exceed the checkpoint's bytes, and a hundredth of a GPU's memory is more than that) at which
-    the mamba pool admits every request asked for, by the same estimator (``now``: the estimate at the launch's
-    own fraction); None when no fraction below 1 does."""
-
-    def fits(f: float) -> bool:
-        rest = budget.rest(f)
-        return rest > 0 and _admits_all(_estimate(cp, mixer, launch.settings, rest, plugin, launch=launch))
-
-    own = int(round(launch.settings["mem_fraction_static"] * 100))
-    admitted = _admits_all(now)
-    lo, hi = (0, own) if admitted else (own, 99)
-    if not admitted and not fits(hi / 100):
-        return None
+def _search_fraction(est: dict[str, Any], admits_at: Callable[[float], bool], own: float) -> None:
+    """Sets ``est["fraction_needed"]``: the smallest ``--mem-fraction-static`` (in hundredths, as a launch line is
+    written: the load's footprint on the GPU can exceed the checkpoint's bytes, and a hundredth of a GPU's memory
+    is more than that) at which the mamba pool admits every request asked for (``admits_at``, the same estimator;
+    ``est``: the estimate at the launch's own fraction ``own``); None when no fraction below 1 does. Sets
+    ``est["fraction_searched"]``: only then does None mean "none"."""
+    own_h = int(round(own * 100))
+    admitted = _admits_all(est)
+    lo, hi = (0, own_h) if admitted else (own_h, 99)
+    est["fraction_searched"] = True
+    if not admitted and not admits_at(hi / 100):
+        est["fraction_needed"] = None
+        return
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fits(mid / 100) else (mid, hi)
-    return hi / 100
+        lo, hi = (lo, mid) if admits_at(mid / 100) else (mid, hi)
+    est["fraction_needed"] = hi / 100
 
 
 def kv_bytes_per_token(launch, mamba_layers: int) -> int:

@@ -7,6 +7,9 @@ from typing import Any
 
 from ..sizing import GIB
 
+#: Why a plan names no fraction: the budget was given, not derived from one.
+NOT_SEARCHED = "--mem-fraction-static not searched: --rest-gb fixes the budget"
+
 
 def _resolved_line(doc: dict[str, Any]) -> str | None:
     launch = doc.get("launch")
@@ -61,6 +64,7 @@ def render(doc: dict[str, Any]) -> str:
         row(f"  {key.replace('_', ' ')}", s["per_request_mib"][key], p["per_request_mib"][key], ".2f")
     for label, est in (("stock", s), ("plugin", p)):
         need = est.get("fraction_needed")
+        searched = est.get("fraction_searched", True)
         if est.get("starts") is False:
             lines.append(
                 f"{label}: the server would not start (SGLang: 'Loaded weights leave no GPU memory for the KV cache'): "
@@ -69,6 +73,8 @@ def render(doc: dict[str, Any]) -> str:
                     f"--mem-fraction-static {need} starts it with all {st['max_running_requests']} requests"
                     if need
                     else "no --mem-fraction-static below 1 starts it"
+                    if searched
+                    else f"a larger budget ({NOT_SEARCHED})"
                 )
                 + ", or lower --max-running-requests"
             )
@@ -76,6 +82,8 @@ def render(doc: dict[str, Any]) -> str:
             lift = (
                 f"--mem-fraction-static {need} admits all {st['max_running_requests']}"
                 if need
+                else f"a larger budget may admit them all ({NOT_SEARCHED})"
+                if not searched
                 else "no --mem-fraction-static below 1 admits them all; lower --speculative-num-draft-tokens"
                 + (
                     " or add --enable-linear-replayssm-spec"

@@ -327,3 +327,31 @@ def test_a_pasted_launch_with_the_plugins_flag_keeps_the_stock_column_stock(tmp_
     assert stock != plugin, "the plugin changes nothing here: the test could not fail"
     for flag in (env.FLAG, env.ZERO_COPY_FLAG):
         assert stock_and_plugin(flag)[0] == stock, flag
+
+
+def test_a_shape_plan_searches_the_fraction_it_advises(capsys):
+    """Audit B1: a ``--shape`` plan capped by the mamba pool names the smallest fraction that admits every request,
+    and it is true: planned at it all fit, a hundredth below they do not (never "no fraction below 1" unsearched)."""
+    base = ["--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--weights-gb", "1.6"]
+    rc, out, err = _plan(capsys, *base)
+    assert rc == 0, err
+    assert "no --mem-fraction-static below 1" not in out, out
+    doc = _json(capsys, *base)
+    for column in ("stock", "plugin"):
+        need = doc[column]["fraction_needed"]
+        assert doc[column]["capped_by_mamba_pool"] and need is not None and doc[column]["fraction_searched"], doc
+        assert f"--mem-fraction-static {need} admits all 256" in out, out
+        at = _json(capsys, *base, "--mem-fraction-static", str(need))[column]
+        below = _json(capsys, *base, "--mem-fraction-static", f"{need - 0.01:.2f}")[column]
+        assert at["running_requests"] == 256 and not at["capped_by_mamba_pool"], (need, at)
+        assert below["capped_by_mamba_pool"] or not below["starts"], (need, below)
+
+
+def test_a_fixed_budget_claims_no_fraction(capsys):
+    """Audit B1: with ``--rest-gb`` the fraction is not what sizes the pool: no claim about any fraction."""
+    rc, out, err = _plan(capsys, "--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--rest-gb", "18")
+    assert rc == 0, err
+    assert "caps running requests" in out and "no --mem-fraction-static below 1" not in out, out
+    assert "not searched" in out, out
+    doc = _json(capsys, "--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--rest-gb", "18")
+    assert doc["stock"]["fraction_needed"] is None and doc["stock"]["fraction_searched"] is False
