@@ -263,6 +263,12 @@ def _read(sa: Any, bag: str, name: str, default: Any = None) -> Any:
 _MISSING = object()
 
 
+def attn_dp_size(sa: Any) -> int:
+    """The attention-DP replicas (``dp_size`` with ``--enable-dp-attention``, else 1): each rank's pools are sized
+    for ``max_running_requests // attn_dp_size`` (SGLang's ``deployment_attn_dp_size``)."""
+    return int(getattr(sa, "dp_size", 1) or 1) if getattr(sa, "enable_dp_attention", False) else 1
+
+
 def settings_of(sa: Any) -> dict[str, Any]:
     """The resolved decisions the mamba sizing depends on, as the server will read them."""
     replay = _read(sa, "get_exec", "mamba.enable_linear_replayssm_spec")
@@ -289,6 +295,7 @@ def settings_of(sa: Any) -> dict[str, Any]:
         "mamba_full_memory_ratio": _read(sa, "get_schedule", "mamba_full_memory_ratio"),
         "tp_size": getattr(sa, "tp_size", 1),
         "pp_size": getattr(sa, "pp_size", 1),
+        "attn_dp_size": attn_dp_size(sa),
         "disaggregation_mode": _read(sa, "get_disagg", "disaggregation_mode", "null"),
     }
 

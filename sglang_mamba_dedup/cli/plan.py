@@ -80,6 +80,7 @@ def _document(model: str, mixer: str, cp, st: dict[str, Any], args, weights_gb: 
         "launch": None,
         "settings": {
             "tp_size": int(st["tp_size"] or 1),
+            "attn_dp_size": int(st.get("attn_dp_size") or 1),
             "max_running_requests": st["max_running_requests"],
             "speculative_num_draft_tokens": st["speculative_num_draft_tokens"],
             "mem_fraction_static": st["mem_fraction_static"],

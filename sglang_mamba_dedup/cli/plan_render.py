@@ -31,7 +31,14 @@ def render(doc: dict[str, Any]) -> str:
     st = doc["settings"]
     lines = [
         f"SGLang {doc['sglang']}: {doc['model']} ({doc['mixer']}), TP {st['tp_size']}, "
-        f"D={st['speculative_num_draft_tokens']} draft tokens, max running {st['max_running_requests']}, "
+        f"D={st['speculative_num_draft_tokens']} draft tokens, max running {st['max_running_requests']}"
+        + (
+            f" ({max(1, st['max_running_requests'] // st['attn_dp_size'])} per attention-DP rank: the numbers below "
+            "are one rank's)"
+            if st.get("attn_dp_size", 1) > 1
+            else ""
+        )
+        + ", "
         f"radix {'on' if st['radix_cache'] else 'off'}, ReplaySSM {'on' if st['enable_linear_replayssm_spec'] else 'off'}, "
         f"SSM {st['ssm_dtype']}"
         + (f", PD {st['disaggregation_mode']}" if st["disaggregation_mode"] != "null" else "")

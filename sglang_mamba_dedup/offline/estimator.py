@@ -14,6 +14,7 @@ import types
 from typing import Any
 
 from .. import versions
+from ..launch_config import attn_dp_size
 
 #: NEXTN is an alias of EAGLE; 0.5.19's runtime context only knows the canonical name.
 SPEC_ALGORITHM = "EAGLE"
@@ -113,6 +114,9 @@ def _run(
 ) -> Estimate:
     spec_alg = types.SimpleNamespace(is_none=lambda: not spec)
     mambaish = types.SimpleNamespace(mamba2_cache_params=cache_params)
+    dp = int(getattr(sa, "dp_size", 1) or 1)
+    attn_dp = attn_dp_size(sa)  # each attention-DP rank serves its share of the requests (m-P2)
+    asked = max(1, int(asked) // attn_dp)
     if versions.in_range(versions.installed_sglang_version(), versions.NEW_LAYOUT):
         from sglang.srt import runtime_context
         from sglang.srt.mem_cache import kv_cache_configurator as kc
@@ -132,9 +136,9 @@ def _run(
                 hf_config=types.SimpleNamespace(), num_hidden_layers=len(cache_params.layers), context_len=4096
             ),
             pp_size=pp,
-            attn_dp_size=1,
+            attn_dp_size=attn_dp,
             ps=types.SimpleNamespace(
-                pp_size=pp, attn_dp_size=1, tp_size=int(getattr(sa, "tp_size", 1) or 1), dp_size=1
+                pp_size=pp, attn_dp_size=attn_dp, tp_size=int(getattr(sa, "tp_size", 1) or 1), dp_size=dp
             ),
             hybrid_gdn_config=types.SimpleNamespace() if gdn else None,
             hybrid_kda_config=None,
@@ -153,7 +157,7 @@ def _run(
 
         runner_cls: Any = type("_Runner", (mixin.ModelRunnerKVCacheMixin,), {})
         obj = runner_cls.__new__(runner_cls)
-        vars(obj).update(mambaish_config=mambaish, server_args=sa, spec_algorithm=spec_alg, device=device, dp_size=1)
+        vars(obj).update(mambaish_config=mambaish, server_args=sa, spec_algorithm=spec_alg, device=device, dp_size=dp)
         rest = obj.handle_max_mamba_cache(total_rest_gb)
         size = sa.max_mamba_cache_size
     ratio = int(obj._calculate_mamba_ratio())

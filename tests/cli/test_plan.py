@@ -355,3 +355,33 @@ def test_a_fixed_budget_claims_no_fraction(capsys):
     assert "not searched" in out, out
     doc = _json(capsys, "--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--rest-gb", "18")
     assert doc["stock"]["fraction_needed"] is None and doc["stock"]["fraction_searched"] is False
+
+
+def test_dp_attention_sizes_each_rank_for_its_share_of_requests(tmp_path, capsys):
+    """Audit m-P2: with DP attention SGLang sizes each rank's pool for ``max_running_requests // dp_size``; the plan
+    does too, and says it is per rank."""
+    (tmp_path / "config.json").write_text(json.dumps(random_model.build_config(random_model.PRESETS["qwen3.5-0.8b"])))
+    m = str(tmp_path)
+    base = [
+        "--model-path", m, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m,
+        "--max-running-requests", "256", "--skip-tokenizer-init", "--disable-radix-cache",
+        "--mem-fraction-static", "0.3", "--tp-size", "2",
+    ]  # fmt: skip
+    rc, out, err = _plan(capsys, "--gpu-memory-gb", "139.13", "--json", "--", *base, "--dp-size", "2")
+    if rc == 2 and "SGLang refused the launch flags" in err:
+        pytest.skip(err.strip())
+    assert rc == 0, err
+    plain = json.loads(out)
+    rc, out, err = _plan(
+        capsys, "--gpu-memory-gb", "139.13", "--json", "--", *base, "--dp-size", "2", "--enable-dp-attention"
+    )
+    assert rc == 0, err
+    dp = json.loads(out)
+    assert plain["settings"]["attn_dp_size"] == 1 and dp["settings"]["attn_dp_size"] == 2
+    for column in ("stock", "plugin"):
+        assert plain[column]["running_requests"] == 256 and plain[column]["mamba_slots"] >= 256
+        assert dp[column]["running_requests"] == 128, dp[column]  # each rank's share
+        assert dp[column]["mamba_slots"] < plain[column]["mamba_slots"], (dp[column], plain[column])
+    rc, text, _ = _plan(capsys, "--gpu-memory-gb", "139.13", "--", *base, "--dp-size", "2", "--enable-dp-attention")
+    assert "128 per attention-DP rank" in text, text
