@@ -103,6 +103,18 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
         raise PlanError(str(exc)) from None
     st = launch.settings
     cp, note = launch_cache_params(launch)
+    if st["replayssm"] and mixer != "gdn":  # m-P4: SGLang's ReplaySSM is Gated DeltaNet's (and KDA's)
+        st = dict(st, replayssm=False)
+        note = "; ".join(
+            filter(
+                None,
+                [
+                    note,
+                    f"--enable-linear-replayssm-spec covers Gated DeltaNet models only, not {mixer}: "
+                    "SGLang sizes this launch without it, and so does the plan",
+                ],
+            )
+        )
     if not st["speculative_num_draft_tokens"]:
         raise PlanError("the launch has no speculative decoding (--speculative-algorithm NEXTN): nothing to plan")
     draft_path = flag_value(argv, "--speculative-draft-model-path")
@@ -146,10 +158,12 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
                 if rest > LOAD_MARGIN_GB
                 else None
             )
-            est["load_margin"] = low and {
+            est["load_margin"] = {
                 "gb": LOAD_MARGIN_GB,
-                "mamba_slots": low["mamba_slots"],
-                "running_requests": low["running_requests"],
+                "starts": bool(low and low["starts"]),  # m-P3: at the margin SGLang may refuse to start
+                "kv_cache_gb": low["kv_cache_gb"] if low else rest - LOAD_MARGIN_GB,
+                "mamba_slots": low["mamba_slots"] if low else 0,
+                "running_requests": low["running_requests"] if low else 0,
             }
         doc[key] = est
     per_slot = doc["plugin"]["reserved_gb"] / max(1, doc["plugin"]["mamba_slots"])

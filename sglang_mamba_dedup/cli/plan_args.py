@@ -164,6 +164,11 @@ def checked_launch(args, launch_flags: list[str] | None) -> list[str] | None:
                 f"--enable-linear-replayssm-spec covers Gated DeltaNet models only, not {MODELS[args.shape].mixer}"
             )
         _check_flags(args)
+        if args.shape is not None and (args.pp_size or 1) > 1:  # m-P1: an accepted flag must change the plan
+            raise PlanError(
+                "--pp-size needs a launch: each pipeline stage holds its own layers' state and weights, which a "
+                "--shape what-if does not split; pass --model-path DIR or -- <launch_server flags>"
+            )
         if args.shape is not None:
             return None
         launch_flags = launch_argv(args)

@@ -122,6 +122,8 @@ def render(doc: dict[str, Any]) -> str:
             "plan cannot see; with that much less: "
             + "; ".join(
                 f"{label} {m['mamba_slots']} mamba slots, {m['running_requests']} running requests"
+                if m.get("starts", True)
+                else f"{label} would not start (no memory left for the KV cache)"
                 for label, m in margins
             )
             + ". Expect the server between the two; the budget it logs ('mamba cache estimator budget', the plugin's "

@@ -133,8 +133,9 @@ def test_plan_replayssm_reserves_the_conv_scratch(capsys):
         (["--shape", "nemotron-h-8b", "--enable-linear-replayssm-spec"], "Gated DeltaNet models only"),
         (["--shape", "qwen3.5-0.8b", "--weights-gb", "70"], "no memory left after the weights"),
         (["--model-path", "/nonexistent-dir"], "has no config.json"),
+        (["--shape", "qwen3.5-0.8b", "--pp-size", "2"], "--pp-size needs a launch"),  # m-P1: never ignored
     ],
-    ids=["tp-not-dividing", "tp-twice", "replayssm-on-mamba2", "weights-exceed", "no-config"],
+    ids=["tp-not-dividing", "tp-twice", "replayssm-on-mamba2", "weights-exceed", "no-config", "pp-on-shape"],
 )
 def test_plan_bad_input_is_one_line_exit_2(argv, message, capsys):
     rc, out, err = _plan(capsys, *argv)
@@ -385,3 +386,52 @@ def test_dp_attention_sizes_each_rank_for_its_share_of_requests(tmp_path, capsys
         assert dp[column]["mamba_slots"] < plain[column]["mamba_slots"], (dp[column], plain[column])
     rc, text, _ = _plan(capsys, "--gpu-memory-gb", "139.13", "--", *base, "--dp-size", "2", "--enable-dp-attention")
     assert "128 per attention-DP rank" in text, text
+
+
+def test_replayssm_on_a_mamba2_launch_is_not_priced(tmp_path, capsys):
+    """Audit m-P4: ReplaySSM is SGLang's for Gated DeltaNet (and KDA) models: a Mamba2 launch asking for it is
+    planned without a ring, and the plan says why, as ``--shape`` does."""
+    (tmp_path / "config.json").write_text(
+        json.dumps(random_model.build_config(random_model.PRESETS["nemotron-h-mini"]))
+    )
+    m = str(tmp_path)
+    base = [
+        "--model-path", m, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m,
+        "--max-running-requests", "64", "--skip-tokenizer-init", "--disable-radix-cache",
+    ]  # fmt: skip
+    rc, out, err = _plan(capsys, "--gpu-memory-gb", "80", "--json", "--", *base, "--enable-linear-replayssm-spec")
+    if rc == 2 and "SGLang refused the launch flags" in err:
+        pytest.skip(err.strip())
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["mixer"] == "mamba2"
+    for column in ("stock", "plugin"):
+        assert doc[column]["per_request_mib"]["replayssm_ring"] == 0, doc[column]
+    assert doc["settings"]["enable_linear_replayssm_spec"] is False
+    assert "Gated DeltaNet" in doc["note"], doc["note"]
+
+
+def test_the_load_margin_says_when_the_server_would_not_start(tmp_path, capsys):
+    """Audit m-P3: at 0.19 the stock KV share is 0.19 GB; 0.2 GB less and SGLang refuses to start: the margin line
+    says so instead of "256 running requests"."""
+    (tmp_path / "config.json").write_text(json.dumps(random_model.build_config(random_model.PRESETS["qwen3.5-0.8b"])))
+    m = str(tmp_path)
+    launch = [
+        "--model-path", m, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m,
+        "--max-running-requests", "256", "--skip-tokenizer-init", "--disable-radix-cache",
+        "--mem-fraction-static", "0.19",
+    ]  # fmt: skip
+    own = ["--gpu-memory-gb", "139.13", "--weights-gb", "2.86"]
+    rc, out, err = _plan(capsys, *own, "--json", "--", *launch)
+    if rc == 2 and "SGLang refused the launch flags" in err:
+        pytest.skip(err.strip())
+    doc = json.loads(out)
+    stock = doc["stock"]
+    if not 0 < stock["kv_cache_gb"] < stock["load_margin"]["gb"]:
+        pytest.skip(f"this release leaves {stock['kv_cache_gb']:.3f} GB: not the margin's case")
+    assert stock["load_margin"]["starts"] is False and stock["load_margin"]["kv_cache_gb"] <= 0
+    rc, text, _ = _plan(capsys, *own, "--", *launch)
+    margin = next(line for line in text.splitlines() if line.startswith("from the flags alone"))
+    assert "stock would not start" in margin, margin
