@@ -264,8 +264,12 @@ _MISSING = object()
 
 
 def attn_dp_size(sa: Any) -> int:
-    """The attention-DP replicas (``dp_size`` with ``--enable-dp-attention``, else 1): each rank's pools are sized
-    for ``max_running_requests // attn_dp_size`` (SGLang's ``deployment_attn_dp_size``)."""
+    """The attention-DP replicas: each rank's pools are sized for ``max_running_requests // attn_dp_size``
+    (SGLang's ``deployment_attn_dp_size``). 0.5.23 spells it ``--attn-dp-size N``; every release still takes
+    ``--dp-size N --enable-dp-attention``; else 1."""
+    explicit = int(getattr(sa, "attn_dp_size", 1) or 1)
+    if explicit > 1:
+        return explicit
     return int(getattr(sa, "dp_size", 1) or 1) if getattr(sa, "enable_dp_attention", False) else 1
 
 

@@ -102,6 +102,7 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
     except launch_config.LaunchError as exc:
         raise PlanError(str(exc)) from None
     st = launch.settings
+    _check_resolved(st, args.gpu_memory_gb, given_fraction="--mem-fraction-static" in argv)
     cp, note = launch_cache_params(launch)
     if st["replayssm"] and mixer != "gdn":  # m-P4: SGLang's ReplaySSM is Gated DeltaNet's (and KDA's)
         st = dict(st, replayssm=False)
@@ -169,6 +170,25 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
     per_slot = doc["plugin"]["reserved_gb"] / max(1, doc["plugin"]["mamba_slots"])
     doc["slots_per_100mb"] = round(0.1 / 1.073741824 / per_slot * _mamba_share(st), 2) if per_slot else None
     return doc
+
+
+def _check_resolved(st: dict[str, Any], free_gb: float, *, given_fraction: bool) -> None:
+    """m-P6: SGLang's resolution accepts numbers no server runs with; the plan refuses them, as it does its own."""
+    import math
+
+    running = st["max_running_requests"]
+    if not isinstance(running, int) or running < 1:
+        raise PlanError(f"--max-running-requests resolved to {running!r}: it must be a whole number >= 1")
+    fraction = st["mem_fraction_static"]
+    if not isinstance(fraction, (int, float)) or not math.isfinite(fraction) or not 0 < fraction < 1:
+        raise PlanError(
+            f"--mem-fraction-static resolved to {fraction!r} for {free_gb:g} GB free: it must be above 0 and below 1"
+            + (
+                " (SGLang derived it from the GPU's size: this much memory is too small for its reserves)"
+                if not given_fraction
+                else ""
+            )
+        )
 
 
 def _plan_shape(args) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 from .. import env
 from ..offline.shapes import MODELS
 from ._args import number, positive_int
-from .plan_model import PlanError, model_flag, shape_from_config
+from .plan_model import PlanError, flag_value, model_flag, shape_from_config
 
 EPILOG = """examples:
   sglang-mamba-dedup plan --gpu-memory-gb 139 -- --model-path /models/Qwen3.5-0.8B \\
@@ -207,4 +207,43 @@ def own_flags(launch_flags: list[str]) -> tuple[list[str], bool]:
     loaded), and whether the zero-copy commit's was among them. The switch's own flag changes nothing here: a plan
     always shows both columns."""
     kept = [f for f in launch_flags if f not in (env.FLAG, env.ZERO_COPY_FLAG)]
-    return kept, env.ZERO_COPY_FLAG in launch_flags
+    zero_copy = env.ZERO_COPY_FLAG in launch_flags
+    config = flag_value(kept, "--config")
+    if config is not None:  # m-P7: a --config file can carry them too
+        kept, from_file = _config_without_own_flags(kept, config)
+        zero_copy = zero_copy or from_file
+    return kept, zero_copy
+
+
+def _config_without_own_flags(argv: list[str], path: str) -> tuple[list[str], bool]:
+    """``argv`` with its ``--config`` file replaced by a copy without the plugin's own keys (when it has any), and
+    whether the zero-copy commit's key was set there."""
+    import atexit
+    import os
+    import tempfile
+
+    import yaml
+
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh)
+    except (OSError, yaml.YAMLError):
+        return argv, False  # SGLang's parser says what is wrong with it
+    if not isinstance(data, dict):
+        return argv, False
+    own = {f.lstrip("-") for f in (env.FLAG, env.ZERO_COPY_FLAG)}
+    ours = {k for k in data if isinstance(k, str) and k.replace("_", "-") in own}
+    if not ours:
+        return argv, False
+    zero_copy = any(bool(data[k]) for k in ours if k.replace("_", "-") == env.ZERO_COPY_FLAG.lstrip("-"))
+    fd, copy = tempfile.mkstemp(prefix="smd-plan-config-", suffix=".yaml")
+    with os.fdopen(fd, "w") as fh:
+        yaml.safe_dump({k: v for k, v in data.items() if k not in ours}, fh)
+    atexit.register(lambda: os.path.exists(copy) and os.unlink(copy))
+    out = []
+    for a in argv:
+        out.append(f"--config={copy}" if a.startswith("--config=") else a)
+    if "--config" in out:
+        i = len(out) - 1 - out[::-1].index("--config")
+        out[i + 1] = copy
+    return out, zero_copy

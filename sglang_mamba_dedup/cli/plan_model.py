@@ -147,16 +147,19 @@ def shard(shape: ModelShape, tp: int) -> ModelShape:
     )
 
 
-def flag_value(argv: list[str], flag: str) -> str | None:
-    """The value of ``flag`` in a command line (``--flag VALUE`` or ``--flag=VALUE``), or None."""
+def flag_value(argv: list[str], *flags: str) -> str | None:
+    """The value of the last of ``flags`` in a command line (``--flag VALUE`` or ``--flag=VALUE``), or None: the
+    last one given is the one argparse keeps (m-P7)."""
+    found = None
     for i, a in enumerate(argv):
-        if a == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(flag + "="):
-            return a.split("=", 1)[1]
-    return None
+        for flag in flags:
+            if a == flag and i + 1 < len(argv):
+                found = argv[i + 1]
+            elif a.startswith(flag + "="):
+                found = a.split("=", 1)[1]
+    return found
 
 
 def model_flag(argv: list[str]) -> str | None:
-    """The model directory ``launch_server``'s flags name (``--model-path`` or its alias ``--model``)."""
-    return flag_value(argv, "--model-path") or flag_value(argv, "--model")
+    """The model directory ``launch_server``'s flags name (``--model-path`` or its alias ``--model``, the last)."""
+    return flag_value(argv, "--model-path", "--model")

@@ -26,6 +26,18 @@ def _resolved_line(doc: dict[str, Any]) -> str | None:
     )
 
 
+def _lower_requests(est: dict[str, Any]) -> str:
+    """What to lower when the pool leaves nothing for the KV cache: a PD decode server's pre-allocated requests
+    (m-P5: they, not the running ones, can be what the scratch is for), else the running requests."""
+    pre = (est.get("plugin") or {}).get("pd_decode_pre_alloc")
+    if pre:
+        return (
+            f"lower --disaggregation-decode-extra-slots (the pool keeps scratch for {pre} pre-allocated requests) "
+            "or --max-running-requests"
+        )
+    return "lower --max-running-requests"
+
+
 def render(doc: dict[str, Any]) -> str:
     s, p = doc["stock"], doc["plugin"]
     st = doc["settings"]
@@ -83,7 +95,7 @@ def render(doc: dict[str, Any]) -> str:
                     if searched
                     else f"a larger budget ({NOT_SEARCHED})"
                 )
-                + ", or lower --max-running-requests"
+                + f", or {_lower_requests(est)}"
             )
         elif est["capped_by_mamba_pool"]:
             lift = (
@@ -91,11 +103,17 @@ def render(doc: dict[str, Any]) -> str:
                 if need
                 else f"a larger budget may admit them all ({NOT_SEARCHED})"
                 if not searched
-                else "no --mem-fraction-static below 1 admits them all; lower --speculative-num-draft-tokens"
+                else "no --mem-fraction-static below 1 admits them all; "
                 + (
-                    " or add --enable-linear-replayssm-spec"
-                    if doc["mixer"] == "gdn" and not st["enable_linear_replayssm_spec"]
-                    else ""
+                    "lower --max-running-requests (a PD prefill pool holds no speculative scratch: fewer draft "
+                    "tokens would not help)"
+                    if st["disaggregation_mode"] == "prefill"
+                    else "lower --speculative-num-draft-tokens"
+                    + (
+                        " or add --enable-linear-replayssm-spec"
+                        if doc["mixer"] == "gdn" and not st["enable_linear_replayssm_spec"]
+                        else ""
+                    )
                 )
             )
             lines.append(

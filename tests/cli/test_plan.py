@@ -386,6 +386,9 @@ def test_dp_attention_sizes_each_rank_for_its_share_of_requests(tmp_path, capsys
         assert dp[column]["mamba_slots"] < plain[column]["mamba_slots"], (dp[column], plain[column])
     rc, text, _ = _plan(capsys, "--gpu-memory-gb", "139.13", "--", *base, "--dp-size", "2", "--enable-dp-attention")
     assert "128 per attention-DP rank" in text, text
+    rc, out, err = _plan(capsys, "--gpu-memory-gb", "139.13", "--json", "--", *base, "--attn-dp-size", "2")
+    if rc == 0:  # 0.5.23's own spelling (older releases' parsers refuse it)
+        assert json.loads(out)["stock"]["running_requests"] == 128
 
 
 def test_replayssm_on_a_mamba2_launch_is_not_priced(tmp_path, capsys):
@@ -435,3 +438,87 @@ def test_the_load_margin_says_when_the_server_would_not_start(tmp_path, capsys):
     rc, text, _ = _plan(capsys, *own, "--", *launch)
     margin = next(line for line in text.splitlines() if line.startswith("from the flags alone"))
     assert "stock would not start" in margin, margin
+
+
+def test_pd_advice_names_what_would_lift_the_cap(capsys):
+    """Audit m-P5: a PD prefill pool holds no speculative scratch (no "fewer draft tokens"); a PD decode server that
+    cannot start because of its pre-allocated requests is told to lower those."""
+    rc, out, err = _plan(capsys, "--shape", "nemotron-h-8b", "--disaggregation-mode", "prefill", "--weights-gb", "16")
+    assert rc == 0, err
+    capped = [ln for ln in out.splitlines() if "caps running requests" in ln]
+    assert capped and all("--speculative-num-draft-tokens" not in ln for ln in capped), out
+    argv = ["--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--disaggregation-mode", "decode"]
+    rc, out, err = _plan(capsys, *argv, "--disaggregation-decode-extra-slots", "1000000")
+    assert rc == 0, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("plugin: the server would not start"))
+    assert "lower --disaggregation-decode-extra-slots" in line, line
+
+
+@pytest.mark.parametrize(
+    "extra, gpu, message",
+    [
+        (["--max-running-requests", "0"], "139.13", "--max-running-requests resolved to 0"),
+        (["--max-running-requests", "-5"], "139.13", "--max-running-requests resolved to -5"),
+        (["--mem-fraction-static", "1.5"], "139.13", "--mem-fraction-static resolved to 1.5"),
+        (["--mem-fraction-static", "nan"], "139.13", "--mem-fraction-static resolved to nan"),
+        ([], "0.5", "SGLang derived it from the GPU's size"),
+    ],
+    ids=["running-0", "running-negative", "fraction-above-1", "fraction-nan", "gpu-too-small"],
+)
+def test_resolved_numbers_no_server_runs_with_are_refused(extra, gpu, message, tmp_path, capsys):
+    """Audit m-P6: numbers after ``--`` that SGLang's resolution accepts but no server runs with: one line, exit 2."""
+    (tmp_path / "config.json").write_text(json.dumps(random_model.build_config(random_model.PRESETS["qwen3.5-0.8b"])))
+    m = str(tmp_path)
+    launch = [
+        "--model-path", m, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m,
+        "--skip-tokenizer-init", "--disable-radix-cache",
+    ]  # fmt: skip
+    rc, out, err = _plan(capsys, "--gpu-memory-gb", gpu, "--", *launch, *extra)
+    if rc == 2 and "SGLang refused the launch flags" in err:
+        pytest.skip(err.strip())
+    assert rc == 2 and out == "" and message in err, (rc, out, err)
+
+
+def _write_config(folder, preset: str) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(random_model.build_config(random_model.PRESETS[preset])))
+    return str(folder)
+
+
+def _spec(m: str) -> list[str]:
+    return [
+        "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m, "--max-running-requests", "64",
+        "--skip-tokenizer-init", "--disable-radix-cache",
+    ]  # fmt: skip
+
+
+def test_the_last_model_path_is_the_one_planned_as_sglang_reads_it(tmp_path, capsys):
+    """Audit m-P7: ``--model-path A --model-path B``: argparse keeps B, and so does the plan (its label too)."""
+    a, b = _write_config(tmp_path / "qwen", "qwen3.5-0.8b"), _write_config(tmp_path / "nemo", "nemotron-h-mini")
+    rc, out, err = _plan(
+        capsys, "--gpu-memory-gb", "80", "--json", "--", "--model-path", a, "--model-path", b, *_spec(b)
+    )
+    if rc == 2 and "SGLang refused the launch flags" in err:
+        pytest.skip(err.strip())
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["model"] == "nemo" and doc["mixer"] == "mamba2", (doc["model"], doc["mixer"])
+
+
+def test_a_config_file_with_the_plugins_flags_is_planned(tmp_path, capsys):
+    """Audit m-P7: a ``--config`` YAML that carries ``enable-mamba-conv-dedup: true`` is planned like the flag on
+    the command line (SGLang's parser in the planner does not know the plugin's keys)."""
+    m = _write_config(tmp_path / "qwen", "qwen3.5-0.8b")
+    (tmp_path / "launch.yaml").write_text("enable-mamba-conv-dedup: true\nmem-fraction-static: 0.5\n")
+    own = ["--gpu-memory-gb", "80", "--json", "--", "--model-path", m, *_spec(m)]
+    rc, out, err = _plan(capsys, *own, "--config", str(tmp_path / "launch.yaml"))
+    if rc == 2 and "SGLang refused the launch flags" in err and "enable-mamba-conv-dedup" not in err:
+        pytest.skip(err.strip())
+    assert rc == 0, err
+    with_file = json.loads(out)
+    assert with_file["settings"]["mem_fraction_static"] == 0.5  # the rest of the file is read
+    rc, out, err = _plan(capsys, *own, "--mem-fraction-static", "0.5")
+    assert rc == 0, err
+    assert with_file["stock"] == json.loads(out)["stock"]
