@@ -145,10 +145,28 @@ def what_if_settings(args) -> dict[str, Any]:
     }
 
 
+#: The planner's own flags that launch_server does not have: after ``--`` SGLang's parser would prefix-match or
+#: refuse them (``--json`` reads as ``--json-model-override-args``).
+PLANNER_ONLY = ("--json", "--gpu-memory-gb", "--rest-gb", "--weights-gb", "--shape")
+
+
+def _check_after_dashes(launch_flags: list[str]) -> None:
+    """m-P8: ``--help`` and the planner's own flags after ``--`` are one clear line, not SGLang's help or error."""
+    if "--help" in launch_flags or "-h" in launch_flags:
+        raise PlanError(
+            "--help after -- asks SGLang's launch_server (python -m sglang.launch_server --help); the planner's own "
+            "options: sglang-mamba-dedup plan --help"
+        )
+    misplaced = [f for f in launch_flags if f.split("=", 1)[0] in PLANNER_ONLY]
+    if misplaced:
+        raise PlanError(f"{', '.join(misplaced)} is the planner's: give it before --, not among the launch flags")
+
+
 def checked_launch(args, launch_flags: list[str] | None) -> list[str] | None:
     """The ``launch_server`` flags to resolve (None: a ``--shape`` what-if), after the checks that need no
     estimator."""
     if launch_flags is not None:
+        _check_after_dashes(launch_flags)
         given = ["model_path"] * (args.model_path is not None) + ["shape"] * (args.shape is not None)
         given += [f for f in SIZING_FLAGS if getattr(args, f, None) is not None]
         if given:

@@ -17,8 +17,10 @@ def _resolved_line(doc: dict[str, Any]) -> str | None:
         return None
     r = launch["resolved"]
     track = "extra_buffer (track slots)" if r["mamba_extra_buffer"] else "no extra buffer"
+    device = r.get("device") or "cuda"
+    where = "a CUDA GPU" if str(device).startswith("cuda") else f"--device {device}"
     return (
-        f"resolved as launch_server does on a CUDA GPU: radix cache {'on' if r['radix_cache'] else 'off'}, "
+        f"resolved as launch_server does on {where}: radix cache {'on' if r['radix_cache'] else 'off'}, "
         f"overlap scheduling {'on' if r['overlap_schedule'] else 'off'}, mamba strategy {r['mamba_strategy']} -> "
         f"{track}, ReplaySSM {'on' if r['replayssm'] else 'off'}, {r['speculative_algorithm']} "
         f"topk {r['speculative_eagle_topk']} D={r['speculative_num_draft_tokens']}, "
@@ -66,10 +68,12 @@ def render(doc: dict[str, Any]) -> str:
     )
     if doc["note"]:
         lines.append(f"note: {doc['note']}")
-    lines += ["", f"{'':34}{'stock':>14}{'plugin':>14}"]
+    numbers = [format(est[k], f) for est in (s, p) for k, f in (("mamba_slots", "d"), ("kv_cache_gb", ".3f"))]
+    width = max(14, 2 + max(map(len, numbers)))  # m-P8: huge numbers keep a space between the columns
+    lines += ["", f"{'':34}{'stock':>{width}}{'plugin':>{width}}"]
 
     def row(label: str, a, b, fmt: str) -> None:
-        lines.append(f"{label:34}{format(a, fmt):>14}{format(b, fmt):>14}")
+        lines.append(f"{label:34}{format(a, fmt):>{width}}{format(b, fmt):>{width}}")
 
     row("mamba slots", s["mamba_slots"], p["mamba_slots"], "d")
     row("slots per running request", s["slots_per_request"], p["slots_per_request"], "d")

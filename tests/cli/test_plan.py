@@ -522,3 +522,29 @@ def test_a_config_file_with_the_plugins_flags_is_planned(tmp_path, capsys):
     rc, out, err = _plan(capsys, *own, "--mem-fraction-static", "0.5")
     assert rc == 0, err
     assert with_file["stock"] == json.loads(out)["stock"]
+
+
+@pytest.mark.parametrize(
+    "after, message",
+    [(["--help"], "asks SGLang's launch_server"), (["--json"], "--json is the planner's: give it before --")],
+    ids=["help", "json"],
+)
+def test_planner_flags_after_the_dashes_are_one_line(after, message, tmp_path, capsys):
+    """Audit m-P8: ``--help`` after ``--`` (SGLang's help on stdout, then an error) and a planner flag there."""
+    m = _write_config(tmp_path / "qwen", "qwen3.5-0.8b")
+    rc, out, err = _plan(capsys, "--gpu-memory-gb", "80", "--", "--model-path", m, *_spec(m), *after)
+    assert rc == 2 and out == "" and message in err, (rc, out[:300], err)
+
+
+def test_the_plan_says_the_device_it_resolved_for_and_keeps_huge_columns_apart(tmp_path, capsys):
+    """Audit m-P8: ``--device cpu`` after ``--`` is not "on a CUDA GPU"; 10^12 GB keeps a space between columns."""
+    m = _write_config(tmp_path / "qwen", "qwen3.5-0.8b")
+    rc, out, err = _plan(capsys, "--gpu-memory-gb", "80", "--", "--model-path", m, *_spec(m), "--device", "cpu")
+    if rc == 2 and "SGLang refused the launch flags" in err:
+        pytest.skip(err.strip())
+    assert rc == 0, err
+    assert "on a CUDA GPU" not in out and "resolved as launch_server does on --device cpu" in out, out
+    rc, out, err = _plan(capsys, "--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "1e12")
+    assert rc == 0, err
+    row = next(ln for ln in out.splitlines() if ln.startswith("mamba slots"))
+    assert len(row.split()) == 4, row  # "mamba slots <stock> <plugin>"
