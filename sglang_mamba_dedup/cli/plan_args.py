@@ -233,6 +233,14 @@ def own_flags(launch_flags: list[str]) -> tuple[list[str], bool]:
     return kept, zero_copy
 
 
+def _remove(path: str) -> None:
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 def _config_without_own_flags(argv: list[str], path: str) -> tuple[list[str], bool]:
     """``argv`` with its ``--config`` file replaced by a copy without the plugin's own keys (when it has any), and
     whether the zero-copy commit's key was set there."""
@@ -257,7 +265,7 @@ def _config_without_own_flags(argv: list[str], path: str) -> tuple[list[str], bo
     fd, copy = tempfile.mkstemp(prefix="smd-plan-config-", suffix=".yaml")
     with os.fdopen(fd, "w") as fh:
         yaml.safe_dump({k: v for k, v in data.items() if k not in ours}, fh)
-    atexit.register(lambda: os.path.exists(copy) and os.unlink(copy))
+    atexit.register(_remove, copy)
     out = []
     for a in argv:
         out.append(f"--config={copy}" if a.startswith("--config=") else a)
