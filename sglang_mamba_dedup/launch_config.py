@@ -273,6 +273,17 @@ def attn_dp_size(sa: Any) -> int:
     return int(getattr(sa, "dp_size", 1) or 1) if getattr(sa, "enable_dp_attention", False) else 1
 
 
+def skip_decode_lock() -> bool | None:
+    """``SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK`` as the installed release reads it (one slot fewer per running request
+    with the radix cache on), or None where the release has no such switch."""
+    try:
+        from sglang.srt.environ import envs
+    except ImportError:
+        return None
+    switch = getattr(envs, "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK", None)
+    return None if switch is None else bool(switch.get())
+
+
 def settings_of(sa: Any) -> dict[str, Any]:
     """The resolved decisions the mamba sizing depends on, as the server will read them."""
     replay = _read(sa, "get_exec", "mamba.enable_linear_replayssm_spec")
@@ -289,6 +300,9 @@ def settings_of(sa: Any) -> dict[str, Any]:
         "overlap_schedule": not bool(_read(sa, "get_schedule", "disable_overlap_schedule")),
         "mamba_strategy": strategy,
         "mamba_extra_buffer": bool(extra),
+        "mamba_extra_buffer_lazy": bool(_read(sa, "get_exec", "mamba.enable_mamba_extra_buffer_lazy"))
+        or strategy == "extra_buffer_lazy",
+        "skip_decode_lock": skip_decode_lock(),
         "replayssm": bool(replay),
         "speculative_algorithm": _read(sa, "get_spec", "speculative_algorithm"),
         "speculative_num_draft_tokens": _read(sa, "get_spec", "speculative_num_draft_tokens"),

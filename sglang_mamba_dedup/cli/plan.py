@@ -90,6 +90,7 @@ def _document(model: str, mixer: str, cp, st: dict[str, Any], args, weights_gb: 
             "enable_linear_replayssm_spec": st["replayssm"],
             "ssm_dtype": str(cp.dtype.temporal).replace("torch.", ""),
             "disaggregation_mode": st["disaggregation_mode"] or "null",
+            "mamba_strategy": st.get("mamba_strategy"),
         },
         "weights": {"gb": weights_gb, "how": weights_how},
     }
@@ -214,7 +215,13 @@ def _plan_shape(args) -> dict[str, Any]:
         + (f"; {weights_note}" if weights_note else ""),
         slots_per_100mb=None,
     )
-    extra = _disaggregation(args, st)
+    extra = dict(_disaggregation(args, st), **_strategy(st))
+    if st["mamba_strategy"]:
+        doc["note"] += (
+            f"; radix cache on: mamba strategy {st['mamba_strategy']} with overlap scheduling on (a CUDA launch of "
+            "0.5.23 resolves 'auto' to extra_buffer; other releases and models may not: --mamba-radix-cache-strategy "
+            "or a launch)"
+        )
     for key, plugin in COLUMNS:
         doc[key] = est = _estimate(cp, shape.mixer, st, budget, plugin, extra=extra)
         if args.rest_gb is None:  # B1: the fraction that admits them all, searched as for a launch
@@ -291,6 +298,15 @@ def _estimate(
 
 def _admits_all(est: dict[str, Any]) -> bool:
     return est["starts"] and not est["capped_by_mamba_pool"]
+
+
+def _strategy(st: dict[str, Any]) -> dict[str, Any]:
+    """A what-if's radix-cache strategy as the release's ``ServerArgs`` field (0.5.23 and older spell it apart)."""
+    from ..offline import estimator
+
+    fields = estimator.server_args_fields()
+    name = next((n for n in ("mamba_radix_cache_strategy", "mamba_scheduler_strategy") if n in fields), None)
+    return {name: st["mamba_strategy"]} if name and st["mamba_strategy"] else {}
 
 
 def _disaggregation(args, st: dict[str, Any]) -> dict[str, Any]:

@@ -82,6 +82,13 @@ def parser(description: str) -> argparse.ArgumentParser:
     )
     ap.add_argument("--mamba-ssm-dtype", choices=["float32", "bfloat16"], default=None)
     ap.add_argument(
+        "--mamba-radix-cache-strategy",
+        choices=list(STRATEGIES),
+        default=None,
+        help="--shape with the radix cache on: the tracking buffers (default extra_buffer, what a CUDA launch of "
+        "0.5.23 resolves 'auto' to; a launch's own after -- or with --model-path)",
+    )
+    ap.add_argument(
         "--disaggregation-mode",
         choices=["null", "prefill", "decode"],
         default=None,
@@ -95,6 +102,12 @@ def parser(description: str) -> argparse.ArgumentParser:
     )
     ap.add_argument("--json", action="store_true", help="print the plan as JSON")
     return ap
+
+
+#: The mamba radix-cache strategies a ``--shape`` what-if can take (a launch resolves its own).
+STRATEGIES = ("extra_buffer", "extra_buffer_lazy", "no_buffer")
+#: What ``auto`` resolves to on a CUDA launch with speculative decoding and the radix cache (0.5.23, FACTS.md).
+DEFAULT_STRATEGY = "extra_buffer"
 
 
 def split_argv(argv: list[str]) -> tuple[list[str], list[str] | None]:
@@ -134,12 +147,14 @@ def what_if_settings(args) -> dict[str, Any]:
     """A ``--shape`` what-if's settings as the planner's flags give them, in the words of a resolved launch
     (:func:`sglang_mamba_dedup.launch_config.settings_of`); a PD-decode server runs without the radix cache."""
     mode = args.disaggregation_mode or "null"
+    radix = not args.disable_radix_cache and mode != "decode"
     return {
+        "mamba_strategy": (args.mamba_radix_cache_strategy or DEFAULT_STRATEGY) if radix else None,
         "tp_size": _value(args, "tp_size"),
         "max_running_requests": _value(args, "max_running_requests"),
         "speculative_num_draft_tokens": _value(args, "speculative_num_draft_tokens"),
         "mem_fraction_static": _value(args, "mem_fraction_static"),
-        "radix_cache": not args.disable_radix_cache and mode != "decode",
+        "radix_cache": radix,
         "replayssm": bool(args.enable_linear_replayssm_spec),
         "disaggregation_mode": mode,
     }
@@ -182,6 +197,11 @@ def checked_launch(args, launch_flags: list[str] | None) -> list[str] | None:
                 f"--enable-linear-replayssm-spec covers Gated DeltaNet models only, not {MODELS[args.shape].mixer}"
             )
         _check_flags(args)
+        if args.mamba_radix_cache_strategy is not None and (args.shape is None or args.disable_radix_cache):
+            raise PlanError(
+                "--mamba-radix-cache-strategy is for a --shape what-if with the radix cache on; a launch's own goes "
+                "after -- as its release spells it"
+            )
         if args.shape is not None and (args.pp_size or 1) > 1:  # m-P1: an accepted flag must change the plan
             raise PlanError(
                 "--pp-size needs a launch: each pipeline stage holds its own layers' state and weights, which a "

@@ -16,7 +16,13 @@ def _resolved_line(doc: dict[str, Any]) -> str | None:
     if not launch:
         return None
     r = launch["resolved"]
-    track = "extra_buffer (track slots)" if r["mamba_extra_buffer"] else "no extra buffer"
+    track = "no extra buffer"
+    if r["mamba_extra_buffer"]:
+        track = (
+            "extra_buffer, lazy (1 track slot)" if r.get("mamba_extra_buffer_lazy") else "extra_buffer (track slots)"
+        )
+    if r.get("skip_decode_lock") and r["radix_cache"]:
+        track += ", decode lock skipped (SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1: one slot fewer per request)"
     device = r.get("device") or "cuda"
     where = "a CUDA GPU" if str(device).startswith("cuda") else f"--device {device}"
     return (

@@ -333,7 +333,7 @@ def test_a_pasted_launch_with_the_plugins_flag_keeps_the_stock_column_stock(tmp_
 def test_a_shape_plan_searches_the_fraction_it_advises(capsys):
     """Audit B1: a ``--shape`` plan capped by the mamba pool names the smallest fraction that admits every request,
     and it is true: planned at it all fit, a hundredth below they do not (never "no fraction below 1" unsearched)."""
-    base = ["--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--weights-gb", "1.6"]
+    base = ["--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--weights-gb", "1.6", "--max-running-requests", "200"]
     rc, out, err = _plan(capsys, *base)
     assert rc == 0, err
     assert "no --mem-fraction-static below 1" not in out, out
@@ -341,10 +341,10 @@ def test_a_shape_plan_searches_the_fraction_it_advises(capsys):
     for column in ("stock", "plugin"):
         need = doc[column]["fraction_needed"]
         assert doc[column]["capped_by_mamba_pool"] and need is not None and doc[column]["fraction_searched"], doc
-        assert f"--mem-fraction-static {need} admits all 256" in out, out
+        assert f"--mem-fraction-static {need} admits all 200" in out, out
         at = _json(capsys, *base, "--mem-fraction-static", str(need))[column]
         below = _json(capsys, *base, "--mem-fraction-static", f"{need - 0.01:.2f}")[column]
-        assert at["running_requests"] == 256 and not at["capped_by_mamba_pool"], (need, at)
+        assert at["running_requests"] == 200 and not at["capped_by_mamba_pool"], (need, at)
         assert below["capped_by_mamba_pool"] or not below["starts"], (need, below)
 
 
@@ -548,3 +548,50 @@ def test_the_plan_says_the_device_it_resolved_for_and_keeps_huge_columns_apart(t
     assert rc == 0, err
     row = next(ln for ln in out.splitlines() if ln.startswith("mamba slots"))
     assert len(row.split()) == 4, row  # "mamba slots <stock> <plugin>"
+
+
+def test_a_shape_plan_with_the_radix_cache_resolves_the_strategy_as_a_launch_does(capsys):
+    """Issue 35 item 5: ``--shape`` with the radix cache on (the default) is planned with the tracking buffers a
+    default CUDA launch of 0.5.23 resolves (``auto`` -> ``extra_buffer``, overlap on: 5 slots per request), says
+    so, and takes ``--mamba-radix-cache-strategy`` for another."""
+    from sglang_mamba_dedup.offline import estimator
+
+    fields = estimator.server_args_fields()
+    if "mamba_radix_cache_strategy" not in fields and "mamba_scheduler_strategy" not in fields:
+        pytest.skip("this release has no mamba radix-cache strategy")
+    doc = _json(capsys, "--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--weights-gb", "1.6")
+    assert doc["stock"]["slots_per_request"] == 5 and doc["settings"]["mamba_strategy"] == "extra_buffer"
+    lazy = _json(capsys, "--shape", "qwen3.5-0.8b", "--mamba-radix-cache-strategy", "extra_buffer_lazy")
+    assert lazy["stock"]["slots_per_request"] == 4
+    rc, out, _ = _plan(capsys, "--shape", "qwen3.5-0.8b")
+    assert "mamba strategy extra_buffer" in out, out
+    off = _json(capsys, "--shape", "qwen3.5-0.8b", "--disable-radix-cache")
+    assert off["stock"]["slots_per_request"] == 1
+
+
+def test_the_skip_decode_lock_switch_is_modelled_and_named(tmp_path, capsys, monkeypatch):
+    """Issue 35 item 4: ``SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1`` (0.5.23) frees one slot per request with the radix
+    cache on; the plan reads it as the server does (its environment) and names it in the "resolved as" line."""
+    from sglang_mamba_dedup.launch_config import skip_decode_lock
+
+    m = _write_config(tmp_path / "qwen", "qwen3.5-0.8b")
+    launch = [a for a in _spec(m) if a != "--disable-radix-cache"]
+    monkeypatch.delenv("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK", raising=False)
+    rc, out, err = _plan(capsys, "--gpu-memory-gb", "80", "--json", "--", "--model-path", m, *launch)
+    if rc == 2 and "SGLang refused the launch flags" in err:
+        pytest.skip(err.strip())
+    assert rc == 0, err
+    plain = json.loads(out)
+    monkeypatch.setenv("SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK", "1")
+    if skip_decode_lock() is None:
+        pytest.skip("this release has no SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK")
+    rc, out, err = _plan(capsys, "--gpu-memory-gb", "80", "--json", "--", "--model-path", m, *launch)
+    skipped = json.loads(out)
+    assert skipped["stock"]["slots_per_request"] == plain["stock"]["slots_per_request"] - 1
+    assert skipped["launch"]["resolved"]["skip_decode_lock"] is True
+    rc, text, _ = _plan(capsys, "--gpu-memory-gb", "80", "--", "--model-path", m, *launch)
+    assert "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1" in text, text
+    strategy = ["--mamba-radix-cache-strategy", "extra_buffer_lazy"]
+    rc, out, err = _plan(capsys, "--gpu-memory-gb", "80", "--json", "--", "--model-path", m, *launch, *strategy)
+    assert rc == 0, err
+    assert json.loads(out)["launch"]["resolved"]["mamba_extra_buffer_lazy"] is True
