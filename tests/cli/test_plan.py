@@ -404,8 +404,8 @@ def test_replayssm_on_a_mamba2_launch_is_not_priced(tmp_path, capsys):
         "--max-running-requests", "64", "--skip-tokenizer-init", "--disable-radix-cache",
     ]  # fmt: skip
     rc, out, err = _plan(capsys, "--gpu-memory-gb", "80", "--json", "--", *base, "--enable-linear-replayssm-spec")
-    if rc == 2 and "SGLang refused the launch flags" in err:
-        pytest.skip(err.strip())
+    if rc == 2 and ("SGLang refused the launch flags" in err or "unrecognized arguments" in err):
+        pytest.skip(err.strip())  # a release without the flag
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["mixer"] == "mamba2"
@@ -447,6 +447,10 @@ def test_pd_advice_names_what_would_lift_the_cap(capsys):
     assert rc == 0, err
     capped = [ln for ln in out.splitlines() if "caps running requests" in ln]
     assert capped and all("--speculative-num-draft-tokens" not in ln for ln in capped), out
+    from sglang_mamba_dedup.offline import estimator
+
+    if "disaggregation_decode_extra_slots" not in estimator.server_args_fields():
+        return  # 0.5.12 ... 0.5.13.post1: SGLang pre-allocates twice the requests up to 32, no flag to lower
     argv = ["--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--disaggregation-mode", "decode"]
     rc, out, err = _plan(capsys, *argv, "--disaggregation-decode-extra-slots", "1000000")
     assert rc == 0, err
