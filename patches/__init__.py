@@ -8,7 +8,7 @@ from __future__ import annotations
 from sglang_mamba_dedup import versions
 from sglang_mamba_dedup.patcher import Patch
 
-from . import estimator, mamba_pool, server_args, topk, verify_commit
+from . import estimator, mamba_pool, server_args, server_state, topk, verify_commit
 
 # Ranges come only from the named boundaries in ``sglang_mamba_dedup.versions``.
 ALL = str(versions.SUPPORTED)
@@ -17,11 +17,21 @@ OLD_LAYOUT = str(versions.OLD_LAYOUT)  # pools built in model_runner_kv_cache_mi
 NEW_LAYOUT = str(versions.NEW_LAYOUT)  # pools built in kv_cache_configurator
 UNIFIED_POOL = str(versions.UNIFIED_POOL)  # UnifiedMambaPool exists
 ZERO_COPY = str(versions.ZERO_COPY)  # the one release the zero-copy commit is built against
+SERVER_STATE = str(versions.SERVER_STATE)  # Scheduler.get_internal_state importable on a CPU test machine
 
 #: Features in application order; all of them only when the plugin is switched on (``zero_copy*`` only when
 #: asked for as well; the Mamba2 mixer's kernel bindings exist on CUDA only, hence a feature of their own). ``launch_flag`` makes SGLang's parser accept our flags (which switched the plugin on from
 #: ``sys.argv``).
-FEATURES = ("launch_flag", "dedup_layout", "commit", "topk_plumbing", "estimator", "zero_copy", "zero_copy_mamba2")
+FEATURES = (
+    "launch_flag",
+    "dedup_layout",
+    "commit",
+    "topk_plumbing",
+    "estimator",
+    "server_state",
+    "zero_copy",
+    "zero_copy_mamba2",
+)
 #: Features applied only when asked for as well (``SGLANG_MAMBA_DEDUP_ZERO_COPY``).
 ASKED_FOR = ("zero_copy", "zero_copy_mamba2")
 #: What switching the plugin on applies (besides the flag).
@@ -92,7 +102,7 @@ PATCHES: list[Patch] = [
         wrapper=verify_commit.update_mamba_state_after_mtp_verify,
         params=("last_correct_step_indices", "mamba_track_indices", "mamba_steps_to_track", "model"),
         calls=verify_commit.CALLEES,
-        doc="one fused launch of our kernel for SSM + every conv kind, accept + track; then SGLang's own PLE side-state commit with the arity the release defines",
+        doc="one fused launch of our kernel (SSM, every conv kind, accept + track), then SGLang's own PLE side-state commit",
     ),
     Patch(
         name="kv_cache_mixin.init_pools",
@@ -112,7 +122,7 @@ PATCHES: list[Patch] = [
         releases=OLD_LAYOUT,
         wrapper=estimator.handle_max_mamba_cache,
         params=("total_rest_memory",),
-        doc="reserves the deduplicated window size (more slots) and what the pool allocates beyond SGLang's estimate: padding rows, ReplaySSM's conv scratch, PD decode's pre-allocated rows",
+        doc="reserves the deduplicated window (more slots) and what the pool allocates beyond SGLang's estimate",
     ),
     Patch(
         name="kv_cache_configurator.handle_max_mamba_cache",
@@ -122,7 +132,17 @@ PATCHES: list[Patch] = [
         releases=NEW_LAYOUT,
         wrapper=estimator.handle_max_mamba_cache,
         params=("total_rest_memory",),
-        doc="reserves the deduplicated window size (more slots) and what the pool allocates beyond SGLang's estimate: padding rows, ReplaySSM's conv scratch, PD decode's pre-allocated rows",
+        doc="reserves the deduplicated window (more slots) and what the pool allocates beyond SGLang's estimate",
+    ),
+    Patch(
+        name="scheduler.get_internal_state",
+        feature="server_state",
+        module="sglang.srt.managers.scheduler",
+        attr="Scheduler.get_internal_state",
+        releases=SERVER_STATE,
+        wrapper=server_state.get_internal_state,
+        params=("recv_req",),
+        doc="adds the running-request cap in force, the mamba slots and each pool's ledger to /get_server_info",
     ),
     Patch(
         name="gdn_backend.forward_extend",

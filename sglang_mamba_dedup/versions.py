@@ -44,6 +44,10 @@ NEW_LAYOUT_FROM = "0.5.16"
 SPEC_RADIX_FROM = "0.5.14"
 #: ``UnifiedMambaPool`` (``--enable-unified-memory``) exists; it never runs ``MambaPool.__init__``.
 UNIFIED_POOL_FROM = "0.5.15"
+#: the ``server_state`` entry in each scheduler's internal state: 0.5.12 and 0.5.12.post1 import ``sgl_kernel``
+#: with their scheduler module on every platform but NPU/XPU/MPS (``memory_pool_host.py``), so no CPU test reaches
+#: their ``Scheduler.get_internal_state``: not shipped there.
+SERVER_STATE_FROM = "0.5.13"
 #: the zero-copy commit (docs/zero-copy.md): built and proven against this one release's private code.
 ZERO_COPY_RELEASE = "0.5.23"
 #: the first release we have not tested.
@@ -56,6 +60,7 @@ OLD_LAYOUT = SpecifierSet(f">={FIRST},<{NEW_LAYOUT_FROM}")
 NEW_LAYOUT = SpecifierSet(f">={NEW_LAYOUT_FROM},<{UNTESTED_FROM}")
 UNIFIED_POOL = SpecifierSet(f">={UNIFIED_POOL_FROM},<{UNTESTED_FROM}")
 ZERO_COPY = SpecifierSet(f"=={ZERO_COPY_RELEASE}")
+SERVER_STATE = SpecifierSet(f">={SERVER_STATE_FROM},<{UNTESTED_FROM}")
 
 
 def plugin_version() -> str:

@@ -1,0 +1,99 @@
+"""The ``server_state`` feature (issue 35, item 6): SGLang's own ``Scheduler.get_internal_state`` (the release's real
+body, run on a stand-in scheduler whose other attributes answer zero) with the plugin on carries a ``mamba_dedup``
+entry: the running-request cap asked for and in force, the mamba slots of the scheduler's real pool, and the ledger
+of that pool as the plugin recorded it when the pool was built; every value survives JSON (SGLang sends the state
+between processes with msgpack). With the plugin off there is no entry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglang_mamba_dedup import versions
+from sglang_mamba_dedup.patches import server_state
+from tests.support import integration as iu
+
+pytestmark = [
+    pytest.mark.release,
+    pytest.mark.usefixtures("allow_cpu"),
+    pytest.mark.skipif(
+        not versions.in_range(versions.installed_sglang_version(), versions.SERVER_STATE),
+        reason=f"server_state is shipped from SGLang {versions.SERVER_STATE_FROM} on",
+    ),
+]
+
+
+class _Zero(float):
+    """Whatever SGLang's readback asks of a scheduler part the test does not model: zero, callable, indexable."""
+
+    def __new__(cls):
+        return float.__new__(cls, 0.0)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Zero()
+
+    def __call__(self, *args, **kwargs):
+        return _Zero()
+
+    def __iter__(self):
+        return iter(())
+
+    def __getitem__(self, key):
+        return _Zero()
+
+
+class _Scheduler:
+    def __init__(self, **attrs):
+        self.__dict__.update(attrs)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Zero()
+
+
+def _publish() -> None:
+    """The server arguments SGLang's readback starts from: the runtime context (0.5.16+), or the older global."""
+    iu.publish_server_args()
+    from sglang.srt import server_args as sa_module
+
+    setter = getattr(sa_module, "set_global_server_args_for_scheduler", None)
+    if setter is not None and not iu.NEW_LAYOUT:
+        setter(sa_module.ServerArgs(model_path="dummy", disable_radix_cache=True))
+
+
+def _internal_state(scheduler) -> dict:
+    from sglang.srt.managers.io_struct import GetInternalStateReq
+    from sglang.srt.managers.scheduler import Scheduler
+
+    try:
+        from sglang.srt.managers.scheduler_components.internal_state import SchedulerInternalStateController
+    except ImportError:  # before 0.5.22 the readback is Scheduler's own
+        pass
+    else:
+        scheduler.internal_state = SchedulerInternalStateController(scheduler, record_step_time=False)
+    return Scheduler.get_internal_state(scheduler, GetInternalStateReq()).internal_state
+
+
+def test_each_scheduler_says_its_cap_slots_and_ledger():
+    _publish()
+    cp = iu.make_cache_params(num_layers=2, conv_dim=8, conv_kernel=4, num_heads=2, head_dim=4, state_size=4)
+    with iu.cpu_stock_paths(), iu.plugin(True):
+        rtp = iu.build_pool(cache_params=cp, size=3, mamba_size=7, draft_tokens=4, topk=1)
+        asked = _Scheduler(max_running_requests=8)
+        scheduler = _Scheduler(max_running_requests=3, req_to_token_pool=rtp, server_args=asked)
+        state = _internal_state(scheduler)
+        entry = state[server_state.KEY]
+        assert json.loads(json.dumps(entry)) == entry  # plain JSON types only
+        assert entry["mode"] == "on" and {"dedup_layout", "commit", "server_state"} <= set(entry["applied"])
+        assert entry["max_running_requests"] == {"asked": 8, "effective": 3}
+        assert entry["mamba_slots"] == rtp.mamba_pool.size == 7
+        (ledger,) = entry["ledgers"]
+        assert ledger["pool"] == type(rtp.mamba_pool).__name__ and ledger["allocated_bytes"] > 0
+        assert {"conv", "temporal", "intermediate_ssm", "intermediate_conv_window"} <= set(ledger["buffers"])
+        assert state.get("effective_max_running_requests_per_dp") == 3  # SGLang's own answer is kept
+    with iu.plugin(False):
+        assert server_state.KEY not in _internal_state(_Scheduler(max_running_requests=3))
