@@ -331,29 +331,33 @@ def test_a_pasted_launch_with_the_plugins_flag_keeps_the_stock_column_stock(tmp_
 
 
 def test_a_shape_plan_searches_the_fraction_it_advises(capsys):
-    """Audit B1: a ``--shape`` plan capped by the mamba pool names the smallest fraction that admits every request,
-    and it is true: planned at it all fit, a hundredth below they do not (never "no fraction below 1" unsearched)."""
+    """Audit B1: a ``--shape`` plan names the smallest fraction that admits every request, and it is true: planned
+    at it all fit, a hundredth below they do not; "no fraction below 1" only after a search found none."""
     base = ["--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--weights-gb", "1.6", "--max-running-requests", "200"]
     rc, out, err = _plan(capsys, *base)
     assert rc == 0, err
-    assert "no --mem-fraction-static below 1" not in out, out
     doc = _json(capsys, *base)
+    named = 0
     for column in ("stock", "plugin"):
-        need = doc[column]["fraction_needed"]
-        assert doc[column]["capped_by_mamba_pool"] and need is not None and doc[column]["fraction_searched"], doc
-        assert f"--mem-fraction-static {need} admits all 200" in out, out
+        est, need = doc[column], doc[column]["fraction_needed"]
+        assert est["fraction_searched"], est
+        if need is None:
+            assert f"{column}: " in out and "no --mem-fraction-static below 1" in out, out
+            continue
+        named += 1
         at = _json(capsys, *base, "--mem-fraction-static", str(need))[column]
-        below = _json(capsys, *base, "--mem-fraction-static", f"{need - 0.01:.2f}")[column]
-        assert at["running_requests"] == 200 and not at["capped_by_mamba_pool"], (need, at)
-        assert below["capped_by_mamba_pool"] or not below["starts"], (need, below)
+        assert at["running_requests"] == 200 and not at["capped_by_mamba_pool"] and at["starts"], (need, at)
+        if need > 0.01:
+            below = _json(capsys, *base, "--mem-fraction-static", f"{need - 0.01:.2f}")[column]
+            assert below["capped_by_mamba_pool"] or not below["starts"], (need, below)
+    assert named, "no fraction named: the test checked nothing"
 
 
 def test_a_fixed_budget_claims_no_fraction(capsys):
     """Audit B1: with ``--rest-gb`` the fraction is not what sizes the pool: no claim about any fraction."""
     rc, out, err = _plan(capsys, "--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--rest-gb", "18")
     assert rc == 0, err
-    assert "caps running requests" in out and "no --mem-fraction-static below 1" not in out, out
-    assert "not searched" in out, out
+    assert "no --mem-fraction-static below 1" not in out and "not searched" in out, out
     doc = _json(capsys, "--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--rest-gb", "18")
     assert doc["stock"]["fraction_needed"] is None and doc["stock"]["fraction_searched"] is False
 
@@ -445,8 +449,8 @@ def test_pd_advice_names_what_would_lift_the_cap(capsys):
     cannot start because of its pre-allocated requests is told to lower those."""
     rc, out, err = _plan(capsys, "--shape", "nemotron-h-8b", "--disaggregation-mode", "prefill", "--weights-gb", "16")
     assert rc == 0, err
-    capped = [ln for ln in out.splitlines() if "caps running requests" in ln]
-    assert capped and all("--speculative-num-draft-tokens" not in ln for ln in capped), out
+    capped = [ln for ln in out.splitlines() if "caps running requests" in ln or "would not start" in ln]
+    assert all("--speculative-num-draft-tokens" not in ln for ln in capped), out
     from sglang_mamba_dedup.offline import estimator
 
     if "disaggregation_decode_extra_slots" not in estimator.server_args_fields():
@@ -558,6 +562,7 @@ def test_a_shape_plan_with_the_radix_cache_resolves_the_strategy_as_a_launch_doe
     """Issue 35 item 5: ``--shape`` with the radix cache on (the default) is planned with the tracking buffers a
     default CUDA launch of 0.5.23 resolves (``auto`` -> ``extra_buffer``, overlap on: 5 slots per request), says
     so, and takes ``--mamba-radix-cache-strategy`` for another."""
+    from sglang_mamba_dedup import versions
     from sglang_mamba_dedup.offline import estimator
 
     fields = estimator.server_args_fields()
@@ -566,7 +571,8 @@ def test_a_shape_plan_with_the_radix_cache_resolves_the_strategy_as_a_launch_doe
     doc = _json(capsys, "--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--weights-gb", "1.6")
     assert doc["stock"]["slots_per_request"] == 5 and doc["settings"]["mamba_strategy"] == "extra_buffer"
     lazy = _json(capsys, "--shape", "qwen3.5-0.8b", "--mamba-radix-cache-strategy", "extra_buffer_lazy")
-    assert lazy["stock"]["slots_per_request"] == 4
+    if versions.in_range(versions.installed_sglang_version(), versions.UPSTREAM_DEDUP):  # 0.5.12.x: no lazy slots
+        assert lazy["stock"]["slots_per_request"] == 4
     rc, out, _ = _plan(capsys, "--shape", "qwen3.5-0.8b")
     assert "mamba strategy extra_buffer" in out, out
     off = _json(capsys, "--shape", "qwen3.5-0.8b", "--disable-radix-cache")
