@@ -25,6 +25,7 @@ import dataclasses
 import inspect
 import json
 import logging
+import os
 import sys
 import warnings
 from collections.abc import Callable
@@ -54,7 +55,18 @@ class NoSGLang(RuntimeError):
 
 def plan(args, launch_flags: list[str] | None = None) -> dict[str, Any]:
     """The plan of a model's launch (``launch_flags``, or the planner's own flags): SGLang's estimate, stock and
-    with the plugin, as the ``--json`` document."""
+    with the plugin, as the ``--json`` document. SGLang's resolution exports variables into the environment (e.g.
+    ``SGLANG_MAMBA_SSM_DTYPE``); they are this plan's only: the caller's environment is as it was afterwards."""
+    saved = dict(os.environ)
+    try:
+        return _plan(args, launch_flags)
+    finally:
+        if dict(os.environ) != saved:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+def _plan(args, launch_flags: list[str] | None) -> dict[str, Any]:
     problem = versions.support_problem(versions.installed_sglang_version()) or versions.import_problem()
     if problem:
         raise NoSGLang(problem)

@@ -407,10 +407,12 @@ def test_replayssm_on_a_mamba2_launch_is_not_priced(tmp_path, capsys):
         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m,
         "--max-running-requests", "64", "--skip-tokenizer-init", "--disable-radix-cache",
     ]  # fmt: skip
+    environ = dict(os.environ)
     rc, out, err = _plan(capsys, "--gpu-memory-gb", "80", "--json", "--", *base, "--enable-linear-replayssm-spec")
     if rc == 2 and ("SGLang refused the launch flags" in err or "unrecognized arguments" in err):
         pytest.skip(err.strip())  # a release without the flag
     assert rc == 0, err
+    assert dict(os.environ) == environ, "SGLang's resolution exported variables out of the plan"
     doc = json.loads(out)
     assert doc["mixer"] == "mamba2"
     for column in ("stock", "plugin"):
