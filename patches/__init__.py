@@ -8,7 +8,7 @@ from __future__ import annotations
 from sglang_mamba_dedup import versions
 from sglang_mamba_dedup.patcher import Patch
 
-from . import estimator, mamba_pool, server_args, server_state, topk, verify_commit
+from . import commit, dedup_layout, estimator, launch_flag, server_state, topk_plumbing
 
 # Ranges come only from the named boundaries in ``sglang_mamba_dedup.versions``.
 ALL = str(versions.SUPPORTED)
@@ -59,7 +59,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.server_args",
         attr="ServerArgs.add_cli_args",
         releases=ALL,
-        wrapper=server_args.add_cli_args,
+        wrapper=launch_flag.add_cli_args,
         params=("parser",),
         doc="adds --enable-mamba-conv-dedup",
     ),
@@ -69,7 +69,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.server_args",
         attr="ServerArgs.from_cli_args",
         releases=ALL,
-        wrapper=server_args.from_cli_args,
+        wrapper=launch_flag.from_cli_args,
         params=("args",),
         doc="turns the flag into SGLANG_MAMBA_DEDUP=1 before scheduler processes spawn",
     ),
@@ -79,7 +79,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.mem_cache.memory_pool",
         attr="MambaPool.__init__",
         releases=ALL,
-        wrapper=mamba_pool.mamba_pool_init,
+        wrapper=dedup_layout.mamba_pool_init,
         params=("size", "spec_state_size", "cache_params", "mamba_layer_ids", "device", "speculative_num_draft_tokens"),
         doc="back-ports the deduplicated window (no upstream dedup) / checks, records and counts physically upstream's",
     ),
@@ -89,7 +89,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.mem_cache.unified_memory_pool",
         attr="UnifiedMambaPool.__init__",
         releases=UNIFIED_POOL,
-        wrapper=mamba_pool.unified_mamba_pool_init,
+        wrapper=dedup_layout.unified_mamba_pool_init,
         params=("unified_buffer", "spec_state_size", "speculative_num_draft_tokens"),
         doc="says (WARNING; strict stops) that a unified-memory pool keeps SGLang's dense window and commit",
     ),
@@ -99,9 +99,9 @@ PATCHES: list[Patch] = [
         module="sglang.srt.layers.attention.hybrid_linear_attn_backend",
         attr="HybridLinearAttnBackend.update_mamba_state_after_mtp_verify",
         releases=ALL,
-        wrapper=verify_commit.update_mamba_state_after_mtp_verify,
+        wrapper=commit.update_mamba_state_after_mtp_verify,
         params=("last_correct_step_indices", "mamba_track_indices", "mamba_steps_to_track", "model"),
-        calls=verify_commit.CALLEES,
+        calls=commit.CALLEES,
         doc="one fused launch of our kernel (SSM, every conv kind, accept + track), then SGLang's own PLE side-state commit",
     ),
     Patch(
@@ -110,7 +110,7 @@ PATCHES: list[Patch] = [
         module="sglang.srt.model_executor.model_runner_kv_cache_mixin",
         attr="ModelRunnerKVCacheMixin._init_pools",
         releases=BACKPORT,
-        wrapper=topk.init_pools,
+        wrapper=topk_plumbing.init_pools,
         params=("self",),
         doc="passes speculative_eagle_topk to the pool gate",
     ),

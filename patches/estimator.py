@@ -13,7 +13,8 @@ from sglang_mamba_dedup import gate, sizing, state, versions
 from sglang_mamba_dedup.sizing import GIB
 from sglang_mamba_dedup.state import STATE
 
-from . import verify_commit, zero_copy
+from . import commit as commit_patch
+from . import zero_copy
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -93,7 +94,7 @@ def estimator_decision(wrapped, instance) -> tuple[float | None, str | None, dic
         cache_params=cache_params,
         topk=topk,
         unified=unified,
-        backport_problem=verify_commit.backport_problem() if backport else None,
+        backport_problem=commit_patch.backport_problem() if backport else None,
     )
     if not ok:
         return None, reason, {}

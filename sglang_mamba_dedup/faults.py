@@ -3,7 +3,7 @@
 ``SGLANG_MAMBA_DEDUP_FAULT=commit_step0`` (together with the plugin switched on) makes the plugin's commit
 copy draft step 0 of every accepted request row instead of its accepted step; skipped rows (step -1) and
 the track set stay as they are. The fault replaces the method
-:meth:`sglang_mamba_dedup.patches.verify_commit._Route.commit`, the one launch the commit wrapper makes
+:meth:`sglang_mamba_dedup.patches.commit._Route.commit`, the one launch the commit wrapper makes
 (looked up on the route's class on every call), so it reaches every commit our kernel serves, and
 nothing else. With partial acceptance in the workload the outputs must then change: an end-to-end md5
 check that still says "equal" with the fault in place proves nothing (``sglang-mamba-dedup e2e --modes
@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 
 from . import env, report
-from .patches import verify_commit
+from .patches import commit as commit_patch
 from .patches.zero_copy import bookkeeping
 from .state import STATE
 
@@ -55,7 +55,7 @@ def install(name: str) -> None:
         no_stage_in._smd_real = real_stage_in  # type: ignore[attr-defined]
         bookkeeping.ZeroCopy.stage_in = no_stage_in  # type: ignore[method-assign]
     else:
-        real = verify_commit._Route.commit
+        real = commit_patch._Route.commit
 
         def commit_step0(route, steps, slots, track_steps, track_slots, rows=None):
             import torch
@@ -64,7 +64,7 @@ def install(name: str) -> None:
             return real(route, step0, slots, track_steps, track_slots, rows=rows)
 
         commit_step0._smd_real = real  # type: ignore[attr-defined]
-        verify_commit._Route.commit = commit_step0  # type: ignore[method-assign]
+        commit_patch._Route.commit = commit_step0  # type: ignore[method-assign]
     STATE.fault = name
     report.record_fault(name)
     logger.warning(
@@ -74,9 +74,9 @@ def install(name: str) -> None:
 
 def remove() -> None:
     """Undo :func:`install` (no-op when no fault is in place)."""
-    real = getattr(verify_commit._Route.commit, "_smd_real", None)
+    real = getattr(commit_patch._Route.commit, "_smd_real", None)
     if real is not None:
-        verify_commit._Route.commit = real  # type: ignore[method-assign]
+        commit_patch._Route.commit = real  # type: ignore[method-assign]
     real = getattr(bookkeeping.ZeroCopy.stage_in, "_smd_real", None)
     if real is not None:
         bookkeeping.ZeroCopy.stage_in = real  # type: ignore[method-assign]

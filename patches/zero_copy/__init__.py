@@ -10,7 +10,7 @@ every other reader of the state, and why each excluded case keeps today's commit
   seeds (one launch per verify forward), the stage-in (one launch per extend), the commit (one launch, the
   ``accepted`` update folded in), the session hand-off;
 * :mod:`.hooks`: the wrappers Z1-Z4 and Z6 of the patch table; Z5 is the commit wrapper's zero-copy route
-  (:mod:`..verify_commit` calls :meth:`~.bookkeeping.ZeroCopy.commit`).
+  (:mod:`..commit` calls :meth:`~.bookkeeping.ZeroCopy.commit`).
 """
 
 from __future__ import annotations

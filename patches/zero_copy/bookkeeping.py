@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from sglang_mamba_dedup.patches import verify_commit
+from sglang_mamba_dedup.patches import commit as commit_patch
 
 from . import prepare
 
@@ -65,10 +65,10 @@ class ZeroCopy:
             return
         if self._zeros is None:
             self._zeros = torch.zeros(self.accepted.shape[0], dtype=torch.int32, device=self.accepted.device)
-        kernel = verify_commit.load_fused_commit()
+        kernel = commit_patch.load_fused_commit()
         src, dst = cache.temporal[:, :, None], cache.intermediate_ssm[:, :, 0]  # [L, slots, 1, *st], [L, S+1, *st]
         plan = kernel.get_plan([], [], dst, src, owner=cache.temporal)
-        verify_commit.count_launch(
+        commit_patch.count_launch(
             kernel.launch(plan, ssm=(src, dst), accept=(self._zeros[:n], rows[:n]), src_rows=slots)
         )
         self.accepted.index_fill_(0, torch.where(slots >= 0, rows[:n], 0).long(), 1)
@@ -77,7 +77,7 @@ class ZeroCopy:
         """Z5: the conv windows of the accepted step from the requests' scratch rows, ``accepted[row] = step + 1``
         stored by the same launch; no SSM bytes. Returns the plan (the route keeps it alive for CUDA graphs)."""
         plan = kernel.get_plan(cache.conv, cache.intermediate_conv_window, None, None, accepted=self.accepted)
-        verify_commit.count_launch(kernel.launch(plan, accept=(steps, slots), src_rows=rows[: steps.shape[0]]))
+        commit_patch.count_launch(kernel.launch(plan, accept=(steps, slots), src_rows=rows[: steps.shape[0]]))
         return plan
 
     def materialize(self, cache) -> None:

@@ -18,7 +18,8 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 
 from .. import activation, env, faults, patch_state, versions
-from ..patches import ASKED_FOR, PATCHES, verify_commit
+from ..patches import ASKED_FOR, PATCHES
+from ..patches import commit as commit_patch
 from . import evidence
 
 
@@ -108,7 +109,7 @@ def collect() -> dict[str, Any]:
             elif reason:
                 info["problems"].append(reason)
         info["features"] = features
-        kernel = verify_commit.kernel_problem()  # the import the decode path would make, tried here too
+        kernel = commit_patch.kernel_problem()  # the import the decode path would make, tried here too
         info["commit_kernel"] = "imports" if kernel is None else f"does not import: {kernel}"
         if kernel:
             info["problems"].append(f"the plugin's commit kernel does not import: {kernel}")

@@ -63,7 +63,7 @@ def test_what_if_commands_write_no_report_and_install_no_fault(monkeypatch, tmp_
     put in place, while the plugin's effect still shows."""
     from sglang_mamba_dedup import faults, report
     from sglang_mamba_dedup.cli import plan
-    from sglang_mamba_dedup.patches import verify_commit
+    from sglang_mamba_dedup.patches import commit as commit_patch
 
     reports = tmp_path / "reports"
     monkeypatch.setenv(env.REPORT_DIR, str(reports))
@@ -78,4 +78,4 @@ def test_what_if_commands_write_no_report_and_install_no_fault(monkeypatch, tmp_
         assert _row(capsys.readouterr().out, "post-verify commit").endswith("plugin's fused kernel")
     assert not reports.exists() or sorted(p.name for p in reports.iterdir()) == []
     assert installs == [] and faults.installed() is None
-    assert verify_commit._Route.commit.__name__ == "commit"
+    assert commit_patch._Route.commit.__name__ == "commit"

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from sglang_mamba_dedup import activation, env, faults, patch_state, report, state
-from sglang_mamba_dedup.patches import verify_commit
+from sglang_mamba_dedup.patches import commit as commit_patch
 from tests.support import integration as iu
 
 pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
@@ -50,7 +50,7 @@ def test_negative_control_fault_reaches_the_kernel(kernel_impl, monkeypatch):
     with iu.cpu_stock_paths(cfg.device), iu.plugin(True):
         ours = iu.simulate(cfg)
 
-    kernel = verify_commit.load_fused_commit()
+    kernel = commit_patch.load_fused_commit()
     real_launch = kernel.launch
     launched_steps = []
 
@@ -62,7 +62,7 @@ def test_negative_control_fault_reaches_the_kernel(kernel_impl, monkeypatch):
     with iu.cpu_stock_paths(cfg.device), _fault_run(monkeypatch):
         assert faults.installed() == faults.COMMIT_STEP0
         faulty = iu.simulate(cfg)
-    assert faults.installed() is None and verify_commit._Route.commit.__name__ == "commit"
+    assert faults.installed() is None and commit_patch._Route.commit.__name__ == "commit"
 
     # stock == plugin, bit for bit
     for a, b in zip(stock.final, ours.final):
@@ -88,7 +88,7 @@ def test_negative_control_fault_reaches_the_kernel(kernel_impl, monkeypatch):
 def test_negative_control_unknown_fault_installs_nothing(monkeypatch, caplog):
     monkeypatch.setenv(env.FAULT, "commit_everything_wrong")
     assert faults.install_from_env() is None
-    assert faults.installed() is None and verify_commit._Route.commit.__name__ == "commit"
+    assert faults.installed() is None and commit_patch._Route.commit.__name__ == "commit"
     assert "commit_everything_wrong" in caplog.text and "no fault installed" in caplog.text
 
 

@@ -19,7 +19,7 @@ import torch
 from sglang_mamba_dedup import env, gate, patch_state, report, sizing
 from sglang_mamba_dedup.offline import shapes
 from sglang_mamba_dedup.patches import estimator as estimator_patch
-from sglang_mamba_dedup.patches import topk as topk_patch
+from sglang_mamba_dedup.patches import topk_plumbing as topk_patch
 from sglang_mamba_dedup.state import STATE
 from tests.support import integration as iu
 

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from sglang_mamba_dedup import faults, patch_state, versions
-from sglang_mamba_dedup.patches import verify_commit
+from sglang_mamba_dedup.patches import commit as commit_patch
 from sglang_mamba_dedup.patches.zero_copy import bookkeeping, hooks
 from tests.support import zero_copy_sim as sim
 
@@ -80,7 +80,7 @@ class _World:
         self.pool = types.SimpleNamespace(mamba_cache=self.cache, _smd_zc=None)
         if zc:
             self.pool._smd_zc = bookkeeping.ZeroCopy(self.pool)
-        self.route = verify_commit._Route(None, self.pool, self.cache, verify_commit.load_fused_commit(), None)
+        self.route = commit_patch._Route(None, self.pool, self.cache, commit_patch.load_fused_commit(), None)
 
     def extend(self, e: sim.Extend) -> None:
         """A stand-in prefill chunk: the new state is a fixed function of the stored one and the chunk."""

@@ -11,7 +11,8 @@ import pytest
 
 import sglang_mamba_dedup
 from sglang_mamba_dedup import activation, env, patch_state, state, versions
-from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
+from sglang_mamba_dedup.patches import SWITCHED_FEATURES
+from sglang_mamba_dedup.patches import commit as commit_patch
 from sglang_mamba_dedup.state import STATE
 
 pytestmark = pytest.mark.release
@@ -87,7 +88,7 @@ def test_kernel_import_failure_is_remembered_logged_once_and_seen_by_doctor(monk
     try:
         with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
             for _ in range(5):
-                assert "simulated broken triton" in verify_commit.kernel_problem()
+                assert "simulated broken triton" in commit_patch.kernel_problem()
         assert len(attempts) == 1, "the import must be tried once per process"
         warned = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warned) == 1 and "does not import" in warned[0].getMessage()
@@ -196,14 +197,14 @@ def test_strict_stops_when_the_gate_says_no(monkeypatch):
 
 def test_strict_stops_when_the_commit_kernel_is_unavailable(monkeypatch):
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")
-    monkeypatch.setattr(verify_commit, "kernel_problem", lambda: "ImportError: simulated")
+    monkeypatch.setattr(commit_patch, "kernel_problem", lambda: "ImportError: simulated")
     with iu.cpu_stock_paths(), iu.plugin(True, mode="strict"), pytest.raises(RuntimeError, match="strict.*simulated"):
         _pool()
 
 
 def test_on_mode_logs_why_our_commit_will_not_serve_the_pool(monkeypatch, caplog):
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ALLOW_CPU", "1")
-    monkeypatch.setattr(verify_commit, "kernel_problem", lambda: "ImportError: simulated")
+    monkeypatch.setattr(commit_patch, "kernel_problem", lambda: "ImportError: simulated")
 
     STATE.warned.clear()
     with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
@@ -345,7 +346,7 @@ def test_strict_refuses_a_set_fault_variable(monkeypatch, value):
         activation.register()
     msg = str(e.value)
     assert f"{env.FAULT}={value.strip()!r} is set" in msg and "strict mode refuses it" in msg, msg
-    assert faults.installed() is None and verify_commit._Route.commit.__name__ == "commit"
+    assert faults.installed() is None and commit_patch._Route.commit.__name__ == "commit"
     assert patch_state.PATCHER.applied() == [], "strict refused, yet something is wrapped"
 
 

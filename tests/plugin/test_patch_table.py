@@ -103,7 +103,7 @@ def test_wheel_contents(tmp_path):
     (wheel,) = tmp_path.glob("sglang_mamba_dedup-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "sglang_mamba_dedup/patches/__init__.py" in names
-    assert "sglang_mamba_dedup/patches/mamba_pool.py" in names
+    assert "sglang_mamba_dedup/patches/dedup_layout.py" in names
     assert "sglang_mamba_dedup/kernels/__init__.py" in names and "sglang_mamba_dedup/kernels/commit.py" in names
     assert "sglang_mamba_dedup/py.typed" in names and "sglang_mamba_dedup/cli/doctor.py" in names
     assert not any(n.startswith("patches/") for n in names)

@@ -281,10 +281,10 @@ def test_callee_signature_is_checked_before_wrapping(fake_module, ple_params, ok
 def test_installed_release_accepts_every_call_the_commit_makes():
     """The PLE / translate calls of our commit path bind against the installed SGLang (fails on 0.5.20/0.5.21
     when the plugin passes 0.5.23's arity)."""
-    from sglang_mamba_dedup.patches import verify_commit
+    from sglang_mamba_dedup.patches import commit as commit_patch
 
-    assert verify_commit.CALLEES
-    problems = {c.target: c.problem() for c in verify_commit.CALLEES}
+    assert commit_patch.CALLEES
+    problems = {c.target: c.problem() for c in commit_patch.CALLEES}
     assert not any(problems.values()), problems
 
 

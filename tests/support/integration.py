@@ -32,7 +32,8 @@ from sglang_mamba_dedup.offline.sglang_pool import (  # the package's one SGLang
     CudaToDeviceTorch,
     build_pool,
 )
-from sglang_mamba_dedup.patches import SWITCHED_FEATURES, verify_commit
+from sglang_mamba_dedup.patches import SWITCHED_FEATURES
+from sglang_mamba_dedup.patches import commit as commit_patch
 from tests.support.kernels import assert_bitwise_equal  # noqa: E402,F401  (one bitwise comparison for all tests)
 
 SGLANG_VERSION = versions.installed_sglang_version()
@@ -78,7 +79,7 @@ def plugin(on: bool, mode: str = "1"):
 
 def ensure_commit_kernel() -> str:
     """The plugin's Triton commit must import: these tests exercise it, never a stand-in."""
-    problem = verify_commit.kernel_problem()
+    problem = commit_patch.kernel_problem()
     assert problem is None, f"the plugin's commit kernel does not import: {problem}"
     return "triton"
 

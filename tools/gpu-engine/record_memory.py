@@ -43,7 +43,7 @@ LINES = {
     "max_total_num_tokens": re.compile(r"max_total_num_tokens=([0-9]+)"),
     "running_requests": re.compile(r"\bmax_running_requests=([0-9]+)"),
     "sglang_cap_warning": re.compile(r"max_running_requests is capped to ([0-9]+) by the mamba state cache"),
-    # the plugin's lines (patches/mamba_pool.py via ledger.py, patches/estimator.py)
+    # the plugin's lines (patches/dedup_layout.py via ledger.py, patches/estimator.py)
     "ledger_allocated_gib": re.compile(rf"mamba memory ledger: \w+ allocates {_NUM} GiB"),
     "ledger_reserved_gib": re.compile(rf"mamba memory ledger: .*?the estimator reserved {_NUM} GiB"),
     "topup_gib": re.compile(rf"mamba cache estimator reserves {_NUM} GiB \(\d+ bytes\) more"),

@@ -80,7 +80,7 @@ class SectionTimeout(Exception):
 
 @contextlib.contextmanager
 def force_backport():
-    from sglang_mamba_dedup.patches import mamba_pool as mp_patch
+    from sglang_mamba_dedup.patches import dedup_layout as mp_patch
 
     saved = mp_patch._is_backport
     mp_patch._is_backport = lambda: True

@@ -2,7 +2,7 @@
 SGLang's own non-speculative construction, then the deduplicated scratch in the same memory-saver region and
 memory pool (the dense window is never allocated). Take-over: SGLang's construction, then a check that its window
 is the overlapping view. A gate 'no' keeps SGLang's stock layout (strict mode: a RuntimeError). The pool is tagged
-``_smd_layout`` and ``_smd_commit_ok`` (whether our commit kernel may serve it, read by :mod:`.verify_commit`).
+``_smd_layout`` and ``_smd_commit_ok`` (whether our commit kernel may serve it, read by :mod:`.commit`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from sglang_mamba_dedup.env import SWITCH
 from sglang_mamba_dedup.sizing import GIB
 from sglang_mamba_dedup.state import STATE
 
-from . import verify_commit, zero_copy
+from . import commit as commit_patch
+from . import zero_copy
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -152,7 +153,7 @@ def _gate(instance, kwargs, *, backport: bool = False):
         # 0.5.12 ... 0.5.13.post1 have no such parameter: unknown unless _init_pools published it.
         topk = gate._UNSET if _is_backport() else None
     return gate.check(
-        backport_problem=verify_commit.backport_problem() if backport else None,
+        backport_problem=commit_patch.backport_problem() if backport else None,
         device=kwargs.get("device"),
         speculative_num_draft_tokens=kwargs.get("speculative_num_draft_tokens"),
         cache_params=kwargs.get("cache_params"),
@@ -180,7 +181,7 @@ def _commit_problem(instance, kwargs) -> str | None:
     for problem in (gate.device_problem(kwargs.get("device")), gate.model_problem(kwargs.get("cache_params"))):
         if problem:
             return problem
-    kernel = verify_commit.kernel_problem()
+    kernel = commit_patch.kernel_problem()
     if kernel:
         return f"the plugin's commit kernel is unavailable: {kernel}"
     return None
