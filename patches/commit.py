@@ -12,7 +12,7 @@ from typing import Any
 
 from sglang_mamba_dedup import report, state
 from sglang_mamba_dedup.env import SWITCH
-from sglang_mamba_dedup.patcher import Callee
+from sglang_mamba_dedup.patcher import Callee, self_first
 from sglang_mamba_dedup.state import STATE
 
 _BACKEND = "sglang.srt.layers.attention.hybrid_linear_attn_backend"
@@ -180,16 +180,13 @@ def _serving_route(instance, wrapped, req_pool_indices) -> _Route | None:
 
 
 def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
-    call_args = args
-    if instance is None and args and hasattr(args[0], "linear_attn_backend"):
-        # reached through the class attribute (e.g. another plugin's wrapper around ours): wrapt passes no
-        # instance and ``self`` first
+    _, instance, call_args, unbound = self_first(wrapped, instance, args, lambda o: hasattr(o, "linear_attn_backend"))
+    if unbound:
         state.warn_once(
             "verify commit unbound",
             "sglang-mamba-dedup: the verify commit was called through the class attribute with self first "
             "(another wrapper around ours?); the plugin reads self from the arguments and serves it",
         )
-        instance, call_args = args[0], args[1:]
     try:
         last_correct, track_idx, track_steps, req_pool_indices = _bind(*call_args, **kwargs)
     except TypeError:  # a call form without SGLang's first argument: SGLang's own code says what is wrong

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import inspect
 import logging
 
 from sglang_mamba_dedup import gate, ledger, report, sizing, state, versions
 from sglang_mamba_dedup.env import SWITCH
+from sglang_mamba_dedup.patcher import self_first
 from sglang_mamba_dedup.sizing import GIB
 from sglang_mamba_dedup.state import STATE
 
@@ -33,12 +33,9 @@ def _is_backport() -> bool:
 def _normalise_call(wrapped, instance, args, kwargs):
     """``(bound_init, instance, kwargs)`` for however the constructor was reached, or None. Another plugin may call
     the class attribute (wrapt then passes no instance and ``self`` first) or pass arguments positionally."""
-    call_args, bound = tuple(args), wrapped
+    bound, instance, call_args, _ = self_first(wrapped, instance, args, lambda o: hasattr(o, "__dict__"))
     if instance is None:
-        if not call_args or not hasattr(call_args[0], "__dict__"):
-            return None
-        instance, call_args = call_args[0], call_args[1:]
-        bound = functools.partial(wrapped, instance)
+        return None
     if call_args:
         try:
             params = list(inspect.signature(getattr(wrapped, "__func__", wrapped)).parameters)

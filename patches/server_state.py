@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from sglang_mamba_dedup import report, state, versions
+from sglang_mamba_dedup.patcher import self_first
 from sglang_mamba_dedup.state import STATE
 
 #: The key of the plugin's entry in a scheduler's internal state.
@@ -48,7 +49,7 @@ def get_internal_state(wrapped, instance, args, kwargs):
     """``Scheduler.get_internal_state``: SGLang's answer, plus the plugin's entry (never an error of ours)."""
     out = wrapped(*args, **kwargs)
     internal = getattr(out, "internal_state", None)
-    scheduler = instance if instance is not None else (args[0] if args else None)  # or through the class, self first
+    _, scheduler, _, _ = self_first(wrapped, instance, args)
     if isinstance(internal, dict) and scheduler is not None:
         try:
             internal[KEY] = scheduler_state(scheduler)

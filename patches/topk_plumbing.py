@@ -6,16 +6,14 @@ from __future__ import annotations
 import logging
 
 from sglang_mamba_dedup import gate, state
+from sglang_mamba_dedup.patcher import self_first
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
 
 def init_pools(wrapped, instance, args, kwargs):
-    runner = instance
-    if runner is None and args and hasattr(args[0], "server_args"):
-        # reached through the class attribute with self first (another plugin's wrapper around ours):
-        # wrapt passes no instance; the runner is the first argument
-        runner = args[0]
+    _, runner, _, unbound = self_first(wrapped, instance, args, lambda o: hasattr(o, "server_args"))
+    if unbound:
         state.warn_once(
             "init_pools unbound",
             "sglang-mamba-dedup: ModelRunner._init_pools was called through the class attribute with self "

@@ -95,6 +95,21 @@ class TargetError(Exception):
     """A target cannot be resolved or does not look like what the patch expects."""
 
 
+def self_first(
+    wrapped: Any, instance: Any, args: Sequence[Any], looks_like: Callable[[Any], bool] = lambda obj: True
+) -> tuple[Any, Any, tuple[Any, ...], bool]:
+    """A method wrapper's view of its call, however it was reached: the one place that handles the class attribute
+    called with ``self`` first (another plugin's wrapper around ours; wrapt then passes no instance).
+
+    Returns ``(call, instance, args, unbound)``: ``call(*args, **kwargs)`` runs the original on ``instance``;
+    ``unbound`` says the instance came from the first argument (which ``looks_like`` the target's owner)."""
+    if instance is not None or not args or not looks_like(args[0]):
+        return wrapped, instance, tuple(args), False
+    import functools
+
+    return functools.partial(wrapped, args[0]), args[0], tuple(args[1:]), True
+
+
 def resolve(module_name: str, attr: str) -> tuple[Any, str, Any]:
     """Import ``module_name`` and walk ``attr``: ``(parent, last_name, raw_original)``. A class attribute is taken
     from the class ``__dict__`` (a ``staticmethod`` stays a descriptor) and must be defined on that class, not

@@ -311,3 +311,30 @@ def test_a_foreign_star_args_wrapper_is_named_not_blamed_on_sglang():
 
     with pytest.raises(patcher.TargetError, match="changed signature: no parameter"):
         patcher.check_params(changed, ("size", "device"), "MambaPool.__init__")
+
+
+def test_self_first_is_one_answer_for_both_call_forms():
+    """Issue 37: "called through the class attribute with self first" is answered in one place, the patcher's
+    ``self_first``: the wrapper sees the same instance and arguments either way, and the call runs on it."""
+    import wrapt
+
+    from sglang_mamba_dedup.patcher import self_first
+
+    seen = []
+
+    class Owner:
+        def method(self, a, b=0):
+            return (self, a, b)
+
+    def wrapper(wrapped, instance, args, kwargs):
+        call, inst, rest, unbound = self_first(wrapped, instance, args, lambda o: isinstance(o, Owner))
+        seen.append((inst, rest, unbound))
+        return call(*rest, **kwargs)
+
+    Owner.method = wrapt.FunctionWrapper(Owner.__dict__["method"], wrapper)
+    o = Owner()
+    assert o.method(1, b=2) == (o, 1, 2)
+    assert Owner.method(o, 1, b=2) == (o, 1, 2)  # wrapt binds the instance itself here
+    assert Owner.__dict__["method"](o, 1, b=2) == (o, 1, 2)  # the raw attribute: no instance, self first
+    assert seen == [(o, (1,), False), (o, (1,), False), (o, (1,), True)]
+    assert self_first(len, None, ("x",), lambda obj: isinstance(obj, Owner)) == (len, None, ("x",), False)
