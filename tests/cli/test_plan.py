@@ -125,6 +125,28 @@ def test_plan_replayssm_reserves_the_conv_scratch(capsys):
     assert extra == pytest.approx(rows * conv_row, abs=rows * estimator_patch.RING_CURSOR_BYTES + 1)
 
 
+def _write_config(folder, preset: str) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(random_model.build_config(random_model.PRESETS[preset])))
+    return str(folder)
+
+
+def _spec(m: str, running: int | None = 64) -> list[str]:
+    """NEXTN launch flags for model folder ``m`` (radix cache off; ``running``: --max-running-requests, None: none)."""
+    out = [
+        "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m,
+        "--skip-tokenizer-init", "--disable-radix-cache",
+    ]  # fmt: skip
+    return out + ([] if running is None else ["--max-running-requests", str(running)])
+
+
+def _launch(folder, preset: str = "qwen3.5-0.8b", running: int | None = 64, *extra: str) -> list[str]:
+    """A pasted launch line for a random-weights config of ``preset`` written to ``folder``."""
+    m = _write_config(folder, preset)
+    return ["--model-path", m, *_spec(m, running), *extra]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -302,14 +324,7 @@ def test_a_pasted_launch_with_the_plugins_flag_keeps_the_stock_column_stock(tmp_
 
     from sglang_mamba_dedup import env
 
-    (tmp_path / "config.json").write_text(json.dumps(random_model.build_config(random_model.PRESETS["qwen3.5-0.8b"])))
-    m = str(tmp_path)
-    base = [
-        "--model-path", m, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
-        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m,
-        "--max-running-requests", "256", "--skip-tokenizer-init", "--disable-radix-cache",
-        "--mem-fraction-static", "0.15",
-    ]  # fmt: skip
+    base = _launch(tmp_path, "qwen3.5-0.8b", 256, "--mem-fraction-static", "0.15")
     environ = {k: v for k, v in os.environ.items() if k not in (env.SWITCH, env.ZERO_COPY)}
 
     def stock_and_plugin(*flag: str) -> tuple[dict, dict]:
@@ -365,14 +380,7 @@ def test_a_fixed_budget_claims_no_fraction(capsys):
 def test_dp_attention_sizes_each_rank_for_its_share_of_requests(tmp_path, capsys):
     """Audit m-P2: with DP attention SGLang sizes each rank's pool for ``max_running_requests // dp_size``; the plan
     does too, and says it is per rank."""
-    (tmp_path / "config.json").write_text(json.dumps(random_model.build_config(random_model.PRESETS["qwen3.5-0.8b"])))
-    m = str(tmp_path)
-    base = [
-        "--model-path", m, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
-        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m,
-        "--max-running-requests", "256", "--skip-tokenizer-init", "--disable-radix-cache",
-        "--mem-fraction-static", "0.3", "--tp-size", "2",
-    ]  # fmt: skip
+    base = _launch(tmp_path, "qwen3.5-0.8b", 256, "--mem-fraction-static", "0.3", "--tp-size", "2")
     rc, out, err = _plan(capsys, "--gpu-memory-gb", "139.13", "--json", "--", *base, "--dp-size", "2")
     if rc == 2 and "SGLang refused the launch flags" in err:
         pytest.skip(err.strip())
@@ -398,15 +406,7 @@ def test_dp_attention_sizes_each_rank_for_its_share_of_requests(tmp_path, capsys
 def test_replayssm_on_a_mamba2_launch_is_not_priced(tmp_path, capsys):
     """Audit m-P4: ReplaySSM is SGLang's for Gated DeltaNet (and KDA) models: a Mamba2 launch asking for it is
     planned without a ring, and the plan says why, as ``--shape`` does."""
-    (tmp_path / "config.json").write_text(
-        json.dumps(random_model.build_config(random_model.PRESETS["nemotron-h-mini"]))
-    )
-    m = str(tmp_path)
-    base = [
-        "--model-path", m, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
-        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m,
-        "--max-running-requests", "64", "--skip-tokenizer-init", "--disable-radix-cache",
-    ]  # fmt: skip
+    base = _launch(tmp_path, "nemotron-h-mini")
     environ = dict(os.environ)
     rc, out, err = _plan(capsys, "--gpu-memory-gb", "80", "--json", "--", *base, "--enable-linear-replayssm-spec")
     if rc == 2 and ("SGLang refused the launch flags" in err or "unrecognized arguments" in err):
@@ -424,14 +424,7 @@ def test_replayssm_on_a_mamba2_launch_is_not_priced(tmp_path, capsys):
 def test_the_load_margin_says_when_the_server_would_not_start(tmp_path, capsys):
     """Audit m-P3: at 0.19 the stock KV share is 0.19 GB; 0.2 GB less and SGLang refuses to start: the margin line
     says so instead of "256 running requests"."""
-    (tmp_path / "config.json").write_text(json.dumps(random_model.build_config(random_model.PRESETS["qwen3.5-0.8b"])))
-    m = str(tmp_path)
-    launch = [
-        "--model-path", m, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
-        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m,
-        "--max-running-requests", "256", "--skip-tokenizer-init", "--disable-radix-cache",
-        "--mem-fraction-static", "0.19",
-    ]  # fmt: skip
+    launch = _launch(tmp_path, "qwen3.5-0.8b", 256, "--mem-fraction-static", "0.19")
     own = ["--gpu-memory-gb", "139.13", "--weights-gb", "2.86"]
     rc, out, err = _plan(capsys, *own, "--json", "--", *launch)
     if rc == 2 and "SGLang refused the launch flags" in err:
@@ -477,31 +470,11 @@ def test_pd_advice_names_what_would_lift_the_cap(capsys):
 )
 def test_resolved_numbers_no_server_runs_with_are_refused(extra, gpu, message, tmp_path, capsys):
     """Audit m-P6: numbers after ``--`` that SGLang's resolution accepts but no server runs with: one line, exit 2."""
-    (tmp_path / "config.json").write_text(json.dumps(random_model.build_config(random_model.PRESETS["qwen3.5-0.8b"])))
-    m = str(tmp_path)
-    launch = [
-        "--model-path", m, "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
-        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m,
-        "--skip-tokenizer-init", "--disable-radix-cache",
-    ]  # fmt: skip
+    launch = _launch(tmp_path, "qwen3.5-0.8b", None)
     rc, out, err = _plan(capsys, "--gpu-memory-gb", gpu, "--", *launch, *extra)
     if rc == 2 and "SGLang refused the launch flags" in err:
         pytest.skip(err.strip())
     assert rc == 2 and out == "" and message in err, (rc, out, err)
-
-
-def _write_config(folder, preset: str) -> str:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(random_model.build_config(random_model.PRESETS[preset])))
-    return str(folder)
-
-
-def _spec(m: str) -> list[str]:
-    return [
-        "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", "4", "--speculative-draft-model-path", m, "--max-running-requests", "64",
-        "--skip-tokenizer-init", "--disable-radix-cache",
-    ]  # fmt: skip
 
 
 def test_the_last_model_path_is_the_one_planned_as_sglang_reads_it(tmp_path, capsys):
