@@ -41,7 +41,7 @@ def scheduler_state(scheduler: Any) -> dict[str, Any]:
         "mamba_slots": _int_or_none(getattr(pool, "size", None)),
         "ledgers": list(events.get("ledgers", [])),
         "zero_copy": events.get("zero_copy"),
-        "commits": {k: events.get(k, 0) for k in ("commit_calls", "ours_commit_calls")},
+        "commits": {k: events.get(k, 0) for k in ("commit_calls", "ours_commit_calls", "zc_commit_calls")},
     }
 
 

@@ -41,7 +41,18 @@ class RunContext:
 
 #: The keys of a run's entry in the JSON summary, in order (``throwaway`` is always False: the separate-run
 #: throughput schedule that had throwaway runs is gone, the key stays for the readers of the summary).
-SUMMARY_KEYS = ("mode", "throwaway", "ok", "pid", "returncode", "error", "wall_seconds", "stats", "report_problems")
+SUMMARY_KEYS = (
+    "mode",
+    "throwaway",
+    "ok",
+    "pid",
+    "returncode",
+    "error",
+    "wall_seconds",
+    "stats",
+    "report_problems",
+    "server_state",
+)
 
 
 @dataclasses.dataclass
@@ -65,6 +76,7 @@ class RunResult:
     gpu: dict[str, Any] | None = None
     command: list[str] = dataclasses.field(default_factory=list)  # a server's command line
     plugin_log_lines: list[str] = dataclasses.field(default_factory=list)  # the plugin's lines in a server's log
+    server_state: list[Any] | None = None  # each scheduler's ``mamba_dedup`` entry read back after the workload
 
     @classmethod
     def of(cls, mode: str, answer: dict[str, Any], **fields: Any) -> RunResult:
@@ -80,6 +92,7 @@ class RunResult:
             "gpu": answer.get("gpu"),
             "command": answer.get("command") or [],
             "plugin_log_lines": answer.get("plugin_log_lines") or [],
+            "server_state": answer.get("server_state"),
         }
         return cls(mode=mode, **{**got, **fields})
 

@@ -30,10 +30,20 @@ from .settings import (
     describe_settings,
     parse_engine_args,
     server_arg_fields,
+    sessions_cap_problem,
     track_expectation,
 )
 from .stats import run_stats
-from .verdict import EXIT_CANNOT_RUN, EXIT_NOT_WRITTEN, EXIT_OK, EXIT_RUN_FAILED, Verdict, judge_pairs, judge_runs
+from .verdict import (
+    EXIT_CANNOT_RUN,
+    EXIT_NOT_WRITTEN,
+    EXIT_OK,
+    EXIT_RUN_FAILED,
+    EXIT_USAGE,
+    Verdict,
+    judge_pairs,
+    judge_runs,
+)
 from .workload import load_prompts, round2_suffixes, text_to_ids, workload_md5
 
 
@@ -209,6 +219,9 @@ def _prepare(ctx: RunContext, work: Path, temp_model: Path | None) -> int | tupl
     defaults, dropped = defaults_of(args, fields)
     kw = build_engine_kwargs(ctx, model_path, skip_tokenizer=(fmt == "ids"), defaults=defaults)
     explicit = parse_engine_args(args.engine_arg)
+    if args.streaming_sessions and (problem := sessions_cap_problem(kw, len(prompts))):
+        render.usage_error(problem)
+        return EXIT_USAGE
     ctx.dropped_defaults = [d for d in dropped if d.split("=", 1)[0] not in explicit]
     ctx.server_dropped = []
     if args.server:

@@ -167,11 +167,25 @@ def _worker_main(argv: list[str]) -> int:
             lambda: flush_with_retry(lambda: _engine_flush_once(engine)),
             sessions=_engine_sessions(engine, key),
         )
+        server_state = engine_server_state(engine.get_server_info)
     finally:
         engine.shutdown()
-    res = {"pid": os.getpid(), **plan, "versions": package_versions(), "gpu": gpu_info()}
+    res = {"pid": os.getpid(), **plan, "versions": package_versions(), "gpu": gpu_info(), "server_state": server_state}
     Path(out_path).write_text(json.dumps(res, default=str))
     return 0
+
+
+def engine_server_state(get_server_info: Any) -> list[Any] | None:
+    """The plugin's ``mamba_dedup`` entry of each scheduler, read back the way a user reads it (SGLang's server
+    info, ``internal_states``; the ``server_state`` feature), after the workload; None where the server info
+    has no internal states (releases before the feature) or could not be read."""
+    try:
+        states = get_server_info().get("internal_states")
+    except Exception:  # noqa: BLE001 - a readback the run does not depend on
+        return None
+    if not isinstance(states, list):
+        return None
+    return [s.get("mamba_dedup") if isinstance(s, dict) else None for s in states]
 
 
 #: ``open_session``'s capacity_of_str_len: no limit a test prompt reaches

@@ -37,6 +37,11 @@ def _err(text: str) -> None:
     print(f"{PROG}: {text}", file=sys.stderr, flush=True)
 
 
+def usage_error(message: str) -> None:
+    """A usage error found once the prompts are read (argparse's own form: one "error:" line)."""
+    _err(f"error: {message} (see --help)")
+
+
 def cannot_run(problem: str) -> None:
     _err(f"cannot run here: {problem}; nothing was built or run (exit {EXIT_CANNOT_RUN})")
 
@@ -191,12 +196,35 @@ def run_outcome(res: RunResult) -> None:
     accept = "n/a" if st["accept_length"] is None else format(st["accept_length"], ".3f")
     say(f"   done: {done}; accept length {accept}; accepted-drafts histogram {st['accepted_drafts_histogram']}")
     say(f"   prompt tokens read from the prefix cache: {cached}")
+    if res.server_state is not None:
+        say("   server state (get_server_info, internal_states): " + server_state_text(res.server_state))
     flushes = st.get("cache_flushes") or []
     if any(f is not True for f in flushes):
         say(
             "   prefix cache flush before round 1: "
             + ", ".join({True: "done", False: "REFUSED (requests pending)", None: "not supported"}[f] for f in flushes)
         )
+
+
+def server_state_text(states: Sequence[Any]) -> str:
+    """Each scheduler's ``mamba_dedup`` entry in one phrase: the running-request cap asked and in force, the mamba
+    slots, commits through our kernel of all, zero-copy's; "no mamba_dedup entry" where the plugin added none."""
+    parts = []
+    for k, st in enumerate(states):
+        if not isinstance(st, Mapping):
+            parts.append(f"scheduler {k}: no mamba_dedup entry")
+            continue
+        cap = st.get("max_running_requests") or {}
+        commits = st.get("commits") or {}
+        text = (
+            f"scheduler {k}: mode {st.get('mode')}, running requests asked {cap.get('asked')} / in force "
+            f"{cap.get('effective')}, mamba slots {st.get('mamba_slots')}, commits ours {commits.get('ours_commit_calls', 0)}"
+            f" of {commits.get('commit_calls', 0)}, ledgers {len(st.get('ledgers') or [])}"
+        )
+        if st.get("zero_copy") is not None:
+            text += f", zero-copy {st['zero_copy']} ({commits.get('zc_commit_calls', 0)} commits served so)"
+        parts.append(text)
+    return "; ".join(parts) or "no schedulers"
 
 
 def _fmt_tokens(x: int | None) -> str:

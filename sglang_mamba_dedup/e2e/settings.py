@@ -123,6 +123,23 @@ def defaults_of(args: argparse.Namespace, fields: Collection[str] | None) -> tup
     return kw, notes
 
 
+def sessions_cap_problem(kw: Mapping[str, Any], sessions: int) -> str | None:
+    """Why ``sessions`` streaming sessions cannot run under the engine's ``max_running_requests``, or None.
+
+    A streaming session keeps its request row between turns (``streaming_session.py:182-192`` in 0.5.23) and
+    the pool has ``max_running_requests`` rows; SGLang's admission pre-check counts free rows only
+    (``scheduler.py:4119-4126``), so with every row held by a session no next turn is ever admitted: the
+    run hangs silently (seen on the H200: the off run gave no result in 240 s). One row more than sessions."""
+    cap = kw.get("max_running_requests")
+    if isinstance(cap, int) and cap <= sessions:
+        return (
+            f"--streaming-sessions with {sessions} prompts needs max_running_requests >= {sessions + 1} (each "
+            f"session keeps its request row between turns and SGLang admits a next turn only with a row free); "
+            f"got {cap}"
+        )
+    return None
+
+
 def _show(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
@@ -204,9 +221,13 @@ def build_engine_kwargs(
 
     Layers, later wins: the run's own settings (model, NEXTN, seed, concurrency), the deployment ``defaults``
     (:func:`deployment_defaults` for the installed SGLang when not given), the ``--engine-arg`` overrides.
-    The concurrency cap defaults to the batch size, else the number of prompts (``ctx.num_prompts_effective``).
+    The concurrency cap defaults to the batch size, else the number of prompts (``ctx.num_prompts_effective``);
+    with ``--streaming-sessions`` to the number of prompts + 1 (:func:`sessions_cap_problem`).
     """
     args = ctx.args
+    cap = args.max_running_requests or args.batch_size or ctx.num_prompts_effective
+    if getattr(args, "streaming_sessions", False) and not args.max_running_requests and ctx.num_prompts_effective:
+        cap = ctx.num_prompts_effective + 1
     kw: dict[str, Any] = {
         "model_path": model_path,
         "speculative_algorithm": args.speculative_algorithm,
@@ -215,7 +236,7 @@ def build_engine_kwargs(
         "speculative_num_draft_tokens": args.num_draft_tokens,
         "speculative_draft_model_path": args.draft_model_path or model_path,
         "random_seed": args.seed,
-        "max_running_requests": args.max_running_requests or args.batch_size or ctx.num_prompts_effective,
+        "max_running_requests": cap,
         "skip_tokenizer_init": bool(skip_tokenizer),
         "log_level": args.log_level,
     }

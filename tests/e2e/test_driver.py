@@ -265,3 +265,11 @@ def test_failed_on_run_is_not_judged_for_engagement(workdir, tmp_path, capsys):
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert "not loaded" not in last and "not engaged" not in last, last
     assert "run 2 (on) failed" in last and str(tmp_path / "w" / "run-1-on.log") in last
+
+
+def test_streaming_sessions_with_no_free_request_row_is_a_usage_error(workdir, capsys):
+    runs = FakeRuns(ON_REPORTS)
+    code = cli.main(ARGS + workdir + ["--streaming-sessions", "--max-running-requests", "2"], runner=runs)
+    err = capsys.readouterr().err
+    assert code == verdict.EXIT_USAGE and runs.calls == []
+    assert "error: --streaming-sessions with 2 prompts needs max_running_requests >= 3" in err

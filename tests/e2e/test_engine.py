@@ -88,3 +88,35 @@ def test_engine_sessions_open_streaming_and_run_each_turn_in_its_own_session():
     api.close("sid1")
     assert fake.closed == ["sid1"]
     fake.loop.close()
+
+
+def test_server_state_is_each_schedulers_mamba_dedup_entry_or_none():
+    """The Engine route reads the plugin's entry back as a user would (``get_server_info()['internal_states']``):
+    one per scheduler, None for a scheduler without it; None in all when the info has no internal states or
+    cannot be read (the run does not depend on it)."""
+    entry = {"mode": "on", "mamba_slots": 7}
+    info = {"internal_states": [{"mamba_dedup": entry, "other": 1}, {"other": 2}, "odd"]}
+    assert engine.engine_server_state(lambda: info) == [entry, None, None]
+    assert engine.engine_server_state(lambda: {"version": "x"}) is None
+
+    def broken():
+        raise RuntimeError("scheduler gone")
+
+    assert engine.engine_server_state(broken) is None
+
+
+def test_server_state_line_names_cap_slots_and_commits():
+    from sglang_mamba_dedup.e2e import render
+
+    st = {
+        "mode": "on",
+        "max_running_requests": {"asked": 34, "effective": 30},
+        "mamba_slots": 153,
+        "ledgers": [{}, {}],
+        "zero_copy": "on",
+        "commits": {"commit_calls": 90, "ours_commit_calls": 90, "zc_commit_calls": 88},
+    }
+    text = render.server_state_text([st, None])
+    assert "asked 34 / in force 30" in text and "mamba slots 153" in text and "commits ours 90 of 90" in text
+    assert "ledgers 2" in text and "zero-copy on (88 commits served so)" in text
+    assert "scheduler 1: no mamba_dedup entry" in text

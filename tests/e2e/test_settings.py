@@ -146,3 +146,19 @@ def test_streaming_sessions_switch_on_sglang_streaming_sessions():
     assert settings.defaults_of(on, NEW_FIELDS)[0]["enable_streaming_session"] is True
     off = cli._build_parser().parse_args([])
     assert "enable_streaming_session" not in settings.defaults_of(off, NEW_FIELDS)[0]
+
+
+def test_streaming_sessions_leave_one_request_row_free():
+    """A streaming session keeps its request row between turns and SGLang admits a next turn only with a row
+    free: with as many sessions as rows the second turns were never admitted (the H200 run hung). The default
+    cap is one more than the prompts; a cap the user gives that leaves no row free is refused."""
+    for extra, want in (([], 35), (["--batch-size", "8"], 35), (["--max-running-requests", "40"], 40)):
+        ctx = RunContext(cli._build_parser().parse_args(["--streaming-sessions", *extra]))
+        ctx.num_prompts_effective = 34
+        assert settings.build_engine_kwargs(ctx, "/m", True, defaults={})["max_running_requests"] == want
+    ctx = RunContext(cli._build_parser().parse_args([]))
+    ctx.num_prompts_effective = 34
+    assert settings.build_engine_kwargs(ctx, "/m", True, defaults={})["max_running_requests"] == 34
+    assert settings.sessions_cap_problem({"max_running_requests": 35}, 34) is None
+    problem = settings.sessions_cap_problem({"max_running_requests": 34}, 34)
+    assert problem and "needs max_running_requests >= 35" in problem and "got 34" in problem

@@ -9,7 +9,7 @@
 # Each server's launch flags go to $WORK/<variant>-<mode>.argv (one per line, the model path as given) beside its
 # log; record_memory.py runs the planner on the same flags afterwards (on any machine: `plan -- <flags>` with
 # the log's free memory at load), so the planner column is the CPU's prediction for the very launch that ran.
-# A variant is `name|preset|flags...`; LIFT_FRACTION=F adds the row `lift` (the default launch at fraction F,
+# A variant is `name|preset|flags...[|modes]` (modes: "off", "on" or "off on"; default $MODES); LIFT_FRACTION=F adds the row `lift` (the default launch at fraction F,
 # plugin on: the fraction the planner printed must admit every request asked for).
 # Comes back (at most 8 files): logs.tar.gz (every log and argv file), memory-lines.txt (SGLang's and the plugin's
 # memory lines), console.txt, gpu-apps.csv (nvidia-smi every 2 s).
@@ -23,6 +23,7 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 T0=$(date +%s)
 stamp() { echo "[run_memory +$(( $(date +%s) - T0 ))s] $*"; }
 source tools/gpu-engine/_setup.sh  # wheels, the plugin, the stand-ins, $OUT/env.txt
+export SMD_PROBE_LOAD=${SMD_PROBE_LOAD:-1}  # a "[load-probe]" line per model load (standins/probes.py)
 export SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=${SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND:-python}
 ( timeout "${MEMORY_SAMPLE_S:-590}" nvidia-smi --query-compute-apps=timestamp,pid,used_memory --format=csv,noheader -l 2 \
     > "$OUT/gpu-apps.csv" 2>&1 & )
@@ -51,6 +52,9 @@ MODES=${MODES:-off on}
 
 serve() {  # serve NAME MODE ARGV... : start, wait for the sizing lines, stop
   local name=$1 mode=$2; shift 2
+  if (( $(date +%s) - T0 > ${MEMORY_BUDGET_S:-470} )); then  # leave time for the files within a 10-minute call
+    stamp "$name $mode: not started (MEMORY_BUDGET_S=${MEMORY_BUDGET_S:-470} s spent)"; return
+  fi
   local log="$WORK/$name-$mode.log" port=$(( 30000 + RANDOM % 20000 )) flag=() pid t
   printf '%s\n' "$@" > "$WORK/$name-$mode.argv"
   [ "$mode" = on ] && flag=(--enable-mamba-conv-dedup)
@@ -74,10 +78,10 @@ serve() {  # serve NAME MODE ARGV... : start, wait for the sizing lines, stop
 }
 
 for v in "${variants[@]}"; do
-  IFS='|' read -r name preset flags <<< "$v"
+  IFS='|' read -r name preset flags vmodes <<< "$v"
   # shellcheck disable=SC2206
   extra=($flags)
-  for mode in $MODES; do
+  for mode in ${vmodes:-$MODES}; do
     [ "$name" = lift ] && [ "$mode" = off ] && continue
     serve "$name" "$mode" --model-path "$(model "$preset")" --speculative-draft-model-path "$(model "$preset")" \
       "${common[@]}" "${extra[@]}"
@@ -86,7 +90,7 @@ done 2>&1 | tee "$OUT/console.txt"
 
 for f in "$WORK"/*.log; do
   echo "===== $(basename "$f")"
-  grep -E "Load weight (begin|end)|KV Cache is allocated|Mamba Cache is allocated|ReplaySSM ring|max_total_num_tokens|Memory pool end|mamba memory ledger|mamba cache estimator|caps running requests|capped to|asked for|Traceback|Error" "$f" | cut -c1-1500
+  grep -E "Load weight (begin|end)|KV Cache is allocated|Mamba Cache is allocated|ReplaySSM ring|max_total_num_tokens|Memory pool end|mamba memory ledger|mamba cache estimator|caps running requests|capped to|asked for|load-probe|Traceback|Error" "$f" | cut -c1-1500
 done > "$OUT/memory-lines.txt"
 tar -czf "$OUT/logs.tar.gz" -C "$WORK" . 2>/dev/null
 stamp "done"

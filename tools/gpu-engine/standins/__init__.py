@@ -24,7 +24,7 @@ and before 0.5.17 the JIT kernels live under sglang.jit_kernel (store-cache prob
 
 import os
 
-from . import _hooks, imports, jit_kernels, layers, speculative
+from . import _hooks, imports, jit_kernels, layers, probes, speculative
 
 #: The stand-ins in the order they are installed (``check`` lists their targets in this order).
 STANDINS = (
@@ -37,6 +37,7 @@ STANDINS = (
     jit_kernels.clamp_position,
     jit_kernels.jit_log,
     imports.flashinfer,
+    probes.load_footprint,
 )
 
 
