@@ -21,7 +21,7 @@ _SEEN_STORAGES = {}  # storage pointer -> "model#name" of the first model that h
 def _footprint(model, tag):
     params = {}
     buffers = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
+    for _name, p in model.named_parameters(remove_duplicate=False):
         if p.is_cuda:
             params.setdefault(p.untyped_storage().data_ptr(), p.untyped_storage().nbytes())
     rows = []
@@ -34,9 +34,7 @@ def _footprint(model, tag):
         size = b.untyped_storage().nbytes()
         buffers[ptr] = size
         first = _SEEN_STORAGES.get(ptr)
-        rows.append(
-            {"name": name, "shape": list(b.shape), "dtype": str(b.dtype), "bytes": size, "shared_with": first}
-        )
+        rows.append({"name": name, "shape": list(b.shape), "dtype": str(b.dtype), "bytes": size, "shared_with": first})
         _SEEN_STORAGES.setdefault(ptr, f"{tag}#{name}")
     for ptr in params:
         _SEEN_STORAGES.setdefault(ptr, f"{tag}#param")
