@@ -131,9 +131,9 @@ def session_kept(wrapped, instance, args, kwargs):
     ``temporal[slot]``: queue the live state to be materialized there before the next extend forward."""
     zc = STATE.zero_copy
     req = args[0] if args else kwargs.get("req")
-    row = getattr(req, "req_pool_idx", None)
-    slot = getattr(getattr(req, "kv", None), "mamba_pool_idx", None)
-    kept = wrapped(*args, **kwargs)
+    kv = getattr(req, "kv", None)  # 0.5.23: the row and slot are the request's KV record's (``ReqKvInfo``)
+    row, slot = getattr(kv, "req_pool_idx", None), getattr(kv, "mamba_pool_idx", None)
+    kept = wrapped(*args, **kwargs)  # a kept turn's record moves to the session (``detach_kv``): read it first
     if kept is True and zc is not None and row is not None and slot is not None:
         zc.handoffs.append((int(row), slot))
     return kept

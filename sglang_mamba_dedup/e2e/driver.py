@@ -243,7 +243,10 @@ def _prepare(ctx: RunContext, work: Path, temp_model: Path | None) -> int | tupl
             "max_new_tokens": args.max_new_tokens,
             "ignore_eos": not args.no_ignore_eos,
         },
-        "batch_size": args.batch_size or len(prompts),
+        # streaming sessions: one turn at a time unless asked (turns sent concurrently reach the scheduler at
+        # different steps, so the batches, and with them the greedy tokens, differ run to run: stock SGLang's
+        # own accepted-drafts histogram moved between two identical off runs on the H200)
+        "batch_size": args.batch_size or (1 if args.streaming_sessions else len(prompts)),
         "warmup_tokens": args.warmup_tokens,
         "round2_suffixes": round2_suffixes(len(prompts), fmt, vocab),
         "batch1": {"prompt_index": 0, "max_new_tokens": ctx.batch1_tokens} if args.throughput else None,

@@ -221,8 +221,12 @@ def server_state_text(states: Sequence[Any]) -> str:
             f"{cap.get('effective')}, mamba slots {st.get('mamba_slots')}, commits ours {commits.get('ours_commit_calls', 0)}"
             f" of {commits.get('commit_calls', 0)}, ledgers {len(st.get('ledgers') or [])}"
         )
-        if st.get("zero_copy") is not None:
-            text += f", zero-copy {st['zero_copy']} ({commits.get('zc_commit_calls', 0)} commits served so)"
+        zc = st.get("zero_copy")
+        if isinstance(zc, Mapping):
+            text += (
+                f", zero-copy {zc.get('decision')} (commits {zc.get('zc_commit_calls', 0)}, stage-ins "
+                f"{zc.get('zc_stage_in_calls', 0)}, session states materialized {zc.get('zc_materialize_calls', 0)})"
+            )
         parts.append(text)
     return "; ".join(parts) or "no schedulers"
 

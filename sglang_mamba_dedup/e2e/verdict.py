@@ -254,7 +254,7 @@ def plugin_checks(
             if r.mode == "fault" and not any((s.get("events") or {}).get("fault") == fault for s in sched):
                 reasons = [*reasons, f"no scheduler report shows the fault {fault} installed"]
             if zero_copy:
-                reasons = [*reasons, *zero_copy_problems(sched, sessions)]
+                reasons = [*reasons, *zero_copy_problems([*sched, *server_state_reports(r)], sessions)]
             ok = not reasons
             track = None
             if ok and track_expected:
@@ -266,10 +266,25 @@ def plugin_checks(
     return out
 
 
+def server_state_reports(r: RunResult) -> list[dict[str, Any]]:
+    """A run's ``server_state`` (each scheduler's entry read back after the workload, exact where a report file
+    may lag: reports are rewritten at power-of-two commits) as report-shaped ``{"events": ...}`` for the
+    zero-copy check."""
+    out = []
+    for st in r.server_state or []:
+        zc = st.get("zero_copy") if isinstance(st, Mapping) else None
+        if isinstance(zc, Mapping):
+            out.append(
+                {"events": {"zero_copy": zc.get("decision"), **{k: v for k, v in zc.items() if k != "decision"}}}
+            )
+    return out
+
+
 def zero_copy_problems(sched: Sequence[Mapping[str, Any]], sessions: bool = False) -> list[str]:
     """Why no scheduler report shows the zero-copy commit on (``events.zero_copy``) and serving commits
     (``events.zc_commit_calls`` > 0), and with ``sessions`` (streaming sessions ran) states the sessions kept
-    materialized (``events.zc_materialize_calls`` > 0); empty when one does."""
+    materialized (``events.zc_materialize_calls`` > 0); empty when one does. ``sched``: report files and
+    :func:`server_state_reports` alike."""
     events = [s.get("events") or {} for s in sched]
     on = [e for e in events if e.get("zero_copy") == "on"]
     if not on:

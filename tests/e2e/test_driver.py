@@ -273,3 +273,14 @@ def test_streaming_sessions_with_no_free_request_row_is_a_usage_error(workdir, c
     err = capsys.readouterr().err
     assert code == verdict.EXIT_USAGE and runs.calls == []
     assert "error: --streaming-sessions with 2 prompts needs max_running_requests >= 3" in err
+
+
+def test_streaming_sessions_send_one_turn_at_a_time_unless_asked(workdir, capsys):
+    """Concurrent turns batch differently run to run (stock SGLang's tokens moved between two off runs on the
+    H200): the session route sends one turn at a time by default, a given --batch-size wins."""
+    for extra, want in (([], 1), (["--batch-size", "2"], 2)):
+        runs = FakeRuns(ON_REPORTS, fail_mode=("off", "on"))  # the spec is what is looked at
+        cli.main(ARGS + workdir + ["--streaming-sessions", *extra], runner=runs)
+        capsys.readouterr()
+        assert runs.calls and {spec["batch_size"] for _, spec in runs.calls} == {want}
+        assert {spec["engine_kwargs"]["max_running_requests"] for _, spec in runs.calls} == {3}

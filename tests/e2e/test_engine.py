@@ -113,10 +113,10 @@ def test_server_state_line_names_cap_slots_and_commits():
         "max_running_requests": {"asked": 34, "effective": 30},
         "mamba_slots": 153,
         "ledgers": [{}, {}],
-        "zero_copy": "on",
-        "commits": {"commit_calls": 90, "ours_commit_calls": 90, "zc_commit_calls": 88},
+        "zero_copy": {"decision": "on", "zc_commit_calls": 88, "zc_stage_in_calls": 3, "zc_materialize_calls": 2},
+        "commits": {"commit_calls": 90, "ours_commit_calls": 90},
     }
     text = render.server_state_text([st, None])
     assert "asked 34 / in force 30" in text and "mamba slots 153" in text and "commits ours 90 of 90" in text
-    assert "ledgers 2" in text and "zero-copy on (88 commits served so)" in text
+    assert "ledgers 2" in text and "zero-copy on (commits 88, stage-ins 3, session states materialized 2)" in text
     assert "scheduler 1: no mamba_dedup entry" in text

@@ -193,6 +193,25 @@ def test_streaming_sessions_under_zero_copy_must_materialize_the_kept_states():
     assert verdict.judge_runs(results, sessions, ["off", "on"], track_expected=True, no_reports=False).code == 0
 
 
+def test_the_server_state_read_back_counts_where_a_report_file_lags():
+    """A scheduler's report file is rewritten at power-of-two commits, so it can predate the sessions' hand-offs
+    (the H200 run: written at commit 128 of 163); the entry the run read back from the server after its
+    workload is exact and counts too."""
+    sessions = dict(SPEC, streaming_sessions=True)
+
+    def judge(server_state):
+        on = _run("on", _zc(ON))  # the report file: zero-copy on, materialized not recorded
+        on.server_state = server_state
+        return verdict.judge_runs(
+            [_run("off", OFF), on], sessions, ["off", "on"], track_expected=True, no_reports=False, zero_copy=True
+        )
+
+    read_back = {"decision": "on", "zc_commit_calls": 163, "zc_stage_in_calls": 7, "zc_materialize_calls": 2}
+    assert judge([{"zero_copy": read_back}]).code == verdict.EXIT_OK
+    for state in (None, [None], [{"zero_copy": None}], [{"zero_copy": dict(read_back, zc_materialize_calls=0)}]):
+        assert judge(state).code == verdict.EXIT_NOT_ENGAGED, state
+
+
 def test_zero_copy_in_the_throughput_route():
     pairs = {"pairs": [{"phase": "batch1", "first": False}], "mismatches": [], "no_output": []}
     for on, code in ((ON, verdict.EXIT_NOT_ENGAGED), (_zc(ON), verdict.EXIT_OK)):
