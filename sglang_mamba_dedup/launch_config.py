@@ -306,6 +306,7 @@ def settings_of(sa: Any) -> dict[str, Any]:
         "replayssm": bool(replay),
         "speculative_algorithm": _read(sa, "get_spec", "speculative_algorithm"),
         "speculative_num_draft_tokens": _read(sa, "get_spec", "speculative_num_draft_tokens"),
+        "speculative_num_steps": _read(sa, "get_spec", "speculative_num_steps"),
         "speculative_eagle_topk": _read(sa, "get_spec", "speculative_eagle_topk"),
         "max_running_requests": _read(sa, "get_schedule", "max_running_requests"),
         "max_mamba_cache_size": _read(sa, "get_schedule", "max_mamba_cache_size"),
@@ -320,35 +321,60 @@ def settings_of(sa: Any) -> dict[str, Any]:
 
 # --- weights from the checkpoint ------------------------------------------------------------------------------
 
-#: Tensors the draft (MTP / NEXTN) model loads from the target's checkpoint besides its own layers: SGLang's MTP
-#: models build their own embedding and output head and load them from the same names.
-DRAFT_SHARED = ("embed_tokens", "lm_head")
+#: The draft (MTP / NEXTN) model's own tensors in the target's checkpoint.
 DRAFT_OWN = ("mtp.", "mtp_", ".mtp")
+#: Name parts of the embedding and output head when the config gives no vocabulary size to find them by.
+DRAFT_SHARED = ("embed", "lm_head")
 
 
-def _tensor_bytes(path: Path) -> dict[str, int]:
-    """``name -> bytes`` of every tensor of one safetensors file, from its header (nothing else is read)."""
+def _tensors(path: Path) -> dict[str, tuple[int, tuple[int, ...]]]:
+    """``name -> (bytes, shape)`` of every tensor of one safetensors file, from its header (nothing else is read)."""
     with path.open("rb") as fh:
         (n,) = struct.unpack("<Q", fh.read(8))
         if n > 100 << 20:
             raise ValueError(f"{path.name}: a {n}-byte header is not a safetensors header")
         header = json.loads(fh.read(n))
-    return {k: int(v["data_offsets"][1]) - int(v["data_offsets"][0]) for k, v in header.items() if k != "__metadata__"}
+    return {
+        k: (int(v["data_offsets"][1]) - int(v["data_offsets"][0]), tuple(int(d) for d in v.get("shape", ())))
+        for k, v in header.items()
+        if k != "__metadata__"
+    }
+
+
+def text_config(model_path: Path) -> dict[str, Any]:
+    """The language model's part of ``config.json`` (``text_config`` of a multimodal one); {} without one."""
+    try:
+        cfg = json.loads((model_path / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    text = cfg.get("text_config") if isinstance(cfg, dict) else None
+    return text if isinstance(text, dict) else cfg if isinstance(cfg, dict) else {}
 
 
 def checkpoint_weights(model_path: Path, *, draft_from_same: bool) -> dict[str, Any]:
     """The weights one launch loads from ``model_path``, in GiB, and how they were counted: the target (every
-    tensor but the MTP layers), and, when the draft model is the same checkpoint, the draft's (its MTP layers
-    plus its own copy of the embedding and output head). The safetensors headers give each tensor's bytes;
+    tensor but the MTP layers), and, when the draft model is the same checkpoint, the draft's: its MTP layers plus
+    its own copy of the embedding and output head (SGLang's MTP classes build both and load them from the same
+    tensors; shared with the target only after loading), found as the 2-D tensors with a vocabulary-sized
+    dimension (by name where the config has no ``vocab_size``). The safetensors headers give each tensor's bytes;
     without them, the index's ``total_size`` (then the whole checkpoint counts as the target's)."""
     files = sorted(model_path.glob("*.safetensors"))
     if files:
-        sizes: dict[str, int] = {}
+        tensors: dict[str, tuple[int, tuple[int, ...]]] = {}
         for f in files:
-            sizes.update(_tensor_bytes(f))
-        own = sum(b for k, b in sizes.items() if any(t in k for t in DRAFT_OWN))
-        shared = sum(b for k, b in sizes.items() if any(t in k for t in DRAFT_SHARED))
-        target = sum(sizes.values()) - own
+            tensors.update(_tensors(f))
+        vocab = text_config(model_path).get("vocab_size")
+
+        def copied_by_draft(name: str, shape: tuple[int, ...]) -> bool:
+            if isinstance(vocab, int) and vocab > 0:
+                return len(shape) == 2 and vocab in shape
+            return any(t in name for t in DRAFT_SHARED)
+
+        own = sum(b for k, (b, _) in tensors.items() if any(t in k for t in DRAFT_OWN))
+        shared = sum(
+            b for k, (b, shape) in tensors.items() if not any(t in k for t in DRAFT_OWN) and copied_by_draft(k, shape)
+        )
+        target = sum(b for b, _ in tensors.values()) - own
         draft = own + shared if draft_from_same else 0
         how = f"{len(files)} safetensors file(s): target {target / GIB:.3f} GiB (all but the MTP layers)"
         if draft_from_same:
@@ -364,3 +390,29 @@ def checkpoint_weights(model_path: Path, *, draft_from_same: bool) -> dict[str, 
                 "how": "the safetensors index's total_size (shards absent: the draft's share not counted)",
             }
     return {"target_gib": 0.0, "draft_gib": 0.0, "how": "no safetensors in the model directory: weights not counted"}
+
+
+# --- what the load allocates beside the checkpoint ------------------------------------------------------------
+
+#: SGLang's RoPE table reserve (0.5.23 ``utils/common.py:4999-5036``, ``environ.py:1545-1548``): the context plus
+#: ``steps x draft tokens x`` this factor plus this margin, rounded up to this alignment; one fp32 row of
+#: ``rotary_dim`` values (cos and sin halves) per position on CUDA (``rotary_embedding/base.py:115-154``).
+ROPE_SPEC_FACTOR, ROPE_MARGIN, ROPE_ALIGN = 2, 256, 128
+
+
+def rope_table_bytes(cfg: dict[str, Any], context_len: int | None, steps: int, draft_tokens: int) -> int:
+    """The bytes of the RoPE table SGLang builds at load for a model with ``cfg`` (its text config): one table,
+    which the target's attention layers and the MTP draft share (``get_rope`` caches it by its parameters:
+    seen on the H200, the draft's table is the target's storage); 0 for a model without RoPE (no
+    ``rope_theta``: Nemotron-H's attention has no positional encoding)."""
+    params = cfg.get("rope_parameters")
+    rope: dict[str, Any] = params if isinstance(params, dict) else {}
+    if cfg.get("rope_theta") is None and rope.get("rope_theta") is None:
+        return 0
+    head_dim = cfg.get("head_dim") or (int(cfg["hidden_size"]) // int(cfg["num_attention_heads"]))
+    factor = rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+    rotary_dim = int(int(head_dim) * float(factor)) if float(factor) < 1.0 else int(head_dim)
+    base = int(context_len or cfg.get("max_position_embeddings") or 2048)
+    rows = base + int(steps or 0) * int(draft_tokens or 0) * ROPE_SPEC_FACTOR + ROPE_MARGIN
+    rows = (rows + ROPE_ALIGN - 1) // ROPE_ALIGN * ROPE_ALIGN
+    return rows * rotary_dim * 4

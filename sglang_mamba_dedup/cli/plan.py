@@ -40,10 +40,16 @@ from . import plan_args, plan_render
 from ._args import environ, switched
 from .plan_model import PlanError, flag_value, model_flag, shape_from_config, shard
 
-#: What SGLang's load took beyond the checkpoint's bytes before it sized the pools, at most, on the H200 runs of
-#: 2026-12-02 (docs/memory.md "On the H200"): 0.18 GB for Qwen3.5-0.8B + MTP (0.13 at the load: the fp32 rotary
-#: cos/sin cache and allocator rounding; 0.05 after it), 0.07 GB for Nemotron-H mini. A plan from the flags alone
-#: is also made at this much less budget: the server should fall between the two.
+#: GPU memory a server's start-up takes before it sizes the pools that is neither weights nor a buffer SGLang
+#: allocates (CUDA kernel modules and libraries loaded on first use, the allocator's segment rounding), which no
+#: config says. Measured on the H200 (docs/memory.md "On the H200", 2026-12-03: the estimator's budget in the
+#: server's log against the plan's from the same flags, 6 servers): 0.070 GiB with Nemotron-H mini; 0.1255-0.1287
+#: GiB with Qwen3.5-0.8B, whose load computes its RoPE table on the GPU (the first load's memory beyond its
+#: allocations: 0.061 GiB against 0.016 for Nemotron-H's; ``[load-probe]`` lines of tools/gpu-engine).
+STARTUP_GB = 0.070
+ROPE_STARTUP_GB = 0.055
+#: Another stack (GPU, driver, CUDA, torch) takes another amount: a plan from the flags alone is also made at this
+#: much less budget, and the server should fall between the two.
 LOAD_MARGIN_GB = 0.2
 #: The two columns of a plan: SGLang's estimator as it ships, and with the plugin.
 COLUMNS = (("stock", False), ("plugin", True))
@@ -139,17 +145,31 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
     except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
         raise PlanError(f"{model_path}: the safetensors headers cannot be read ({type(exc).__name__}: {exc})") from None
     tp, pp = int(st["tp_size"] or 1), int(st["pp_size"] or 1)
+    startup_gb = STARTUP_GB
     if args.weights_gb is not None:
         weights_gb, how = args.weights_gb, "given (--weights-gb)"
     else:
-        weights_gb = (weights["target_gib"] + weights["draft_gib"]) / (tp * pp)
+        rope = (  # only with the checkpoint counted: "weights not counted" stays zero
+            launch_config.rope_table_bytes(
+                launch_config.text_config(model_path),
+                getattr(launch.model_config, "context_len", None),
+                st.get("speculative_num_steps") or 0,
+                st["speculative_num_draft_tokens"],
+            )
+            if weights["target_gib"] > 0
+            else 0
+        )
+        weights_gb = (weights["target_gib"] + weights["draft_gib"]) / (tp * pp) + rope / GIB
+        startup_gb = STARTUP_GB + (ROPE_STARTUP_GB if rope else 0.0)
         how = weights["how"] + (f", / TP {tp}" if tp > 1 else "") + (f", / PP {pp} (even stages)" if pp > 1 else "")
+        if rope:
+            how += f", + the RoPE table SGLang builds at load {rope / GIB:.3f} GiB (fp32, shared by target and draft)"
         if not same:
             how += "; the draft model is another checkpoint: not counted (pass --weights-gb)"
-    budget = Budget(launch, args.gpu_memory_gb, weights_gb, args.rest_gb)
+    budget = Budget(launch, args.gpu_memory_gb, weights_gb, args.rest_gb, startup_gb)
     rest = budget.rest(st["mem_fraction_static"])
     if rest <= 0:
-        need = (weights_gb + budget.reserves_gb()) / args.gpu_memory_gb
+        need = (weights_gb + startup_gb + budget.reserves_gb()) / args.gpu_memory_gb
         raise PlanError(
             f"no memory left after the weights: {args.gpu_memory_gb:g} GB free x {st['mem_fraction_static']} - "
             f"weights {weights_gb:.2f} GB (the fraction must be above {need:.3f})"
@@ -361,8 +381,11 @@ class Budget:
     multimodal reserve and, where the release sizes the KV cache after graph capture, the pre-capture
     activation reserve (0.5.23: ``KVCacheConfigurator._profile_available_bytes``); ``rest_gb`` fixes it."""
 
-    def __init__(self, launch, free_gb: float, weights_gb: float, rest_gb: float | None) -> None:
+    def __init__(
+        self, launch, free_gb: float, weights_gb: float, rest_gb: float | None, startup_gb: float = 0.0
+    ) -> None:
         self.launch, self.free, self.weights, self.fixed = launch, free_gb, weights_gb, rest_gb
+        self.startup = startup_gb
 
     def _mm_gb(self) -> float:
         try:
@@ -396,7 +419,7 @@ class Budget:
             return self.fixed
         reserves = self.reserves_gb()
         slack = max(self.free * (1 - fraction), self._pre_capture_gb())
-        return self.free - self.weights - slack - reserves
+        return self.free - self.weights - self.startup - slack - reserves
 
     def how(self) -> str:
         if self.fixed is not None:
@@ -406,6 +429,8 @@ class Budget:
             extra.append(f"multimodal reserve {mm:.2f} GB")
         if pre := self._pre_capture_gb():
             extra.append(f"at least {pre:.2f} GB kept for activations before graph capture")
+        if self.startup:
+            extra.append(f"start-up beyond weights and pools {self.startup:.3f} GB, as measured on the H200")
         return "free x fraction - weights" + (" (" + "; ".join(extra) + ")" if extra else "")
 
 

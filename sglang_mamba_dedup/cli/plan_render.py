@@ -138,16 +138,16 @@ def render(doc: dict[str, Any]) -> str:
             )
     if doc.get("slots_per_100mb"):
         lines.append(
-            f"precision: 100 MB of budget is {doc['slots_per_100mb']} mamba slots; SGLang measures the load's "
-            "footprint on the GPU, which can exceed the checkpoint's bytes (model buffers, allocator rounding)"
+            f"precision: 100 MB of budget is {doc['slots_per_100mb']} mamba slots; SGLang measures the start-up's "
+            "footprint on the GPU (weights, model buffers, CUDA modules, allocator rounding)"
         )
     margins = [(label, est["load_margin"]) for label, est in (("stock", s), ("plugin", p)) if est.get("load_margin")]
     if margins:
         gb = margins[0][1]["gb"]
         lines.append(
-            f"from the flags alone: the server's load can take up to about {gb:g} GB more than the checkpoint's bytes "
-            "(0.07-0.18 GB measured on an H200: the fp32 rotary cache, workspaces, allocator rounding), which this "
-            "plan cannot see; with that much less: "
+            "from the flags alone: the plan counts the start-up beyond weights and pools as measured on an H200 "
+            f"(CUDA modules, allocator rounding: 0.07-0.13 GB); another GPU stack can take up to about {gb:g} GB "
+            "more, which this plan cannot see; with that much less: "
             + "; ".join(
                 f"{label} {m['mamba_slots']} mamba slots, {m['running_requests']} running requests"
                 if m.get("starts", True)

@@ -76,23 +76,37 @@ def test_plan_reads_config_json(preset, tmp_path, capsys):
         pytest.skip(err.strip())
     doc = json.loads(out)
     assert doc["settings"]["weights_gb"] == 0 and "no safetensors" in doc["weights"]["how"]
-    _write_safetensors(
-        tmp_path / "model.safetensors", {"lm_head.weight": 1 << 20, "mtp.fc.weight": 1 << 18, "x": 1 << 19}
-    )
+    vocab = random_model.build_config(dims).get("text_config", random_model.build_config(dims))["vocab_size"]
+    # the embedding named as neither model names it: found by its vocabulary-sized dimension
+    tensors = {
+        "lm_head.weight": [vocab, 4],
+        "backbone.word_table": [vocab, 2],
+        "mtp.fc.weight": [1 << 18],
+        "x": [1 << 19],
+    }
+    _write_safetensors(tmp_path / "model.safetensors", tensors)
     tp = "2" if preset == "qwen3.5-0.8b" else "1"
     doc = _json(capsys, "--model-path", str(tmp_path), "--tp-size", tp)
-    target, draft = (1 << 20) + (1 << 19), (1 << 18) + (1 << 20)  # the draft: its MTP layer + its own head
-    assert doc["settings"]["weights_gb"] * (1 << 30) == pytest.approx((target + draft) / int(tp))
+    head = vocab * 6  # lm_head + the embedding
+    target, draft = head + (1 << 19), (1 << 18) + head  # the draft: its MTP layer + its own embedding and head
+    rope = doc["settings"]["weights_gb"] * (1 << 30) - (target + draft) / int(tp)
+    if preset == "qwen3.5-0.8b":  # RoPE: [262144 + 3 x 4 x 2 + 256 -> 262528 rows] x 64 rotary dims x fp32
+        assert rope == pytest.approx(262528 * 64 * 4) and "RoPE table" in doc["weights"]["how"]
+    else:  # Nemotron-H: no RoPE
+        assert rope == pytest.approx(0, abs=1e-3) and "RoPE" not in doc["weights"]["how"]
     assert "MTP layers" in doc["weights"]["how"]
 
 
-def _write_safetensors(path, tensors: dict[str, int]) -> None:
-    """A safetensors file of uint8 tensors of the given byte sizes (header written by hand: no torch)."""
+def _write_safetensors(path, tensors: dict[str, int | list[int]]) -> None:
+    """A safetensors file of uint8 tensors of the given byte sizes or shapes (header written by hand: no torch)."""
+    import math
     import struct
 
     header, offset = {}, 0
-    for name, size in tensors.items():
-        header[name] = {"dtype": "U8", "shape": [size], "data_offsets": [offset, offset + size]}
+    for name, dims in tensors.items():
+        shape = dims if isinstance(dims, list) else [dims]
+        size = math.prod(shape)
+        header[name] = {"dtype": "U8", "shape": shape, "data_offsets": [offset, offset + size]}
         offset += size
     raw = json.dumps(header).encode()
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * offset)

@@ -59,8 +59,6 @@ def _turn(session_id: str, row: int, slot: int, *, aborted: bool = False):
 
 
 def test_a_kept_streaming_turn_queues_its_row_and_slot(zero_copy_on):
-    from sglang.srt.session.streaming_session import StreamingSession
-
     row, slot = random.randrange(1, 64), random.randrange(1, 64)
     sessions, req = _turn("s1", row, slot)
     assert sessions.try_cache_finished_req(req) is True  # SGLang kept the record
