@@ -48,6 +48,10 @@ from .plan_model import PlanError, flag_value, model_flag, shape_from_config, sh
 #: allocations: 0.061 GiB against 0.016 for Nemotron-H's; ``[load-probe]`` lines of tools/gpu-engine).
 STARTUP_GB = 0.070
 ROPE_STARTUP_GB = 0.055
+#: The free memory a user reads before launch (SGLang's "Load weight begin. avail mem=") has two decimals: a plan
+#: from it is made at up to half a hundredth more budget as well (two H200 servers of 2026-12-02 had one mamba
+#: slot more than the plan at the value read, and exactly the plan at +0.005 GB).
+FREE_READING_GB = 0.005
 #: Another stack (GPU, driver, CUDA, torch) takes another amount: a plan from the flags alone is also made at this
 #: much less budget, and the server should fall between the two.
 LOAD_MARGIN_GB = 0.2
@@ -198,6 +202,12 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
                 "kv_cache_gb": low["kv_cache_gb"] if low else rest - LOAD_MARGIN_GB,
                 "mamba_slots": low["mamba_slots"] if low else 0,
                 "running_requests": low["running_requests"] if low else 0,
+                # the top of the range: the free memory a user reads has two decimals (SGLang's "avail mem")
+                "high": {
+                    k: high[k]
+                    for high in [_estimate(cp, mixer, st, rest + FREE_READING_GB, plugin, launch=launch)]
+                    for k in ("mamba_slots", "running_requests")
+                },
             }
         doc[key] = est
     per_slot = doc["plugin"]["reserved_gb"] / max(1, doc["plugin"]["mamba_slots"])

@@ -154,7 +154,13 @@ def render(doc: dict[str, Any]) -> str:
                 else f"{label} would not start (no memory left for the KV cache)"
                 for label, m in margins
             )
-            + ". Expect the server between the two; the budget it logs ('mamba cache estimator budget', the plugin's "
+            + "; with the free memory read half a hundredth higher: "
+            + "; ".join(
+                f"{label} {m['high']['mamba_slots']} mamba slots, {m['high']['running_requests']} running requests"
+                for label, m in margins
+                if m.get("high")
+            )
+            + ". Expect the server in that range; the budget it logs ('mamba cache estimator budget', the plugin's "
             "line) given as --rest-gb gives its numbers exactly"
         )
     pre = (p.get("plugin") or {}).get("pd_decode_pre_alloc")

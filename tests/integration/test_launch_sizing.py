@@ -106,9 +106,10 @@ def test_planner_matches_launch_slots_by_sglangs_arithmetic(qwen35_dir, capsys):
 
 
 def test_planner_from_flags_gives_the_plan_at_the_load_margin_too(qwen35_dir, capsys):
-    """From the flags alone the planner cannot see what the load takes beyond the checkpoint (0.07-0.18 GB on the
-    H200): it plans again at ``plan.LOAD_MARGIN_GB`` less budget, the same numbers ``--rest-gb`` gives there, and
-    says so; with ``--rest-gb`` (a server's logged budget) there is no margin to give."""
+    """From the flags alone the planner cannot see what another GPU stack's start-up takes: it plans again at
+    ``plan.LOAD_MARGIN_GB`` less budget and at ``plan.FREE_READING_GB`` more (the free memory read has two
+    decimals), the same numbers ``--rest-gb`` gives there, and says so; with ``--rest-gb`` (a server's logged
+    budget) there is no range to give."""
     if _refused_by_release(qwen35_dir, ()):
         pytest.skip("this release refuses the default launch (no_buffer with the radix cache)")
     flags = ["--json", "--", *launch_flags(qwen35_dir)]
@@ -116,8 +117,12 @@ def test_planner_from_flags_gives_the_plan_at_the_load_margin_too(qwen35_dir, ca
     doc = json.loads(capsys.readouterr().out)
     assert plan.main(["--rest-gb", str(doc["budget_gb"] - plan.LOAD_MARGIN_GB), *flags]) == 0
     low = json.loads(capsys.readouterr().out)
+    assert plan.main(["--rest-gb", str(doc["budget_gb"] + plan.FREE_READING_GB), *flags]) == 0
+    high = json.loads(capsys.readouterr().out)
     for key in ("stock", "plugin"):
         margin = doc[key]["load_margin"]
+        assert margin["high"] == {k: high[key][k] for k in ("mamba_slots", "running_requests")}
+        assert margin["high"]["mamba_slots"] >= doc[key]["mamba_slots"]
         assert margin["gb"] == plan.LOAD_MARGIN_GB
         assert (margin["mamba_slots"], margin["running_requests"]) == (
             low[key]["mamba_slots"],
@@ -129,6 +134,9 @@ def test_planner_from_flags_gives_the_plan_at_the_load_margin_too(qwen35_dir, ca
     text = capsys.readouterr().out
     assert (
         "from the flags alone" in text and f"plugin {doc['plugin']['load_margin']['mamba_slots']} mamba slots" in text
+    )
+    assert (
+        f"read half a hundredth higher: stock {doc['stock']['load_margin']['high']['mamba_slots']} mamba slots" in text
     )
 
 
