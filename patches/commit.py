@@ -123,12 +123,13 @@ class _Route:
             return
         if track_steps is not None:
             raise RuntimeError("zero-copy commit with a track set: the radix cache must be off (docs/zero-copy.md)")
-        self.plan = self.pool._smd_zc.commit(kernel, cache, steps, slots, rows)
+        self.plan = state.pool_state(self.pool).zero_copy.commit(kernel, cache, steps, slots, rows)
 
 
 def _static_reason(linear_backend, pool) -> str | None:
     """The branches SGLang keeps that depend only on the backend and its pool (fixed once built)."""
-    if pool is None or not getattr(pool, "_smd_commit_ok", False):
+    ps = state.pool_state_of(pool)
+    if ps is None or not ps.commit_ok:
         return "pool not cleared for the plugin's commit"
     if getattr(pool, "replayssm_is_kda", False):
         return "ReplaySSM-KDA"
@@ -211,7 +212,8 @@ def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
         translate = getattr(linear_backend, "_translate_mamba_indices", None)  # 0.5.23: virtual -> physical slot ids
         if translate is not None:
             track_idx = translate(track_idx)
-    zc = getattr(route.pool, "_smd_zc", None)
+    ps = state.pool_state_of(route.pool)
+    zc = ps.zero_copy if ps is not None else None
     if zc is not None and req_pool_indices is None:
         raise RuntimeError("zero-copy commit without req_pool_indices: the scratch rows are unknown")
     rows = req_pool_indices if zc is not None else None

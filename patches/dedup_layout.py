@@ -2,7 +2,8 @@
 SGLang's own non-speculative construction, then the deduplicated scratch in the same memory-saver region and
 memory pool (the dense window is never allocated). Take-over: SGLang's construction, then a check that its window
 is the overlapping view. A gate 'no' keeps SGLang's stock layout (strict mode: a RuntimeError). The pool is tagged
-``_smd_layout`` and ``_smd_commit_ok`` (whether our commit kernel may serve it, read by :mod:`.commit`).
+its :class:`~sglang_mamba_dedup.state.PoolState` ``layout`` and ``commit_ok`` (whether our commit kernel may serve
+it, read by :mod:`.commit`).
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def _record_stock(target, reason: str, d, *, spec: bool = True, commit_reason: s
         with contextlib.suppress(Exception):  # report only
             dense = sizing.nbytes(target.mamba_cache.intermediate_conv_window)
     with contextlib.suppress(AttributeError):
-        target._smd_layout, target._smd_commit_ok = "stock", False
+        ps = state.pool_state(target)
+        ps.layout, ps.commit_ok = "stock", False
     report.record_layout(
         "stock",
         reason,
@@ -280,8 +282,8 @@ def _add_dedup_scratch(wrapped, instance, kwargs) -> None:
     physical, dense = sizing.nbytes(phys_list), sizing.nbytes(views)  # the views' logical size is the dense size
     ssm_bytes = sizing.nbytes(intermediate_ssm)
     instance.mem_usage = _mem_usage_bytes(instance.mamba_cache, physical) / GIB
-    instance._smd_layout = "ours"
-    instance._smd_commit_ok = True
+    ps = state.pool_state(instance)
+    ps.layout, ps.commit_ok = "ours", True
     STATE.live_backport_pools.add(instance)  # revert() keeps our commit while it lives
     k = gate.conv_kernel_of(cache_params)
     logger.info(
@@ -330,9 +332,9 @@ def _takeover_init(wrapped, instance, kwargs):
             "sglang-mamba-dedup: MambaPool.mem_usage %s GB corrected to the physical %.4f GB", reported, expected / GIB
         )
         instance.mem_usage = expected / GIB
-    instance._smd_layout = "upstream"
     commit_problem = _commit_problem(instance, kwargs)
-    instance._smd_commit_ok = commit_problem is None
+    ps = state.pool_state(instance)
+    ps.layout, ps.commit_ok = "upstream", commit_problem is None
     note = None if ok else f"upstream dedups although our gate says no: {reason}"
     why_not = note or (f"our commit will not serve this pool: {commit_problem}" if commit_problem else None)
     if why_not:

@@ -15,7 +15,10 @@ import weakref
 from typing import Any
 
 from .sizing import GIB
-from .state import STATE
+from .state import POOL_ATTR, STATE
+
+#: zero-copy's ``accepted`` table as the ledger names it (the pool's :class:`~.state.PoolState`)
+ACCEPTED = f"{POOL_ATTR}.accepted"
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -52,7 +55,14 @@ def buffers(pool: Any) -> list[tuple[str, list]]:
     cache = getattr(pool, "mamba_cache", None)
     fields = dataclasses.fields(cache) if dataclasses.is_dataclass(cache) else ()
     state = [(f.name, getattr(cache, f.name, None)) for f in fields]
-    attrs = [(name, value) for name, value in sorted(vars(pool).items()) if name != "mamba_cache"]
+    attrs = []
+    for name, value in sorted(vars(pool).items()):
+        if name == "mamba_cache":
+            continue
+        if hasattr(value, "ledger_buffers"):  # the plugin's PoolState: its tensors are the pool's buffers too
+            attrs += [(f"{name}.{sub}", t) for sub, t in value.ledger_buffers()]
+        else:
+            attrs.append((name, value))
     return [(name, ts) for name, value in state + attrs if (ts := _tensors(value))]
 
 
@@ -74,7 +84,7 @@ def bookkeeping_buffers(pool: Any) -> list[str]:
     ``accepted`` table is not one of them: the plugin's estimator reserves it)."""
     cache = getattr(pool, "mamba_cache", None)
     state = {f.name for f in dataclasses.fields(cache)} if dataclasses.is_dataclass(cache) else set()
-    priced = state | {"_smd_accepted"}  # zero-copy's table: the plugin's estimator reserves it
+    priced = state | {ACCEPTED}  # zero-copy's table: the plugin's estimator reserves it
     return [name for name, ts in buffers(pool) if name not in priced and all(_is_index(t) for t in ts)]
 
 

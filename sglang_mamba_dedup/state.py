@@ -61,6 +61,40 @@ class ProcessState:
 
 STATE = ProcessState()
 
+#: The one attribute the plugin sets on a SGLang mamba pool: its :class:`PoolState`.
+POOL_ATTR = "_smd_pool"
+
+
+@dataclasses.dataclass
+class PoolState:
+    """What the plugin knows of one of SGLang's mamba pools, kept on the pool (:data:`POOL_ATTR`) so that it lives
+    and dies with it: the layout the pool patch found or built, whether our commit kernel may serve it, and
+    zero-copy's decision and ``accepted`` table. The ledger counts :meth:`ledger_buffers` as the pool's buffers."""
+
+    layout: str | None = None  # "ours" (back-port), "upstream" (SGLang's deduplicated window) or "stock"
+    commit_ok: bool = False  # our commit kernel serves this pool (read by the commit and zero-copy's gate)
+    zero_copy_decided: bool = False  # zero-copy's gate ran for this pool
+    zero_copy: Any = None  # its ZeroCopy bookkeeping where the gate passed (patches.zero_copy.bookkeeping)
+    accepted: Any = None  # zero-copy's int32 ``accepted`` table, one per scratch row, allocated with the pool
+
+    def ledger_buffers(self) -> list[tuple[str, Any]]:
+        return [("accepted", self.accepted)] if self.accepted is not None else []
+
+
+def pool_state(pool: Any) -> PoolState:
+    """``pool``'s :class:`PoolState`, made on first use."""
+    got = pool_state_of(pool)
+    if got is None:
+        got = PoolState()
+        setattr(pool, POOL_ATTR, got)
+    return got
+
+
+def pool_state_of(pool: Any) -> PoolState | None:
+    """``pool``'s :class:`PoolState`, or None where the plugin has recorded nothing for it (or ``pool`` is None)."""
+    got = getattr(pool, POOL_ATTR, None) if pool is not None else None
+    return got if isinstance(got, PoolState) else None
+
 
 def reset() -> None:
     """Forget everything this process remembered (tests). The patches themselves are reverted by the patcher."""

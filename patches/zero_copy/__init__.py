@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from sglang_mamba_dedup import env, versions
+from sglang_mamba_dedup import env, state, versions
 
 #: bytes of one entry of the ``accepted`` table (int32, one per scratch row: rows + 1 padding row)
 ACCEPTED_ENTRY_BYTES = 4
@@ -61,4 +61,4 @@ def prepare(pool) -> None:
 
     scratch = getattr(getattr(pool, "mamba_cache", None), "intermediate_ssm", None)
     if scratch is not None and scratch.dim() >= 3:
-        pool._smd_accepted = torch.ones(scratch.shape[1], dtype=torch.int32, device=scratch.device)
+        state.pool_state(pool).accepted = torch.ones(scratch.shape[1], dtype=torch.int32, device=scratch.device)

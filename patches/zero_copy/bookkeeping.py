@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from sglang_mamba_dedup import state
 from sglang_mamba_dedup.patches import commit as commit_patch
 
 from . import prepare
@@ -35,9 +36,9 @@ class ZeroCopy:
     def __init__(self, pool, layers: tuple[int, int] = (0, 0)) -> None:
         self.pool = pool
         self.pitch = pool.mamba_cache.intermediate_ssm.shape[2]  # the allocated draft-step pitch of a scratch row
-        if getattr(pool, "_smd_accepted", None) is None:
+        if state.pool_state(pool).accepted is None:
             prepare(pool)
-        self.accepted = pool._smd_accepted
+        self.accepted = state.pool_state(pool).accepted
         self.layers = layers  # (first, last) linear layer id of a forward: where tables are built / stage-ins run
         self.handoffs: list = []  # (row, slot tensor) of streaming-session turns kept, to materialize (Z6)
         self.tables: VerifyTables | None = None

@@ -99,7 +99,8 @@ def backend_problem(backend) -> str | None:
     """Why this GDN or Mamba2 backend's pool keeps today's commit (pool, scratch, layers, verify kernel, side states)."""
     rtp = getattr(backend, "req_to_token_pool", None)
     pool = getattr(rtp, "mamba_pool", None)
-    if pool is None or not getattr(pool, "_smd_commit_ok", False):
+    ps = state.pool_state_of(pool)
+    if pool is None or ps is None or not ps.commit_ok:
         return "the plugin's commit does not serve this pool"
     cache = pool.mamba_cache
     scratch = getattr(cache, "intermediate_ssm", None)
@@ -154,16 +155,16 @@ def decide(backend):
     pool = getattr(rtp, "mamba_pool", None)
     if pool is None:
         return None
-    decided = getattr(pool, "_smd_zc", _MISSING)
-    if getattr(backend, "is_draft_worker", False) and decided not in (_MISSING, None):
+    ps = state.pool_state(pool)
+    if getattr(backend, "is_draft_worker", False) and ps.zero_copy is not None:
         return _draft_on_a_zero_copy_pool()
-    if decided is not _MISSING:
-        return decided
+    if ps.zero_copy_decided:
+        return ps.zero_copy
     if not wanted():  # not asked for (a test that applied every feature): stock, silently
-        pool._smd_zc = None
+        ps.zero_copy_decided, ps.zero_copy = True, None
         return None
     reason = _DRAFT if getattr(backend, "is_draft_worker", False) else backend_problem(backend)
-    if reason is None and getattr(pool, "_smd_accepted", None) is None and _capturing():
+    if reason is None and ps.accepted is None and _capturing():
         reason = "the pool was built without the accepted table and this first verify is inside a CUDA-graph capture"
     if reason is None:
         try:
@@ -174,10 +175,10 @@ def decide(backend):
     if reason is None:
         from .bookkeeping import ZeroCopy
 
-        if getattr(pool, "_smd_accepted", None) is None:
+        if ps.accepted is None:
             prepare(pool)
         zc = ZeroCopy(pool, layers=(min(rtp.mamba_map), max(rtp.mamba_map)))
-    pool._smd_zc = zc
+    ps.zero_copy_decided, ps.zero_copy = True, zc
     if zc is None:
         report.record_zero_copy(f"off: {reason}")
         if state.is_strict():

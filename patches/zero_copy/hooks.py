@@ -147,7 +147,8 @@ def before_extend(wrapped, instance, args, kwargs):
         mode = (args[0] if args else kwargs["forward_batch"]).forward_mode
         if mode.is_extend() and not mode.is_target_verify():
             pool = instance.req_to_token_pool.mamba_pool
-            if getattr(pool, "_smd_zc", None) is zc:
+            ps = state.pool_state_of(pool)
+            if ps is not None and ps.zero_copy is zc:
                 zc.materialize(pool.mamba_cache)
                 _count("zc_materialize_calls")
     return wrapped(*args, **kwargs)

@@ -8,7 +8,7 @@ import contextlib
 import os
 import sys
 
-from .. import env, sizing
+from .. import env, sizing, state
 from ..offline.sglang_pool import CudaToDeviceTorch
 from ..offline.shapes import MODELS
 from ._args import environ, positive_int, switched
@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 sizes = describe(pool)
                 layout = report.events().get("dedup_layout", {}).get("state", "-")
-                commit = "plugin's fused kernel" if getattr(pool, "_smd_commit_ok", False) else "SGLang's"
+                ps = state.pool_state_of(pool)
+                commit = "plugin's fused kernel" if ps is not None and ps.commit_ok else "SGLang's"
                 rows.append((label, sizes, layout, commit))
                 del pool
     if not rows:

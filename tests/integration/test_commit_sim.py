@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_mamba_dedup import report
+from sglang_mamba_dedup import report, state
 from tests.support import integration as iu
 
 pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
@@ -221,7 +221,9 @@ def test_branches_we_do_not_own_stay_on_sglang(kernel_impl, branch):
             mp.mamba_cache = dataclasses.replace(mp.mamba_cache, intermediate_ssm=None)
         elif branch == "unified_pool":
             monkeypatch.setattr(bk, _stock_scatter_name(bk), _recorder(calls, "sglang"))
-            pool.mamba_pool._smd_commit_ok = False  # what the pool patch records for pools it did not build
+            state.pool_state(
+                pool.mamba_pool
+            ).commit_ok = False  # what the pool patch records for pools it did not build
         backend.update_mamba_state_after_mtp_verify(*args, **kwargs)
         ev = report.events()
         assert calls and set(calls) == {"sglang"}, f"{branch}: SGLang's own code must run"
@@ -383,7 +385,7 @@ def test_stock_layout_pool_keeps_sglangs_commit(kernel_impl, topk):
         backend = iu.build_backend(pool, device="cpu", topk=2 if topk == 2 else 1, draft_tokens=4)
         iu.set_forward_metadata(backend, torch.tensor([1, 2], dtype=torch.int32), 4)
         mp = pool.mamba_pool
-        assert mp._smd_layout == "stock" and mp._smd_commit_ok is False
+        assert state.pool_state(mp).layout == "stock" and state.pool_state(mp).commit_ok is False
         layout_event = report.events()["dedup_layout"]
         assert layout_event["commit"] == "sglang", layout_event
         cache = mp.mamba_cache

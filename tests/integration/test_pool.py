@@ -16,7 +16,7 @@ import types
 import pytest
 import torch
 
-from sglang_mamba_dedup import env, gate, patch_state, report, sizing
+from sglang_mamba_dedup import env, gate, patch_state, report, sizing, state
 from sglang_mamba_dedup.offline import shapes
 from sglang_mamba_dedup.patches import estimator as estimator_patch
 from sglang_mamba_dedup.patches import topk_plumbing as topk_patch
@@ -121,7 +121,7 @@ def test_dense_window_never_allocated(monkeypatch):
 def test_stock_pool_when_plugin_off():
     with iu.cpu_stock_paths(), iu.plugin(False):
         mp = _pool().mamba_pool
-        assert getattr(mp, "_smd_layout", None) is None
+        assert getattr(state.pool_state_of(mp), "layout", None) is None
         w = mp.mamba_cache.intermediate_conv_window[0]
         if iu.BACKPORT:
             assert w.is_contiguous() and tuple(w.shape) == (2, 4, 4, 5, 3)
@@ -189,9 +189,9 @@ def test_gate_no_gives_stock_layout_and_reason(case, monkeypatch):
             # 0.5.14 ... 0.5.15.post1 dedup KDA / opt-out shapes themselves: recorded, our commit stays out.
             assert ev["state"] == "upstream" and "upstream dedups although our gate says no" in ev["reason"], ev
             assert fragment in ev["reason"], ev
-            assert mp._smd_commit_ok is False
+            assert state.pool_state(mp).commit_ok is False
         elif iu.BACKPORT or case in ("topk2", "opt_out", "kda", "speculative_off"):
-            assert mp._smd_layout == "stock" and ev["state"] == "stock", ev
+            assert state.pool_state(mp).layout == "stock" and ev["state"] == "stock", ev
             assert fragment in ev["reason"], ev
             if kw.get("draft_tokens", 4) is not None:
                 w = mp.mamba_cache.intermediate_conv_window[0]
@@ -271,14 +271,14 @@ def test_topk_plumbing_through_init_pools(caplog):
                     installed.__get__(runner, type(runner))()
                 else:
                     installed(runner)
-                layout = built["pool"].mamba_pool._smd_layout
+                layout = state.pool_state(built["pool"].mamba_pool).layout
             assert layout == expect, (call, topk, layout, report.events())
     assert caplog.text.count("_init_pools was called through the class attribute") == 1
 
     # unreadable (no server_args anywhere): topk unknown -> SGLang's dense window; strict stops
     with iu.cpu_stock_paths(), iu.plugin(True):
         installed(object())
-        assert built["pool"].mamba_pool._smd_layout == "stock"
+        assert state.pool_state(built["pool"].mamba_pool).layout == "stock"
     with iu.cpu_stock_paths(), iu.plugin(True, mode="strict"), pytest.raises(RuntimeError, match="topk unknown"):
         installed(object())
 

@@ -26,7 +26,7 @@ import types
 import pytest
 import torch
 
-from sglang_mamba_dedup import faults, patch_state, versions
+from sglang_mamba_dedup import faults, patch_state, state, versions
 from sglang_mamba_dedup.patches import commit as commit_patch
 from sglang_mamba_dedup.patches.zero_copy import bookkeeping, hooks
 from tests.support import zero_copy_sim as sim
@@ -77,10 +77,16 @@ class _World:
             conv=[self.conv],
             intermediate_conv_window=[self.inter_conv],
         )
-        self.pool = types.SimpleNamespace(mamba_cache=self.cache, _smd_zc=None)
+        self.pool = types.SimpleNamespace(mamba_cache=self.cache)
         if zc:
-            self.pool._smd_zc = bookkeeping.ZeroCopy(self.pool)
+            state.pool_state(self.pool).zero_copy = bookkeeping.ZeroCopy(self.pool)
         self.route = commit_patch._Route(None, self.pool, self.cache, commit_patch.load_fused_commit(), None)
+
+    @property
+    def zc(self):
+        """The pool's zero-copy bookkeeping, None for the stock (or plugin-commit) world."""
+        ps = state.pool_state_of(self.pool)
+        return ps.zero_copy if ps is not None else None
 
     def extend(self, e: sim.Extend) -> None:
         """A stand-in prefill chunk: the new state is a fixed function of the stored one and the chunk."""
@@ -100,7 +106,7 @@ class _World:
         from sglang.srt.layers.attention.linear.kernels.gdn_triton import TritonGDNKernel
 
         b, d = v.drafts.shape[:2]
-        zc = self.pool._smd_zc  # Z1: the forward's rows and seeds, built once at its first linear layer
+        zc = self.zc  # Z1: the forward's rows and seeds, built once at its first linear layer
         token = hooks._ACTIVE.set(zc.verify_tables(0, rpi, slots)) if zc is not None else None
         try:
             select = gdn_backend.select_verify_intermediate_state_indices
@@ -148,7 +154,7 @@ class _World:
         from sglang.kernels.ops.mamba.triton_ops.mamba_ssm import selective_state_update
 
         b, d = v.drafts.shape[:2]
-        zc = self.pool._smd_zc
+        zc = self.zc
         positions = torch.arange(b, dtype=torch.int32, device=DEVICE).clamp(max=ROWS)
         rows, token = positions, None
         if zc is not None:  # Z4: the forward's tables; the negative control builds them on batch positions
@@ -202,7 +208,7 @@ class _World:
         return y, out, rows
 
     def commit(self, steps, slots, rows, rpi) -> None:
-        if self.pool._smd_zc is None:  # SGLang's scatter, in PyTorch: scratch [batch position, step] -> slot
+        if self.zc is None:  # SGLang's scatter, in PyTorch: scratch [batch position, step] -> slot
             for n in range(steps.shape[0]):
                 if steps[n] >= 0 and slots[n] >= 0:
                     self.temporal[0, slots[n]] = self.inter_ssm[0, rows[n], steps[n]]
@@ -211,7 +217,7 @@ class _World:
             self.route.commit(steps, slots, None, None, rows=rpi)
 
     def live(self, row: int, slot: int) -> torch.Tensor:
-        zc = self.pool._smd_zc
+        zc = self.zc
         if zc is None:
             return self.temporal[0, slot].clone()
         return self.inter_ssm[0, row, int(zc.accepted[row]) - 1].clone()
@@ -225,7 +231,7 @@ def replay(schedule, drafts: int, ssm_dtype, zc: bool, seed: int, skip=(), kind=
     # SGLang's batch-position table (build_verify_intermediate_state_indices): rows 0..size-1, then padding on row size
     default_rows = torch.cat([torch.arange(ROWS), torch.full((17,), ROWS)]).to(DEVICE, torch.int32)
     for ev in schedule:
-        zcs = w.pool._smd_zc
+        zcs = w.zc
         for kind, _rid, row, slot in ev.leaves:
             if zcs is not None and kind == "session":
                 zcs.handoffs.append((row, torch.tensor(slot, device=DEVICE)))

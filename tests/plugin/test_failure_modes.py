@@ -209,7 +209,7 @@ def test_on_mode_logs_why_our_commit_will_not_serve_the_pool(monkeypatch, caplog
     STATE.warned.clear()
     with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         pool = _pool()
-    assert pool.mamba_pool._smd_commit_ok is False or iu.BACKPORT
+    assert state.pool_state(pool.mamba_pool).commit_ok is False or iu.BACKPORT
     assert any(r.levelno == logging.WARNING and "simulated" in r.getMessage() for r in caplog.records)
 
 
@@ -224,7 +224,7 @@ def test_revert_keeps_the_commit_while_a_backport_pool_lives(monkeypatch):
         try:
             patch_state.apply(SWITCHED_FEATURES)
             pool = _pool()
-            assert pool.mamba_pool._smd_layout == "ours"
+            assert state.pool_state(pool.mamba_pool).layout == "ours"
             result = sglang_mamba_dedup.revert()
             assert any("kept" in (r or "") for r in result.values()), result
             assert patch_state.PATCHER.applied("commit")
@@ -260,7 +260,7 @@ def test_foreign_wrapper_calling_the_class_attribute_still_gets_our_layout(monke
 
         monkeypatch.setattr(mp.MambaPool, "__init__", foreign_init)
         pool = _pool()
-    assert pool.mamba_pool._smd_layout == ("ours" if iu.BACKPORT else "upstream")
+    assert state.pool_state(pool.mamba_pool).layout == ("ours" if iu.BACKPORT else "upstream")
 
 
 def test_status_of_another_release_patch_keeps_its_own_reason(monkeypatch):
@@ -327,7 +327,7 @@ def test_unified_mamba_pool_is_said_recorded_and_refused_in_strict(allow_cpu, ca
         pool = _unified_pool()
         ev = report.events()["dedup_layout"]
         assert ev["state"] == "stock" and ev["pool"] == "UnifiedMambaPool" and ev["commit"] == "sglang", ev
-        assert pool._smd_commit_ok is False
+        assert state.pool_state(pool).commit_ok is False
         assert patch_state.status()["unified_mamba_pool.init"]["calls"] == 1
     assert "UnifiedMambaPool (--enable-unified-memory)" in caplog.text
     with iu.plugin(True, mode="strict"), pytest.raises(RuntimeError, match="strict.*UnifiedMambaPool"):

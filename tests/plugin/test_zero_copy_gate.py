@@ -71,7 +71,8 @@ def _backend(
         temporal=torch.zeros(2, 10, 2, 4, 4),
         intermediate_ssm=torch.zeros(2, scratch_rows, 3, 2, 4, 4, dtype=scratch_dtype),
     )
-    pool = types.SimpleNamespace(mamba_cache=cache, _smd_commit_ok=commit_ok)
+    pool = types.SimpleNamespace(mamba_cache=cache)
+    state.pool_state(pool).commit_ok = commit_ok
     rtp = types.SimpleNamespace(
         mamba_pool=pool,
         size=rows,
@@ -105,8 +106,9 @@ def test_the_decision_is_once_per_pool_and_logged(monkeypatch, caplog):
     backend = _backend()
     monkeypatch.setattr(gate, "read_settings", lambda: dict(SAFE))
     assert gate.decide(backend) is None  # not asked for: stock, silently, and remembered
-    assert backend.req_to_token_pool.mamba_pool._smd_zc is None
-    del backend.req_to_token_pool.mamba_pool._smd_zc
+    ps = state.pool_state_of(backend.req_to_token_pool.mamba_pool)
+    assert ps.zero_copy_decided and ps.zero_copy is None
+    ps.zero_copy_decided = False
     monkeypatch.setenv(env.ZERO_COPY, "1")
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         zc = gate.decide(backend)
@@ -138,7 +140,7 @@ def test_the_accepted_table_comes_from_pool_build_and_never_from_a_capture(monke
     backend = _backend()
     pool = backend.req_to_token_pool.mamba_pool
     zero_copy.prepare(pool)  # what the MambaPool.__init__ wrapper does when zero-copy is asked for
-    table = pool._smd_accepted
+    table = state.pool_state(pool).accepted
     assert table.dtype == torch.int32 and table.tolist() == [1] * 7
     monkeypatch.setattr(gate, "_capturing", lambda: True)
     assert gate.decide(backend).accepted is table  # built with the pool: a capture changes nothing

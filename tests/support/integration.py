@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from sglang_mamba_dedup import patch_state, report, versions
+from sglang_mamba_dedup import patch_state, report, state, versions
 from sglang_mamba_dedup.offline import estimator, shapes
 from sglang_mamba_dedup.offline.sglang_pool import (  # the package's one SGLang pool builder
     CudaToDeviceTorch,
@@ -397,7 +397,7 @@ def simulate(cfg: SimConfig) -> SimResult:
     )
     takes_req_pool_indices = "req_pool_indices" in inspect.signature(update).parameters
     req_pool_indices = torch.arange(b, dtype=torch.int64, device=dev)
-    res = SimResult(layout=getattr(mp, "_smd_layout", None))
+    res = SimResult(layout=getattr(state.pool_state_of(mp), "layout", None))
     outs_all: list[torch.Tensor] = []
     for step in range(cfg.steps):
         x_all = rnd(cfg.num_layers, b, cfg.conv_dim, d, dtype=cfg.conv_dtype)

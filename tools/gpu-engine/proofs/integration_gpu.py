@@ -79,6 +79,13 @@ class SectionTimeout(Exception):
 
 
 @contextlib.contextmanager
+def _layout_of(pool) -> str:
+    """The layout the plugin's pool patch recorded for ``pool`` (its PoolState), "stock" where none."""
+    from sglang_mamba_dedup.state import pool_state_of
+
+    return getattr(pool_state_of(pool), "layout", None) or "stock"
+
+
 def force_backport():
     from sglang_mamba_dedup.patches import dedup_layout as mp_patch
 
@@ -321,7 +328,7 @@ def section_peak(run: Run) -> dict:
                             "peak": peak,
                             "final": final,
                             "peak_minus_final": peak - final,
-                            "layout": getattr(pool, "_smd_layout", None) or "stock",
+                            "layout": _layout_of(pool),
                         }
                     )
                     del pool
@@ -363,7 +370,7 @@ def section_memory(run: Run) -> dict:
                     {
                         "shapes": sname,
                         "path": label,
-                        "layout": getattr(pool, "_smd_layout", None) or "stock",
+                        "layout": _layout_of(pool),
                         "conv_state": layout.nbytes(c.conv),
                         "ssm_state": layout.nbytes(c.temporal),
                         "intermediate_ssm": layout.nbytes(c.intermediate_ssm),
