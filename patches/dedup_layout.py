@@ -28,7 +28,7 @@ _sglang_version = versions.sglang_version
 
 
 def _is_backport() -> bool:
-    return versions.mode_for(_sglang_version()) == "backport"
+    return versions.release(_sglang_version()).backport
 
 
 def _normalise_call(wrapped, instance, args, kwargs):

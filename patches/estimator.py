@@ -87,7 +87,7 @@ def estimator_decision(wrapped, instance) -> tuple[float | None, str | None, dic
     if fused_entry is not None and fused_entry("mamba") is not None:
         return None, "fused draft state entry (unified pool)", {}
     cache_params = instance.mambaish_config.mamba2_cache_params
-    backport = versions.mode_for(versions.installed_sglang_version()) == "backport"
+    backport = versions.release().backport
     ok, reason = gate.check(
         device=instance.device,
         speculative_num_draft_tokens=d,

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 
 from packaging.specifiers import SpecifierSet
@@ -121,6 +122,41 @@ def mode_for(version: str | None) -> str:
     if not in_range(version):
         return "unsupported"
     return "takeover" if in_range(version, UPSTREAM_DEDUP) else "backport"
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """What the plugin does on one SGLang release, decided here and asked everywhere else (:func:`release`)."""
+
+    version: str | None
+    #: 'backport' (no upstream dedup: ours), 'takeover' (upstream's layout, our commit) or 'unsupported'
+    mode: str
+
+    @property
+    def backport(self) -> bool:
+        return self.mode == "backport"
+
+    @property
+    def patched_as(self) -> str | None:
+        """The release whose targets are patched (:func:`effective`)."""
+        return effective(self.version)
+
+    @property
+    def new_layout(self) -> bool:
+        """Pools are built in ``kv_cache_configurator`` (:data:`NEW_LAYOUT_FROM`)."""
+        return in_range(self.patched_as, NEW_LAYOUT)
+
+    @property
+    def zero_copy(self) -> bool:
+        """The zero-copy commit is built for this very release (never for an untested one mapped to it)."""
+        return in_range(self.version, ZERO_COPY)
+
+
+def release(version: str | None = None) -> Release:
+    """The facts of ``version`` (default: the installed SGLang, read now; the serving path passes
+    :func:`sglang_version`, read once per process)."""
+    v = installed_sglang_version() if version is None else version
+    return Release(v, mode_for(v))
 
 
 def support_problem(version: str | None) -> str | None:

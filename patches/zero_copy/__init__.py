@@ -45,7 +45,7 @@ def release_ok(version: str | None = None) -> bool:
     """Zero-copy is built for this SGLang release exactly (``version``: the installed one when None). Never the
     release :func:`~sglang_mamba_dedup.versions.effective` maps an untested one to: zero-copy depends on private code
     proven on this release only, so ``SGLANG_MAMBA_DEDUP_ALLOW_UNTESTED`` does not extend it."""
-    return versions.in_range(version or versions.sglang_version(), versions.ZERO_COPY)
+    return versions.release(version or versions.sglang_version()).zero_copy
 
 
 def asked() -> bool:

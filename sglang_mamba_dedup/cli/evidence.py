@@ -54,7 +54,7 @@ NOTES = {
 
 def matrix_row(release: str) -> str:
     cpu, gpu = EVIDENCE[release]
-    mode = "back-port" if versions.in_range(release, versions.BACKPORT) else "take-over"
+    mode = "back-port" if versions.release(release).backport else "take-over"
     return f"| {release} | {mode} | {cpu} pass | {gpu} | {NOTES.get(release, '')} |"
 
 

@@ -305,7 +305,7 @@ def _estimate(
             )
         decision = dict(STATE.estimate) if plugin else {}
     dedup = (
-        bool(plugin and decision.get("applied")) or versions.mode_for(versions.installed_sglang_version()) != "backport"
+        bool(plugin and decision.get("applied")) or not versions.release().backport
     )
     ring = 0
     if replay:

@@ -117,7 +117,7 @@ def _run(
     dp = int(getattr(sa, "dp_size", 1) or 1)
     attn_dp = attn_dp_size(sa)  # each attention-DP rank serves its share of the requests (m-P2)
     asked = max(1, int(asked) // attn_dp)
-    if versions.in_range(versions.installed_sglang_version(), versions.NEW_LAYOUT):
+    if versions.release().new_layout:
         from sglang.srt import runtime_context
         from sglang.srt.mem_cache import kv_cache_configurator as kc
 

@@ -241,3 +241,20 @@ def test_release_matrix_in_docs_is_the_one_in_versions():
     block = text[text.index(start) + len(start) : text.index(end)]
     assert block == evidence.matrix()
     assert set(evidence.EVIDENCE) == set(versions.RELEASES)
+
+
+@pytest.mark.parametrize("release", versions.RELEASES)
+def test_the_release_facts_are_decided_in_one_place(release):
+    """``versions.release()`` answers every per-release question the serving code and the planner ask."""
+    r = versions.release(release)
+    assert r.mode == versions.mode_for(release) and r.backport == (r.mode == "backport")
+    assert r.new_layout == versions.in_range(release, versions.NEW_LAYOUT)
+    assert r.zero_copy == (release == versions.ZERO_COPY_RELEASE)
+
+
+def test_an_untested_release_is_patched_as_the_newest_only_when_allowed(monkeypatch):
+    monkeypatch.delenv(env.ALLOW_UNTESTED, raising=False)
+    assert versions.release("0.5.24").mode == "unsupported"
+    monkeypatch.setenv(env.ALLOW_UNTESTED, "1")
+    r = versions.release("0.5.24")
+    assert r.mode == "takeover" and r.patched_as == versions.RELEASES[-1] and r.new_layout and not r.zero_copy
