@@ -230,7 +230,7 @@ def _register(what_if: bool) -> None:
         parts.append("skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped.items()))
     _say(logging.WARNING if skipped or untested else logging.INFO, "; ".join(parts), visible=True)
     if "commit" in applied and not what_if and env.value(env.FAULT):
-        from . import faults  # the e2e's negative control only: never loaded in a real run
+        from .patches import faults  # the e2e's negative control only: never loaded in a real run
 
         faults.install_from_env()
     report.write()  # muted for a what-if

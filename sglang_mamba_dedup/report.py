@@ -47,7 +47,7 @@ def record_ledger(doc: dict[str, Any]) -> None:
 
 
 def record_fault(name: str | None) -> None:
-    """Record the negative-control fault in place in this process (:mod:`.faults`), or its removal."""
+    """Record the negative-control fault in place in this process (:mod:`.patches.faults`), or its removal."""
     with STATE.lock:
         if name is None:
             STATE.events.pop("fault", None)

@@ -43,7 +43,8 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _plugin_clean(monkeypatch):
-    from sglang_mamba_dedup import env, faults, patch_state, state
+    from sglang_mamba_dedup import env, patch_state, state
+    from sglang_mamba_dedup.patches import faults
 
     for name in (env.SWITCH, env.FAULT, env.REPORT_DIR, env.ZERO_COPY):
         monkeypatch.delenv(name, raising=False)

@@ -7,7 +7,7 @@ import sys
 COMMANDS = {
     "doctor": ("sglang_mamba_dedup.cli.doctor", "versions, CUDA, what would be patched and why not"),
     "demo": ("sglang_mamba_dedup.cli.demo", "build SGLang's MambaPool with the plugin off and on, print buffer bytes"),
-    "plan": ("sglang_mamba_dedup.cli.plan", "mamba slots, running requests and KV memory, stock vs plugin (CPU)"),
+    "plan": ("sglang_mamba_dedup.planner.plan", "mamba slots, running requests and KV memory, stock vs plugin (CPU)"),
     "e2e": ("sglang_mamba_dedup.e2e.cli", "greedy md5 comparison of a real SGLang run, plugin off vs on"),
 }
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from .. import activation, env, faults, patch_state, versions
-from ..patches import ASKED_FOR, PATCHES
+from .. import activation, env, patch_state, versions
+from ..patches import ASKED_FOR, PATCHES, faults
 from ..patches import commit as commit_patch
 from . import evidence
 

@@ -37,7 +37,7 @@ and :func:`main`, which hands the checked options to :func:`.driver.run`.
 
 ``--zero-copy`` adds ``SGLANG_MAMBA_DEDUP_ZERO_COPY=1`` to the "on" and "fault" runs (the radix cache off in
 every run) and requires their schedulers to serve commits zero-copy; without it the variable is removed from
-every run. ``--fault`` picks the negative control's fault (:data:`sglang_mamba_dedup.faults.FAULTS`).
+every run. ``--fault`` picks the negative control's fault (:data:`sglang_mamba_dedup.patches.faults.FAULTS`).
 ``--streaming-sessions`` runs rounds 1 and 2 as two turns of a streaming session per prompt (the Engine route);
 with ``--zero-copy`` the on runs must also materialize the states the sessions kept.
 
@@ -62,14 +62,14 @@ import urllib.parse
 from pathlib import Path
 from typing import NoReturn
 
-from .. import faults
 from ..cli._args import number
+from ..patches import faults
 from . import driver, interrupts, render, verdict
 from .engine import Runner
 from .settings import DEFAULT_MODEL
 from .workload import load_prompts
 
-#: Run modes: the plugin off, on, and on with the negative control's fault (:mod:`sglang_mamba_dedup.faults`)
+#: Run modes: the plugin off, on, and on with the negative control's fault (:mod:`sglang_mamba_dedup.patches.faults`)
 #: installed.
 MODES = ("off", "on", "fault")
 

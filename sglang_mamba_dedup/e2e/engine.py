@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import faults
 from ..env import REPORT_DIR, SWITCH, ZERO_COPY
+from ..patches import faults
 from . import interrupts
 from .files import open_for_writing
 from .workload import Sessions, flush_with_retry, run_plan

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import faults
 from ..env import FAULT, FLAG, SWITCH, ZERO_COPY
+from ..patches import faults
 from .context import RunContext, RunResult
 from .reports import commit_counts, describe_report
 from .server import describe_command

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import faults
+from ..patches import faults
 from .context import RunResult
 from .reports import check_engaged, check_off, commit_counts, expected_ranks, layout_of, scheduler_reports
 from .workload import first_difference, output_problem

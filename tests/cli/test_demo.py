@@ -61,9 +61,10 @@ def test_what_if_commands_write_no_report_and_install_no_fault(monkeypatch, tmp_
     """``plan`` and ``demo`` switch the plugin in their own process (``cli._args.switched``) but serve nothing: with a
     report folder and the negative-control fault in the environment, no status file appears and no fault is
     put in place, while the plugin's effect still shows."""
-    from sglang_mamba_dedup import faults, report
-    from sglang_mamba_dedup.cli import plan
+    from sglang_mamba_dedup import report
     from sglang_mamba_dedup.patches import commit as commit_patch
+    from sglang_mamba_dedup.patches import faults
+    from sglang_mamba_dedup.planner import plan
 
     reports = tmp_path / "reports"
     monkeypatch.setenv(env.REPORT_DIR, str(reports))

@@ -8,11 +8,12 @@ import os
 import pytest
 
 from sglang_mamba_dedup import sizing
-from sglang_mamba_dedup.cli import plan, plan_model
 from sglang_mamba_dedup.e2e import random_model
-from sglang_mamba_dedup.offline import estimator, shapes
+from sglang_mamba_dedup.offline import shapes
 from sglang_mamba_dedup.offline.sglang_pool import cache_params
 from sglang_mamba_dedup.patches import estimator as estimator_patch
+from sglang_mamba_dedup.planner import estimator, plan
+from sglang_mamba_dedup.planner import model as plan_model
 
 pytestmark = pytest.mark.release
 
@@ -460,7 +461,7 @@ def test_pd_advice_names_what_would_lift_the_cap(capsys):
     assert rc == 0, err
     capped = [ln for ln in out.splitlines() if "caps running requests" in ln or "would not start" in ln]
     assert all("--speculative-num-draft-tokens" not in ln for ln in capped), out
-    from sglang_mamba_dedup.offline import estimator
+    from sglang_mamba_dedup.planner import estimator
 
     if "disaggregation_decode_extra_slots" not in estimator.server_args_fields():
         return  # 0.5.12 ... 0.5.13.post1: SGLang pre-allocates twice the requests up to 32, no flag to lower
@@ -552,7 +553,7 @@ def test_a_shape_plan_with_the_radix_cache_resolves_the_strategy_as_a_launch_doe
     default CUDA launch of 0.5.23 resolves (``auto`` -> ``extra_buffer``, overlap on: 5 slots per request), says
     so, and takes ``--mamba-radix-cache-strategy`` for another."""
     from sglang_mamba_dedup import versions
-    from sglang_mamba_dedup.offline import estimator
+    from sglang_mamba_dedup.planner import estimator
 
     fields = estimator.server_args_fields()
     if "mamba_radix_cache_strategy" not in fields and "mamba_scheduler_strategy" not in fields:
@@ -571,7 +572,7 @@ def test_a_shape_plan_with_the_radix_cache_resolves_the_strategy_as_a_launch_doe
 def test_the_skip_decode_lock_switch_is_modelled_and_named(tmp_path, capsys, monkeypatch):
     """Issue 35 item 4: ``SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1`` (0.5.23) frees one slot per request with the radix
     cache on; the plan reads it as the server does (its environment) and names it in the "resolved as" line."""
-    from sglang_mamba_dedup.launch_config import skip_decode_lock
+    from sglang_mamba_dedup.planner.launch_config import skip_decode_lock
 
     m = _write_config(tmp_path / "qwen", "qwen3.5-0.8b")
     launch = [a for a in _spec(m) if a != "--disable-radix-cache"]

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_mamba_dedup.cli import plan
 from sglang_mamba_dedup.e2e import random_model
-from sglang_mamba_dedup.offline import estimator
+from sglang_mamba_dedup.planner import estimator, plan
 from sglang_mamba_dedup.state import STATE
 from tests.support import integration as iu
 

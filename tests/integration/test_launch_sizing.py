@@ -1,5 +1,5 @@
 """Sizing on the configuration a real launch resolves: ``launch_server``'s command line through SGLang's own parser
-and resolution (:mod:`sglang_mamba_dedup.launch_config`), then SGLang's real estimator, the planner, and SGLang's
+and resolution (:mod:`sglang_mamba_dedup.planner.launch_config`), then SGLang's real estimator, the planner, and SGLang's
 real pool with the plugin's ledger.
 
 Why: on the H200 (SGLang 0.5.23, 2026-12-02, ``../shared/reports/memory-h200-2026-12-02.md``) a server launched with
@@ -17,10 +17,9 @@ import math
 import pytest
 
 import sglang_mamba_dedup
-from sglang_mamba_dedup import launch_config, ledger, sizing
-from sglang_mamba_dedup.cli import plan
+from sglang_mamba_dedup import ledger, sizing
 from sglang_mamba_dedup.e2e import random_model
-from sglang_mamba_dedup.offline import estimator
+from sglang_mamba_dedup.planner import estimator, launch_config, plan
 from sglang_mamba_dedup.state import STATE
 from tests.support import integration as iu
 

@@ -13,8 +13,8 @@ import torch
 
 import sglang_mamba_dedup
 from sglang_mamba_dedup import ledger, report, sizing, versions
-from sglang_mamba_dedup.offline import estimator
 from sglang_mamba_dedup.patches import estimator as estimator_patch
+from sglang_mamba_dedup.planner import estimator
 from sglang_mamba_dedup.state import STATE
 from tests.support import integration as iu
 

@@ -16,8 +16,9 @@ import contextlib
 import pytest
 import torch
 
-from sglang_mamba_dedup import activation, env, faults, patch_state, report, state
+from sglang_mamba_dedup import activation, env, patch_state, report, state
 from sglang_mamba_dedup.patches import commit as commit_patch
+from sglang_mamba_dedup.patches import faults
 from tests.support import integration as iu
 
 pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]

@@ -26,8 +26,9 @@ import types
 import pytest
 import torch
 
-from sglang_mamba_dedup import faults, patch_state, state, versions
+from sglang_mamba_dedup import patch_state, state, versions
 from sglang_mamba_dedup.patches import commit as commit_patch
+from sglang_mamba_dedup.patches import faults
 from sglang_mamba_dedup.patches.zero_copy import bookkeeping, hooks
 from tests.support import zero_copy_sim as sim
 

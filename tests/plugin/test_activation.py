@@ -224,7 +224,7 @@ def test_report_file_is_written_with_status_and_events(monkeypatch, tmp_path):
 def test_what_if_register_patches_without_report_or_fault(monkeypatch, tmp_path):
     """``register(what_if=True)`` (the what-if CLIs): the patches as the switch says, but no status file and no
     fault; a real ``register()`` afterwards, same switch, still writes the report and installs the fault."""
-    from sglang_mamba_dedup import faults
+    from sglang_mamba_dedup.patches import faults
 
     monkeypatch.setenv(env.SWITCH, "1")
     monkeypatch.setenv(env.FAULT, faults.COMMIT_STEP0)
@@ -306,7 +306,7 @@ def test_an_in_process_plan_leaves_the_activation_as_it_found_it(how, monkeypatc
     """Audit m-S4: ``plan`` (and ``demo``) switch the plugin for a what-if in this process; afterwards the
     features, the mode and the activation key are those of before, whether ``apply()`` or the switch made them."""
     import sglang_mamba_dedup
-    from sglang_mamba_dedup.cli import plan
+    from sglang_mamba_dedup.planner import plan
 
     if how == "apply()":
         monkeypatch.delenv(env.SWITCH, raising=False)

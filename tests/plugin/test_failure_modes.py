@@ -338,7 +338,7 @@ def test_unified_mamba_pool_is_said_recorded_and_refused_in_strict(allow_cpu, ca
 @pytest.mark.parametrize("value", ["commit_step0", " commit_step0 ", "no_such_fault"])
 def test_strict_refuses_a_set_fault_variable(monkeypatch, value):
     """A stale ``SGLANG_MAMBA_DEDUP_FAULT`` must not break a strict server's commit: strict stops the launch."""
-    from sglang_mamba_dedup import faults
+    from sglang_mamba_dedup.patches import faults
 
     monkeypatch.setenv(env.SWITCH, "strict")
     monkeypatch.setenv(env.FAULT, value)
@@ -351,7 +351,7 @@ def test_strict_refuses_a_set_fault_variable(monkeypatch, value):
 
 
 def test_on_mode_still_installs_the_fault_for_the_negative_control(monkeypatch, caplog):
-    from sglang_mamba_dedup import faults
+    from sglang_mamba_dedup.patches import faults
 
     monkeypatch.setenv(env.SWITCH, "1")
     monkeypatch.setenv(env.FAULT, faults.COMMIT_STEP0)

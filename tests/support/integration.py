@@ -27,13 +27,14 @@ from typing import Any
 import torch
 
 from sglang_mamba_dedup import patch_state, report, state, versions
-from sglang_mamba_dedup.offline import estimator, shapes
+from sglang_mamba_dedup.offline import shapes
 from sglang_mamba_dedup.offline.sglang_pool import (  # the package's one SGLang pool builder
     CudaToDeviceTorch,
     build_pool,
 )
 from sglang_mamba_dedup.patches import SWITCHED_FEATURES
 from sglang_mamba_dedup.patches import commit as commit_patch
+from sglang_mamba_dedup.planner import estimator
 from tests.support.kernels import assert_bitwise_equal  # noqa: E402,F401  (one bitwise comparison for all tests)
 
 SGLANG_VERSION = versions.installed_sglang_version()
@@ -482,7 +483,7 @@ def run_estimator(
     replayssm: bool = False,
 ) -> tuple[int, float]:
     """``(max_mamba_cache_size, rest_memory_gb)`` of SGLang's real estimator for a ``total_rest_gb`` budget,
-    radix cache on (the package's runner, :mod:`sglang_mamba_dedup.offline.estimator`)."""
+    radix cache on (the package's runner, :mod:`sglang_mamba_dedup.planner.estimator`)."""
     _published.pop("key", None)
     est = estimator.run(
         cache_params,

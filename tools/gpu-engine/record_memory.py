@@ -181,7 +181,7 @@ def plan_doc(own: list[str], argv: list[str], cache: dict) -> dict[str, Any]:
     key = (tuple(own), tuple(argv))
     if key in cache:
         return cache[key]
-    from sglang_mamba_dedup.cli import plan
+    from sglang_mamba_dedup.planner import plan
 
     out, err = io.StringIO(), io.StringIO()
     try:

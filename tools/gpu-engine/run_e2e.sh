@@ -4,7 +4,7 @@
 #   bash tools/gpu-engine/run_e2e.sh [MODES] [extra `sglang-mamba-dedup e2e` options ...]
 #
 # MODES defaults to off,on,fault: every proof runs the negative control too (the plugin on with its commit
-# deliberately broken, SGLANG_MAMBA_DEDUP_FAULT=commit_step0, sglang_mamba_dedup/faults.py). The exit status
+# deliberately broken, SGLANG_MAMBA_DEDUP_FAULT=commit_step0, patches/faults.py). The exit status
 # is the e2e's: 0 only when off == on, the plugin engaged and the fault run differs ("negative control
 # caught"); 6 when the fault run gives the same md5.
 #

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import logging
 
-from . import env, report
-from .patches import commit as commit_patch
-from .patches.zero_copy import bookkeeping
-from .state import STATE
+from sglang_mamba_dedup import env, report
+from sglang_mamba_dedup.state import STATE
+
+from . import commit as commit_patch
+from .zero_copy import bookkeeping
 
 COMMIT_STEP0 = "commit_step0"
 ZC_NO_STAGE_IN = "zc_no_stage_in"

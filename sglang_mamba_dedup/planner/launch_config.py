@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .sizing import GIB
+from ..sizing import GIB
 
 
 class LaunchError(ValueError):

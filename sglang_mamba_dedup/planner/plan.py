@@ -32,13 +32,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import env, launch_config, versions
+from .. import env, versions
+from ..cli._args import environ, switched
 from ..offline.shapes import MODELS
 from ..sizing import GIB, MIB
 from ..state import STATE
-from . import plan_args, plan_render
-from ._args import environ, switched
-from .plan_model import PlanError, flag_value, model_flag, shape_from_config, shard
+from . import args as plan_args
+from . import launch_config
+from . import render as plan_render
+from .model import PlanError, flag_value, model_flag, shape_from_config, shard
 
 #: GPU memory a server's start-up takes before it sizes the pools that is neither weights nor a buffer SGLang
 #: allocates (CUDA kernel modules and libraries loaded on first use, the allocator's segment rounding), which no
@@ -284,7 +286,7 @@ def _estimate(
     from sglang.srt.server_args import ServerArgs
 
     from .. import ledger, sizing
-    from ..offline import estimator
+    from . import estimator
 
     d, replay = st["speculative_num_draft_tokens"], st["replayssm"]
     with switched("1" if plugin else "0"):
@@ -304,9 +306,7 @@ def _estimate(
                 extra=extra,
             )
         decision = dict(STATE.estimate) if plugin else {}
-    dedup = (
-        bool(plugin and decision.get("applied")) or not versions.release().backport
-    )
+    dedup = bool(plugin and decision.get("applied")) or not versions.release().backport
     ring = 0
     if replay:
         record_len = inspect.signature(ServerArgs).parameters.get("linear_replayssm_cache_len")
@@ -344,7 +344,7 @@ def _admits_all(est: dict[str, Any]) -> bool:
 
 def _strategy(st: dict[str, Any]) -> dict[str, Any]:
     """A what-if's radix-cache strategy as the release's ``ServerArgs`` field (0.5.23 and older spell it apart)."""
-    from ..offline import estimator
+    from . import estimator
 
     fields = estimator.server_args_fields()
     name = next((n for n in ("mamba_radix_cache_strategy", "mamba_scheduler_strategy") if n in fields), None)
@@ -354,8 +354,8 @@ def _strategy(st: dict[str, Any]) -> dict[str, Any]:
 def _disaggregation(args, st: dict[str, Any]) -> dict[str, Any]:
     """The PD settings as ``ServerArgs`` fields (empty for a plain server); a decode server's pre-allocated
     requests default as SGLang's start-up sets them (:func:`.patches.estimator.default_pre_alloc`)."""
-    from ..offline import estimator
     from ..patches import estimator as estimator_patch
+    from . import estimator
 
     out: dict[str, Any] = {}
     mode = st["disaggregation_mode"]

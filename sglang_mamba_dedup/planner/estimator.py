@@ -14,7 +14,7 @@ import types
 from typing import Any
 
 from .. import versions
-from ..launch_config import attn_dp_size
+from .launch_config import attn_dp_size
 
 #: NEXTN is an alias of EAGLE; 0.5.19's runtime context only knows the canonical name.
 SPEC_ALGORITHM = "EAGLE"

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import env
+from ..cli._args import number, positive_int
 from ..offline.shapes import MODELS
-from ._args import number, positive_int
-from .plan_model import PlanError, flag_value, model_flag, shape_from_config
+from .model import PlanError, flag_value, model_flag, shape_from_config
 
 EPILOG = """examples:
   sglang-mamba-dedup plan --gpu-memory-gb 139 -- --model-path /models/Qwen3.5-0.8B \\
@@ -220,7 +220,7 @@ def checked_launch(args, launch_flags: list[str] | None) -> list[str] | None:
 def _check_flags(args) -> None:
     """The planner-flag checks that need no model (one line each, exit 2)."""
     from .. import versions
-    from ..offline import estimator
+    from . import estimator
 
     release = versions.installed_sglang_version()
     if args.enable_linear_replayssm_spec and "enable_linear_replayssm_spec" not in estimator.server_args_fields():
