@@ -102,7 +102,7 @@ if [[ ,$STEPS, == *,zc,* ]]; then
   rm -rf /tmp/smd-tests && mkdir -p /tmp/smd-tests && cp -r tests /tmp/smd-tests/ && cd /tmp/smd-tests
   # tools/gpu-engine on the path: its sitecustomize stands in for sgl_kernel where SGLang's backends import it
   PYTHONPATH=$new:$root/tools/gpu-engine timeout 240 python3 -P -m pytest -q -p no:cacheprovider -rA \
-    tests/integration/test_zero_copy_kernels.py > "$OUT/pytest_zc.log" 2>&1 || status=1
+    tests/zero_copy/test_zero_copy_kernels.py > "$OUT/pytest_zc.log" 2>&1 || status=1
   grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed" "$OUT/pytest_zc.log" | tail -25
   cd "$root"
   [ -f "$OUT/history.csv" ] || cp benchmarks/results/history.csv "$OUT/history.csv"
