@@ -33,6 +33,8 @@ shift || true
 T0=$(date +%s)
 stamp() { echo "[run_e2e +$(( $(date +%s) - T0 ))s] $*"; }
 
+# the CUDA-graph replays the runs made, padded or not (standins/probes.py; one line per new combination)
+export SMD_PROBE_PAD=${SMD_PROBE_PAD:-1}
 source tools/gpu-engine/_setup.sh  # wheels, the plugin, the stand-ins, $OUT/env.txt, standin_engine_args
 stamp "environment ready; running e2e (modes $MODES)"
 
@@ -61,6 +63,12 @@ if [ "${E2E_SERVER_TOO:-0}" = 1 ]; then
 fi
 # keep what comes back small (at most 8 files): one log of all runs, one JSON of all status reports
 collect_outputs "$OUT/work" 'run-*.log' "$OUT/runs.log" "$OUT/reports.json"
+# which graph replays padded a batch (mode, real -> graph batch), per run
+for f in "$OUT"/work/run-*.log; do
+  [ -f "$f" ] || continue
+  echo "graph replays of $(basename "$f" .log): $(grep -ho '\[pad-probe\] .*' "$f" | sed 's/\[pad-probe\] //' \
+    | python3 -c 'import json,sys; r=[json.loads(l) for l in sys.stdin]; p=[x for x in r if x["padded"]]; print(len(r), "batch shapes,", len(p), "padded:", ", ".join(sorted({"%s %s->%s" % (x["mode"].split(".")[-1], x["raw_bs"], x["padded_bs"]) for x in p})) or "none")')"
+done | tee -a "$OUT/e2e.txt"
 if [ -d "$OUT/work-server" ]; then
   collect_outputs "$OUT/work-server" 'run-*.log' "$OUT/runs-server.log" "$OUT/reports.json" server/
 fi

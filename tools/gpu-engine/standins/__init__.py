@@ -38,6 +38,7 @@ STANDINS = (
     jit_kernels.jit_log,
     imports.flashinfer,
     probes.load_footprint,
+    probes.pad_replays,
 )
 
 

@@ -7,6 +7,10 @@ change nothing.
   cached RoPE table, is marked ``shared``), the allocator's allocated bytes and the device's free memory
   before and after (``mem_get_info`` after ``empty_cache``, as SGLang's ``mem usage`` line). Issue 35: what the
   server loads beside the checkpoint.
+* ``SMD_PROBE_PAD=1``: the first time each (forward mode, real batch, padded batch) reaches a CUDA-graph
+  replay (``CudaGraphBufferRegistry.fill_from``), one stderr line ``[pad-probe] {json}`` with the three and
+  ``padded`` (true when the graph's batch is larger than the real one). Issue 36: shows that an e2e meant to
+  pad a verify batch really replayed a larger graph.
 """
 
 import json
@@ -82,3 +86,30 @@ def load_footprint():
 
         cls.load_model = load_model
         _hooks.log("probe: ModelRunner.load_model measured (SMD_PROBE_LOAD=1)")
+
+
+_PAD_SEEN = set()
+
+
+def pad_replays():
+    if os.environ.get("SMD_PROBE_PAD") != "1":
+        return
+
+    @_hooks.when_imported("sglang.srt.model_executor.cuda_graph_buffer_registry")
+    def _probe(mod):
+        cls = mod.CudaGraphBufferRegistry
+        inner = cls.fill_from
+
+        def fill_from(self, forward_batch, *a, **k):
+            raw, padded = k.get("raw_bs"), k.get("padded_bs")
+            key = (str(getattr(forward_batch, "forward_mode", "?")), raw, padded)
+            if key not in _PAD_SEEN:
+                _PAD_SEEN.add(key)
+                rec = {"mode": key[0], "raw_bs": raw, "padded_bs": padded,
+                       "padded": isinstance(raw, int) and isinstance(padded, int) and padded > raw}
+                sys.stderr.write("[pad-probe] " + json.dumps(rec) + "\n")
+                sys.stderr.flush()
+            return inner(self, forward_batch, *a, **k)
+
+        cls.fill_from = fill_from
+        _hooks.log("probe: CudaGraphBufferRegistry.fill_from watched (SMD_PROBE_PAD=1)")
