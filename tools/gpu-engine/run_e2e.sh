@@ -67,7 +67,7 @@ collect_outputs "$OUT/work" 'run-*.log' "$OUT/runs.log" "$OUT/reports.json"
 for f in "$OUT"/work/run-*.log; do
   [ -f "$f" ] || continue
   echo "graph replays of $(basename "$f" .log): $(grep -ho '\[pad-probe\] .*' "$f" | sed 's/\[pad-probe\] //' \
-    | python3 -c 'import json,sys; r=[json.loads(l) for l in sys.stdin]; p=[x for x in r if x["padded"]]; print(len(r), "batch shapes,", len(p), "padded:", ", ".join(sorted({"%s %s->%s" % (x["mode"].split(".")[-1], x["raw_bs"], x["padded_bs"]) for x in p})) or "none")')"
+    | python3 -c 'import json,sys; r=[json.loads(l) for l in sys.stdin]; p=[x for x in r if x["padded"]]; print(len(r), "batch shapes (captures included),", len(p), "padded:", ", ".join(sorted({"%s %s->%s" % (x["mode"].split(".")[-1], x["raw_bs"], x["padded_bs"]) for x in p})) or "none")')"
 done | tee -a "$OUT/e2e.txt"
 if [ -d "$OUT/work-server" ]; then
   collect_outputs "$OUT/work-server" 'run-*.log' "$OUT/runs-server.log" "$OUT/reports.json" server/

@@ -102,7 +102,8 @@ def pad_replays():
 
         def fill_from(self, forward_batch, *a, **k):
             raw, padded = k.get("raw_bs"), k.get("padded_bs")
-            key = (str(getattr(forward_batch, "forward_mode", "?")), raw, padded)
+            fm = getattr(forward_batch, "forward_mode", None)
+            key = (getattr(fm, "name", str(fm)), raw, padded)
             if key not in _PAD_SEEN:
                 _PAD_SEEN.add(key)
                 rec = {"mode": key[0], "raw_bs": raw, "padded_bs": padded,
