@@ -4,7 +4,7 @@
 ``HybridLinearAttnBackend.update_mamba_state_after_mtp_verify`` on a real pool and backend (bf16 conv windows,
 fp32 SSM; models, D and batches as given), accept only and accept + track. Per configuration the providers
 alternate over several rounds on the same pool: ``sglang`` (the plugin's ``commit`` patch reverted), ``ours``
-(applied) and, accept only, ``zero_copy`` (applied, the pool's ``_smd_zc`` set and ``req_pool_indices`` passed:
+(applied) and, accept only, ``zero_copy`` (applied, the pool's ``PoolState.zero_copy`` set and ``req_pool_indices`` passed:
 the conv windows only, read from the requests' scratch rows; docs/zero-copy.md 2.4; checked first to leave the
 SSM slots untouched and write the conv ones). Per call: CUDA events around the Python call (device + host, as the
 decode loop pays it) and the host time of the call alone (``perf_counter``, no sync inside the loop). Prints a
@@ -209,6 +209,7 @@ def _copy_bandwidth(torch, device: str) -> float:
 def _measure(args, device, torch, iu, report, toggle, cp, model, D, bs, bandwidth):
     from sglang_mamba_dedup.offline.sglang_pool import build_pool
     from sglang_mamba_dedup.patches.zero_copy.bookkeeping import ZeroCopy
+    from sglang_mamba_dedup.state import pool_state
 
     pool = build_pool(cp, size=bs, mamba_size=3 * bs + 1, draft_tokens=D, topk=1, device=device)
     backend = iu.build_backend(pool, device=device, topk=1, draft_tokens=D)
@@ -237,7 +238,7 @@ def _measure(args, device, torch, iu, report, toggle, cp, model, D, bs, bandwidt
 
         def enter(name):  # this provider's commit in place, its counters reset, 10 warm-up calls
             toggle(name != "sglang")
-            mamba._smd_zc = zc if name == "zero_copy" else None
+            pool_state(mamba).zero_copy = zc if name == "zero_copy" else None
             report.clear_events()
             for _ in range(10):
                 fns[name]()
@@ -260,7 +261,7 @@ def _measure(args, device, torch, iu, report, toggle, cp, model, D, bs, bandwidt
             on_leave=leave,
             device=device,
         )
-        mamba._smd_zc = None
+        pool_state(mamba).zero_copy = None
         row = {"label": args.label, "model": model, "D": D, "batch": bs, "track": track}
         for name in (n for n in ("ours", "sglang", "zero_copy") if n in res):  # the CSV's column order
             row[f"{name}_us"] = round(res[name].median, 2)
