@@ -15,12 +15,8 @@ from sglang_mamba_dedup.patches import server_state
 from tests.support import integration as iu
 
 pytestmark = [
-    pytest.mark.release,
+    *iu.release_only(versions.SERVER_STATE, f"server_state is shipped from SGLang {versions.SERVER_STATE_FROM} on"),
     pytest.mark.usefixtures("allow_cpu"),
-    pytest.mark.skipif(
-        not versions.in_range(versions.installed_sglang_version(), versions.SERVER_STATE),
-        reason=f"server_state is shipped from SGLang {versions.SERVER_STATE_FROM} on",
-    ),
 ]
 
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import torch
 
 from sglang_mamba_dedup import patch_state, report, state, versions
@@ -52,6 +53,15 @@ if not BACKPORT:
 UPSTREAM_KNOWS_OPT_OUT = not BACKPORT and "disable_conv_window_dedup" in inspect.getsource(
     importlib.import_module("sglang.srt.mem_cache.memory_pool")
 )
+
+
+def release_only(release_range: str, reason: str) -> list:
+    """``pytestmark`` of a module that proves something of some releases only: CI's ``release`` selector, and a
+    skip saying ``reason`` where the installed SGLang is outside ``release_range`` (a range of ``versions``)."""
+    return [
+        pytest.mark.release,
+        pytest.mark.skipif(not versions.in_range(SGLANG_VERSION, release_range), reason=reason),
+    ]
 
 
 # ------------------------------------------------------------------------------------------------ plugin

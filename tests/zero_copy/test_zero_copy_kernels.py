@@ -30,14 +30,11 @@ from sglang_mamba_dedup import patch_state, state, versions
 from sglang_mamba_dedup.patches import commit as commit_patch
 from sglang_mamba_dedup.patches import faults
 from sglang_mamba_dedup.patches.zero_copy import bookkeeping, hooks
+from tests.support import integration as iu
 from tests.support import zero_copy_sim as sim
 
 pytestmark = [
-    pytest.mark.release,
-    pytest.mark.skipif(
-        not versions.in_range(versions.installed_sglang_version(), versions.ZERO_COPY),
-        reason=f"the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} only",
-    ),
+    *iu.release_only(versions.ZERO_COPY, f"the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} only"),
 ]
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # CPU: TRITON_INTERPRET (tests/conftest.py)

@@ -25,12 +25,8 @@ from sglang_mamba_dedup.patches.zero_copy import bookkeeping, hooks
 from tests.support import integration as iu
 
 pytestmark = [
-    pytest.mark.release,
+    *iu.release_only(versions.ZERO_COPY, f"the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} only"),
     pytest.mark.usefixtures("allow_cpu"),
-    pytest.mark.skipif(
-        not versions.in_range(versions.installed_sglang_version(), versions.ZERO_COPY),
-        reason=f"the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} only",
-    ),
 ]
 
 SIZE, MAMBA_SLOTS, D = 5, 9, 3  # request rows 1..5, mamba slots 1..9, draft tokens

@@ -14,14 +14,11 @@ import torch
 
 from sglang_mamba_dedup import env, patch_state, versions
 from sglang_mamba_dedup.state import STATE
+from tests.support import integration as iu
 
 pytestmark = [
-    pytest.mark.release,
+    *iu.release_only(versions.ZERO_COPY, f"the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} only"),
     pytest.mark.usefixtures("allow_cpu"),
-    pytest.mark.skipif(
-        not versions.in_range(versions.installed_sglang_version(), versions.ZERO_COPY),
-        reason=f"the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} only",
-    ),
 ]
 
 
