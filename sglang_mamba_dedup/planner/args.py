@@ -145,7 +145,7 @@ def launch_argv(args) -> list[str]:
 
 def what_if_settings(args) -> dict[str, Any]:
     """A ``--shape`` what-if's settings as the planner's flags give them, in the words of a resolved launch
-    (:func:`sglang_mamba_dedup.launch_config.settings_of`); a PD-decode server runs without the radix cache."""
+    (:func:`sglang_mamba_dedup.planner.launch_config.settings_of`); a PD-decode server runs without the radix cache."""
     mode = args.disaggregation_mode or "null"
     radix = not args.disable_radix_cache and mode != "decode"
     return {

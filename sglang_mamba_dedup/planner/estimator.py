@@ -55,7 +55,7 @@ def run(
 ) -> Estimate:
     """Run the installed release's estimator for a ``total_rest_gb`` budget. ``draft_tokens`` None: no
     speculative decoding. ``gdn``: the model is Gated DeltaNet (ReplaySSM applies); ``extra``: more
-    ``ServerArgs`` fields. ``launch``: a :class:`sglang_mamba_dedup.launch_config.Launch`, resolved as a real
+    ``ServerArgs`` fields. ``launch``: a :class:`sglang_mamba_dedup.planner.launch_config.Launch`, resolved as a real
     launch resolves it; its settings and model config replace every sizing keyword above."""
     if launch is not None:
         sa = launch.server_args
