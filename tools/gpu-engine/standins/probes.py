@@ -106,8 +106,12 @@ def pad_replays():
             key = (getattr(fm, "name", str(fm)), raw, padded)
             if key not in _PAD_SEEN:
                 _PAD_SEEN.add(key)
-                rec = {"mode": key[0], "raw_bs": raw, "padded_bs": padded,
-                       "padded": isinstance(raw, int) and isinstance(padded, int) and padded > raw}
+                rec = {
+                    "mode": key[0],
+                    "raw_bs": raw,
+                    "padded_bs": padded,
+                    "padded": isinstance(raw, int) and isinstance(padded, int) and padded > raw,
+                }
                 sys.stderr.write("[pad-probe] " + json.dumps(rec) + "\n")
                 sys.stderr.flush()
             return inner(self, forward_batch, *a, **k)
