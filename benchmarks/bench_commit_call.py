@@ -175,7 +175,8 @@ def main(argv=None) -> int:
     bytes_path = _timing.Recorder(args.out, "commit_bytes", label=args.label, device=device).write(byte_rows)
     print(
         "\n| build | model | D | batch | track | SGLang us (host) | plugin us (host) | zero-copy us (host) "
-        "| speed-up | plugin %BW | zero-copy %BW |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        "| speed-up | plugin %BW | zero-copy %BW | direct launches (plugin / zero-copy) |"
+        "\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     for r in rows:
         zc = f"{r['zero_copy_us']} ({r['zero_copy_host_us']})" if "zero_copy_us" in r else "-"
@@ -183,7 +184,8 @@ def main(argv=None) -> int:
         print(
             f"| {r['label']} | {r['model']} | {r['D']} | {r['batch']} | {'yes' if r['track'] else 'no'} "
             f"| {r['sglang_us']} ({r['sglang_host_us']}) | {r['ours_us']} ({r['ours_host_us']}) | {zc} "
-            f"| {r['speedup']}x | {r['ours_bw_pct']}% | {zc_bw} |"
+            f"| {r['speedup']}x | {r['ours_bw_pct']}% | {zc_bw} "
+            f"| {r['ours_direct_pct']}% / {r.get('zero_copy_direct_pct', '-')}{'%' if 'zero_copy_us' in r else ''} |"
         )
     print(
         "\nBytes per accept-only commit, read + write, MB (SSM / conv); zero-copy's stage-in once per request per "
@@ -209,7 +211,7 @@ def _copy_bandwidth(torch, device: str) -> float:
 def _measure(args, device, torch, iu, report, toggle, cp, model, D, bs, bandwidth):
     from sglang_mamba_dedup.offline.sglang_pool import build_pool
     from sglang_mamba_dedup.patches.zero_copy.bookkeeping import ZeroCopy
-    from sglang_mamba_dedup.state import pool_state
+    from sglang_mamba_dedup.state import STATE, pool_state
 
     pool = build_pool(cp, size=bs, mamba_size=3 * bs + 1, draft_tokens=D, topk=1, device=device)
     backend = iu.build_backend(pool, device=device, topk=1, draft_tokens=D)
@@ -236,16 +238,23 @@ def _measure(args, device, torch, iu, report, toggle, cp, model, D, bs, bandwidt
 
         fns = {"sglang": call, "ours": call} if track else {"sglang": call, "ours": call, "zero_copy": zc_call}
 
+        start: dict = {}  # provider -> STATE.launches when its timed calls began
+        paths: dict = {}  # provider -> [direct, triton] launches of our kernel over its timed calls
+
         def enter(name):  # this provider's commit in place, its counters reset, 10 warm-up calls
             toggle(name != "sglang")
             pool_state(mamba).zero_copy = zc if name == "zero_copy" else None
             report.clear_events()
             for _ in range(10):
                 fns[name]()
+            start[name] = dict(STATE.launches)
 
         def leave(name):
             ours_calls, zc_calls = (report.events().get(k, 0) for k in ("ours_commit_calls", "zc_commit_calls"))
             assert (ours_calls > 0) == (name != "sglang") and (zc_calls > 0) == (name == "zero_copy"), (name, zc_calls)
+            counts = paths.setdefault(name, [0, 0])
+            for i, path in enumerate(("direct", "triton")):
+                counts[i] += STATE.launches[path] - start[name][path]
 
         if not track:
             enter("zero_copy")
@@ -266,6 +275,9 @@ def _measure(args, device, torch, iu, report, toggle, cp, model, D, bs, bandwidt
         for name in (n for n in ("ours", "sglang", "zero_copy") if n in res):  # the CSV's column order
             row[f"{name}_us"] = round(res[name].median, 2)
             row[f"{name}_host_us"] = round(res[name].host_median, 2)
+            if name != "sglang":  # the share of the timed calls that took the direct launch (the host path's floor)
+                direct, triton = paths[name]
+                row[f"{name}_direct_pct"] = round(100 * direct / max(direct + triton, 1), 1)
         row["speedup"] = round(row["sglang_us"] / row["ours_us"], 3)
         nbytes = _moved_bytes(entry, steps, track_steps if track else None, D)
         row["bytes"] = nbytes

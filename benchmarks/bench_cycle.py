@@ -204,7 +204,8 @@ def plugin_report(folder: Path) -> dict:
 
 def run_engine(args, mode: str, rnd: int, spec: dict, work: Path) -> dict:
     run = work / f"r{rnd}-{mode}"
-    run.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(run, ignore_errors=True)  # an earlier run's reports would be counted as this Engine's
+    run.mkdir(parents=True)
     spec = dict(spec, profile=rnd == args.profile_round, profile_dir=str(run / "trace"))
     (run / "spec.json").write_text(json.dumps(spec))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_MAMBA_DEDUP")}

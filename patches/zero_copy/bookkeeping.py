@@ -78,7 +78,9 @@ class ZeroCopy:
         """Z5: the conv windows of the accepted step from the requests' scratch rows, ``accepted[row] = step + 1``
         stored by the same launch; no SSM bytes. Returns the plan (the route keeps it alive for CUDA graphs)."""
         plan = kernel.get_plan(cache.conv, cache.intermediate_conv_window, None, None, accepted=self.accepted)
-        commit_patch.count_launch(kernel.launch(plan, accept=(steps, slots), src_rows=rows[: steps.shape[0]]))
+        n = steps.shape[0]
+        src_rows = rows if rows.shape[0] == n else rows[:n]  # no new view when SGLang's rows are the batch's
+        commit_patch.count_launch(kernel.launch(plan, accept=(steps, slots), src_rows=src_rows))
         return plan
 
     def materialize(self, cache) -> None:

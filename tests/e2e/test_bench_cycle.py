@@ -84,3 +84,23 @@ def test_the_check_wants_equal_outputs_and_each_mode_engaged():
     assert "no commit through" in bench.check({**good, (1, "plugin"): _result("a", ours=0)}, [1])[0]
     off = bench.check({**good, (1, "zero-copy"): _result("a", "off: radix", 8, 0)}, [1])
     assert "not every commit served zero-copy" in off[0]
+
+
+def test_an_engine_counts_only_its_own_reports(tmp_path, monkeypatch):
+    """A folder left by an earlier run (the same round and mode) does not add its reports to this Engine's (seen on
+    the H200: a cut run's plugin reports doubled the next run's commit count)."""
+    stale = tmp_path / "r1-plugin" / "reports"
+    stale.mkdir(parents=True)
+    (stale / "status-1.json").write_text('{"events": {"commit_calls": 7, "ours_commit_calls": 7}}')
+
+    def fake_run(cmd, env, stdout, stderr, timeout):  # the worker: one report, one result
+        run = Path(cmd[-1]).parent
+        (run / "reports").mkdir(exist_ok=True)
+        (run / "reports" / "status-2.json").write_text('{"events": {"commit_calls": 3, "ours_commit_calls": 3}}')
+        Path(cmd[-1]).write_text('{"batches": {}}')
+        return type("Done", (), {"returncode": 0})()
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    args = type("Args", (), {"profile_round": 0, "engine_timeout": 5})()
+    res = bench.run_engine(args, "plugin", 1, {}, tmp_path)
+    assert res["report"]["reports"] == 1 and res["report"]["commits_all"] == 3, res["report"]
