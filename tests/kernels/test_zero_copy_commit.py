@@ -129,3 +129,35 @@ def test_the_stage_in_form_copies_every_layer_into_column_0(ssm_dtype):
     for r in (0, 2, 3):  # the reference, directly: row rows[r] gets slot slots[r]
         expected[:, int(rows[r]), 0] = temporal[:, int(slots[r])]
     assert_bitwise_equal(scratch, expected, f"seed {seed}: scratch after the stage-in")
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="the direct launch exists on CUDA only (the interpreter has none)")
+def test_the_source_row_variant_takes_the_direct_launch_and_stays_exact(monkeypatch):
+    """The zero-copy commit (conv windows from source rows, ``accepted`` stored) compiles through Triton on its first
+    call, then launches directly (Triton's JIT path is not entered: here it would raise), bit-exact each time; the
+    host time of the zero-copy commit call depends on it (issue 34)."""
+    g, seed = new_generator()
+    D, K, n = 4, 4, 5
+    src = conv_source("dedup", L, ROWS, D, K, DIM, torch.bfloat16, g)
+    dst = torch.empty((L, SLOTS, DIM, K - 1), dtype=torch.bfloat16, device=DEVICE)
+    accepted = torch.zeros(ROWS, dtype=torch.int32, device=DEVICE)
+    plan = commit.get_plan([dst], [src], None, None, accepted=accepted)
+    steps, slots, rows = _index(g, n, ROWS, SLOTS, torch.int64)
+    assert commit.launch(plan, accept=(steps, slots), src_rows=rows) == "triton"
+    jit = commit._fused_commit_kernel
+
+    class _NoJit:
+        def __getitem__(self, grid):
+            raise AssertionError("Triton's launch path was entered")
+
+    monkeypatch.setattr(commit, "_fused_commit_kernel", _NoJit())
+    for trial in range(3):
+        poison(dst)
+        expected = dst.clone()
+        steps, slots, rows = _index(g, n, ROWS, SLOTS, torch.int64)
+        assert commit.launch(plan, accept=(steps, slots), src_rows=rows) == "direct", f"trial {trial}"
+        for r in range(n):
+            if 0 <= int(steps[r]) < D and 0 <= int(slots[r]) < SLOTS:
+                expected[:, int(slots[r])] = src[:, int(rows[r]), int(steps[r])]
+        assert_bitwise_equal(dst, expected, f"seed {seed}: direct call {trial}")
+    monkeypatch.setattr(commit, "_fused_commit_kernel", jit)
