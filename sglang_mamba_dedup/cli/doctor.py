@@ -20,6 +20,7 @@ from packaging.specifiers import SpecifierSet
 from .. import activation, env, patch_state, versions
 from ..patches import ASKED_FOR, PATCHES, faults
 from ..patches import commit as commit_patch
+from ..patches import zero_copy as zero_copy_patch
 from . import evidence
 
 
@@ -104,7 +105,7 @@ def collect() -> dict[str, Any]:
                 "reason": reason if reason else (None if selected else "not needed on this release"),
                 "targets": {p.name: {"target": p.target, "problem": per_patch.get(p.name)} for p in selected},
             }
-            if reason and feature in ASKED_FOR and not env.enabled(env.ZERO_COPY):
+            if reason and feature in ASKED_FOR and not zero_copy_patch.wanted():
                 features[feature]["reason"] = f"not asked for ({env.ZERO_COPY} unset): {reason}"
             elif reason:
                 info["problems"].append(reason)
