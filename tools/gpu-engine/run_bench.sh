@@ -9,8 +9,8 @@
 #   pairs   benchmarks/bench_commit_call.py with the .old build and this checkout alternating, 3 processes each
 #           (host overhead of this build vs the older one, same inputs, same machine, interleaved);
 #   matrix  benchmarks/bench_commit_call.py over both models, D in {2,4,8}, accept and accept + track;
-#   zc      the zero-copy proof on CUDA (the kernel simulation through SGLang's kernels, compiled; log in
-#           $OUT/pytest_zc.log), then the commit call of the .old build and this one alternating, twice
+#   zc      the zero-copy proof on CUDA (the kernel simulation through SGLang's kernels, compiled, and the
+#           zero-copy commit kernel's tests, the CUDA-only direct-launch one included; log in $OUT/pytest_zc.log), then the commit call of the .old build and this one alternating, twice
 #           (Qwen3.5-0.8B, batch 1 and 64: the zero-copy call's host cost before and after a change).
 # Results: $OUT/history.csv (the tree's benchmarks/results/history.csv with this run's rows appended) and
 # $OUT/latest/commit_call-<label>-<gpu>.csv (matrix); copy both over benchmarks/results/. The device has no git:
@@ -102,7 +102,7 @@ if [[ ,$STEPS, == *,zc,* ]]; then
   rm -rf /tmp/smd-tests && mkdir -p /tmp/smd-tests && cp -r tests /tmp/smd-tests/ && cd /tmp/smd-tests
   # tools/gpu-engine on the path: its sitecustomize stands in for sgl_kernel where SGLang's backends import it
   PYTHONPATH=$new:$root/tools/gpu-engine timeout 240 python3 -P -m pytest -q -p no:cacheprovider -rA \
-    tests/zero_copy/test_zero_copy_kernels.py > "$OUT/pytest_zc.log" 2>&1 || status=1
+    tests/zero_copy/test_zero_copy_kernels.py tests/kernels/test_zero_copy_commit.py > "$OUT/pytest_zc.log" 2>&1 || status=1
   grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed" "$OUT/pytest_zc.log" | tail -25
   cd "$root"
   [ -f "$OUT/history.csv" ] || cp benchmarks/results/history.csv "$OUT/history.csv"
