@@ -242,7 +242,7 @@ def sweep_tiles(sg, fused_commit, gen, out_rows, meta):
     """Device time (CUDA-graph replay) of a few SSM tilings on Qwen3.5-0.8B, D=4; keeps
     the fastest at batch 64 + 128 for the rest of the run (``--sweep``)."""
     common = importlib.import_module("sglang_mamba_dedup.kernels._validate")
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.plan")
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.descriptor")
     shape = MODELS["qwen3.5-0.8b"]
     R, D = 128, 4
     x = build_inputs(shape, R, D, gen)

@@ -35,7 +35,7 @@ ROOT = _timing.ROOT
 
 
 def _tooling_from_checkout() -> None:
-    """An older plugin build under test may predate the test tooling the helpers import (``patch_state``, the
+    """An older plugin build under test may predate the test tooling the helpers import (``installed``, the
     ``sglang_mamba_dedup.offline`` package of shapes and SGLang's pool builder): then this checkout's are
     loaded. They only describe models and call SGLang's constructors; the patches measured stay the
     installed build's."""
@@ -43,9 +43,10 @@ def _tooling_from_checkout() -> None:
 
     import sglang_mamba_dedup as pkg
 
-    if importlib.util.find_spec("sglang_mamba_dedup.patch_state") is None:  # before the rename of patching.py
-        sys.modules["sglang_mamba_dedup.patch_state"] = importlib.import_module("sglang_mamba_dedup.patching")
-        pkg.patch_state = sys.modules["sglang_mamba_dedup.patch_state"]  # type: ignore[attr-defined]
+    if importlib.util.find_spec("sglang_mamba_dedup.installed") is None:  # builds before 2026-12-04's rename
+        old = "patch_state" if importlib.util.find_spec("sglang_mamba_dedup.patch_state") else "patching"
+        sys.modules["sglang_mamba_dedup.installed"] = importlib.import_module(f"sglang_mamba_dedup.{old}")
+        pkg.installed = sys.modules["sglang_mamba_dedup.installed"]  # type: ignore[attr-defined]
     from sglang_mamba_dedup import report
 
     if not hasattr(report, "clear_events"):  # before the state object: the events' reset had another name
@@ -138,22 +139,22 @@ def main(argv=None) -> int:
 
     _timing.checkout_on_path()
     _tooling_from_checkout()
-    from sglang_mamba_dedup import patch_state, report
+    from sglang_mamba_dedup import installed, report
     from sglang_mamba_dedup.offline.sglang_pool import build_pool
     from sglang_mamba_dedup.offline.shapes import MODELS
     from tests.support import integration as iu
 
     def toggle(on: bool) -> None:
         if on:
-            assert patch_state.apply(["commit"])["commit"] is None
+            assert installed.apply(["commit"])["commit"] is None
         else:
             try:
-                patch_state.revert(["commit"], force=True)
+                installed.revert(["commit"], force=True)
             except TypeError:  # builds without force
-                patch_state.revert(["commit"])
+                installed.revert(["commit"])
 
     os.environ["SGLANG_MAMBA_DEDUP"] = "1"
-    patch_state.apply(["dedup_layout", "commit"])
+    installed.apply(["dedup_layout", "commit"])
     rec = _timing.Recorder(args.out, "commit_call", label=args.label, device=device)
     bandwidth = _copy_bandwidth(torch, device)
     size = "1 GiB" if device == "cuda" else "1 MiB"

@@ -1,5 +1,5 @@
 """The post-verify commit of accepted SSM states and conv windows (``update_mamba_state_after_mtp_verify``): our
-one fused launch (:mod:`sglang_mamba_dedup.kernels.commit`), or SGLang's own code for every branch we do not own,
+one fused launch (:mod:`sglang_mamba_dedup.kernels.state_commit`), or SGLang's own code for every branch we do not own,
 chosen with SGLang's own tests (docs/internals.md). No host sync: no ``.item()``, no ``nonzero``.
 """
 
@@ -34,7 +34,7 @@ def load_fused_commit() -> Any:
     if STATE.kernel_error is not None:
         raise ImportError(STATE.kernel_error)
     try:
-        module = importlib.import_module("sglang_mamba_dedup.kernels.commit")
+        module = importlib.import_module("sglang_mamba_dedup.kernels.state_commit")
     except Exception as exc:  # noqa: BLE001 - any import failure means 'not available'
         STATE.kernel_error = f"{type(exc).__name__}: {exc}"
         logger.warning(

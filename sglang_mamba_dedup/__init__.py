@@ -10,29 +10,29 @@ __version__ = _plugin_version()
 def apply(features=None):
     """Apply the patches (all features, or a feature name or list of names): ``{feature: None or why not}``. A
     later ``load_plugins()`` with ``SGLANG_MAMBA_DEDUP`` unset keeps them (``=0`` or :func:`revert` undoes them)."""
-    from . import activation, patch_state
+    from . import activation, installed
 
-    result = patch_state.apply(features)
+    result = installed.apply(features)
     activation.mark_programmatic()
     return result
 
 
 def revert(features=None, force=False):
     """Undo :func:`apply` (the commit patch stays while back-ported pools are alive, unless ``force=True``)."""
-    from . import activation, patch_state
+    from . import activation, installed
 
     activation.mark_programmatic(False)
-    result = patch_state.revert(features, force=force)
-    if not patch_state.PATCHER.applied():  # nothing left wrapped: the process is off, and a later activation decides
+    result = installed.revert(features, force=force)
+    if not installed.PATCHER.applied():  # nothing left wrapped: the process is off, and a later activation decides
         activation.forget()  # afresh (it returned early on its remembered key, re-applying nothing)
     return result
 
 
 def status():
     """Per patch: ``{"feature", "target", "state", "reason", "calls"}``."""
-    from . import patch_state
+    from . import installed
 
-    return patch_state.status()
+    return installed.status()
 
 
 def memory_ledger():

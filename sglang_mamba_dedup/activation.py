@@ -21,7 +21,7 @@ from .state import current_mode as current_mode  # re-exported, as ENV, FLAG, Mo
 #: SGLang's loader still gets :func:`register`, which stops a strict launch instead of being logged and skipped.
 _load_problem: str | None = None
 try:
-    from . import patch_state, report
+    from . import installed, report
     from .patches import ASKED_FOR, FEATURES
     from .patches import zero_copy as zero_copy_patch
 except Exception as _exc:  # noqa: BLE001 - any import failure: register() says it, strict stops
@@ -104,7 +104,7 @@ def _stand_down() -> None:
     """After a failure inside: decided off, and nothing of ours left wrapped (as far as reverting works)."""
     STATE.mode = Mode.OFF
     with contextlib.suppress(Exception):
-        patch_state.revert()
+        installed.revert()
 
 
 def _cannot_load(problem: str) -> None:
@@ -129,7 +129,7 @@ def _refuse_fault() -> None:
 
 def _accept_flag(head: str, any_release: bool = False) -> str:
     """The launch flag must never take a launch down: SGLang's parser still learns it, and it does nothing."""
-    result = patch_state.apply(["launch_flag"], any_release=any_release)["launch_flag"]
+    result = installed.apply(["launch_flag"], any_release=any_release)["launch_flag"]
     return head + (f" [{FLAG} given, accepted and ignored]" if result is None else f" [{FLAG} given]")
 
 
@@ -159,7 +159,7 @@ def _register(what_if: bool) -> None:
         return
 
     if bad is not None:
-        patch_state.revert()
+        installed.revert()
         if flag:
             head = _accept_flag(head)  # the environment variable wins over the flag, and it is not understood
         _say(logging.ERROR, f"{head}: {bad}")
@@ -173,15 +173,15 @@ def _register(what_if: bool) -> None:
     if untested:
         head += f" [{untested}]"
     if mode is Mode.OFF:
-        if STATE.programmatic and raw is None and patch_state.PATCHER.applied():
+        if STATE.programmatic and raw is None and installed.PATCHER.applied():
             _say(
                 logging.INFO,
                 f"{head}: {ENV} unset, but sglang_mamba_dedup.apply() was called in this process: "
-                f"its patches are kept ({', '.join(patch_state.PATCHER.applied())})",
+                f"its patches are kept ({', '.join(installed.PATCHER.applied())})",
                 visible=True,
             )
             return
-        kept = {n: r for n, r in patch_state.revert().items() if r}
+        kept = {n: r for n, r in installed.revert().items() if r}
         if kept:
             _say(
                 logging.WARNING,
@@ -211,15 +211,15 @@ def _register(what_if: bool) -> None:
             ),
         )
     wanted = [f for f in FEATURES if f not in ASKED_FOR or zero_copy]
-    results: dict[str, str | None] = patch_state.apply(wanted)
+    results: dict[str, str | None] = installed.apply(wanted)
     skipped = {f: r for f, r in results.items() if r is not None}
     if zero_copy_skip:
         skipped["zero_copy"] = f"{zero_copy_skip}: today's commit"
     if mode is Mode.STRICT and skipped:
         STATE.mode = Mode.OFF
-        patch_state.revert()
+        installed.revert()
         raise StrictModeError("; ".join(f"{f}: {r}" for f, r in skipped.items()))
-    st = patch_state.status()
+    st = installed.status()
     switched = [f for f in wanted if f != "launch_flag"]
     applied = sorted({v["feature"] for v in st.values() if v["state"] == "applied" and v["feature"] in switched})
     idle = sorted(f for f in switched if f not in applied and f not in skipped)

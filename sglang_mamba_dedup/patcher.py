@@ -186,7 +186,7 @@ class _Installed:
 
 
 class Patcher:
-    """Applies and reverts a table of patches; one instance per process (see :mod:`.patch_state`)."""
+    """Applies and reverts a table of patches; one instance per process (see :mod:`.installed`)."""
 
     def __init__(
         self, table: Iterable[Patch], version_getter: Callable[[], str | None] = versions.installed_sglang_version

@@ -1,6 +1,6 @@
 """This process's plugin state, in one object, :data:`STATE`, so that a reader sees all of it at once and a test
 resets it with :func:`reset`. It imports nothing of the package but :mod:`.env`. Not here: the wrapped functions
-(:data:`.patch_state.PATCHER`) and the commit kernel's plan cache (keyed weakly by the pool's tensors).
+(:data:`.installed.PATCHER`) and the commit kernel's plan cache (keyed weakly by the pool's tensors).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class ProcessState:
 
     # -- what is installed and alive
     commit_installed: bool = False  # our commit wrapper is in place (the gate needs it for a back-ported layout)
-    # the per-patch status, for the report (set by patch_state, which the report does not import)
+    # the per-patch status, for the report (set by installed, which the report does not import)
     patch_status: Callable[[], dict[str, dict[str, Any]]] = dict
     # pools alive with our back-ported deduplicated window: SGLang's own commit cannot read them
     live_backport_pools: weakref.WeakSet = dataclasses.field(default_factory=weakref.WeakSet)

@@ -43,14 +43,14 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _plugin_clean(monkeypatch):
-    from sglang_mamba_dedup import env, patch_state, state
+    from sglang_mamba_dedup import env, installed, state
     from sglang_mamba_dedup.patches import faults
 
     for name in (env.SWITCH, env.FAULT, env.REPORT_DIR, env.ZERO_COPY):
         monkeypatch.delenv(name, raising=False)
-    patch_state.revert(force=True)
+    installed.revert(force=True)
     state.reset()
     yield
     faults.remove()
-    patch_state.revert(force=True)
+    installed.revert(force=True)
     state.reset()

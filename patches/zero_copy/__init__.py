@@ -5,7 +5,7 @@ every other reader of the state, and why each excluded case keeps today's commit
 
 * this module: whether zero-copy is asked for (:func:`asked`) and the pool's ``accepted`` table (:func:`prepare`, at
   pool build): the only part a process that did not ask for zero-copy loads;
-* :mod:`.gate`: whether a pool may take it (SGLang's resolved settings, the backend), decided once per pool;
+* :mod:`.eligibility`: whether a pool may take it (SGLang's resolved settings, the backend), decided once per pool;
 * :mod:`.bookkeeping`: :class:`~.bookkeeping.ZeroCopy`, one pool's table and what moves state: the verify's rows and
   seeds (one launch per verify forward), the stage-in (one launch per extend), the commit (one launch, the
   ``accepted`` update folded in), the session hand-off;

@@ -1,5 +1,5 @@
 """The zero-copy wrappers of the patch table (docs/zero-copy.md section 7): Z1-Z3 for GDN, Z4 for Mamba2, Z6 for the
-streaming-session hand-off. Each asks :func:`.gate.decide` (once per pool) and otherwise runs SGLang's own code; while
+streaming-session hand-off. Each asks :func:`.eligibility.decide` (once per pool) and otherwise runs SGLang's own code; while
 a zero-copy verify layer runs, :data:`_ACTIVE` holds the forward's :class:`~.bookkeeping.VerifyTables` for the kernel
 bindings (Z2, Z3, and Mamba2's conv and state update).
 """
@@ -12,7 +12,7 @@ from typing import Any
 from sglang_mamba_dedup import state
 from sglang_mamba_dedup.state import STATE
 
-from .gate import decide
+from .eligibility import decide
 
 #: this verify forward's VerifyTables while a zero-copy backend runs a target-verify layer
 _ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("smd_zero_copy", default=None)

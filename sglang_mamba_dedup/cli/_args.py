@@ -61,21 +61,21 @@ def switched(value: str | None) -> Iterator[None]:
     """The plugin switched to ``value`` inside the block, then back to the environment's switch. A what-if
     (``demo``, ``plan``): no status report file is written and no negative-control fault is installed, whatever
     ``SGLANG_MAMBA_DEDUP_REPORT_DIR`` and ``SGLANG_MAMBA_DEDUP_FAULT`` say."""
-    from .. import activation, patch_state, report
+    from .. import activation, installed, report
     from ..state import STATE
 
     # the activation as it was (audit m-S4): a what-if in a process where apply() or the switch had patched
     # must leave exactly that behind -- its features, its mode, its key -- not what the environment would say
     kept = (STATE.mode, STATE.activation_key, STATE.programmatic, STATE.last_summary)
-    features = sorted({v["feature"] for v in patch_state.status().values() if v["state"] == "applied"})
+    features = sorted({v["feature"] for v in installed.status().values() if v["state"] == "applied"})
     with report.muted():
         try:
             with environ(env.SWITCH, value):
                 activation.register(what_if=True)
                 yield
         finally:
-            patch_state.revert()  # the commit stays while a back-ported pool of the what-if is alive
-            again = patch_state.apply(features) if features else {}
+            installed.revert()  # the commit stays while a back-ported pool of the what-if is alive
+            again = installed.apply(features) if features else {}
             if again.get("launch_flag"):  # accepted on a release outside the range, as the activation does it
-                patch_state.apply(["launch_flag"], any_release=True)
+                installed.apply(["launch_flag"], any_release=True)
             STATE.mode, STATE.activation_key, STATE.programmatic, STATE.last_summary = kept

@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from .. import activation, env, patch_state, versions
+from .. import activation, env, installed, versions
 from ..patches import ASKED_FOR, PATCHES, faults
 from ..patches import commit as commit_patch
 from ..patches import zero_copy as zero_copy_patch
@@ -87,7 +87,7 @@ def collect() -> dict[str, Any]:
             info["upstream_dedup"] = None
             info["features"] = {
                 feature: {"would_apply": False, "reason": "not checked: SGLang does not import", "targets": {}}
-                for feature in patch_state.PATCHER.features
+                for feature in installed.PATCHER.features
             }
     if problem:
         info["problems"].append(problem)
@@ -98,8 +98,8 @@ def collect() -> dict[str, Any]:
         with contextlib.suppress(Exception):
             info["release_description"] = describe_release(info["sglang"])
         features: dict[str, Any] = {}
-        for feature in patch_state.PATCHER.features:
-            selected, reason, per_patch = patch_state.PATCHER.check(feature)
+        for feature in installed.PATCHER.features:
+            selected, reason, per_patch = installed.PATCHER.check(feature)
             features[feature] = {
                 "would_apply": reason is None and bool(selected),
                 "reason": reason if reason else (None if selected else "not needed on this release"),

@@ -64,7 +64,7 @@ from typing import NoReturn
 
 from ..cli._args import number
 from ..patches import faults
-from . import driver, interrupts, render, verdict
+from . import console, driver, interrupts, verdict
 from .engine import Runner
 from .settings import DEFAULT_MODEL
 from .workload import load_prompts
@@ -156,7 +156,7 @@ def _build_parser() -> argparse.ArgumentParser:
     from .random_model import PRESETS  # no torch: the presets are plain dataclasses
 
     p = _Parser(
-        prog=render.PROG,
+        prog=console.PROG,
         description="Greedy md5 comparison of a real SGLang run with NEXTN, plugin off vs on (needs a CUDA GPU).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -527,5 +527,5 @@ def main(argv: list[str] | None = None, runner: Runner | None = None) -> int:
         except KeyboardInterrupt as exc:  # interrupts.Stopped, or Python's own Ctrl-C outside the handlers
             stop = exc if isinstance(exc, interrupts.Stopped) else interrupts.Stopped(signal.SIGINT)
             code = verdict.EXIT_SIGNAL_BASE + stop.signum
-            render.stopped(stop.name, code)
+            console.stopped(stop.name, code)
             return code

@@ -5,7 +5,7 @@ Engine of :mod:`.engine`, ``launch_server`` of :mod:`.server`, or servers the us
 anything is built), :func:`_prepare` (the random-weight model when asked, the prompts, the engine settings of
 :mod:`.settings`, the run spec), then either :func:`_execute` (every run, each in a fresh process or server) or
 ``--throughput``'s :func:`.paired.execute` (both servers side by side), the judgement (:mod:`.verdict`) and
-:func:`_finish` (the JSON summary and the ``RESULT`` line, always the last one). What is printed: :mod:`.render`.
+:func:`_finish` (the JSON summary and the ``RESULT`` line, always the last one). What is printed: :mod:`.console`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import engine, files, paired, random_model, render, server
+from . import console, engine, files, paired, random_model, server
 from .context import RunContext, RunResult
 from .engine import Runner
 from .reports import read_reports
@@ -73,10 +73,10 @@ def run(args: argparse.Namespace, runner: Runner | None = None, t_start: float |
     if runner is None:
         problem = engine.cuda_problem(parse_engine_args(args.engine_arg))
         if problem:
-            render.cannot_run(problem)
+            console.cannot_run(problem)
             return EXIT_CANNOT_RUN
     if args.topk != 1:
-        render.topk_warning(args.topk)
+        console.topk_warning(args.topk)
 
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="smd-e2e-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -100,7 +100,7 @@ def _settle_temp_workdir(ctx: RunContext, code: int | None) -> None:
     if temp is None or ctx.workdir_kept:
         return
     if code is None:
-        render.kept_after_interruption(temp)
+        console.kept_after_interruption(temp)
     else:
         shutil.rmtree(temp, ignore_errors=True)
 
@@ -111,7 +111,7 @@ def _run(ctx: RunContext, work: Path, runner: Runner | None, temp_model: Path | 
     if isinstance(prepared, int):
         return prepared
     spec, model_path, random_info = prepared
-    render.header(ctx, spec, model_path, random_info, work)
+    console.header(ctx, spec, model_path, random_info, work)
     if ctx.args.throughput:
         return _run_paired(ctx, spec, model_path, random_info, work, temp_model)
     results = _execute(ctx, spec, work, runner)
@@ -126,13 +126,13 @@ def _run(ctx: RunContext, work: Path, runner: Runner | None, temp_model: Path | 
         fault=ctx.args.fault,
         zero_copy=ctx.args.zero_copy,
     )
-    render.md5s(verdict, results)
+    console.md5s(verdict, results)
     if verdict.negative_control:
         summary["negative_control"] = verdict.negative_control
     if verdict.compared:
         summary["ids_md5"] = [r.stats["ids_md5"] for r in results if r.stats]
         summary["text_md5"] = [r.stats["text_md5"] for r in results if r.stats]
-    render.plugin_status(verdict, results, ctx.modes, ctx.no_reports)
+    console.plugin_status(verdict, results, ctx.modes, ctx.no_reports)
     return _finish(ctx, summary, verdict, temp_model)
 
 
@@ -141,7 +141,7 @@ def _run_paired(
 ) -> int:
     """``--throughput``: both servers side by side (:mod:`.paired`), the pairs' statistics and md5s, the
     plugin's state in each server."""
-    results, data = paired.execute(ctx, spec, work, say=render.say)
+    results, data = paired.execute(ctx, spec, work, say=console.say)
     if not ctx.no_reports:
         for r in results:
             r.versions, r.gpu = engine.package_versions(), engine.gpu_info()
@@ -162,18 +162,18 @@ def _run_paired(
             "batch1": f"batch 1: 1 request x {ctx.batch1_tokens} new tokens",
             "full": f"full batch: {n} requests x {ctx.args.max_new_tokens} new tokens",
         }
-        render.pairs(ctx, data, labels)
+        console.pairs(ctx, data, labels)
         if ctx.args.csv_out:
             try:
                 paired.write_csv(Path(ctx.args.csv_out), paired.csv_rows(data, ctx.args.label))
-                render.say(f"pairs written to {ctx.args.csv_out}")
+                console.say(f"pairs written to {ctx.args.csv_out}")
             except OSError as exc:  # a link planted there since the start (O_NOFOLLOW), a folder gone ...
-                render.not_written("--csv-out", ctx.args.csv_out, exc)
+                console.not_written("--csv-out", ctx.args.csv_out, exc)
                 ctx.not_written.append(f"--csv-out {ctx.args.csv_out} not written ({type(exc).__name__})")
         summary["throughput"] = {**data, "labels": labels, "pair_counts": ctx.pair_counts}
-    render.plugin_status(verdict, results, ("off", "on"), ctx.no_reports)
+    console.plugin_status(verdict, results, ("off", "on"), ctx.no_reports)
     if not ctx.no_reports:
-        render.commits_per_server(verdict)
+        console.commits_per_server(verdict)
     return _finish(ctx, summary, verdict, temp)
 
 
@@ -188,7 +188,7 @@ def _prepare(ctx: RunContext, work: Path, temp_model: Path | None) -> int | tupl
             random_model.build_random_model(
                 target, preset=args.random_preset, seed=args.weights_seed, overrides=dict(args.random_dim)
             )
-            render.built_model(args.random_preset, args.weights_seed, time.time() - t0, target, bool(temp_model))
+            console.built_model(args.random_preset, args.weights_seed, time.time() - t0, target, bool(temp_model))
         model_path = str(target)
         info = target / "random_model.json"
         random_info = json.loads(info.read_text()) if info.exists() else {"preset": args.random_preset}
@@ -208,7 +208,7 @@ def _prepare(ctx: RunContext, work: Path, temp_model: Path | None) -> int | tupl
             cfg = json.loads(cfg_path.read_text())
             vocab = (cfg.get("text_config") or {}).get("vocab_size") or cfg.get("vocab_size")
         if not vocab:
-            render.say(f"--prompt-format ids needs --vocab-size ({cfg_path} has no vocab_size)")
+            console.say(f"--prompt-format ids needs --vocab-size ({cfg_path} has no vocab_size)")
             return EXIT_RUN_FAILED
         prompts: list[Any] = [text_to_ids(t, int(vocab)) for t in texts]
     else:
@@ -220,7 +220,7 @@ def _prepare(ctx: RunContext, work: Path, temp_model: Path | None) -> int | tupl
     kw = build_engine_kwargs(ctx, model_path, skip_tokenizer=(fmt == "ids"), defaults=defaults)
     explicit = parse_engine_args(args.engine_arg)
     if args.streaming_sessions and (problem := sessions_cap_problem(kw, len(prompts))):
-        render.usage_error(problem)
+        console.usage_error(problem)
         return EXIT_USAGE
     ctx.dropped_defaults = [d for d in dropped if d.split("=", 1)[0] not in explicit]
     ctx.server_dropped = []
@@ -268,14 +268,14 @@ def _execute(ctx: RunContext, spec: dict[str, Any], work: Path, runner: Runner |
             elapsed = time.monotonic() - ctx.t_start
             if elapsed + 1.1 * longest > args.time_budget:
                 ctx.not_started = [f"run {k + 1} ({m})" for k, m in enumerate(ctx.modes) if k >= i]
-                render.not_started(args.time_budget, elapsed, longest, ctx.not_started)
+                console.not_started(args.time_budget, elapsed, longest, ctx.not_started)
                 break
         rdir = work / f"reports-{i}-{mode}"
         if rdir.exists():
             shutil.rmtree(rdir)
         rdir.mkdir(parents=True)
         log = work / f"run-{i}-{mode}.log"
-        render.run_start(ctx, i, mode)
+        console.run_start(ctx, i, mode)
         t0 = time.monotonic()
         if runner is None and args.server:
             answer = server.run_server(
@@ -297,11 +297,11 @@ def _execute(ctx: RunContext, spec: dict[str, Any], work: Path, runner: Runner |
             res.wall_seconds = time.monotonic() - t0
         longest = max(longest, float(res.wall_seconds or 0.0))
         if runner is None and args.server:
-            render.server_lines(res)
+            console.server_lines(res)
         res.reports, res.report_problems = read_reports(rdir)
         if res.ok:
             res.stats = run_stats(answer)
-        render.run_outcome(res)
+        console.run_outcome(res)
         results.append(res)
     return results
 
@@ -314,7 +314,7 @@ def _summary(
     first_ok = next((r for r in results if r.ok), None)
     vers = (first_ok.versions if first_ok else None) or engine.package_versions()
     gpu = (first_ok.gpu if first_ok else None) or {}
-    render.environment(vers, gpu)
+    console.environment(vers, gpu)
     return {
         "modes": [r.mode for r in results],
         "model_path": model_path,
@@ -346,7 +346,7 @@ def _finish(ctx: RunContext, summary: dict[str, Any], verdict: Verdict, temp_mod
         try:
             files.write_text(ctx.args.json_out, json.dumps(summary, indent=1, default=str))
         except OSError as exc:  # a link planted there since the start (O_NOFOLLOW), a folder gone ...
-            render.not_written("--json-out", ctx.args.json_out, exc)
+            console.not_written("--json-out", ctx.args.json_out, exc)
             ctx.not_written.append(f"--json-out {ctx.args.json_out} not written ({type(exc).__name__})")
     if ctx.not_written:  # never PASS, never exit 0, when a result the call promised is missing
         verdict = dataclasses.replace(
@@ -357,8 +357,8 @@ def _finish(ctx: RunContext, summary: dict[str, Any], verdict: Verdict, temp_mod
     _remove_temp_checkpoint(temp_model)  # before the RESULT line, which stays the last one
     if ctx.temp_workdir is not None and verdict.code != EXIT_OK:
         ctx.workdir_kept = True
-        render.say(render.kept_line(ctx.temp_workdir))
-    render.result(verdict, ctx.not_started)
+        console.say(console.kept_line(ctx.temp_workdir))
+    console.result(verdict, ctx.not_started)
     return verdict.code
 
 
@@ -366,4 +366,4 @@ def _remove_temp_checkpoint(path: Path | None) -> None:
     """Remove the random-weight checkpoint built in a temporary directory (idempotent)."""
     if path is not None and path.exists():
         shutil.rmtree(path, ignore_errors=True)
-        render.removed_checkpoint(path)
+        console.removed_checkpoint(path)

@@ -2,7 +2,7 @@
 
 :func:`judge_runs` (the md5 route) and :func:`judge_pairs` (``--throughput``) take the run results, their status
 reports and the pairs, and return a :class:`Verdict`: the exit code, the failures in the order they were found,
-and what :mod:`.render` prints about the md5s and the plugin in each run. After the runs the first code of
+and what :mod:`.console` prints about the md5s and the plugin in each run. After the runs the first code of
 :data:`PRECEDENCE` that has a failure is the exit code; :data:`MEANINGS` is what ``--help`` lists.
 """
 

@@ -1,8 +1,8 @@
 """The Triton commit kernel for the deduplicated Mamba/GDN state layout.
 
-* :mod:`.commit` -- the one kernel, its :func:`~.commit.launch` and :func:`fused_commit` (all layers, all conv
+* :mod:`.state_commit` -- the one kernel, its :func:`~.state_commit.launch` and :func:`fused_commit` (all layers, all conv
   kinds, the SSM state, accept and track index sets, one launch);
-* :mod:`.plan` -- :func:`~.plan.build_plan` (the one place state tensors are validated) and the plan cache;
+* :mod:`.descriptor` -- :func:`~.descriptor.build_plan` (the one place state tensors are validated) and the plan cache;
 * :mod:`.single_kind` -- :func:`conv_commit` / :func:`ssm_commit` (one kind of state) and :func:`tail_copy`
   (vLLM's DS tail copy), imported on first use; :mod:`._direct_launch` -- the compiled-kernel fast path (the
   only code on Triton internals); :mod:`._validate` -- launch configuration and argument checks.
@@ -25,8 +25,8 @@ The contract every function here keeps:
   make it outside CUDA graph capture. Later calls with the same, unchanged tensors are capturable.
 """
 
-from .commit import fused_commit
-from .plan import cached_plan_count, clear_plan_cache
+from .descriptor import cached_plan_count, clear_plan_cache
+from .state_commit import fused_commit
 
 __all__ = ["fused_commit", "conv_commit", "ssm_commit", "tail_copy", "clear_plan_cache", "cached_plan_count"]
 

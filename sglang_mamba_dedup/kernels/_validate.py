@@ -1,4 +1,4 @@
-"""Launch configuration and argument checks of the commit kernel (:mod:`.commit`); the index semantics
+"""Launch configuration and argument checks of the commit kernel (:mod:`.state_commit`); the index semantics
 they serve are the package's contract (:mod:`sglang_mamba_dedup.kernels`)."""
 
 from __future__ import annotations

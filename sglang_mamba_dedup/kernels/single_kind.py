@@ -1,9 +1,9 @@
-"""One kind of state per call: shape adapters over the commit kernel's plan and launch (:mod:`.commit`).
+"""One kind of state per call: shape adapters over the commit kernel's plan and launch (:mod:`.state_commit`).
 
-Each function is one plan lookup (:func:`~.plan.get_plan`, which validates the state tensors the first
-time) and one launch (:func:`~.commit.launch`, which checks the index tensors); they check nothing
-themselves, so their errors name the arguments of :func:`~.commit.fused_commit` they map to.  Index
-semantics, plan caching and CUDA-graph capture as :func:`~.commit.fused_commit`.
+Each function is one plan lookup (:func:`~.descriptor.get_plan`, which validates the state tensors the first
+time) and one launch (:func:`~.state_commit.launch`, which checks the index tensors); they check nothing
+themselves, so their errors name the arguments of :func:`~.state_commit.fused_commit` they map to.  Index
+semantics, plan caching and CUDA-graph capture as :func:`~.state_commit.fused_commit`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from ._validate import _GRID_YZ_MAX
-from .commit import launch
-from .plan import get_plan
+from .descriptor import get_plan
+from .state_commit import launch
 
 
 def conv_commit(*, conv_dst, conv_src, accept_steps, accept_slots, track_steps=None, track_slots=None) -> None:

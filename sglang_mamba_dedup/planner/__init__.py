@@ -5,5 +5,5 @@ launch flags. Never imported on the serving path.
 * :mod:`.model`: the model's state shape and weights from ``config.json`` and the safetensors headers;
 * :mod:`.launch_config`: a pasted ``launch_server`` line resolved by SGLang's own parser for a CUDA GPU, and what
   the load adds to the checkpoint;
-* :mod:`.estimator`: SGLang's estimator of the installed release, called offline.
+* :mod:`.sglang_estimate`: SGLang's estimator of the installed release, called offline.
 """

@@ -220,10 +220,10 @@ def checked_launch(args, launch_flags: list[str] | None) -> list[str] | None:
 def _check_flags(args) -> None:
     """The planner-flag checks that need no model (one line each, exit 2)."""
     from .. import versions
-    from . import estimator
+    from . import sglang_estimate
 
     release = versions.installed_sglang_version()
-    if args.enable_linear_replayssm_spec and "enable_linear_replayssm_spec" not in estimator.server_args_fields():
+    if args.enable_linear_replayssm_spec and "enable_linear_replayssm_spec" not in sglang_estimate.server_args_fields():
         raise PlanError(
             f"SGLang {release} has no --enable-linear-replayssm-spec "
             "(0.5.17+; 0.5.16 spells it --enable-gdn-replayssm-spec and its estimator does not price it)"
@@ -233,7 +233,7 @@ def _check_flags(args) -> None:
             raise PlanError("--disaggregation-decode-extra-slots needs --disaggregation-mode decode")
         if args.disaggregation_decode_extra_slots < 0:
             raise PlanError("--disaggregation-decode-extra-slots must be 0 or more")
-        if "disaggregation_decode_extra_slots" not in estimator.server_args_fields():
+        if "disaggregation_decode_extra_slots" not in sglang_estimate.server_args_fields():
             raise PlanError(
                 f"SGLang {release} has no --disaggregation-decode-extra-slots (0.5.14+); "
                 "it pre-allocates SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS, or twice the requests up to 32"

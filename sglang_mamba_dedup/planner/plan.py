@@ -286,16 +286,16 @@ def _estimate(
     from sglang.srt.server_args import ServerArgs
 
     from .. import ledger, sizing
-    from . import estimator
+    from . import sglang_estimate
 
     d, replay = st["speculative_num_draft_tokens"], st["replayssm"]
     with switched("1" if plugin else "0"):
         ledger.forget_reservation()
         if launch is not None:
             launch_config.publish(launch.server_args)
-            est = estimator.run(cp, total_rest_gb=rest_gb, launch=launch, gdn=mixer == "gdn")
+            est = sglang_estimate.run(cp, total_rest_gb=rest_gb, launch=launch, gdn=mixer == "gdn")
         else:
-            est = estimator.run(
+            est = sglang_estimate.run(
                 cp,
                 total_rest_gb=rest_gb,
                 draft_tokens=d,
@@ -344,9 +344,9 @@ def _admits_all(est: dict[str, Any]) -> bool:
 
 def _strategy(st: dict[str, Any]) -> dict[str, Any]:
     """A what-if's radix-cache strategy as the release's ``ServerArgs`` field (0.5.23 and older spell it apart)."""
-    from . import estimator
+    from . import sglang_estimate
 
-    fields = estimator.server_args_fields()
+    fields = sglang_estimate.server_args_fields()
     name = next((n for n in ("mamba_radix_cache_strategy", "mamba_scheduler_strategy") if n in fields), None)
     return {name: st["mamba_strategy"]} if name and st["mamba_strategy"] else {}
 
@@ -355,13 +355,13 @@ def _disaggregation(args, st: dict[str, Any]) -> dict[str, Any]:
     """The PD settings as ``ServerArgs`` fields (empty for a plain server); a decode server's pre-allocated
     requests default as SGLang's start-up sets them (:func:`.patches.estimator.default_pre_alloc`)."""
     from ..patches import estimator as estimator_patch
-    from . import estimator
+    from . import sglang_estimate
 
     out: dict[str, Any] = {}
     mode = st["disaggregation_mode"]
     if mode != "null":
         out["disaggregation_mode"] = mode
-    if mode == "decode" and "disaggregation_decode_extra_slots" in estimator.server_args_fields():
+    if mode == "decode" and "disaggregation_decode_extra_slots" in sglang_estimate.server_args_fields():
         extra = args.disaggregation_decode_extra_slots
         if extra is None:
             extra = estimator_patch.default_pre_alloc(st["max_running_requests"])

@@ -64,15 +64,15 @@ def test_exit_one_when_sglang_is_missing(monkeypatch, capsys):
 def test_exit_one_when_a_target_changed(monkeypatch, capsys):
     import dataclasses
 
-    from sglang_mamba_dedup import patch_state
+    from sglang_mamba_dedup import installed
     from sglang_mamba_dedup.patcher import Patcher
 
     _fake_cuda(monkeypatch)
     broken = [
         dataclasses.replace(p, params=("renamed_arg",)) if p.name == "mamba_pool.init" else p
-        for p in patch_state.PATCHER.table
+        for p in installed.PATCHER.table
     ]
-    monkeypatch.setattr(patch_state, "PATCHER", Patcher(broken))
+    monkeypatch.setattr(installed, "PATCHER", Patcher(broken))
     assert doctor.main([]) == 1
     out = capsys.readouterr().out
     assert "renamed_arg" in out and "dedup_layout" in out
@@ -86,10 +86,10 @@ def test_exit_two_on_bad_switch_value(monkeypatch, capsys):
 
 
 def test_doctor_does_not_wrap_anything(monkeypatch):
-    from sglang_mamba_dedup import patch_state
+    from sglang_mamba_dedup import installed
 
     doctor.collect()
-    assert patch_state.PATCHER.applied() == []
+    assert installed.PATCHER.applied() == []
 
 
 @pytest.mark.parametrize(

@@ -106,7 +106,7 @@ def test_server_state_is_each_schedulers_mamba_dedup_entry_or_none():
 
 
 def test_server_state_line_names_cap_slots_and_commits():
-    from sglang_mamba_dedup.e2e import render
+    from sglang_mamba_dedup.e2e import console
 
     st = {
         "mode": "on",
@@ -116,7 +116,7 @@ def test_server_state_line_names_cap_slots_and_commits():
         "zero_copy": {"decision": "on", "zc_commit_calls": 88, "zc_stage_in_calls": 3, "zc_materialize_calls": 2},
         "commits": {"commit_calls": 90, "ours_commit_calls": 90},
     }
-    text = render.server_state_text([st, None])
+    text = console.server_state_text([st, None])
     assert "asked 34 / in force 30" in text and "mamba slots 153" in text and "commits ours 90 of 90" in text
     assert "ledgers 2" in text and "zero-copy on (commits 88, stage-ins 3, session states materialized 2)" in text
     assert "scheduler 1: no mamba_dedup entry" in text

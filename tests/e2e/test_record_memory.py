@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from sglang_mamba_dedup.e2e import random_model
-from sglang_mamba_dedup.planner import estimator, plan
+from sglang_mamba_dedup.planner import plan, sglang_estimate
 from sglang_mamba_dedup.state import STATE
 from tests.support import integration as iu
 
@@ -165,7 +165,7 @@ def test_parse_log_reads_the_plugin_lines_as_the_plugin_writes_them(caplog, monk
     cp = iu.make_cache_params(num_layers=3, conv_dim=40, conv_kernel=4, num_heads=2, head_dim=8, state_size=4)
     STATE.warned.discard("admission")
     with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
-        estimator.run(cp, total_rest_gb=0.0002, device="cpu", max_running_requests=16, gdn=True, replayssm=True)
+        sglang_estimate.run(cp, total_rest_gb=0.0002, device="cpu", max_running_requests=16, gdn=True, replayssm=True)
     text = "\n".join(f"[2026-12-02 10:00:31] {r.getMessage()}" for r in caplog.records)
     got = record_memory.parse_log(text)
     assert got["estimator_budget_bytes"] == round(0.0002 * 2**30)

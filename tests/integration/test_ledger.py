@@ -14,7 +14,7 @@ import torch
 import sglang_mamba_dedup
 from sglang_mamba_dedup import ledger, report, sizing, versions
 from sglang_mamba_dedup.patches import estimator as estimator_patch
-from sglang_mamba_dedup.planner import estimator
+from sglang_mamba_dedup.planner import sglang_estimate
 from sglang_mamba_dedup.state import STATE
 from tests.support import integration as iu
 
@@ -162,13 +162,13 @@ def _estimate_then_pool(variant: str, on: bool):
     est_kw, pool_kw = VARIANTS[variant]
     if variant == "pd-prefill" and not _pd_prefill_skips_spec_state():
         pytest.skip("this release's PD-prefill pool keeps the speculative state: the plain variants cover it")
-    if variant == "envelope" and "enable_page_major_kv_layout" not in estimator.server_args_fields():
+    if variant == "envelope" and "enable_page_major_kv_layout" not in sglang_estimate.server_args_fields():
         pytest.skip("no envelope layout on this release")
     cp = _cp_odd()
     with iu.cpu_stock_paths(), iu.plugin(on):
         ledger.forget_reservation()
         try:
-            est = estimator.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True, **est_kw)
+            est = sglang_estimate.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True, **est_kw)
         except ValueError as exc:
             pytest.skip(str(exc))
         pool = iu.build_pool(
@@ -237,8 +237,8 @@ def test_admission_warning_when_the_mamba_pool_caps_running_requests(budget_gb, 
     STATE.warned.discard("admission")
     cp = _cp_odd()
     with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
-        est = estimator.run(cp, total_rest_gb=budget_gb, device="cpu", max_running_requests=16, gdn=True)
-        estimator.run(cp, total_rest_gb=budget_gb, device="cpu", max_running_requests=16, gdn=True)
+        est = sglang_estimate.run(cp, total_rest_gb=budget_gb, device="cpu", max_running_requests=16, gdn=True)
+        sglang_estimate.run(cp, total_rest_gb=budget_gb, device="cpu", max_running_requests=16, gdn=True)
     lines = [r for r in caplog.records if "asked for" in r.getMessage()]
     assert (est.running < 16) is capped
     if not capped:
@@ -249,7 +249,7 @@ def test_admission_warning_when_the_mamba_pool_caps_running_requests(budget_gb, 
     size = 16 * est.ratio
     assert f"--max-mamba-cache-size {size}" in text
     with iu.cpu_stock_paths(), iu.plugin(True):
-        lifted = estimator.run(
+        lifted = sglang_estimate.run(
             cp, total_rest_gb=1.0, device="cpu", max_running_requests=16, gdn=True, max_mamba_cache_size=size
         )
     assert lifted.running == 16, lifted
@@ -271,7 +271,7 @@ def test_admission_warning_when_the_mamba_pool_caps_running_requests(budget_gb, 
         f"lower --speculative-num-draft-tokens (now 4; each draft token is up to {(per_draft.ssm_scratch + per_draft.conv_scratch_dense) / (1 << 20):.1f} MiB"
         in text
     )
-    fields = estimator.server_args_fields()
+    fields = sglang_estimate.server_args_fields()
     flag = next((n for n in ("enable_linear_replayssm_spec", "enable_gdn_replayssm_spec") if n in fields), None)
     assert (flag is not None) == (f"add --{flag or ''}".replace("_", "-") in text)
 
@@ -321,10 +321,10 @@ def test_ledger_pd_decode_reserves_the_pre_allocated_rows(on, caplog):
     pre-allocated rows unreserved (the ledger says so at WARNING); the plugin reserves them."""
     # verify rows of ~50 KiB, so that the pre-allocated ones are well above the bookkeeping tolerance
     cp = iu.make_cache_params(num_layers=3, conv_dim=40, conv_kernel=4, num_heads=4, head_dim=16, state_size=16)
-    extra, pre_alloc = _decode_settings(estimator.server_args_fields())
+    extra, pre_alloc = _decode_settings(sglang_estimate.server_args_fields())
     with iu.cpu_stock_paths(), iu.plugin(on), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         ledger.forget_reservation()
-        est = estimator.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True, extra=extra)
+        est = sglang_estimate.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True, extra=extra)
         pool = _pd_decode_pool(cp, est, pre_alloc)
         if not on:  # stock's reservation, as the plugin's estimator patch records it when on
             ledger.record_reservation(est.reserved_bytes)
@@ -403,10 +403,10 @@ def test_estimator_top_up_fails_open(monkeypatch, caplog):
         raise ImportError("simulated: no sglang.srt.disaggregation.decode")
 
     with iu.cpu_stock_paths(), iu.plugin(False):
-        stock = estimator.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True)
+        stock = sglang_estimate.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True)
     monkeypatch.setattr(estimator_patch, "_top_up", broken)
     with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
-        est = estimator.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True)
+        est = sglang_estimate.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True)
     (line,) = [r for r in caplog.records if "could not predict" in r.getMessage()]
     assert line.levelno == logging.WARNING and "simulated" in line.getMessage()
     assert STATE.estimate["top_up_bytes"] == 0 and est.slots >= stock.slots
@@ -453,7 +453,7 @@ def test_ledger_large_pool_of_the_real_estimator_is_info(caplog):
     8192 slots; the real pool's ledger is INFO (on 0.5.12.x its int64 ``free_slots`` is the whole excess)."""
     cp = iu.make_cache_params(num_layers=2, conv_dim=24, conv_kernel=2, num_heads=2, head_dim=4, state_size=4)
     with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
-        est = estimator.run(cp, total_rest_gb=0.02, device="cpu", max_running_requests=16, gdn=True)
+        est = sglang_estimate.run(cp, total_rest_gb=0.02, device="cpu", max_running_requests=16, gdn=True)
         iu.build_pool(cache_params=cp, size=est.running, mamba_size=est.slots, draft_tokens=4, topk=1)
         doc = sglang_mamba_dedup.memory_ledger()
     assert est.slots > 8192 and doc["reserved_bytes"] == est.reserved_bytes
@@ -469,7 +469,7 @@ def test_a_second_pool_keeps_its_own_ledger_and_has_no_reservation(caplog):
     cp = _cp_odd()
     draft = iu.make_cache_params(num_layers=1, conv_dim=40, conv_kernel=4, num_heads=2, head_dim=8, state_size=4)
     with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
-        est = estimator.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True)
+        est = sglang_estimate.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True)
         target = iu.build_pool(cache_params=cp, size=est.running, mamba_size=est.slots, draft_tokens=4, topk=1)
         head = iu.build_pool(cache_params=draft, size=est.slots, draft_tokens=None)
         events = report.events()

@@ -16,7 +16,7 @@ import contextlib
 import pytest
 import torch
 
-from sglang_mamba_dedup import activation, env, patch_state, report, state
+from sglang_mamba_dedup import activation, env, installed, report, state
 from sglang_mamba_dedup.patches import commit as commit_patch
 from sglang_mamba_dedup.patches import faults
 from tests.support import integration as iu
@@ -40,7 +40,7 @@ def _fault_run(monkeypatch):
         yield
     finally:
         faults.remove()
-        patch_state.revert(force=True)
+        installed.revert(force=True)
         state.reset()
 
 

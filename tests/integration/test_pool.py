@@ -16,7 +16,7 @@ import types
 import pytest
 import torch
 
-from sglang_mamba_dedup import env, gate, patch_state, report, sizing, state
+from sglang_mamba_dedup import env, gate, installed, report, sizing, state
 from sglang_mamba_dedup.offline import shapes
 from sglang_mamba_dedup.patches import estimator as estimator_patch
 from sglang_mamba_dedup.patches import topk_plumbing as topk_patch
@@ -83,7 +83,7 @@ def _assert_dedup(mp, draft_tokens, conv_kernel):
 @pytest.mark.parametrize("draft_tokens,conv_kernel", [(4, 4), (1, 4), (2, 2), (5, 3), (3, 5)], ids=lambda v: str(v))
 def test_plugin_pool_is_deduplicated(draft_tokens, conv_kernel):
     with iu.plugin(True):
-        calls0 = patch_state.PATCHER.calls("mamba_pool.init")
+        calls0 = installed.PATCHER.calls("mamba_pool.init")
         pool = _pool(_cp(conv_kernel=conv_kernel), draft_tokens=draft_tokens)
         mp = pool.mamba_pool
         _assert_dedup(mp, draft_tokens, conv_kernel)
@@ -93,7 +93,7 @@ def test_plugin_pool_is_deduplicated(draft_tokens, conv_kernel):
             draft_tokens + conv_kernel - 2
         )
         assert abs(ev["physical_bytes"] / ev["dense_bytes"] - sizing.ratio(draft_tokens, conv_kernel)) < 1e-12
-        assert patch_state.PATCHER.calls("mamba_pool.init") == calls0 + 1
+        assert installed.PATCHER.calls("mamba_pool.init") == calls0 + 1
 
 
 def test_dense_window_never_allocated(monkeypatch):
@@ -178,7 +178,7 @@ def test_gate_no_gives_stock_layout_and_reason(case, monkeypatch):
     cp = kw.pop("cp", None)
     with iu.cpu_stock_paths(), iu.plugin(True):
         if extra == "no_commit":
-            patch_state.revert(["commit"])
+            installed.revert(["commit"])
         pool = _pool(cp, **kw)
         mp = pool.mamba_pool
         ev = report.events()["dedup_layout"]
@@ -285,16 +285,16 @@ def test_topk_plumbing_through_init_pools(caplog):
 
 def test_patches_installed_where_expected():
     with iu.plugin(True):
-        st = patch_state.status()
+        st = installed.status()
         applied = {n for n, v in st.items() if v["state"] == "applied"}
         assert {"mamba_pool.init", "hybrid_linear_attn.update_mamba_state_after_mtp_verify"} <= applied
         assert ("kv_cache_mixin.init_pools" in applied) == iu.BACKPORT
         assert ("kv_cache_configurator.handle_max_mamba_cache" in applied) == iu.NEW_LAYOUT
         # A second apply wraps nothing twice; one pool construction = one wrapper call.
-        patch_state.apply(["dedup_layout", "commit", "topk_plumbing", "estimator"])
-        calls0 = patch_state.PATCHER.calls("mamba_pool.init")
+        installed.apply(["dedup_layout", "commit", "topk_plumbing", "estimator"])
+        calls0 = installed.PATCHER.calls("mamba_pool.init")
         _pool()
-        assert patch_state.PATCHER.calls("mamba_pool.init") == calls0 + 1
+        assert installed.PATCHER.calls("mamba_pool.init") == calls0 + 1
 
 
 def test_pd_decode_pool_gets_dedup():

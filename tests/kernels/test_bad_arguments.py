@@ -1,7 +1,7 @@
 """Bad arguments, one table over every public function: fused_commit, conv_commit, ssm_commit, tail_copy.
 
-The state tensors are checked once, where the plan is built (``kernels/plan.py``), and the index tensors
-once, where a plan is launched (``kernels/commit.py``); the single-kind functions only adapt shapes. So
+The state tensors are checked once, where the plan is built (``kernels/descriptor.py``), and the index tensors
+once, where a plan is launched (``kernels/state_commit.py``); the single-kind functions only adapt shapes. So
 one case reads the same for every function it applies to: each function names its state and index
 tensors by role (``dst``, ``src``, ``steps``, ``slots``), and a case changes one role and expects the
 same error wherever that role exists.

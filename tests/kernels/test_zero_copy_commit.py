@@ -20,7 +20,7 @@ from tests.support.kernels import (  # noqa: I001  (sets TRITON_INTERPRET before
 import pytest
 import torch
 
-from sglang_mamba_dedup.kernels import commit
+from sglang_mamba_dedup.kernels import state_commit
 from sglang_mamba_dedup.kernels.seed_index import seeded_rows
 from tests.support.reference import seeded_rows_reference
 
@@ -56,9 +56,9 @@ def test_the_folded_accepted_update_is_exact_and_moves_the_same_windows(conv_dty
     track_set = (None, None)
     if track:  # a track row must never store into accepted
         track_set = (steps.clone(), torch.full_like(slots, -1))
-    plan = commit.get_plan([dst], [src], None, None, accepted=accepted)
-    assert plan.accepted and commit.get_plan([dst], [src], None, None) is not plan  # its own cache entry
-    commit.launch(plan, accept=(steps, slots), track=track_set, src_rows=rows)
+    plan = state_commit.get_plan([dst], [src], None, None, accepted=accepted)
+    assert plan.accepted and state_commit.get_plan([dst], [src], None, None) is not plan  # its own cache entry
+    state_commit.launch(plan, accept=(steps, slots), track=track_set, src_rows=rows)
     for r in range(n):  # the reference: source row rows[r] for index row r
         if 0 <= int(steps[r]) < D and 0 <= int(slots[r]) < SLOTS:
             expected[:, int(slots[r])] = src[:, int(rows[r]), int(steps[r])]
@@ -81,7 +81,7 @@ def test_a_plan_refuses_a_bad_accepted_table():
         (torch.ones(ROWS, 2, dtype=torch.int32, device=DEVICE)[:, 0], "dense 1-D"),
     ):
         with pytest.raises(ValueError, match=match):
-            commit.get_plan([dst], [src], None, None, accepted=table)
+            state_commit.get_plan([dst], [src], None, None, accepted=table)
 
 
 @pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int64], ids=lambda d: DTYPE_IDS[d])
@@ -123,9 +123,9 @@ def test_the_stage_in_form_copies_every_layer_into_column_0(ssm_dtype):
     slots = torch.tensor([4, -1, 0, 8], dtype=torch.int32, device=DEVICE)
     rows = torch.tensor([2, 0, 6, 1], dtype=torch.int64, device=DEVICE)
     src, dst = temporal[:, :, None], scratch[:, :, 0]
-    plan = commit.get_plan([], [], dst, src, owner=temporal)
+    plan = state_commit.get_plan([], [], dst, src, owner=temporal)
     zeros = torch.zeros(n, dtype=torch.int32, device=DEVICE)
-    commit.launch(plan, ssm=(src, dst), accept=(zeros, rows), src_rows=slots)
+    state_commit.launch(plan, ssm=(src, dst), accept=(zeros, rows), src_rows=slots)
     for r in (0, 2, 3):  # the reference, directly: row rows[r] gets slot slots[r]
         expected[:, int(rows[r]), 0] = temporal[:, int(slots[r])]
     assert_bitwise_equal(scratch, expected, f"seed {seed}: scratch after the stage-in")
@@ -141,23 +141,23 @@ def test_the_source_row_variant_takes_the_direct_launch_and_stays_exact(monkeypa
     src = conv_source("dedup", L, ROWS, D, K, DIM, torch.bfloat16, g)
     dst = torch.empty((L, SLOTS, DIM, K - 1), dtype=torch.bfloat16, device=DEVICE)
     accepted = torch.zeros(ROWS, dtype=torch.int32, device=DEVICE)
-    plan = commit.get_plan([dst], [src], None, None, accepted=accepted)
+    plan = state_commit.get_plan([dst], [src], None, None, accepted=accepted)
     steps, slots, rows = _index(g, n, ROWS, SLOTS, torch.int64)
-    assert commit.launch(plan, accept=(steps, slots), src_rows=rows) == "triton"
-    jit = commit._fused_commit_kernel
+    assert state_commit.launch(plan, accept=(steps, slots), src_rows=rows) == "triton"
+    jit = state_commit._fused_commit_kernel
 
     class _NoJit:
         def __getitem__(self, grid):
             raise AssertionError("Triton's launch path was entered")
 
-    monkeypatch.setattr(commit, "_fused_commit_kernel", _NoJit())
+    monkeypatch.setattr(state_commit, "_fused_commit_kernel", _NoJit())
     for trial in range(3):
         poison(dst)
         expected = dst.clone()
         steps, slots, rows = _index(g, n, ROWS, SLOTS, torch.int64)
-        assert commit.launch(plan, accept=(steps, slots), src_rows=rows) == "direct", f"trial {trial}"
+        assert state_commit.launch(plan, accept=(steps, slots), src_rows=rows) == "direct", f"trial {trial}"
         for r in range(n):
             if 0 <= int(steps[r]) < D and 0 <= int(slots[r]) < SLOTS:
                 expected[:, int(slots[r])] = src[:, int(rows[r]), int(steps[r])]
         assert_bitwise_equal(dst, expected, f"seed {seed}: direct call {trial}")
-    monkeypatch.setattr(commit, "_fused_commit_kernel", jit)
+    monkeypatch.setattr(state_commit, "_fused_commit_kernel", jit)

@@ -19,7 +19,7 @@ import pytest
 import sglang_mamba_dedup
 from sglang_mamba_dedup import ledger, sizing
 from sglang_mamba_dedup.e2e import random_model
-from sglang_mamba_dedup.planner import estimator, launch_config, plan
+from sglang_mamba_dedup.planner import launch_config, plan, sglang_estimate
 from sglang_mamba_dedup.state import STATE
 from tests.support import integration as iu
 
@@ -164,7 +164,7 @@ def test_ledger_reserved_equals_allocated_on_the_launch_config(variant, qwen35_d
     one slot's state of rounding the other way). ReplaySSM with the mamba pool capping the requests is the case
     the H200 hit (SGLang prices ring rows for every request asked for, the pool allocates the admitted ones')."""
     extra = LEDGER_VARIANTS[variant]
-    if variant == "replayssm" and "enable_linear_replayssm_spec" not in estimator.server_args_fields():
+    if variant == "replayssm" and "enable_linear_replayssm_spec" not in sglang_estimate.server_args_fields():
         pytest.skip("no --enable-linear-replayssm-spec on this release")
     refused = _refused_by_release(qwen35_dir, extra)
     if refused:
@@ -178,7 +178,7 @@ def test_ledger_reserved_equals_allocated_on_the_launch_config(variant, qwen35_d
     with iu.cpu_stock_paths(), iu.plugin(True), caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         ledger.forget_reservation()
         launch_config.publish(launch.server_args)
-        est = estimator.run(cp, total_rest_gb=3.0, launch=launch, device="cpu")
+        est = sglang_estimate.run(cp, total_rest_gb=3.0, launch=launch, device="cpu")
         if variant != "no-radix":
             assert est.running < st["max_running_requests"], est  # the mamba pool caps: the case the server hit
         pool = iu.build_pool(
@@ -223,7 +223,7 @@ def test_pipeline_stage_top_up_prices_the_stage_only(pp):
     for on in (False, True):
         with iu.plugin(on):
             ledger.forget_reservation()
-            est = estimator.run(cp, total_rest_gb=60.0, max_running_requests=64, extra={"pp_size": pp})
+            est = sglang_estimate.run(cp, total_rest_gb=60.0, max_running_requests=64, extra={"pp_size": pp})
             out[on] = (est, dict(STATE.estimate))
     (stock, _), (ours, decision) = out[False], out[True]
     per = sizing.request_bytes(cp, 4, dedup=True)

@@ -12,8 +12,8 @@ from sglang_mamba_dedup.e2e import random_model
 from sglang_mamba_dedup.offline import shapes
 from sglang_mamba_dedup.offline.sglang_pool import cache_params
 from sglang_mamba_dedup.patches import estimator as estimator_patch
-from sglang_mamba_dedup.planner import estimator, plan
 from sglang_mamba_dedup.planner import model as plan_model
+from sglang_mamba_dedup.planner import plan, sglang_estimate
 
 pytestmark = pytest.mark.release
 
@@ -125,7 +125,7 @@ def _expected_state(preset, dims):
 def test_plan_replayssm_reserves_the_conv_scratch(capsys):
     """Under ReplaySSM (0.5.17+) stock reserves no conv-window scratch; the plugin reserves it, same slots."""
     rc, out, err = _plan(capsys, "--shape", "qwen3.5-0.8b", "--enable-linear-replayssm-spec", "--json")
-    if "enable_linear_replayssm_spec" not in estimator.server_args_fields():
+    if "enable_linear_replayssm_spec" not in sglang_estimate.server_args_fields():
         assert rc == 2 and "has no --enable-linear-replayssm-spec" in err, err
         return
     doc = json.loads(out)
@@ -213,7 +213,7 @@ def test_plan_pd_decode_extra_slots(capsys):
     rc, _, err = _plan(capsys, *argv)
     assert rc == 2 and "needs --disaggregation-mode decode" in err
     rc, out, err = _plan(capsys, *argv, "--disaggregation-mode", "decode", "--json")
-    if "disaggregation_decode_extra_slots" not in estimator.server_args_fields():  # 0.5.12 ... 0.5.13.post1
+    if "disaggregation_decode_extra_slots" not in sglang_estimate.server_args_fields():  # 0.5.12 ... 0.5.13.post1
         assert rc == 2 and "SGLANG_DISAGGREGATION_NUM_PRE_ALLOCATE_REQS" in err
         return
     assert rc == 0 and json.loads(out)["plugin"]["plugin"]["pd_decode_pre_alloc"] == 5
@@ -274,7 +274,7 @@ def test_plan_numbers_must_be_finite(value, capsys):
 def test_plan_says_when_the_server_would_not_start(capsys):
     """Audit m14: a PD-decode server pre-allocating a million requests would leave no KV cache: SGLang refuses to
     start, and the plan says so instead of printing a negative KV cache as a plan."""
-    if "disaggregation_decode_extra_slots" not in estimator.server_args_fields():
+    if "disaggregation_decode_extra_slots" not in sglang_estimate.server_args_fields():
         pytest.skip("no --disaggregation-decode-extra-slots on this release")
     argv = ["--shape", "qwen3.5-0.8b", "--disaggregation-mode", "decode", "--disaggregation-decode-extra-slots"]
     rc, out, _ = _plan(capsys, *argv, "1000000")
@@ -461,9 +461,9 @@ def test_pd_advice_names_what_would_lift_the_cap(capsys):
     assert rc == 0, err
     capped = [ln for ln in out.splitlines() if "caps running requests" in ln or "would not start" in ln]
     assert all("--speculative-num-draft-tokens" not in ln for ln in capped), out
-    from sglang_mamba_dedup.planner import estimator
+    from sglang_mamba_dedup.planner import sglang_estimate
 
-    if "disaggregation_decode_extra_slots" not in estimator.server_args_fields():
+    if "disaggregation_decode_extra_slots" not in sglang_estimate.server_args_fields():
         return  # 0.5.12 ... 0.5.13.post1: SGLang pre-allocates twice the requests up to 32, no flag to lower
     argv = ["--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--disaggregation-mode", "decode"]
     rc, out, err = _plan(capsys, *argv, "--disaggregation-decode-extra-slots", "1000000")
@@ -553,9 +553,9 @@ def test_a_shape_plan_with_the_radix_cache_resolves_the_strategy_as_a_launch_doe
     default CUDA launch of 0.5.23 resolves (``auto`` -> ``extra_buffer``, overlap on: 5 slots per request), says
     so, and takes ``--mamba-radix-cache-strategy`` for another."""
     from sglang_mamba_dedup import versions
-    from sglang_mamba_dedup.planner import estimator
+    from sglang_mamba_dedup.planner import sglang_estimate
 
-    fields = estimator.server_args_fields()
+    fields = sglang_estimate.server_args_fields()
     if "mamba_radix_cache_strategy" not in fields and "mamba_scheduler_strategy" not in fields:
         pytest.skip("this release has no mamba radix-cache strategy")
     doc = _json(capsys, "--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80", "--weights-gb", "1.6")

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from sglang_mamba_dedup import activation, env, patch_state, state, versions
+from sglang_mamba_dedup import activation, env, installed, state, versions
 from sglang_mamba_dedup.activation import Mode, SwitchError, parse_mode
 from sglang_mamba_dedup.patcher import is_ours, resolve
 from sglang_mamba_dedup.patches import PATCHES, SWITCHED_FEATURES
@@ -124,19 +124,19 @@ def test_strict_with_a_skipped_feature_stops_and_leaves_nothing_wrapped(monkeypa
     broken = [
         dataclasses.replace(p, attr="MambaPool.no_such_method") if p.name == "mamba_pool.init" else p for p in PATCHES
     ]
-    monkeypatch.setattr(patch_state, "PATCHER", Patcher(broken))
+    monkeypatch.setattr(installed, "PATCHER", Patcher(broken))
     monkeypatch.setenv(env.SWITCH, "strict")
     with pytest.raises(SystemExit) as e:
         activation.register()
     assert "dedup_layout" in str(e.value) and "no_such_method" in str(e.value)
-    assert not patch_state.PATCHER.applied(feature="commit"), "strict failure left features wrapped"
+    assert not installed.PATCHER.applied(feature="commit"), "strict failure left features wrapped"
     # the same breakage with plain "on": logged, the other features stay applied
     state.reset()
     monkeypatch.setenv(env.SWITCH, "on")
     activation.register()
     assert "skipped: dedup_layout" in activation.last_summary()
-    assert patch_state.PATCHER.applied(feature="commit")
-    patch_state.PATCHER.revert()
+    assert installed.PATCHER.applied(feature="commit")
+    installed.PATCHER.revert()
 
 
 def test_launch_flag_on_the_command_line_switches_on(monkeypatch):
@@ -275,11 +275,11 @@ def test_revert_then_a_new_activation_applies_again(monkeypatch):
 
     monkeypatch.setenv(env.SWITCH, "1")
     activation.register()
-    assert patch_state.PATCHER.applied("commit")
+    assert installed.PATCHER.applied("commit")
     smd.revert(force=True)
-    assert not patch_state.PATCHER.applied() and activation.current_mode() is Mode.OFF
+    assert not installed.PATCHER.applied() and activation.current_mode() is Mode.OFF
     activation.register()
-    assert patch_state.PATCHER.applied("commit") and activation.current_mode() is Mode.ON
+    assert installed.PATCHER.applied("commit") and activation.current_mode() is Mode.ON
 
 
 def test_a_switch_not_understood_is_not_overridden_by_the_flag(monkeypatch):
@@ -298,7 +298,7 @@ def test_a_switch_not_understood_is_not_overridden_by_the_flag(monkeypatch):
 
 
 def _applied_features():
-    return {v["feature"] for v in patch_state.status().values() if v["state"] == "applied"}
+    return {v["feature"] for v in installed.status().values() if v["state"] == "applied"}
 
 
 @pytest.mark.parametrize("how", ["apply()", "switch on"])

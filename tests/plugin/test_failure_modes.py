@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import sglang_mamba_dedup
-from sglang_mamba_dedup import activation, env, patch_state, state, versions
+from sglang_mamba_dedup import activation, env, installed, state, versions
 from sglang_mamba_dedup.patches import SWITCHED_FEATURES
 from sglang_mamba_dedup.patches import commit as commit_patch
 from sglang_mamba_dedup.state import STATE
@@ -44,7 +44,7 @@ def test_flag_with_a_release_outside_the_range_is_accepted_and_said_once(monkeyp
             pass
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "off, nothing patched" in warnings[0] and "accepted and ignored" in warnings[0]
-    assert set(patch_state.PATCHER.applied()) == {"server_args.add_cli_args", "server_args.from_cli_args"}
+    assert set(installed.PATCHER.applied()) == {"server_args.add_cli_args", "server_args.from_cli_args"}
 
 
 def test_newer_release_is_off_with_one_warning_and_can_be_allowed(monkeypatch, caplog):
@@ -52,7 +52,7 @@ def test_newer_release_is_off_with_one_warning_and_can_be_allowed(monkeypatch, c
     monkeypatch.setenv(env.SWITCH, "1")
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         activation.register()
-    assert not patch_state.PATCHER.applied()
+    assert not installed.PATCHER.applied()
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
     assert env.ALLOW_UNTESTED in caplog.records[0].getMessage()
     # opted in: patched as the newest tested release, every target checked, said to be untested
@@ -61,10 +61,10 @@ def test_newer_release_is_off_with_one_warning_and_can_be_allowed(monkeypatch, c
     monkeypatch.setenv(env.ALLOW_UNTESTED, "1")
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         activation.register()
-    assert "commit" in {patch_state.PATCHER.table[0].feature} | {
-        p.feature for p in patch_state.PATCHER.table if p.name in patch_state.PATCHER.applied()
+    assert "commit" in {installed.PATCHER.table[0].feature} | {
+        p.feature for p in installed.PATCHER.table if p.name in installed.PATCHER.applied()
     }
-    assert patch_state.PATCHER.applied("commit") and patch_state.PATCHER.applied("dedup_layout")
+    assert installed.PATCHER.applied("commit") and installed.PATCHER.applied("dedup_layout")
     (line,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert "UNTESTED" in line.getMessage()
 
@@ -83,7 +83,7 @@ def test_kernel_import_failure_is_remembered_logged_once_and_seen_by_doctor(monk
 
     state.reset()
     monkeypatch.delitem(sys.modules, "sglang_mamba_dedup.kernels", raising=False)
-    monkeypatch.delitem(sys.modules, "sglang_mamba_dedup.kernels.commit", raising=False)
+    monkeypatch.delitem(sys.modules, "sglang_mamba_dedup.kernels.state_commit", raising=False)
     monkeypatch.setattr(sys, "meta_path", [_Broken(), *sys.meta_path])
     try:
         with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
@@ -141,14 +141,14 @@ def test_manual_apply_survives_load_plugins_with_the_switch_unset(monkeypatch):
 
     load_plugins()
     activation.register()  # what load_plugins calls (even where the entry point is filtered)
-    assert patch_state.PATCHER.applied("commit"), "a later load_plugins() undid the manual apply"
+    assert installed.PATCHER.applied("commit"), "a later load_plugins() undid the manual apply"
     assert "apply() was called in this process" in activation.last_summary()
     # an explicit off does revert it
     state.reset()
     sglang_mamba_dedup.apply(["commit"])
     monkeypatch.setenv(env.SWITCH, "0")
     activation.register()
-    assert not patch_state.PATCHER.applied("commit")
+    assert not installed.PATCHER.applied("commit")
 
 
 def test_apply_rejects_unknown_features_with_a_message():
@@ -222,12 +222,12 @@ def test_revert_keeps_the_commit_while_a_backport_pool_lives(monkeypatch):
     with iu.cpu_stock_paths():
         os.environ[env.SWITCH] = "1"
         try:
-            patch_state.apply(SWITCHED_FEATURES)
+            installed.apply(SWITCHED_FEATURES)
             pool = _pool()
             assert state.pool_state(pool.mamba_pool).layout == "ours"
             result = sglang_mamba_dedup.revert()
             assert any("kept" in (r or "") for r in result.values()), result
-            assert patch_state.PATCHER.applied("commit")
+            assert installed.PATCHER.applied("commit")
             backend = iu.build_backend(pool, device="cpu")
             iu.set_forward_metadata(backend, torch.tensor([1, 2, 3], dtype=torch.int32), 4)
             report.clear_events()
@@ -235,9 +235,9 @@ def test_revert_keeps_the_commit_while_a_backport_pool_lives(monkeypatch):
             assert report.events()["ours_commit_calls"] == 1
             del pool, backend
             gc.collect()
-            assert patch_state.live_backport_pools() == 0
+            assert installed.live_backport_pools() == 0
             assert all(r is None for r in sglang_mamba_dedup.revert().values())
-            assert not patch_state.PATCHER.applied("commit")
+            assert not installed.PATCHER.applied("commit")
         finally:
             os.environ.pop(env.SWITCH, None)
 
@@ -274,9 +274,9 @@ def test_status_of_another_release_patch_keeps_its_own_reason(monkeypatch):
     estimator = [p for p in PATCHES if p.feature == "estimator"]
     active = next(p for p in estimator if p.applies_to(version))
     broken = [dataclasses.replace(p, module="smd_no_such_module") if p is active else p for p in PATCHES]
-    monkeypatch.setattr(patch_state, "PATCHER", Patcher(broken))
-    assert "smd_no_such_module" in patch_state.apply(["estimator"])["estimator"]
-    st = patch_state.status()
+    monkeypatch.setattr(installed, "PATCHER", Patcher(broken))
+    assert "smd_no_such_module" in installed.apply(["estimator"])["estimator"]
+    st = installed.status()
     assert "smd_no_such_module" in st[active.name]["reason"]
     for p in estimator:
         if p is not active:
@@ -328,7 +328,7 @@ def test_unified_mamba_pool_is_said_recorded_and_refused_in_strict(allow_cpu, ca
         ev = report.events()["dedup_layout"]
         assert ev["state"] == "stock" and ev["pool"] == "UnifiedMambaPool" and ev["commit"] == "sglang", ev
         assert state.pool_state(pool).commit_ok is False
-        assert patch_state.status()["unified_mamba_pool.init"]["calls"] == 1
+        assert installed.status()["unified_mamba_pool.init"]["calls"] == 1
     assert "UnifiedMambaPool (--enable-unified-memory)" in caplog.text
     with iu.plugin(True, mode="strict"), pytest.raises(RuntimeError, match="strict.*UnifiedMambaPool"):
         _unified_pool()
@@ -347,7 +347,7 @@ def test_strict_refuses_a_set_fault_variable(monkeypatch, value):
     msg = str(e.value)
     assert f"{env.FAULT}={value.strip()!r} is set" in msg and "strict mode refuses it" in msg, msg
     assert faults.installed() is None and commit_patch._Route.commit.__name__ == "commit"
-    assert patch_state.PATCHER.applied() == [], "strict refused, yet something is wrapped"
+    assert installed.PATCHER.applied() == [], "strict refused, yet something is wrapped"
 
 
 def test_on_mode_still_installs_the_fault_for_the_negative_control(monkeypatch, caplog):
@@ -369,7 +369,7 @@ def test_an_internal_failure_stops_strict_and_leaves_on_out_of_the_way(monkeypat
     def broken(*args, **kwargs):
         raise RuntimeError("simulated internal failure")
 
-    monkeypatch.setattr(patch_state.PATCHER, "apply", broken)
+    monkeypatch.setattr(installed.PATCHER, "apply", broken)
     monkeypatch.setenv(env.SWITCH, mode)
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         if mode == "strict":
@@ -381,7 +381,7 @@ def test_an_internal_failure_stops_strict_and_leaves_on_out_of_the_way(monkeypat
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "simulated internal failure" in errors[0], errors
     assert activation.current_mode() is activation.Mode.OFF
-    assert patch_state.PATCHER.applied() == []
+    assert installed.PATCHER.applied() == []
 
 
 _NO_WRAPT = """

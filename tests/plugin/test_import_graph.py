@@ -93,10 +93,10 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_walk_sees_the_modules_and_the_edges():
     mods, graph = _graph()
-    assert f"{PKG}.patches.commit" in mods and f"{PKG}.kernels.commit" in mods
-    # the entry point's chain, as SGLang loads it: activation -> patch_state -> the patch table -> a wrapper
-    assert f"{PKG}.patch_state" in graph[f"{PKG}.activation"]
-    assert f"{PKG}.patches" in graph[f"{PKG}.patch_state"]
+    assert f"{PKG}.patches.commit" in mods and f"{PKG}.kernels.state_commit" in mods
+    # the entry point's chain, as SGLang loads it: activation -> installed -> the patch table -> a wrapper
+    assert f"{PKG}.installed" in graph[f"{PKG}.activation"]
+    assert f"{PKG}.patches" in graph[f"{PKG}.installed"]
     assert f"{PKG}.patches.commit" in graph[f"{PKG}.patches"]
     # a function-local import is an edge too (apply() imports the activation when called)
     assert f"{PKG}.activation" in graph[PKG]

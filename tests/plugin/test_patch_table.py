@@ -104,7 +104,7 @@ def test_wheel_contents(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "sglang_mamba_dedup/patches/__init__.py" in names
     assert "sglang_mamba_dedup/patches/dedup_layout.py" in names
-    assert "sglang_mamba_dedup/kernels/__init__.py" in names and "sglang_mamba_dedup/kernels/commit.py" in names
+    assert "sglang_mamba_dedup/kernels/__init__.py" in names and "sglang_mamba_dedup/kernels/state_commit.py" in names
     assert "sglang_mamba_dedup/py.typed" in names and "sglang_mamba_dedup/cli/doctor.py" in names
     assert not any(n.startswith("patches/") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
@@ -155,10 +155,10 @@ def _expected(release):
 
 @pytest.mark.parametrize("release", versions.RELEASES)
 def test_each_release_selects_the_patches_it_needs(release):
-    from sglang_mamba_dedup import patch_state
+    from sglang_mamba_dedup import installed
 
     for feature, names in _expected(release).items():
-        got = {p.name for p in patch_state.PATCHER.patches_for(feature, release)}
+        got = {p.name for p in installed.PATCHER.patches_for(feature, release)}
         assert got == names, (release, feature, got)
     assert versions.mode_for(release) == ("backport" if release in _BACKPORT else "takeover")
 
@@ -206,9 +206,9 @@ def test_untested_newer_release_only_with_the_opt_in(monkeypatch, version, allow
     assert (got is None) if problem is None else (problem in got), got
     assert versions.mode_for(version) == mode
     if allowed and problem is None:
-        from sglang_mamba_dedup import patch_state
+        from sglang_mamba_dedup import installed
 
-        assert {p.name for p in patch_state.PATCHER.patches_for("commit", version)} == _expected("0.5.23")["commit"]
+        assert {p.name for p in installed.PATCHER.patches_for("commit", version)} == _expected("0.5.23")["commit"]
         assert "UNTESTED" in versions.untested_note(version)
 
 

@@ -6,7 +6,7 @@ import types
 import pytest
 import wrapt
 
-from sglang_mamba_dedup import patch_state, patcher
+from sglang_mamba_dedup import installed, patcher
 from sglang_mamba_dedup.patcher import Patch, Patcher, is_ours
 from sglang_mamba_dedup.patches import PATCHES, SWITCHED_FEATURES
 
@@ -200,20 +200,20 @@ def test_real_sglang_targets_apply_and_revert_exactly():
     cuda_only = set() if torch.cuda.is_available() else {"zero_copy_mamba2"}
     originals = {}
     for p in PATCHES:
-        if p.applies_to(patch_state.PATCHER._version_getter()) and p.feature not in cuda_only:
+        if p.applies_to(installed.PATCHER._version_getter()) and p.feature not in cuda_only:
             parent, attr, raw = patcher.resolve(p.module, p.attr)
             originals[p.name] = (parent, attr, raw)
-    result = patch_state.apply()
-    version = patch_state.PATCHER._version_getter()
+    result = installed.apply()
+    version = installed.PATCHER._version_getter()
     for feature in cuda_only & set(result):
         reason = result.pop(feature)
         if any(p.feature == feature and p.applies_to(version) for p in PATCHES):  # else: not this release's
             assert reason is not None and "no attribute causal_conv1d_update_triton" in reason
-        assert not patch_state.PATCHER.applied(feature)
+        assert not installed.PATCHER.applied(feature)
     assert all(r is None for r in result.values()), result
     for name, (parent, attr, _raw) in originals.items():
         assert is_ours(vars(parent)[attr], name), name
-    patch_state.revert()
+    installed.revert()
     for name, (parent, attr, raw) in originals.items():
         assert vars(parent)[attr] is raw, name
 
@@ -222,7 +222,7 @@ def test_real_target_with_changed_signature_is_skipped(monkeypatch):
     """A release whose commit method lost a parameter: the feature is skipped, nothing of it wrapped."""
     import dataclasses
 
-    import sglang_mamba_dedup.patch_state as sp
+    import sglang_mamba_dedup.installed as sp
 
     bad = [
         dataclasses.replace(p, params=p.params + ("no_such_param",)) if p.feature == "commit" else p for p in PATCHES
@@ -289,9 +289,9 @@ def test_installed_release_accepts_every_call_the_commit_makes():
 
 
 def test_apply_takes_a_feature_name_or_a_list():
-    assert set(patch_state.apply("launch_flag")) == {"launch_flag"}
+    assert set(installed.apply("launch_flag")) == {"launch_flag"}
     with pytest.raises(KeyError, match="unknown feature"):
-        patch_state.apply(["no_such_feature"])
+        installed.apply(["no_such_feature"])
 
 
 def test_a_foreign_star_args_wrapper_is_named_not_blamed_on_sglang():

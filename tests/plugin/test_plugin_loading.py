@@ -13,7 +13,7 @@ def _child_load_plugins():
     """Runs in a spawned child: what SGLang's scheduler does first, then report what is wrapped."""
     from sglang.srt.plugins import load_plugins
 
-    from sglang_mamba_dedup import activation, patch_state
+    from sglang_mamba_dedup import activation, installed
     from sglang_mamba_dedup.patcher import is_ours, resolve
     from sglang_mamba_dedup.patches import PATCHES
 
@@ -28,7 +28,7 @@ def _child_load_plugins():
     return {
         "env": os.environ.get("SGLANG_MAMBA_DEDUP"),
         "wrapped": wrapped,
-        "status": patch_state.status(),
+        "status": installed.status(),
         "summary": activation.last_summary(),
     }
 

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import torch
 
-from sglang_mamba_dedup import patch_state, report, state, versions
+from sglang_mamba_dedup import installed, report, state, versions
 from sglang_mamba_dedup.offline import shapes
 from sglang_mamba_dedup.offline.sglang_pool import (  # the package's one SGLang pool builder
     CudaToDeviceTorch,
@@ -35,7 +35,7 @@ from sglang_mamba_dedup.offline.sglang_pool import (  # the package's one SGLang
 )
 from sglang_mamba_dedup.patches import SWITCHED_FEATURES
 from sglang_mamba_dedup.patches import commit as commit_patch
-from sglang_mamba_dedup.planner import estimator
+from sglang_mamba_dedup.planner import sglang_estimate
 from tests.support.kernels import assert_bitwise_equal  # noqa: E402,F401  (one bitwise comparison for all tests)
 
 SGLANG_VERSION = versions.installed_sglang_version()
@@ -73,15 +73,15 @@ def plugin(on: bool, mode: str = "1"):
     try:
         if on:
             os.environ["SGLANG_MAMBA_DEDUP"] = mode
-            res = patch_state.apply(SWITCHED_FEATURES)
+            res = installed.apply(SWITCHED_FEATURES)
             bad = {f: r for f, r in res.items() if r is not None}
             assert not bad, f"plugin features skipped: {bad}"
         else:
             os.environ.pop("SGLANG_MAMBA_DEDUP", None)
-            patch_state.revert(SWITCHED_FEATURES, force=True)
+            installed.revert(SWITCHED_FEATURES, force=True)
         yield
     finally:
-        patch_state.revert(SWITCHED_FEATURES, force=True)
+        installed.revert(SWITCHED_FEATURES, force=True)
         if old is None:
             os.environ.pop("SGLANG_MAMBA_DEDUP", None)
         else:
@@ -217,7 +217,7 @@ def cpu_stock_paths(device: str = "cpu"):
 
 
 _published: dict[str, Any] = {}
-SPEC_ALGORITHM = estimator.SPEC_ALGORITHM
+SPEC_ALGORITHM = sglang_estimate.SPEC_ALGORITHM
 
 
 def publish_server_args(topk: int = 1, draft_tokens: int = 4) -> None:
@@ -493,9 +493,9 @@ def run_estimator(
     replayssm: bool = False,
 ) -> tuple[int, float]:
     """``(max_mamba_cache_size, rest_memory_gb)`` of SGLang's real estimator for a ``total_rest_gb`` budget,
-    radix cache on (the package's runner, :mod:`sglang_mamba_dedup.planner.estimator`)."""
+    radix cache on (the package's runner, :mod:`sglang_mamba_dedup.planner.sglang_estimate`)."""
     _published.pop("key", None)
-    est = estimator.run(
+    est = sglang_estimate.run(
         cache_params,
         total_rest_gb=total_rest_gb,
         draft_tokens=draft_tokens,

@@ -11,7 +11,7 @@ import torch
 
 from sglang_mamba_dedup import env, report, state
 from sglang_mamba_dedup.patches import zero_copy
-from sglang_mamba_dedup.patches.zero_copy import bookkeeping, gate
+from sglang_mamba_dedup.patches.zero_copy import bookkeeping, eligibility
 
 SAFE = {
     "speculative_algorithm": "NEXTN",
@@ -42,22 +42,22 @@ UNSAFE = [
 
 
 def test_the_safe_settings_pass():
-    assert gate.settings_problem(dict(SAFE)) is None
-    assert gate.settings_problem(dict(SAFE, speculative_eagle_topk=None, speculative_algorithm="EAGLE")) is None
+    assert eligibility.settings_problem(dict(SAFE)) is None
+    assert eligibility.settings_problem(dict(SAFE, speculative_eagle_topk=None, speculative_algorithm="EAGLE")) is None
 
 
 @pytest.mark.parametrize("name,value,why", UNSAFE, ids=[u[0] for u in UNSAFE])
 def test_each_excluded_setting_keeps_todays_commit(name, value, why):
-    problem = gate.settings_problem(dict(SAFE, **{name: value}))
+    problem = eligibility.settings_problem(dict(SAFE, **{name: value}))
     assert problem is not None and why in problem and name in problem
 
 
 def test_a_setting_that_cannot_be_read_is_refused(monkeypatch):
     settings = dict(SAFE)
     del settings["pp_size"]
-    assert "cannot read SGLang's setting pp_size" in gate.settings_problem(settings)
+    assert "cannot read SGLang's setting pp_size" in eligibility.settings_problem(settings)
     monkeypatch.setenv("SGLANG_ENABLE_PP_SPEC", "1")
-    assert "SGLANG_ENABLE_PP_SPEC" in gate.settings_problem(dict(SAFE))
+    assert "SGLANG_ENABLE_PP_SPEC" in eligibility.settings_problem(dict(SAFE))
 
 
 class TritonGDNKernel:  # the name the gate reads
@@ -84,7 +84,7 @@ def _backend(
 
 
 def test_a_gdn_backend_with_triton_verify_and_enough_rows_passes():
-    assert gate.backend_problem(_backend()) is None
+    assert eligibility.backend_problem(_backend()) is None
 
 
 @pytest.mark.parametrize(
@@ -99,20 +99,20 @@ def test_a_gdn_backend_with_triton_verify_and_enough_rows_passes():
     ids=["not-our-commit", "too-few-rows", "flashinfer-verify", "dtype", "no-layer-map"],
 )
 def test_an_unsafe_backend_keeps_todays_commit(kw, why):
-    assert why in gate.backend_problem(_backend(**kw))
+    assert why in eligibility.backend_problem(_backend(**kw))
 
 
 def test_the_decision_is_once_per_pool_and_logged(monkeypatch, caplog):
     backend = _backend()
-    monkeypatch.setattr(gate, "read_settings", lambda: dict(SAFE))
-    assert gate.decide(backend) is None  # not asked for: stock, silently, and remembered
+    monkeypatch.setattr(eligibility, "read_settings", lambda: dict(SAFE))
+    assert eligibility.decide(backend) is None  # not asked for: stock, silently, and remembered
     ps = state.pool_state_of(backend.req_to_token_pool.mamba_pool)
     assert ps.zero_copy_decided and ps.zero_copy is None
     ps.zero_copy_decided = False
     monkeypatch.setenv(env.ZERO_COPY, "1")
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
-        zc = gate.decide(backend)
-        assert gate.decide(backend) is zc
+        zc = eligibility.decide(backend)
+        assert eligibility.decide(backend) is zc
     assert isinstance(zc, bookkeeping.ZeroCopy) and zc.pitch == 3 and zc.accepted.tolist() == [1] * 7
     assert zc.layers == (0, 7)  # the first and last linear layer ids (tables built at 0, stage-ins after 7)
     assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
@@ -123,29 +123,29 @@ def test_the_decision_is_once_per_pool_and_logged(monkeypatch, caplog):
 
 def test_refused_is_logged_and_strict_stops(monkeypatch, caplog):
     monkeypatch.setenv(env.ZERO_COPY, "1")
-    monkeypatch.setattr(gate, "read_settings", lambda: dict(SAFE, disable_radix_cache=False))
+    monkeypatch.setattr(eligibility, "read_settings", lambda: dict(SAFE, disable_radix_cache=False))
     with caplog.at_level(logging.WARNING, logger="sglang_mamba_dedup"):
-        assert gate.decide(_backend()) is None
+        assert eligibility.decide(_backend()) is None
     assert "stays off for this pool: the radix cache is on" in caplog.text
     assert report.events()["zero_copy"].startswith("off: the radix cache is on")
     monkeypatch.setenv(env.SWITCH, "strict")
     state.reset()
     with pytest.raises(RuntimeError, match="strict mode.*radix cache is on"):
-        gate.decide(_backend())
+        eligibility.decide(_backend())
 
 
 def test_the_accepted_table_comes_from_pool_build_and_never_from_a_capture(monkeypatch):
     monkeypatch.setenv(env.ZERO_COPY, "1")
-    monkeypatch.setattr(gate, "read_settings", lambda: dict(SAFE))
+    monkeypatch.setattr(eligibility, "read_settings", lambda: dict(SAFE))
     backend = _backend()
     pool = backend.req_to_token_pool.mamba_pool
     zero_copy.prepare(pool)  # what the MambaPool.__init__ wrapper does when zero-copy is asked for
     table = state.pool_state(pool).accepted
     assert table.dtype == torch.int32 and table.tolist() == [1] * 7
-    monkeypatch.setattr(gate, "_capturing", lambda: True)
-    assert gate.decide(backend).accepted is table  # built with the pool: a capture changes nothing
+    monkeypatch.setattr(eligibility, "_capturing", lambda: True)
+    assert eligibility.decide(backend).accepted is table  # built with the pool: a capture changes nothing
     late = _backend()
-    assert gate.decide(late) is None  # no table from the pool and inside a capture: stays off
+    assert eligibility.decide(late) is None  # no table from the pool and inside a capture: stays off
     assert "inside a CUDA-graph capture" in report.events()["zero_copy"]
 
 
@@ -163,19 +163,19 @@ def test_an_untested_release_never_gets_zero_copy_even_when_allowed(monkeypatch)
     monkeypatch.setenv(env.ALLOW_UNTESTED, "1")
     state.reset()
     activation.register()
-    from sglang_mamba_dedup import patch_state
+    from sglang_mamba_dedup import installed
 
     zc_names = {p.name for p in PATCHES if p.feature.startswith("zero_copy")}
-    assert patch_state.PATCHER.applied("commit"), "the other features still apply (allowed)"
-    assert not zc_names & set(patch_state.PATCHER.applied())
+    assert installed.PATCHER.applied("commit"), "the other features still apply (allowed)"
+    assert not zc_names & set(installed.PATCHER.applied())
     assert "built for SGLang 0.5.23 only (this is 0.5.24)" in activation.last_summary()
     assert not zc_patch.asked()  # so no accepted table and no reservation either
 
 
 def test_multi_layer_eagle_keeps_todays_commit():
     """m-Z2: docs/zero-copy.md section 6 lists multi-layer EAGLE as excluded; absent from a bag means off."""
-    assert "multi-layer EAGLE" in gate.settings_problem(dict(SAFE, enable_multi_layer_eagle=True))
-    assert gate.settings_problem(dict(SAFE, enable_multi_layer_eagle=False)) is None
+    assert "multi-layer EAGLE" in eligibility.settings_problem(dict(SAFE, enable_multi_layer_eagle=True))
+    assert eligibility.settings_problem(dict(SAFE, enable_multi_layer_eagle=False)) is None
 
 
 @pytest.mark.parametrize("switch", [None, "0"], ids=["switch-unset", "switch-0"])
@@ -233,26 +233,26 @@ def test_a_draft_workers_linear_backend_never_takes_zero_copy(monkeypatch, caplo
     pool decides it off (the target shares that pool: it must not take zero-copy either); on a pool the target
     already took it for, the draft gets the stock path and one ERROR line, and strict mode stops."""
     monkeypatch.setenv(env.ZERO_COPY, "1")
-    monkeypatch.setattr(gate, "read_settings", lambda: dict(SAFE))
+    monkeypatch.setattr(eligibility, "read_settings", lambda: dict(SAFE))
     target = _backend()
     draft = types.SimpleNamespace(**vars(target), is_draft_worker=True)
     with caplog.at_level(logging.WARNING, logger="sglang_mamba_dedup"):
-        assert gate.decide(draft) is None
-        assert gate.decide(target) is None  # the pool was decided off by its draft
+        assert eligibility.decide(draft) is None
+        assert eligibility.decide(target) is None  # the pool was decided off by its draft
     assert "a draft worker's linear layers" in caplog.text
     assert report.events()["zero_copy"].startswith("off: a draft worker's linear layers")
 
     target = _backend()
     draft = types.SimpleNamespace(**vars(target), is_draft_worker=True)
-    zc = gate.decide(target)
+    zc = eligibility.decide(target)
     assert isinstance(zc, bookkeeping.ZeroCopy)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="sglang_mamba_dedup"):
-        assert gate.decide(draft) is None and gate.decide(draft) is None
-        assert gate.decide(target) is zc
+        assert eligibility.decide(draft) is None and eligibility.decide(draft) is None
+        assert eligibility.decide(target) is zc
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "draft" in errors[0].getMessage(), caplog.text
     monkeypatch.setenv(env.SWITCH, "strict")
     state.reset()
     with pytest.raises(RuntimeError, match="strict mode.*draft"):
-        gate.decide(draft)
+        eligibility.decide(draft)

@@ -26,7 +26,7 @@ import types
 import pytest
 import torch
 
-from sglang_mamba_dedup import patch_state, state, versions
+from sglang_mamba_dedup import installed, state, versions
 from sglang_mamba_dedup.patches import commit as commit_patch
 from sglang_mamba_dedup.patches import faults
 from sglang_mamba_dedup.patches.zero_copy import bookkeeping, hooks
@@ -48,10 +48,10 @@ def zero_copy_patched(monkeypatch):
         monkeypatch.setattr(torch.cpu, "device", lambda index: contextlib.nullcontext(), raising=False)
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP", "1")
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ZERO_COPY", "1")
-    assert patch_state.apply(["commit", "zero_copy"]) == {"commit": None, "zero_copy": None}
+    assert installed.apply(["commit", "zero_copy"]) == {"commit": None, "zero_copy": None}
     yield
     faults.remove()
-    patch_state.revert(force=True)
+    installed.revert(force=True)
 
 
 class _World:

@@ -19,7 +19,7 @@ import types
 import pytest
 import torch
 
-from sglang_mamba_dedup import env, patch_state, versions
+from sglang_mamba_dedup import env, installed, versions
 from sglang_mamba_dedup.patches import commit as commit_patch
 from sglang_mamba_dedup.patches.zero_copy import bookkeeping, hooks
 from tests.support import integration as iu
@@ -36,9 +36,9 @@ SIZE, MAMBA_SLOTS, D = 5, 9, 3  # request rows 1..5, mamba slots 1..9, draft tok
 def zero_copy_on(monkeypatch):
     monkeypatch.setenv(env.SWITCH, "1")
     monkeypatch.setenv(env.ZERO_COPY, "1")
-    assert patch_state.apply(["commit", "zero_copy"]) == {"commit": None, "zero_copy": None}
+    assert installed.apply(["commit", "zero_copy"]) == {"commit": None, "zero_copy": None}
     yield
-    patch_state.revert(force=True)
+    installed.revert(force=True)
 
 
 @pytest.mark.parametrize("graph_bs, live", [(4, 3), (8, 5), (2, 1)], ids=["4-of-3", "8-of-5", "2-of-1"])

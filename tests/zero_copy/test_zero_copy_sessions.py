@@ -12,7 +12,7 @@ import types
 import pytest
 import torch
 
-from sglang_mamba_dedup import env, patch_state, versions
+from sglang_mamba_dedup import env, installed, versions
 from sglang_mamba_dedup.state import STATE
 from tests.support import integration as iu
 
@@ -26,10 +26,10 @@ pytestmark = [
 def zero_copy_on(monkeypatch):
     monkeypatch.setenv(env.SWITCH, "1")
     monkeypatch.setenv(env.ZERO_COPY, "1")
-    assert patch_state.apply(["zero_copy"]) == {"zero_copy": None}
+    assert installed.apply(["zero_copy"]) == {"zero_copy": None}
     monkeypatch.setattr(STATE, "zero_copy", types.SimpleNamespace(handoffs=[]))
     yield STATE.zero_copy
-    patch_state.revert(force=True)
+    installed.revert(force=True)
 
 
 def _turn(session_id: str, row: int, slot: int, *, aborted: bool = False):
@@ -75,6 +75,6 @@ def test_the_wrapper_is_the_one_sglang_calls(zero_copy_on):
     from sglang.srt.session.streaming_session import StreamingSession
 
     assert getattr(StreamingSession.try_cache_finished_req, "__wrapped__", None) is not None
-    patch_state.revert(force=True)
+    installed.revert(force=True)
     sessions, req = _turn("s3", 5, 6)
     assert sessions.try_cache_finished_req(req) is True and zero_copy_on.handoffs == []  # unpatched: nothing

@@ -44,16 +44,16 @@ if [[ ,$STEPS, == *,tests,* ]]; then
   # `tests` package first on sys.path, and in the checkout that folder holds the uninstalled source tree
   # (whose sglang_mamba_dedup has no patches/ subpackage: it is mapped in only when installed).
   rm -rf /tmp/smd-tests && mkdir -p /tmp/smd-tests && cp -r tests /tmp/smd-tests/ && cd /tmp/smd-tests
-  PYTHONPATH=$new timeout 300 python3 -P -m pytest -q -n 8 -p no:cacheprovider tests/kernels/test_commit.py \
+  PYTHONPATH=$new timeout 300 python3 -P -m pytest -q -n 8 -p no:cacheprovider tests/kernels/test_state_commit.py \
     tests/kernels/test_conv_commit.py tests/kernels/test_ssm_commit.py tests/kernels/test_tail_copy.py tests/kernels/test_bad_arguments.py \
     > /tmp/pytest_gpu.log 2>&1 || status=1
   tail -3 /tmp/pytest_gpu.log
   # The direct launch of the compiled kernel runs only on CUDA: its test alone, unsandboxed output; this
   # recipe fails loudly when the test was skipped or counted no direct launch.
   PYTHONPATH=$new timeout 120 python3 -P -m pytest -q -s -p no:cacheprovider -rA \
-    "tests/kernels/test_commit.py::test_fused_commit_direct_launch_is_used_and_exact" > /tmp/pytest_direct.log 2>&1 || status=1
+    "tests/kernels/test_state_commit.py::test_fused_commit_direct_launch_is_used_and_exact" > /tmp/pytest_direct.log 2>&1 || status=1
   direct=$(grep -oE '\[direct launches: [0-9]+\]' /tmp/pytest_direct.log | grep -oE '[0-9]+' | tail -1)
-  if grep -q "PASSED tests/kernels/test_commit.py::test_fused_commit_direct_launch_is_used_and_exact" /tmp/pytest_direct.log \
+  if grep -q "PASSED tests/kernels/test_state_commit.py::test_fused_commit_direct_launch_is_used_and_exact" /tmp/pytest_direct.log \
      && [ "${direct:-0}" -gt 0 ]; then
     stamp "direct launch exercised: $direct direct launches"
   else

@@ -1,4 +1,4 @@
-"""Launch plans of the commit kernel (:mod:`.commit`): the one place where state tensors are validated.
+"""Launch plans of the commit kernel (:mod:`.state_commit`): the one place where state tensors are validated.
 
 A :class:`CommitPlan` (the descriptor table and launch arguments of one set of state tensors) is built once by
 :func:`build_plan` and cached by :func:`get_plan`, keyed on every tensor's pointer, shape, strides and dtype, so
@@ -69,7 +69,7 @@ class CommitPlan:
     n_slots: int  # destination slots
     conv_tiles: int  # grid tiles (axis 0) of all conv kinds; the SSM tiles follow
     tiles: int  # grid axis 0
-    tail: bool  # tail mode (see :mod:`.commit`)
+    tail: bool  # tail mode (see :mod:`.state_commit`)
     accepted: bool  # the launch also records ``accepted[source row] = step + 1`` (the zero-copy commit)
     # (has track set, has source-row table) -> (kernel arguments after n_acc, constexprs and num_warps)
     calls: dict[tuple[bool, bool], tuple[tuple[Any, ...], dict[str, Any]]]
@@ -79,7 +79,7 @@ class CommitPlan:
 
 def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False, accepted=None) -> CommitPlan:
     """Validate the state tensors (shapes: :func:`.commit.fused_commit`) and pack their pointers and strides once.
-    ``tail``: the tail mode of :mod:`.commit` (one conv pair, ``D = 1``, no SSM pair). ``accepted``: an int32 table
+    ``tail``: the tail mode of :mod:`.state_commit` (one conv pair, ``D = 1``, no SSM pair). ``accepted``: an int32 table
     with one entry per source row; every launch of the plan then also stores ``accepted[src row] = step + 1`` for
     each valid accept row (the zero-copy commit's bookkeeping, in the same launch)."""
     conv_dsts = list(conv_dsts)

@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from sglang_mamba_dedup.kernels import cached_plan_count, clear_plan_cache, fused_commit
-from sglang_mamba_dedup.kernels.plan import get_plan
+from sglang_mamba_dedup.kernels.descriptor import get_plan
 from tests.support.reference import fused_commit_reference
 
 L, R, N_SLOTS = 2, 5, 13
@@ -330,7 +330,7 @@ def test_fused_commit_descriptor_table_columns():
     """The descriptor table holds each conv kind's pointers, dim, strides and first tile in its named columns."""
     import importlib
 
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.plan")
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.descriptor")
     g, seed = new_generator()
     clear_plan_cache()
     kw, _ = _case(2, 4, "dedup", torch.bfloat16, torch.float32, g, False, strided=True)
@@ -472,7 +472,7 @@ def test_fused_commit_direct_launch_is_used_and_exact(monkeypatch):
     index tensor) go through Triton again.  Every result bit-exact against the reference."""
     import importlib
 
-    fc = importlib.import_module("sglang_mamba_dedup.kernels.commit")
+    fc = importlib.import_module("sglang_mamba_dedup.kernels.state_commit")
     g, seed = new_generator()
     clear_plan_cache()
     direct_launches = 0

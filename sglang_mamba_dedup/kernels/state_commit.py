@@ -25,7 +25,7 @@ import triton.language as tl
 
 from ._direct_launch import DirectLaunch
 from ._validate import _GRID_YZ_MAX, _INT32_MAX, check_index, check_index_pair
-from .plan import (
+from .descriptor import (
     COL_DIM,
     COL_DST_D,
     COL_DST_L,
