@@ -15,7 +15,8 @@ once, sent the same requests in turn, differ by about 1 % per pair. So :func:`ex
    request to both servers in the order A B, B A, ... (:func:`.stats.pair_order`), the server's prefix cache
    emptied before each request. Pair 0 holds the first request of each mode after the warm-up (JIT
    compilation or graph capture shows there) and is reported apart, outside the statistics;
-4. stops both servers (their whole process groups), also on a failed start, a failed request or Ctrl-C.
+4. stops both servers (their whole process groups) at once (:class:`.server.Fleet`: two servers that outlive
+   SIGTERM cost one grace time, not two), also on a failed start, a failed request or Ctrl-C.
 
 The md5 of every request's output token ids must be the same for both modes and every pair of a phase; any
 difference is a failure (exit 1). The statistics per phase (:func:`.stats.pair_stats`): the per-pair ratio
@@ -211,7 +212,8 @@ def execute(
     started: dict[str, dict[str, Any]] = {}  # mode -> server.launched's info (gets its returncode when stopped)
     data: dict[str, Any] | None = None
     launch = command or server.server_command
-    with contextlib.ExitStack() as servers:
+    # both servers stopped together when the block ends (the fleet's); the ExitStack keeps their blocks open
+    with server.Fleet() as fleet, contextlib.ExitStack() as servers:
         endpoints: dict[str, Endpoint] = {}
         for mode in ("off", "on"):
             rdir, log = work / f"reports-{mode}", work / f"server-{mode}.log"
@@ -240,6 +242,7 @@ def execute(
                         verbose=args.verbose,
                         command=launch,
                         plugin=spec.get("plugin"),
+                        fleet=fleet,
                     )
                 )
                 started[mode] = info

@@ -226,20 +226,61 @@ def generate(base_url: str, spec: dict[str, Any], timeout: float) -> dict[str, A
 
 
 def stop(proc: subprocess.Popen, grace: float = 30.0) -> None:
-    """Stop the server and every process it started (its own process group): SIGTERM, then SIGKILL after
-    ``grace`` seconds, at once when a signal comes meanwhile (:func:`.interrupts.stopping`: none interrupts a
-    stop). Ends with SIGKILL of whatever is left of the group."""
+    """Stop the server and every process it started (its own process group): :func:`stop_all` of one."""
+    stop_all([proc], grace)
+
+
+def stop_all(procs: Sequence[subprocess.Popen], grace: float = 30.0) -> None:
+    """Stop the servers and every process each started (each its own process group), all at once: SIGTERM to
+    every group, then SIGKILL to what is left after ``grace`` seconds (so servers that outlive SIGTERM cost one
+    grace time together, not one each), at once when a signal comes meanwhile (:func:`.interrupts.stopping`:
+    none interrupts a stop). A group still running when the grace runs out is named on stderr with its pids.
+    Ends with SIGKILL of whatever is left of every group."""
     with interrupts.stopping():
         try:
-            if _running(proc):
+            running = [p for p in procs if _running(p)]
+            for proc in running:
                 _signal_group(proc, signal.SIGTERM)
-                _wait_stopped(proc, grace)
+            _wait_stopped(running, grace)
         finally:
-            if _running(proc):
+            left = [p for p in procs if _running(p)]
+            if left and not interrupts.hurry():
+                for proc in left:
+                    print(
+                        f"sglang-mamba-dedup e2e: the server (pid {proc.pid}) still runs {grace:g} s after SIGTERM "
+                        f"(its processes: {group_members(proc.pid)}): SIGKILL",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            for proc in left:
                 _signal_group(proc, signal.SIGKILL)
-                _wait_stopped(proc, 10.0, hurry=False)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+            _wait_stopped(left, 10.0, hurry=False)
+            for proc in procs:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)
+
+
+class Fleet:
+    """Servers stopped together (:func:`stop_all`) when the fleet's block ends: a :func:`launched` given
+    ``fleet=`` joins it instead of stopping its server when its own block ends. Each joined server's info gets
+    its ``returncode`` after the stop."""
+
+    def __init__(self, grace: float = 30.0) -> None:
+        self.grace = grace
+        self._members: list[tuple[subprocess.Popen, dict[str, Any]]] = []
+
+    def join(self, proc: subprocess.Popen, info: dict[str, Any]) -> None:
+        self._members.append((proc, info))
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            stop_all([proc for proc, _ in self._members], self.grace)
+        finally:
+            for proc, info in self._members:
+                info["returncode"] = proc.returncode
 
 
 def _running(proc: subprocess.Popen) -> bool:
@@ -251,10 +292,10 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-def _wait_stopped(proc: subprocess.Popen, seconds: float, hurry: bool = True) -> None:
-    """Until the group is gone, ``seconds`` are over, or (``hurry``) a signal asks to hurry."""
+def _wait_stopped(procs: Sequence[subprocess.Popen], seconds: float, hurry: bool = True) -> None:
+    """Until every group is gone, ``seconds`` are over, or (``hurry``) a signal asks to hurry."""
     deadline = time.time() + seconds
-    while time.time() < deadline and _running(proc) and not (hurry and interrupts.hurry()):
+    while time.time() < deadline and any(map(_running, procs)) and not (hurry and interrupts.hurry()):
         time.sleep(0.1)
 
 
@@ -306,9 +347,11 @@ def launched(
     verbose: bool = False,
     command: CommandBuilder = server_command,
     plugin: Mapping[str, Any] | None = None,
+    fleet: Fleet | None = None,
 ) -> Iterator[dict[str, Any]]:
     """A ``launch_server`` of ``mode`` on a free local port, stopped (its whole process group) when the block
-    ends, also on an exception or Ctrl-C; modes "on" and "fault" add the launch flag; ``plugin``: the spec's
+    ends, also on an exception or Ctrl-C -- or, given a ``fleet``, when the fleet's block ends, together with the
+    fleet's other servers; modes "on" and "fault" add the launch flag; ``plugin``: the spec's
     (:func:`.engine.run_env`).
 
     Yields ``{"mode", "command", "base_url", "pid", "error"}`` once ``/health`` answers (``error`` None) or the
@@ -335,12 +378,15 @@ def launched(
             preexec_fn=interrupts.die_with_parent,  # a SIGKILLed driver leaves no server (m-E1)
         )
         info["pid"] = proc.pid
+        if fleet is not None:
+            fleet.join(proc, info)
         try:
             info["error"] = wait_healthy(base, proc, timeout)
             yield info
         finally:
-            stop(proc)  # also on KeyboardInterrupt: no server is left behind
-            info["returncode"] = proc.returncode
+            if fleet is None:
+                stop(proc)  # also on KeyboardInterrupt: no server is left behind
+                info["returncode"] = proc.returncode
 
 
 def run_server(

@@ -9,8 +9,8 @@ and SGLANG_MAMBA_DEDUP_ZERO_COPY=1 the report shows the zero-copy commit on, or 
 FAKE_SERVER_FAIL=1 exits before it is healthy (FAKE_SERVER_FAIL=on: only with the flag); FAKE_SERVER_NO_TRACK=1
 reports no commit with track slots; FAKE_SERVER_LOG=path appends "off|on PATH" of every request there;
 FAKE_SERVER_CHILD_PID_FILE=path appends the child's pid there, FAKE_SERVER_PID_FILE=path the server's own;
-FAKE_SERVER_DELAY=seconds delays every /generate; FAKE_SERVER_IGNORE_TERM=1 ignores SIGTERM (a server stuck in
-its teardown); FAKE_SERVER_ANSWER shapes the /generate answers: ``no_ids`` (no output_ids), ``empty`` (no
+FAKE_SERVER_DELAY=seconds delays every /generate; FAKE_SERVER_IGNORE_TERM=1 outlives SIGTERM (a server stuck in
+its teardown; its child does not) and appends its pid to FAKE_SERVER_TERM_FILE=path on each; FAKE_SERVER_ANSWER shapes the /generate answers: ``no_ids`` (no output_ids), ``empty`` (no
 tokens), ``short`` (one token), ``strings`` (strings, not objects), ``ids_str`` (output_ids a string),
 ``negative`` (completion_tokens -5), ``fail`` (HTTP 500; ``fail_on``: only with the flag);
 FAKE_SERVER_HEALTH_TEXT=1 answers /health with a text body.
@@ -80,7 +80,14 @@ def main():
             flush=True,
         )
     if os.environ.get("FAKE_SERVER_IGNORE_TERM") == "1":
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        term_file = os.environ.get("FAKE_SERVER_TERM_FILE")
+
+        def outlive_term(*_):
+            if term_file:
+                with open(term_file, "a") as f:
+                    f.write(f"{os.getpid()}\n")
+
+        signal.signal(signal.SIGTERM, outlive_term)
     if os.environ.get("FAKE_SERVER_PID_FILE"):
         with open(os.environ["FAKE_SERVER_PID_FILE"], "a") as f:
             f.write(f"{os.getpid()}\n")

@@ -17,6 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 FAKE_E2E = str(Path(__file__).resolve().parent / "fake_e2e.py")
 #: Printed once both servers are up and warmed up: the pairs are running.
 PAIRS_RUN = "pairs (prefix cache emptied before each request)"
+#: The ceiling of every wait for an event here (a line printed, a process gone): generous, since CI's two cores
+#: run another test job beside this one; a test waits for the event, not for this time. One stop may take the
+#: SIGTERM grace time of server.stop_all (30 s) plus its SIGKILL wait.
+CEILING = 120.0
 
 
 def _start(tmp_path: Path, *extra: str, **env: str) -> subprocess.Popen:
@@ -36,7 +40,7 @@ def _start(tmp_path: Path, *extra: str, **env: str) -> subprocess.Popen:
         return subprocess.Popen(argv, env=full_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _wait_for(tmp_path: Path, text: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+def _wait_for(tmp_path: Path, text: str, proc: subprocess.Popen, timeout: float = CEILING) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if text in (tmp_path / "out.txt").read_text():
@@ -50,7 +54,17 @@ def _processes(tmp_path: Path) -> list[int]:
     return read_pids(tmp_path / "servers.pid", tmp_path / "children.pid")
 
 
-def _ended(tmp_path: Path, proc: subprocess.Popen, timeout: float = 20.0) -> tuple[int, str]:
+def _until(done, timeout: float = CEILING) -> bool:
+    """Polls ``done()`` until it holds (True) or ``timeout`` seconds are over (False)."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _ended(tmp_path: Path, proc: subprocess.Popen, timeout: float = CEILING) -> tuple[int, str]:
     """The e2e's exit status and output once it ended; every fake server and child it started must be gone."""
     try:
         rc = proc.wait(timeout=timeout)
@@ -91,9 +105,7 @@ def test_sigterm_during_a_run_of_the_server_route(tmp_path):
     """--server without --throughput: one server at a time, stopped as well."""
     proc = _start(tmp_path, FAKE_SERVER_DELAY="1")
     _wait_for(tmp_path, "-- run 1/2", proc)
-    deadline = time.monotonic() + 20
-    while len(_processes(tmp_path)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    _until(lambda: len(_processes(tmp_path)) >= 2)
     assert len(_processes(tmp_path)) == 2 and all(map(alive, _processes(tmp_path)))
     proc.send_signal(signal.SIGTERM)
     code, out = _ended(tmp_path, proc)
@@ -101,22 +113,29 @@ def test_sigterm_during_a_run_of_the_server_route(tmp_path):
 
 
 def test_second_ctrl_c_during_the_stop_kills_a_server_that_ignores_sigterm(tmp_path):
-    proc = _start(tmp_path, *THROUGHPUT, FAKE_SERVER_IGNORE_TERM="1")
+    """Both servers outlive SIGTERM (each notes it in a file): both get it at once (server.stop_all), the stop
+    waits for them, and the second Ctrl-C kills both without waiting out the grace."""
+    term = tmp_path / "term.pid"
+    proc = _start(tmp_path, *THROUGHPUT, FAKE_SERVER_IGNORE_TERM="1", FAKE_SERVER_TERM_FILE=str(term))
     _wait_for(tmp_path, PAIRS_RUN, proc)
+    servers = read_pids(tmp_path / "servers.pid")
+    assert len(servers) == 2
     proc.send_signal(signal.SIGINT)
-    time.sleep(1.0)  # the stop waits for the "on" server, which ignores SIGTERM
-    assert proc.poll() is None
     t0 = time.monotonic()
+    # the stop has begun, for both servers at once: each got SIGTERM
+    assert _until(lambda: sorted(read_pids(term)) == sorted(servers), timeout=25), "both servers get SIGTERM at once"
+    assert proc.poll() is None and time.monotonic() - t0 < 25, "the stop waits for the servers (SIGTERM outlived)"
+    t1 = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    code, out = _ended(tmp_path, proc, timeout=15)
+    code, out = _ended(tmp_path, proc)
     assert code == 128 + signal.SIGINT and "Traceback" not in out, out
-    assert time.monotonic() - t0 < 12, "the second Ctrl-C must not wait out SIGTERM's grace time"
+    assert time.monotonic() - t1 < 25, "the second Ctrl-C must not wait out SIGTERM's grace time (30 s)"
     assert "SIGKILL now" in out
 
 
 def test_a_failed_request_stops_both_servers(tmp_path):
     proc = _start(tmp_path, *THROUGHPUT, FAKE_SERVER_ANSWER="fail_on", FAKE_SERVER_DELAY="0")
-    code, out = _ended(tmp_path, proc, timeout=30)
+    code, out = _ended(tmp_path, proc)
     assert code == verdict.EXIT_RUN_FAILED and "request failed: HTTPError" in out, out
     assert len(_processes(tmp_path)) == 4
     # the failure is the "on" server's alone (audit m-E6): the "off" run is stopped with it, not failed
@@ -133,10 +152,41 @@ def test_a_sigkilled_driver_leaves_no_server(tmp_path):
     pids = _processes(tmp_path)
     assert len(pids) == 4 and all(map(alive, pids))
     proc.kill()
-    proc.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while any(map(alive, pids)) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    proc.wait(timeout=CEILING)
+    _until(lambda: not any(map(alive, pids)))
     left = [p for p in pids if alive(p)]
     kill_left(left)
     assert not left, f"left running after the driver was killed: {left}"
+
+
+STUBBORN = """
+import signal, sys, time
+from pathlib import Path
+signal.signal(signal.SIGTERM, lambda *a: Path(sys.argv[1] + ".term").touch())  # outlives SIGTERM
+Path(sys.argv[1] + ".ready").touch()
+time.sleep(600)
+"""
+
+
+def test_servers_that_outlive_sigterm_cost_one_grace_time_together(tmp_path, capfd):
+    """m18 of the 2026-12-04 reliability audit: the two servers of --throughput were stopped one after the other,
+    each with its own SIGTERM grace. server.stop_all sends SIGTERM to every group first: both got it before the
+    first grace ran out, and the whole stop takes one grace time, not two. Each group still running when the grace
+    runs out is named on stderr."""
+    from sglang_mamba_dedup.e2e import server
+
+    grace = 3.0
+    marks = [str(tmp_path / name) for name in ("a", "b")]
+    procs = [subprocess.Popen([sys.executable, "-c", STUBBORN, m], start_new_session=True) for m in marks]
+    try:
+        assert _until(lambda: all(Path(m + ".ready").exists() for m in marks)), "the stand-ins did not start"
+        t0 = time.monotonic()
+        server.stop_all(procs, grace=grace)
+        took = time.monotonic() - t0
+    finally:
+        kill_left([p.pid for p in procs])
+    assert all(Path(m + ".term").exists() for m in marks), "each group got SIGTERM"
+    assert all(p.returncode == -signal.SIGKILL for p in procs)
+    assert grace <= took < 2 * grace, f"{took:.1f} s: the groups were stopped one after the other"
+    err = capfd.readouterr().err
+    assert all(f"(pid {p.pid}) still runs 3 s after SIGTERM" in err for p in procs), err
