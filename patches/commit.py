@@ -5,12 +5,10 @@ chosen with SGLang's own tests (docs/internals.md). No host sync: no ``.item()``
 
 from __future__ import annotations
 
-import importlib
 import logging
 import sys
-from typing import Any
 
-from sglang_mamba_dedup import report, state
+from sglang_mamba_dedup import kernels, report, state
 from sglang_mamba_dedup.env import SWITCH
 from sglang_mamba_dedup.patcher import Callee, self_first
 from sglang_mamba_dedup.state import STATE
@@ -26,37 +24,18 @@ CALLEES = (
 logger = logging.getLogger("sglang_mamba_dedup")
 
 
-def load_fused_commit() -> Any:
-    """The plugin's commit kernel module, imported once per process; ImportError when unavailable (remembered and
-    logged once: SGLang's own commit then serves every call, strict mode refuses the pool)."""
-    if STATE.kernel is not None:
-        return STATE.kernel
-    if STATE.kernel_error is not None:
-        raise ImportError(STATE.kernel_error)
-    try:
-        module = importlib.import_module("sglang_mamba_dedup.kernels.state_commit")
-    except Exception as exc:  # noqa: BLE001 - any import failure means 'not available'
-        STATE.kernel_error = f"{type(exc).__name__}: {exc}"
-        logger.warning(
-            f"sglang-mamba-dedup: the fused commit kernel does not import ({STATE.kernel_error}); SGLang's own commit "
-            "is used for every verify step in this process",
-            exc_info=True,
-        )
-        raise ImportError(STATE.kernel_error) from exc
-    STATE.kernel = module
-    return module
-
-
-def count_launch(path: str | None) -> None:
-    """Count a commit-kernel launch by the path it took (the kernel package only returns it)."""
-    if path is not None:
-        STATE.launches[path] += 1
-
-
 def kernel_problem() -> str | None:
+    """Why the fused commit kernel (:func:`sglang_mamba_dedup.kernels.load`) cannot serve in this process, or None.
+    Said once per process at WARNING: SGLang's own commit then serves every call, strict mode refuses the pool."""
     try:
-        load_fused_commit()
+        kernels.load()
     except ImportError as exc:
+        state.warn_once(
+            "commit kernel import",
+            "sglang-mamba-dedup: the fused commit kernel does not import (%s); SGLang's own commit is used for every "
+            "verify step in this process",
+            exc,
+        )
         return str(exc)
     return None
 
@@ -86,13 +65,14 @@ def _bind(
 
 class _Route:
     """What one backend's commit decided for its current pool, reused while the backend still has that pool and
-    cache (identity checks only). ``reason`` None: our kernel (``kernel``, the module) serves the call."""
+    cache (identity checks only). ``reason`` None: our kernel serves the call; ``pool_state`` is the pool's
+    :class:`~sglang_mamba_dedup.state.PoolState` (its ``zero_copy``: the zero-copy commit serves it)."""
 
-    __slots__ = ("linear_backend", "pool", "cache", "kernel", "reason", "plan")
+    __slots__ = ("linear_backend", "pool", "cache", "pool_state", "reason", "plan")
 
-    def __init__(self, linear_backend, pool, cache, kernel, reason):
-        self.linear_backend, self.pool, self.cache = linear_backend, pool, cache
-        self.kernel, self.reason = kernel, reason
+    def __init__(self, linear_backend, pool, cache, reason):
+        self.linear_backend, self.pool, self.cache, self.reason = linear_backend, pool, cache, reason
+        self.pool_state = state.pool_state_of(pool)
         self.plan = None
 
     def still_valid(self, linear_backend) -> bool:
@@ -105,11 +85,10 @@ class _Route:
     def commit(self, steps, slots, track_steps, track_slots, rows=None) -> None:
         """Our commit's one kernel launch (``track_*`` None: no track set), the seam the negative control breaks. The
         plan is looked up on every call (docs/internals.md); the route keeps the one in use alive for CUDA graphs.
-        ``rows`` (the zero-copy commit, :meth:`~sglang_mamba_dedup.patches.zero_copy.bookkeeping.ZeroCopy.commit`):
-        the conv windows only, read from the requests' scratch rows; the SSM state stays where the verify wrote it,
-        and the same launch records in ``accepted`` which step that is."""
-        cache, kernel = self.cache, self.kernel
+        ``rows``: the zero-copy commit (:meth:`~sglang_mamba_dedup.patches.zero_copy.bookkeeping.ZeroCopy.commit`)."""
+        cache = self.cache
         if rows is None:
+            kernel = kernels.load()
             self.plan = kernel.get_plan(
                 cache.conv, cache.intermediate_conv_window, cache.temporal, cache.intermediate_ssm
             )
@@ -119,11 +98,11 @@ class _Route:
                 accept=(steps, slots),
                 track=(track_steps, track_slots),
             )
-            count_launch(path)
+            report.count_launch(path)
             return
         if track_steps is not None:
             raise RuntimeError("zero-copy commit with a track set: the radix cache must be off (docs/zero-copy.md)")
-        self.plan = state.pool_state(self.pool).zero_copy.commit(kernel, cache, steps, slots, rows)
+        self.plan = self.pool_state.zero_copy.commit(cache, steps, slots, rows)
 
 
 def _static_reason(linear_backend, pool) -> str | None:
@@ -156,9 +135,7 @@ def _route(instance) -> _Route:
         pass
     pool = getattr(getattr(linear_backend, "req_to_token_pool", None), "mamba_pool", None)
     cache = getattr(pool, "mamba_cache", None)
-    reason = _static_reason(linear_backend, pool)
-    kernel = load_fused_commit() if reason is None else None  # imported already: _static_reason asked
-    route = _Route(linear_backend, pool, cache, kernel, reason)
+    route = _Route(linear_backend, pool, cache, _static_reason(linear_backend, pool))
     if pool is not None and cache is not None:
         try:
             instance._smd_route = route
@@ -212,14 +189,13 @@ def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
         translate = getattr(linear_backend, "_translate_mamba_indices", None)  # 0.5.23: virtual -> physical slot ids
         if translate is not None:
             track_idx = translate(track_idx)
-    ps = state.pool_state_of(route.pool)
-    zc = ps.zero_copy if ps is not None else None
-    if zc is not None and req_pool_indices is None:
+    zero_copy = route.pool_state.zero_copy is not None  # the route's pool has a PoolState: _static_reason asked
+    if zero_copy and req_pool_indices is None:
         raise RuntimeError("zero-copy commit without req_pool_indices: the scratch rows are unknown")
-    rows = req_pool_indices if zc is not None else None
+    rows = req_pool_indices if zero_copy else None
     route.commit(last_correct, state_indices, track_steps if track_idx is not None else None, track_idx, rows=rows)
-    if zc is not None:
-        STATE.events["zc_commit_calls"] = STATE.events.get("zc_commit_calls", 0) + 1
+    if zero_copy:
+        report.count("zc_commit_calls")
     ple = getattr(instance, "_update_ple_state_after_mtp_verify", None)
     if ple is not None:
         ple(state_indices, last_correct, track_idx, track_steps)  # the call checked by CALLEES

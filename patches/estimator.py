@@ -9,9 +9,8 @@ import logging
 import math
 from typing import Any
 
-from sglang_mamba_dedup import gate, sizing, state, versions
+from sglang_mamba_dedup import gate, ledger, sizing, state, versions
 from sglang_mamba_dedup.sizing import GIB
-from sglang_mamba_dedup.state import STATE
 
 from . import commit as commit_patch
 from . import zero_copy
@@ -209,8 +208,7 @@ def ring_over_reservation(wrapped, instance, info: dict[str, Any], rows: int, as
 
 def handle_max_mamba_cache(wrapped, instance, args, kwargs):
     d_eff, reason, info = estimator_decision(wrapped, instance)
-    STATE.estimate = estimate = {}
-    STATE.estimate_owner.clear()
+    ledger.forget_reservation()  # a failure below leaves no stale reservation for the pool built next
     scoped = d_eff is not None and abs(d_eff - info["draft_tokens"]) > 1e-12
     with _scoped_draft_tokens(wrapped, instance, d_eff) if scoped else contextlib.nullcontext():
         result = wrapped(*args, **kwargs)
@@ -231,7 +229,7 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
         result = result - topup / GIB
         reserved += topup
     applied = scoped or topup != 0
-    estimate.update(
+    estimate: dict[str, Any] = dict(
         applied=applied,
         reason=None if applied else (reason or "the estimate already reserves the deduplicated scratch"),
         top_up_bytes=topup,
@@ -267,7 +265,7 @@ def handle_max_mamba_cache(wrapped, instance, args, kwargs):
             f"bytes): {reserved / GIB:.4f} GiB reserved for {_schedule(wrapped, instance)[0]} mamba slots and their "
             "scratch, the rest for the KV cache"
         )
-        estimate["reserved_bytes"] = reserved
+    ledger.record_reservation(reserved, **estimate)
     _warn_admission(wrapped, instance, info, reserved)
     return result
 

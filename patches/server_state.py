@@ -16,9 +16,6 @@ from sglang_mamba_dedup.state import STATE
 
 #: The key of the plugin's entry in a scheduler's internal state.
 KEY = "mamba_dedup"
-#: Zero-copy's counters (``STATE.events`` names) its entry carries: commits served, stage-ins, session states
-#: materialized.
-ZERO_COPY_COUNTS = ("zc_commit_calls", "zc_stage_in_calls", "zc_materialize_calls")
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -45,8 +42,8 @@ def scheduler_state(scheduler: Any) -> dict[str, Any]:
         "ledgers": list(events.get("ledgers", [])),
         "zero_copy": None
         if events.get("zero_copy") is None
-        else {"decision": events["zero_copy"], **{k: events.get(k, 0) for k in ZERO_COPY_COUNTS}},
-        "commits": {k: events.get(k, 0) for k in ("commit_calls", "ours_commit_calls")},
+        else {"decision": events["zero_copy"], **{k: events.get(k, 0) for k in state.ZERO_COPY_COUNTERS}},
+        "commits": {k: events.get(k, 0) for k in state.COUNTERS[:2]},
     }
 
 

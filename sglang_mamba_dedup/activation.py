@@ -201,15 +201,7 @@ def _register(what_if: bool) -> None:
     if mode is Mode.STRICT and not what_if:
         _refuse_fault()
     STATE.mode = mode
-    zero_copy, zero_copy_skip = zero_copy_patch.wanted(), zero_copy_patch.value_problem()
-    if zero_copy and not zero_copy_patch.release_ok(version):  # exactly this release, untested ones included
-        zero_copy, zero_copy_skip = (
-            False,
-            (
-                f"{env.ZERO_COPY} asked for, but the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} "
-                f"only (this is {version})"
-            ),
-        )
+    zero_copy, zero_copy_skip = zero_copy_patch.asked(version), zero_copy_patch.not_served(version)
     wanted = [f for f in FEATURES if f not in ASKED_FOR or zero_copy]
     results: dict[str, str | None] = installed.apply(wanted)
     skipped = {f: r for f, r in results.items() if r is not None}

@@ -24,7 +24,7 @@ logger = logging.getLogger("sglang_mamba_dedup")
 
 
 def reservation() -> dict[str, Any]:
-    """The estimator's reservation for the next pool (:attr:`.state.ProcessState.estimate`; empty: none)."""
+    """The estimator's reservation for the next pool (:func:`record_reservation`; empty: none, or bytes unknown)."""
     return dict(STATE.estimate) if "reserved_bytes" in STATE.estimate else {}
 
 
@@ -180,12 +180,19 @@ def log(ledger: dict[str, Any]) -> None:
 
 
 def forget_reservation() -> None:
-    """Forget the estimator's reservation (the what-if CLIs between two estimates; tests)."""
+    """Forget the estimator's reservation (the estimator patch before it decides again; the what-if CLIs; tests)."""
     STATE.estimate = {}
     STATE.estimate_owner.clear()
 
 
-def record_reservation(reserved_bytes: int, **info: Any) -> None:
-    """Record a reservation for the next pool built (as the estimator patch does; tests and what-if runs)."""
-    STATE.estimate = {"reserved_bytes": int(reserved_bytes), **info}
+def record_reservation(reserved_bytes: int | None, **decision: Any) -> None:
+    """The estimator patch's one door: its decision (applied, reason, top-up, draft tokens ...) and the bytes it
+    reserved for the next pool built (None: not known, so no pool's ledger gets a reservation)."""
+    STATE.estimate = dict(decision) if reserved_bytes is None else {"reserved_bytes": int(reserved_bytes), **decision}
     STATE.estimate_owner.clear()
+
+
+def last_estimate() -> dict[str, Any]:
+    """The estimator's last decision as recorded (a copy; empty: none since the last :func:`forget_reservation`),
+    for the planner, which runs SGLang's estimator on the CPU and reads what the plugin decided there."""
+    return dict(STATE.estimate)

@@ -17,7 +17,7 @@ from typing import Any
 
 from . import env, state, versions
 from .state import COUNTERS as COUNTERS  # the counters' names, for readers of the report
-from .state import STATE, current_mode
+from .state import LAUNCH_PATHS, STATE, ZERO_COPY_COUNTERS, current_mode
 
 
 def events() -> dict[str, Any]:
@@ -76,6 +76,24 @@ def count_commit(ours: bool, track: bool = False) -> None:
         n = STATE.events["commit_calls"]
     if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: a handful of writes over a whole run
         write()
+
+
+def count(name: str) -> None:
+    """Count one zero-copy event (:data:`~.state.ZERO_COPY_COUNTERS`: a commit served, an extend staged in, a session
+    state materialized). An undeclared name is a bug of ours: ValueError."""
+    if name not in ZERO_COPY_COUNTERS:
+        raise ValueError(f"{name!r} is not a declared counter ({', '.join(ZERO_COPY_COUNTERS)})")
+    with STATE.lock:
+        STATE.events[name] = STATE.events.get(name, 0) + 1
+
+
+def count_launch(path: str | None) -> None:
+    """Count one commit-kernel launch by the path it took (:data:`~.state.LAUNCH_PATHS`; the kernel returns it)."""
+    if path is not None:
+        if path not in LAUNCH_PATHS:
+            raise ValueError(f"{path!r} is not a launch path ({', '.join(LAUNCH_PATHS)})")
+        with STATE.lock:
+            STATE.launches[path] += 1
 
 
 def snapshot() -> dict[str, Any]:

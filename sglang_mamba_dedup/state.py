@@ -1,6 +1,7 @@
 """This process's plugin state, in one object, :data:`STATE`, so that a reader sees all of it at once and a test
 resets it with :func:`reset`. It imports nothing of the package but :mod:`.env`. Not here: the wrapped functions
-(:data:`.installed.PATCHER`) and the commit kernel's plan cache (keyed weakly by the pool's tensors).
+(:data:`.installed.PATCHER`), the commit kernel and its plan cache (:func:`.kernels.load`, keyed weakly by the pool's
+tensors), and what the plugin knows of each pool (:class:`PoolState`, on the pool itself).
 """
 
 from __future__ import annotations
@@ -16,8 +17,14 @@ from . import env
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-#: Commit counters: all, ours, and the same two for commits with a track set (prefix-cache track slots).
+#: Every counter of the status report's events, declared here once and written only through :mod:`.report` (under
+#: :attr:`ProcessState.lock`). The commit's: all, ours, and the same two for commits with a track set (prefix-cache
+#: track slots); always present.
 COUNTERS = ("commit_calls", "ours_commit_calls", "track_commit_calls", "ours_track_commit_calls")
+#: Zero-copy's (present once counted): commits it served, extends staged in, streaming-session states materialized.
+ZERO_COPY_COUNTERS = ("zc_commit_calls", "zc_stage_in_calls", "zc_materialize_calls")
+#: The commit kernel's launches by path (:attr:`ProcessState.launches`): through DirectLaunch, or Triton's own.
+LAUNCH_PATHS = ("direct", "triton")
 
 
 def fresh_events() -> dict[str, Any]:
@@ -39,20 +46,17 @@ class ProcessState:
     patch_status: Callable[[], dict[str, dict[str, Any]]] = dict
     # pools alive with our back-ported deduplicated window: SGLang's own commit cannot read them
     live_backport_pools: weakref.WeakSet = dataclasses.field(default_factory=weakref.WeakSet)
-    kernel: Any = None  # the commit kernel module (imported on the first commit: torch and Triton are heavy)
-    kernel_error: str | None = None  # why it did not import (remembered: the commit then stays SGLang's)
     fault: str | None = None  # the negative-control fault in place (never in a real run)
-    zero_copy: Any = None  # the target pool's zero-copy bookkeeping, when on (patches/zero_copy/)
 
-    # -- the estimator's reservation, for the ledger of the next pool built
+    # -- the estimator's last decision, for the ledger of the next pool built and the planner (written and read
+    #    only through :mod:`.ledger`: record_reservation / reservation / last_estimate)
     estimate: dict[str, Any] = dataclasses.field(default_factory=dict)  # reserved bytes, draft tokens, top-up, reason
     estimate_owner: list = dataclasses.field(default_factory=list)  # a weak reference to the first pool built after
 
     # -- events (the status report) and warnings said once
     events: dict[str, Any] = dataclasses.field(default_factory=fresh_events)
     warned: set = dataclasses.field(default_factory=set)
-    #: commit launches by path: through DirectLaunch, or Triton's own
-    launches: dict = dataclasses.field(default_factory=lambda: {"direct": 0, "triton": 0})
+    launches: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(LAUNCH_PATHS, 0))  # by LAUNCH_PATHS
     report_muted: int = 0
     report_token: tuple[int, str] = (0, "")
     report_atexit: bool = False
@@ -69,7 +73,8 @@ POOL_ATTR = "_smd_pool"
 class PoolState:
     """What the plugin knows of one of SGLang's mamba pools, kept on the pool (:data:`POOL_ATTR`) so that it lives
     and dies with it: the layout the pool patch found or built, whether our commit kernel may serve it, and
-    zero-copy's decision and ``accepted`` table. The ledger counts :meth:`ledger_buffers` as the pool's buffers."""
+    zero-copy's decision and ``accepted`` table (their only home: no process-wide copy). The ledger counts
+    :meth:`ledger_buffers` as the pool's buffers."""
 
     layout: str | None = None  # "ours" (back-port), "upstream" (SGLang's deduplicated window) or "stock"
     commit_ok: bool = False  # our commit kernel serves this pool (read by the commit and zero-copy's gate)

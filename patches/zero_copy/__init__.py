@@ -3,14 +3,15 @@ SGLang's Triton verify kernels), in one place. A request's live SSM state stays 
 verify wrote the accepted step, the next verify reads it there, and the commit moves only the conv window. Design,
 every other reader of the state, and why each excluded case keeps today's commit: docs/zero-copy.md.
 
-* this module: whether zero-copy is asked for (:func:`asked`) and the pool's ``accepted`` table (:func:`prepare`, at
-  pool build): the only part a process that did not ask for zero-copy loads;
+* this module: whether zero-copy is asked for on this release (:func:`asked`, the one answer) and the pool's
+  ``accepted`` table (:func:`prepare`, at pool build): the only part a process that did not ask for it loads;
 * :mod:`.eligibility`: whether a pool may take it (SGLang's resolved settings, the backend), decided once per pool;
 * :mod:`.bookkeeping`: :class:`~.bookkeeping.ZeroCopy`, one pool's table and what moves state: the verify's rows and
   seeds (one launch per verify forward), the stage-in (one launch per extend), the commit (one launch, the
   ``accepted`` update folded in), the session hand-off;
 * :mod:`.hooks`: the wrappers Z1-Z4 and Z6 of the patch table; Z5 is the commit wrapper's zero-copy route
-  (:mod:`..commit` calls :meth:`~.bookkeeping.ZeroCopy.commit`).
+  (:mod:`..commit` calls :meth:`~.bookkeeping.ZeroCopy.commit`). Every decision and table is the pool's
+  (:class:`~sglang_mamba_dedup.state.PoolState`); each hook finds its pool from the object it wraps.
 """
 
 from __future__ import annotations
@@ -48,17 +49,34 @@ def release_ok(version: str | None = None) -> bool:
     return versions.release(version or versions.sglang_version()).zero_copy
 
 
-def asked() -> bool:
-    """Zero-copy is asked for on a release that has it: the pool is then built with its ``accepted`` table (the pool
-    patch) and the estimator reserves it."""
-    return wanted() and release_ok()
+def asked(version: str | None = None) -> bool:
+    """The one answer to "is zero-copy asked for, on a release that has it" (``version``: the installed one when
+    None), for the activation (which installs its patches), the pool patch (the ``accepted`` table), the estimator
+    (which reserves it), the planner, ``doctor`` and the gate of each pool."""
+    return wanted() and release_ok(version)
 
 
-def prepare(pool) -> None:
-    """At pool build (zero-copy asked for): the ``accepted`` table, all ones, so that it is allocated with the pool and
-    never inside a CUDA-graph capture (where the decision may come first)."""
-    import torch
+def not_served(version: str | None = None) -> str | None:
+    """Why zero-copy is not served although the variable says something: a value that is neither yes nor no, or
+    asked for on another release than the one it is built for; None otherwise."""
+    problem = value_problem()
+    if problem or not wanted() or asked(version):
+        return problem
+    return (
+        f"{env.ZERO_COPY} asked for, but the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} only "
+        f"(this is {version or versions.sglang_version()})"
+    )
 
-    scratch = getattr(getattr(pool, "mamba_cache", None), "intermediate_ssm", None)
-    if scratch is not None and scratch.dim() >= 3:
-        state.pool_state(pool).accepted = torch.ones(scratch.shape[1], dtype=torch.int32, device=scratch.device)
+
+def prepare(pool):
+    """The pool's ``accepted`` table (its :class:`~sglang_mamba_dedup.state.PoolState` is the one home), all ones,
+    made on the first call: at pool build where zero-copy is asked for, so that it is allocated with the pool and
+    never inside a CUDA-graph capture (where the gate's decision may come first). None: the pool has no scratch."""
+    ps = state.pool_state(pool)
+    if ps.accepted is None:
+        import torch
+
+        scratch = getattr(getattr(pool, "mamba_cache", None), "intermediate_ssm", None)
+        if scratch is not None and scratch.dim() >= 3:
+            ps.accepted = torch.ones(scratch.shape[1], dtype=torch.int32, device=scratch.device)
+    return ps.accepted

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from sglang_mamba_dedup import state
-from sglang_mamba_dedup.patches import commit as commit_patch
+from sglang_mamba_dedup import kernels, report, state
 
 from . import prepare
 
@@ -31,19 +30,24 @@ class VerifyTables(NamedTuple):
 
 
 class ZeroCopy:
-    """One pool's ``accepted`` table (on the pool's device), its scratch pitch and first/last linear layer ids."""
+    """One pool's zero-copy bookkeeping: its scratch pitch, first/last linear layer ids and the ``accepted`` table,
+    which lives in the pool's :class:`~sglang_mamba_dedup.state.PoolState` (:func:`.prepare`, normally at pool build)."""
 
     def __init__(self, pool, layers: tuple[int, int] = (0, 0)) -> None:
         self.pool = pool
+        self.pool_state = state.pool_state(pool)
+        prepare(pool)
         self.pitch = pool.mamba_cache.intermediate_ssm.shape[2]  # the allocated draft-step pitch of a scratch row
-        if state.pool_state(pool).accepted is None:
-            prepare(pool)
-        self.accepted = state.pool_state(pool).accepted
         self.layers = layers  # (first, last) linear layer id of a forward: where tables are built / stage-ins run
         self.handoffs: list = []  # (row, slot tensor) of streaming-session turns kept, to materialize (Z6)
         self.tables: VerifyTables | None = None
         self._tables_of: tuple = ()
         self._zeros: Any = None  # int32 zeros, one per scratch row: the stage-in's steps
+
+    @property
+    def accepted(self):
+        """The pool's ``accepted`` table (int32, one entry per scratch row), from its one home, the PoolState."""
+        return self.pool_state.accepted
 
     def verify_tables(self, layer_id: int, req_pool_indices, slots) -> VerifyTables:
         """This verify forward's rows and seeds: built at the first linear layer (so a CUDA graph capture records
@@ -66,21 +70,20 @@ class ZeroCopy:
             return
         if self._zeros is None:
             self._zeros = torch.zeros(self.accepted.shape[0], dtype=torch.int32, device=self.accepted.device)
-        kernel = commit_patch.load_fused_commit()
+        kernel = kernels.load()
         src, dst = cache.temporal[:, :, None], cache.intermediate_ssm[:, :, 0]  # [L, slots, 1, *st], [L, S+1, *st]
         plan = kernel.get_plan([], [], dst, src, owner=cache.temporal)
-        commit_patch.count_launch(
-            kernel.launch(plan, ssm=(src, dst), accept=(self._zeros[:n], rows[:n]), src_rows=slots)
-        )
+        report.count_launch(kernel.launch(plan, ssm=(src, dst), accept=(self._zeros[:n], rows[:n]), src_rows=slots))
         self.accepted.index_fill_(0, torch.where(slots >= 0, rows[:n], 0).long(), 1)
 
-    def commit(self, kernel, cache, steps, slots, rows):
+    def commit(self, cache, steps, slots, rows):
         """Z5: the conv windows of the accepted step from the requests' scratch rows, ``accepted[row] = step + 1``
         stored by the same launch; no SSM bytes. Returns the plan (the route keeps it alive for CUDA graphs)."""
+        kernel = kernels.load()
         plan = kernel.get_plan(cache.conv, cache.intermediate_conv_window, None, None, accepted=self.accepted)
         n = steps.shape[0]
         src_rows = rows if rows.shape[0] == n else rows[:n]  # no new view when SGLang's rows are the batch's
-        commit_patch.count_launch(kernel.launch(plan, accept=(steps, slots), src_rows=src_rows))
+        report.count_launch(kernel.launch(plan, accept=(steps, slots), src_rows=src_rows))
         return plan
 
     def materialize(self, cache) -> None:

@@ -10,9 +10,8 @@ import os
 from typing import Any
 
 from sglang_mamba_dedup import env, report, state
-from sglang_mamba_dedup.state import STATE
 
-from . import prepare, wanted
+from . import asked, prepare
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -160,7 +159,7 @@ def decide(backend):
         return _draft_on_a_zero_copy_pool()
     if ps.zero_copy_decided:
         return ps.zero_copy
-    if not wanted():  # not asked for (a test that applied every feature): stock, silently
+    if not asked():  # not asked for (a test that applied every feature): stock, silently
         ps.zero_copy_decided, ps.zero_copy = True, None
         return None
     reason = _DRAFT if getattr(backend, "is_draft_worker", False) else backend_problem(backend)
@@ -175,8 +174,7 @@ def decide(backend):
     if reason is None:
         from .bookkeeping import ZeroCopy
 
-        if ps.accepted is None:
-            prepare(pool)
+        prepare(pool)  # made at pool build already, unless the pool was built before zero-copy was asked for
         zc = ZeroCopy(pool, layers=(min(rtp.mamba_map), max(rtp.mamba_map)))
     ps.zero_copy_decided, ps.zero_copy = True, zc
     if zc is None:
@@ -185,7 +183,6 @@ def decide(backend):
             raise RuntimeError(f"sglang-mamba-dedup strict mode: {env.ZERO_COPY} asked for, but {reason}")
         logger.warning("sglang-mamba-dedup: zero-copy commit asked for, stays off for this pool: %s", reason)
     else:
-        STATE.zero_copy = zc
         report.record_zero_copy("on")
         logger.info(
             "sglang-mamba-dedup: zero-copy commit on (%d scratch rows of %d steps, linear layers %d-%d): verify seeds "

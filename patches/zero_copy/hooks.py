@@ -9,8 +9,7 @@ from __future__ import annotations
 import contextvars
 from typing import Any
 
-from sglang_mamba_dedup import state
-from sglang_mamba_dedup.state import STATE
+from sglang_mamba_dedup import report, state
 
 from .eligibility import decide
 
@@ -18,8 +17,10 @@ from .eligibility import decide
 _ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("smd_zero_copy", default=None)
 
 
-def _count(event: str) -> None:
-    STATE.events[event] = STATE.events.get(event, 0) + 1
+def _decided(req_to_token_pool) -> Any:
+    """The zero-copy bookkeeping of the mamba pool behind ``req_to_token_pool`` where its gate passed, else None."""
+    ps = state.pool_state_of(getattr(req_to_token_pool, "mamba_pool", None))
+    return ps.zero_copy if ps is not None else None
 
 
 def _run_verify(tables, wrapped, args, kwargs):
@@ -44,7 +45,7 @@ def _stage_in_after_last_layer(zc, layer_id: int, slots, req_pool_indices) -> No
         )
         return
     zc.stage_in(zc.pool.mamba_cache, slots, req_pool_indices)
-    _count("zc_stage_in_calls")
+    report.count("zc_stage_in_calls")
 
 
 def _bind_extend(layer, forward_batch, *_args, **_kwargs):
@@ -129,7 +130,7 @@ def mamba2_ssm(wrapped, instance, args, kwargs):
 def session_kept(wrapped, instance, args, kwargs):
     """Z6: a streaming session keeps a finished turn's row and slot, and its next turn extends from
     ``temporal[slot]``: queue the live state to be materialized there before the next extend forward."""
-    zc = STATE.zero_copy
+    zc = _decided(getattr(getattr(instance, "cache", None), "req_to_token_pool", None))  # the session's radix cache's
     req = args[0] if args else kwargs.get("req")
     kv = getattr(req, "kv", None)  # 0.5.23: the row and slot are the request's KV record's (``ReqKvInfo``)
     row, slot = getattr(kv, "req_pool_idx", None), getattr(kv, "mamba_pool_idx", None)
@@ -142,13 +143,10 @@ def session_kept(wrapped, instance, args, kwargs):
 def before_extend(wrapped, instance, args, kwargs):
     """Z6: the queued hand-offs are materialized on the forward stream, before an extend's layers read the pool
     (where SGLang runs its own deferred copy-on-write)."""
-    zc = STATE.zero_copy
-    if zc is not None and zc.handoffs and instance is not None and not getattr(instance, "is_draft_worker", False):
+    zc = None if getattr(instance, "is_draft_worker", False) else _decided(getattr(instance, "req_to_token_pool", None))
+    if zc is not None and zc.handoffs:
         mode = (args[0] if args else kwargs["forward_batch"]).forward_mode
         if mode.is_extend() and not mode.is_target_verify():
-            pool = instance.req_to_token_pool.mamba_pool
-            ps = state.pool_state_of(pool)
-            if ps is not None and ps.zero_copy is zc:
-                zc.materialize(pool.mamba_cache)
-                _count("zc_materialize_calls")
+            zc.materialize(zc.pool.mamba_cache)
+            report.count("zc_materialize_calls")
     return wrapped(*args, **kwargs)

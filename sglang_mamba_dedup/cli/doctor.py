@@ -56,6 +56,10 @@ def collect() -> dict[str, Any]:
         info["switch"]["mode"] = None
         info["switch"]["error"] = str(exc)
 
+    info["zero_copy"] = {"asked": zero_copy_patch.asked(info["sglang"]), "not_served": None}
+    with contextlib.suppress(Exception):  # an unsupported or missing release: the switch line above says enough
+        info["zero_copy"]["not_served"] = zero_copy_patch.not_served(info["sglang"])
+
     fault = _fault()
     if fault:
         info["fault"] = fault
@@ -105,7 +109,7 @@ def collect() -> dict[str, Any]:
                 "reason": reason if reason else (None if selected else "not needed on this release"),
                 "targets": {p.name: {"target": p.target, "problem": per_patch.get(p.name)} for p in selected},
             }
-            if reason and feature in ASKED_FOR and not zero_copy_patch.wanted():
+            if reason and feature in ASKED_FOR and not info["zero_copy"]["asked"]:
                 features[feature]["reason"] = f"not asked for ({env.ZERO_COPY} unset): {reason}"
             elif reason:
                 info["problems"].append(reason)
@@ -167,6 +171,9 @@ def render(info: dict[str, Any]) -> str:
         say(f"  switch      {sw['error']}")
     else:
         say(f"  switch      {env.SWITCH}={sw['raw'] if sw['raw'] is not None else '<unset>'} -> {sw['mode']}")
+    zc = info.get("zero_copy") or {}
+    if zc.get("asked") or zc.get("not_served"):
+        say(f"  zero-copy   {'asked for' if zc.get('asked') else zc['not_served']}")
     if info.get("fault"):
         say(f"  FAULT       {info['fault']['problem']}")
     for feature, f in (info.get("features") or {}).items():

@@ -1,5 +1,7 @@
 """The Triton commit kernel for the deduplicated Mamba/GDN state layout.
 
+* :func:`load` -- the serving path's one way in (``patches/commit.py``, zero-copy's bookkeeping): the kernel module
+  below, imported once per process (importing this package imports neither torch nor Triton);
 * :mod:`.state_commit` -- the one kernel, its :func:`~.state_commit.launch` and :func:`fused_commit` (all layers, all conv
   kinds, the SSM state, accept and track index sets, one launch);
 * :mod:`.descriptor` -- :func:`~.descriptor.build_plan` (the one place state tensors are validated) and the plan cache;
@@ -25,14 +27,44 @@ The contract every function here keeps:
   make it outside CUDA graph capture. Later calls with the same, unchanged tensors are capturable.
 """
 
-from .descriptor import cached_plan_count, clear_plan_cache
-from .state_commit import fused_commit
+from __future__ import annotations
 
-__all__ = ["fused_commit", "conv_commit", "ssm_commit", "tail_copy", "clear_plan_cache", "cached_plan_count"]
+from types import ModuleType
+
+__all__ = ["load", "fused_commit", "conv_commit", "ssm_commit", "tail_copy", "clear_plan_cache", "cached_plan_count"]
+
+#: :func:`load`'s memo: the kernel module once imported, or why it did not import (both kept for the process)
+_kernel: ModuleType | None = None
+_kernel_error: str | None = None
+
+
+def load() -> ModuleType:
+    """The fused commit kernel, :mod:`.state_commit` (its ``get_plan`` and ``launch``), imported on the first call
+    and kept. Importing this package imports neither torch nor Triton; this does. Where it does not import (Triton
+    broken, no compiler), ImportError with the first failure's text, on every call, without trying again."""
+    global _kernel, _kernel_error
+    if _kernel is not None:
+        return _kernel
+    if _kernel_error is not None:
+        raise ImportError(_kernel_error)
+    try:
+        from . import state_commit
+    except Exception as exc:  # noqa: BLE001 - any import failure means 'not available'
+        _kernel_error = f"{type(exc).__name__}: {exc}"
+        raise ImportError(_kernel_error) from exc
+    _kernel = state_commit
+    return state_commit
 
 
 def __getattr__(name: str):
-    if name in ("conv_commit", "ssm_commit", "tail_copy"):  # the serving path needs none of them
+    """The public functions, imported on first use (the serving path reaches the kernel through :func:`load`)."""
+    if name == "fused_commit":
+        return load().fused_commit
+    if name in ("cached_plan_count", "clear_plan_cache"):
+        from . import descriptor
+
+        return getattr(descriptor, name)
+    if name in ("conv_commit", "ssm_commit", "tail_copy"):
         from . import single_kind
 
         return getattr(single_kind, name)

@@ -36,7 +36,6 @@ from .. import env, versions
 from ..cli._args import environ, switched
 from ..offline.shapes import MODELS
 from ..sizing import GIB, MIB
-from ..state import STATE
 from . import args as plan_args
 from . import launch_config
 from . import render as plan_render
@@ -305,7 +304,7 @@ def _estimate(
                 gdn=mixer == "gdn",
                 extra=extra,
             )
-        decision = dict(STATE.estimate) if plugin else {}
+        decision = ledger.last_estimate() if plugin else {}
     dedup = bool(plugin and decision.get("applied")) or not versions.release().backport
     ring = 0
     if replay:

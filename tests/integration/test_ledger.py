@@ -508,3 +508,18 @@ def test_zero_copy_accepted_table_is_reserved_and_in_the_ledger(monkeypatch):
     assert doc["reserved_bytes"] - base["reserved_bytes"] == table
     assert decision["top_up_bytes"] - base_decision["top_up_bytes"] == table
     assert doc["allocated_bytes"] - doc["reserved_bytes"] == base["allocated_bytes"] - base["reserved_bytes"]
+
+
+def test_the_estimate_goes_through_the_ledger_door():
+    """The estimator patch records through ``record_reservation`` only; the planner reads ``last_estimate``, and a
+    decision without known bytes is the planner's to read but no pool's reservation."""
+    ledger.forget_reservation()
+    assert ledger.last_estimate() == {} and ledger.reservation() == {}
+    ledger.record_reservation(None, applied=False, reason="why not")
+    assert ledger.last_estimate() == {"applied": False, "reason": "why not"} and ledger.reservation() == {}
+    ledger.record_reservation(4096, applied=True, reason=None)
+    assert ledger.reservation() == ledger.last_estimate() == {"reserved_bytes": 4096, "applied": True, "reason": None}
+    got = ledger.last_estimate()
+    got["reserved_bytes"] = 1  # a copy: the reader cannot change the record
+    assert ledger.reservation()["reserved_bytes"] == 4096
+    ledger.forget_reservation()

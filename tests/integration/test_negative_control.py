@@ -16,7 +16,7 @@ import contextlib
 import pytest
 import torch
 
-from sglang_mamba_dedup import activation, env, installed, report, state
+from sglang_mamba_dedup import activation, env, installed, kernels, report, state
 from sglang_mamba_dedup.patches import commit as commit_patch
 from sglang_mamba_dedup.patches import faults
 from tests.support import integration as iu
@@ -51,7 +51,7 @@ def test_negative_control_fault_reaches_the_kernel(kernel_impl, monkeypatch):
     with iu.cpu_stock_paths(cfg.device), iu.plugin(True):
         ours = iu.simulate(cfg)
 
-    kernel = commit_patch.load_fused_commit()
+    kernel = kernels.load()
     real_launch = kernel.launch
     launched_steps = []
 

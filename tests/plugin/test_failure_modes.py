@@ -76,13 +76,17 @@ def test_kernel_import_failure_is_remembered_logged_once_and_seen_by_doctor(monk
     class _Broken:  # a meta-path finder: any import of our kernels package fails, however it is spelled
         @staticmethod
         def find_spec(name, path=None, target=None):
-            if name == "sglang_mamba_dedup.kernels" or name.startswith("sglang_mamba_dedup.kernels."):
+            if name.startswith("sglang_mamba_dedup.kernels."):  # the kernel module (its package is light)
                 attempts.append(name)
                 raise ImportError("simulated broken triton")
             return None
 
     state.reset()
-    monkeypatch.delitem(sys.modules, "sglang_mamba_dedup.kernels", raising=False)
+    from sglang_mamba_dedup import kernels
+
+    monkeypatch.setattr(kernels, "_kernel", None)  # kernels.load()'s memo: as in a fresh process
+    monkeypatch.setattr(kernels, "_kernel_error", None)
+    monkeypatch.delattr(kernels, "state_commit", raising=False)
     monkeypatch.delitem(sys.modules, "sglang_mamba_dedup.kernels.state_commit", raising=False)
     monkeypatch.setattr(sys, "meta_path", [_Broken(), *sys.meta_path])
     try:

@@ -124,3 +124,79 @@ def test_no_sys_modules_lookup_of_our_own_modules():
                     bad.append(f"{path.relative_to(ROOT)}: {text[i : i + 60]}")
                 start = i + 1
     assert not bad, bad
+
+
+# -- one owner per feature (issue 46): the commit is followed by imports, each piece of state has one writer -------
+
+
+def test_the_commit_is_followed_from_the_wrapper_to_the_kernel_by_imports_alone():
+    """patches/commit.py -> kernels (its load()) -> kernels/state_commit.py, as edges of the static import graph; and
+    zero-copy's bookkeeping reaches the kernel the same way, never back through the commit patch."""
+    _, graph = _graph()
+    assert f"{PKG}.kernels" in graph[f"{PKG}.patches.commit"]
+    assert f"{PKG}.kernels.state_commit" in graph[f"{PKG}.kernels"]
+    assert f"{PKG}.kernels" in graph[f"{PKG}.patches.zero_copy.bookkeeping"]
+    assert f"{PKG}.patches.commit" not in graph[f"{PKG}.patches.zero_copy.bookkeeping"]
+    mods = _modules()
+    patch_text = mods[f"{PKG}.patches.commit"].read_text()
+    assert "kernels.load()" in patch_text and "STATE.kernel" not in patch_text
+
+
+def test_the_kernel_is_loaded_by_the_kernels_package_once():
+    """load() hands out the one kernel module and does not import torch or Triton before it is asked."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from sglang_mamba_dedup import kernels; "
+        "assert 'triton' not in sys.modules and 'sglang_mamba_dedup.kernels.state_commit' not in sys.modules; "
+        "m = kernels.load(); assert m is kernels.load() is sys.modules['sglang_mamba_dedup.kernels.state_commit']; "
+        "assert callable(m.launch) and callable(m.get_plan) and kernels.fused_commit is m.fused_commit"
+    )
+    env = {"PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _writes(attr: str) -> list[str]:
+    """Every ``STATE.<attr>`` assignment, item assignment or augmented assignment in the package: 'module:line'."""
+    out = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            for t in targets:
+                base = t.value if isinstance(t, ast.Subscript) else t
+                if isinstance(base, ast.Attribute) and base.attr == attr and ast.unparse(base.value) == "STATE":
+                    out.append(f"{name}:{node.lineno}")
+    return out
+
+
+def test_every_counter_is_written_by_the_report_and_the_estimate_by_the_ledger():
+    assert {w.split(":")[0] for w in _writes("events")} == {f"{PKG}.report"}
+    assert {w.split(":")[0] for w in _writes("launches")} == {f"{PKG}.report"}
+    assert {w.split(":")[0] for w in _writes("estimate")} == {f"{PKG}.ledger"}
+    # the walk does see such writes (it would find one outside the owner)
+    assert len(_writes("events")) >= 3 and _writes("no_such_field") == []
+
+
+def test_zero_copy_state_has_one_home_per_pool():
+    """No process-wide copy of zero-copy's decision or table, no module-held kernel: the PoolState holds them."""
+    import dataclasses
+
+    from sglang_mamba_dedup import state
+
+    fields = {f.name for f in dataclasses.fields(state.ProcessState)}
+    assert not fields & {"zero_copy", "kernel", "kernel_error", "accepted"}, fields
+    assert {"zero_copy", "zero_copy_decided", "accepted"} <= {f.name for f in dataclasses.fields(state.PoolState)}
+
+
+def test_no_module_file_name_is_used_twice():
+    names: dict[str, list[str]] = {}
+    for name, path in _modules().items():
+        if path.name not in ("__init__.py", "__main__.py"):
+            names.setdefault(path.name, []).append(name)
+    assert not {k: v for k, v in names.items() if len(v) > 1}

@@ -67,3 +67,20 @@ def test_a_blank_report_dir_writes_nothing_and_makes_no_folder(monkeypatch, tmp_
     monkeypatch.setenv(env.REPORT_DIR, blank)
     assert report.write() is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_counters_are_counted_through_the_report_under_their_declared_names():
+    from sglang_mamba_dedup import state
+
+    for name in state.ZERO_COPY_COUNTERS:
+        assert name not in report.events()  # present once counted
+    report.count("zc_stage_in_calls")
+    report.count("zc_stage_in_calls")
+    report.count_launch("direct")
+    report.count_launch(None)  # a launch that reported no path: nothing counted
+    assert report.events()["zc_stage_in_calls"] == 2 and state.STATE.launches == {"direct": 1, "triton": 0}
+    with pytest.raises(ValueError, match="not a declared counter"):
+        report.count("zc_typo_calls")
+    with pytest.raises(ValueError, match="not a launch path"):
+        report.count_launch("cuda")
+    assert "zc_typo_calls" not in report.events()

@@ -172,6 +172,26 @@ def test_an_untested_release_never_gets_zero_copy_even_when_allowed(monkeypatch)
     assert not zc_patch.asked()  # so no accepted table and no reservation either
 
 
+def test_one_answer_to_asked_for_and_served_here(monkeypatch):
+    """``asked(version)`` is the one answer (activation, pool patch, estimator, planner, doctor, each pool's gate);
+    ``not_served`` says why a value given is not served: not understood, or another release."""
+    from sglang_mamba_dedup import versions
+
+    here = versions.ZERO_COPY_RELEASE
+    assert not zero_copy.asked(here) and zero_copy.not_served(here) is None  # unset: not asked, nothing to say
+    monkeypatch.setenv(env.ZERO_COPY, "1")
+    assert zero_copy.asked(here) and zero_copy.not_served(here) is None
+    assert not zero_copy.asked("0.5.22") and "built for SGLang 0.5.23 only (this is 0.5.22)" in zero_copy.not_served(
+        "0.5.22"
+    )
+    monkeypatch.setenv(env.ZERO_COPY, "2")
+    assert not zero_copy.asked(here) and "is not understood" in zero_copy.not_served(here)
+    pool = types.SimpleNamespace(mamba_cache=types.SimpleNamespace(intermediate_ssm=torch.zeros(1, 5, 2, 3)))
+    table = zero_copy.prepare(pool)
+    assert table.tolist() == [1] * 5 and zero_copy.prepare(pool) is table  # made once, its one home the PoolState
+    assert bookkeeping.ZeroCopy(pool).accepted is state.pool_state(pool).accepted is table
+
+
 def test_multi_layer_eagle_keeps_todays_commit():
     """m-Z2: docs/zero-copy.md section 6 lists multi-layer EAGLE as excluded; absent from a bag means off."""
     assert "multi-layer EAGLE" in eligibility.settings_problem(dict(SAFE, enable_multi_layer_eagle=True))

@@ -26,7 +26,7 @@ import types
 import pytest
 import torch
 
-from sglang_mamba_dedup import installed, state, versions
+from sglang_mamba_dedup import installed, kernels, state, versions
 from sglang_mamba_dedup.patches import commit as commit_patch
 from sglang_mamba_dedup.patches import faults
 from sglang_mamba_dedup.patches.zero_copy import bookkeeping, hooks
@@ -78,7 +78,7 @@ class _World:
         self.pool = types.SimpleNamespace(mamba_cache=self.cache)
         if zc:
             state.pool_state(self.pool).zero_copy = bookkeeping.ZeroCopy(self.pool)
-        self.route = commit_patch._Route(None, self.pool, self.cache, commit_patch.load_fused_commit(), None)
+        self.route = commit_patch._Route(None, self.pool, self.cache, None)
 
     @property
     def zc(self):
@@ -259,8 +259,8 @@ def replay(schedule, drafts: int, ssm_dtype, zc: bool, seed: int, skip=(), kind=
             [a - 1 if x else -1 for a, x in zip(v.accept, v.entries)], dtype=torch.int32, device=DEVICE
         )
         if zcs is not None and "accept" in skip:
-            w.route.kernel.launch(
-                w.route.kernel.get_plan(w.cache.conv, w.cache.intermediate_conv_window, None, None),
+            kernels.load().launch(
+                kernels.load().get_plan(w.cache.conv, w.cache.intermediate_conv_window, None, None),
                 accept=(steps, slots),
                 src_rows=rpi,
             )

@@ -20,7 +20,6 @@ import pytest
 import torch
 
 from sglang_mamba_dedup import env, installed, versions
-from sglang_mamba_dedup.patches import commit as commit_patch
 from sglang_mamba_dedup.patches.zero_copy import bookkeeping, hooks
 from tests.support import integration as iu
 
@@ -106,7 +105,7 @@ def test_a_padded_verify_entry_writes_the_discard_row_and_no_slot(zero_copy_on, 
         flat.copy_(torch.randn(flat.shape, dtype=w.dtype))
     conv_before = [c.clone() for c in cache.conv]
     steps = torch.tensor([rnd.randrange(D) for _ in range(graph_bs)], dtype=torch.int32)
-    zc.commit(commit_patch.load_fused_commit(), cache, steps, batch_slots, tables.rows)
+    zc.commit(cache, steps, batch_slots, tables.rows)
     want_accepted = accepted_before.clone()
     for n, r in enumerate(rows):
         want_accepted[r] = int(steps[n]) + 1

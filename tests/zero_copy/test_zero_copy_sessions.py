@@ -12,8 +12,7 @@ import types
 import pytest
 import torch
 
-from sglang_mamba_dedup import env, installed, versions
-from sglang_mamba_dedup.state import STATE
+from sglang_mamba_dedup import env, installed, state, versions
 from tests.support import integration as iu
 
 pytestmark = [
@@ -27,9 +26,18 @@ def zero_copy_on(monkeypatch):
     monkeypatch.setenv(env.SWITCH, "1")
     monkeypatch.setenv(env.ZERO_COPY, "1")
     assert installed.apply(["zero_copy"]) == {"zero_copy": None}
-    monkeypatch.setattr(STATE, "zero_copy", types.SimpleNamespace(handoffs=[]))
-    yield STATE.zero_copy
+    yield state.pool_state(_POOL).zero_copy
     installed.revert(force=True)
+
+
+#: The mamba pool behind the sessions' radix cache, its zero-copy decided on: the hook finds it from the session.
+_POOL = types.SimpleNamespace()
+state.pool_state(_POOL).zero_copy = types.SimpleNamespace(handoffs=[])
+
+
+@pytest.fixture(autouse=True)
+def _fresh_handoffs():
+    state.pool_state(_POOL).zero_copy.handoffs.clear()
 
 
 def _turn(session_id: str, row: int, slot: int, *, aborted: bool = False):
@@ -49,7 +57,11 @@ def _turn(session_id: str, row: int, slot: int, *, aborted: bool = False):
         streaming=True, session_id=session_id, finish_req=lambda r: None, abort_req=lambda: None
     )
     req.release_mm_inputs_on_abort = lambda: None
-    cache = types.SimpleNamespace(page_size=1, free_kv_row=lambda *a: pytest.fail("nothing to free"))
+    cache = types.SimpleNamespace(
+        page_size=1,
+        free_kv_row=lambda *a: pytest.fail("nothing to free"),
+        req_to_token_pool=types.SimpleNamespace(mamba_pool=_POOL),
+    )
     sessions = StreamingSession(cache)
     sessions.slots[session_id] = SessionSlot(kv=kv)
     return sessions, req
