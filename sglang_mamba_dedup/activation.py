@@ -134,7 +134,19 @@ def _accept_flag(head: str, any_release: bool = False) -> str:
 
 
 def _register(what_if: bool) -> None:
+    """Every process runs this once per switch value: decide the mode, choose the features, apply them and say so."""
     version = versions.installed_sglang_version()
+    decided = _decide(version, what_if)
+    if decided is None:  # off (or nothing new): the branch that decided it has said why
+        return
+    mode, head = decided
+    wanted, skipped = _features_for(version)
+    _apply_and_report(mode, head, wanted, skipped, what_if)
+
+
+def _decide(version: str | None, what_if: bool) -> tuple[Mode, str] | None:
+    """The mode of this process and the head of its log line, or None where it stays off (said here, with the
+    reason). Raises :class:`StrictModeError` where strict mode must stop."""
     raw = os.environ.get(ENV)
     try:
         mode, bad = parse_mode(raw), None
@@ -142,7 +154,7 @@ def _register(what_if: bool) -> None:
         mode, bad = Mode.OFF, str(exc)
     key = (raw or "", version, what_if)
     if key == STATE.activation_key:
-        return
+        return None
     STATE.activation_key = key
     STATE.mode = Mode.OFF  # until a branch below decides otherwise
     head = f"sglang-mamba-dedup {versions.plugin_version()} (SGLang {version or 'not installed'}, pid {os.getpid()})"
@@ -156,14 +168,14 @@ def _register(what_if: bool) -> None:
         if flag:
             head = _accept_flag(head, any_release=True)
         _say(logging.WARNING if mode is Mode.ON or flag else logging.INFO, f"{head}: off, nothing patched: {problem}")
-        return
+        return None
 
     if bad is not None:
         installed.revert()
         if flag:
             head = _accept_flag(head)  # the environment variable wins over the flag, and it is not understood
         _say(logging.ERROR, f"{head}: {bad}")
-        return
+        return None
     if mode is Mode.OFF and flag:
         os.environ[ENV] = "1"  # SGLang parses its arguments later; the environment carries it to the schedulers
         mode = Mode.ON
@@ -173,40 +185,54 @@ def _register(what_if: bool) -> None:
     if untested:
         head += f" [{untested}]"
     if mode is Mode.OFF:
-        if STATE.programmatic and raw is None and installed.PATCHER.applied():
-            _say(
-                logging.INFO,
-                f"{head}: {ENV} unset, but sglang_mamba_dedup.apply() was called in this process: "
-                f"its patches are kept ({', '.join(installed.PATCHER.applied())})",
-                visible=True,
-            )
-            return
-        kept = {n: r for n, r in installed.revert().items() if r}
-        if kept:
-            _say(
-                logging.WARNING,
-                f"{head}: off ({ENV}={raw or 'unset'}), but {'; '.join(f'{n} {r}' for n, r in kept.items())}",
-            )
-            return
-        if zero_copy_patch.wanted() or zero_copy_patch.value_problem():
-            _say(
-                logging.WARNING,
-                f"{head}: off ({ENV} unset/0/off), nothing patched; {env.ZERO_COPY} is ignored: the zero-copy commit "
-                f"is part of the plugin, switch it on with {ENV}=1 (or {FLAG})",
-            )
-            return
-        _say(logging.INFO, f"{head}: off ({ENV} unset/0/off), nothing patched")
-        return
-
+        _stay_off(head, raw)
+        return None
     if mode is Mode.STRICT and not what_if:
         _refuse_fault()
     STATE.mode = mode
+    return mode, head
+
+
+def _stay_off(head: str, raw: str | None) -> None:
+    """The switch says off: revert what can be reverted and say what stays (or that nothing is patched)."""
+    if STATE.programmatic and raw is None and installed.PATCHER.applied():
+        _say(
+            logging.INFO,
+            f"{head}: {ENV} unset, but sglang_mamba_dedup.apply() was called in this process: "
+            f"its patches are kept ({', '.join(installed.PATCHER.applied())})",
+            visible=True,
+        )
+        return
+    kept = {n: r for n, r in installed.revert().items() if r}
+    if kept:
+        _say(
+            logging.WARNING,
+            f"{head}: off ({ENV}={raw or 'unset'}), but {'; '.join(f'{n} {r}' for n, r in kept.items())}",
+        )
+        return
+    if zero_copy_patch.wanted() or zero_copy_patch.value_problem():
+        _say(
+            logging.WARNING,
+            f"{head}: off ({ENV} unset/0/off), nothing patched; {env.ZERO_COPY} is ignored: the zero-copy commit "
+            f"is part of the plugin, switch it on with {ENV}=1 (or {FLAG})",
+        )
+        return
+    _say(logging.INFO, f"{head}: off ({ENV} unset/0/off), nothing patched")
+
+
+def _features_for(version: str | None) -> tuple[list[str], dict[str, str]]:
+    """The features to apply on ``version`` (the table's, zero-copy's only where :func:`zero_copy.asked`), and the
+    ones skipped before trying, with why (zero-copy given a value it does not understand, or on another release)."""
     zero_copy, zero_copy_skip = zero_copy_patch.asked(version), zero_copy_patch.not_served(version)
     wanted = [f for f in FEATURES if f not in ASKED_FOR or zero_copy]
+    return wanted, ({"zero_copy": f"{zero_copy_skip}: today's commit"} if zero_copy_skip else {})
+
+
+def _apply_and_report(mode: Mode, head: str, wanted: list[str], skipped: dict[str, str], what_if: bool) -> None:
+    """Apply ``wanted`` all-or-nothing per feature; strict mode stops on any skip; one log line says what was
+    applied, what this release does not need and what was skipped; then the fault (negative control) and the report."""
     results: dict[str, str | None] = installed.apply(wanted)
-    skipped = {f: r for f, r in results.items() if r is not None}
-    if zero_copy_skip:
-        skipped["zero_copy"] = f"{zero_copy_skip}: today's commit"
+    skipped = {**{f: r for f, r in results.items() if r is not None}, **skipped}
     if mode is Mode.STRICT and skipped:
         STATE.mode = Mode.OFF
         installed.revert()
@@ -215,11 +241,13 @@ def _register(what_if: bool) -> None:
     switched = [f for f in wanted if f != "launch_flag"]
     applied = sorted({v["feature"] for v in st.values() if v["state"] == "applied" and v["feature"] in switched})
     idle = sorted(f for f in switched if f not in applied and f not in skipped)
+    version = versions.installed_sglang_version()
     parts = [f"{head}: {mode.value}, {versions.mode_for(version)} mode", "applied " + (", ".join(applied) or "nothing")]
     if idle:
         parts.append("not needed on this release: " + ", ".join(idle))
     if skipped:
         parts.append("skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped.items()))
+    untested = versions.untested_note(version)
     _say(logging.WARNING if skipped or untested else logging.INFO, "; ".join(parts), visible=True)
     if "commit" in applied and not what_if and env.value(env.FAULT):
         from .patches import faults  # the e2e's negative control only: never loaded in a real run
