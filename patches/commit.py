@@ -158,13 +158,9 @@ def _serving_route(instance, wrapped, req_pool_indices) -> _Route | None:
 
 
 def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
-    _, instance, call_args, unbound = self_first(wrapped, instance, args, lambda o: hasattr(o, "linear_attn_backend"))
-    if unbound:
-        state.warn_once(
-            "verify commit unbound",
-            "sglang-mamba-dedup: the verify commit was called through the class attribute with self first "
-            "(another wrapper around ours?); the plugin reads self from the arguments and serves it",
-        )
+    _, instance, call_args, _ = self_first(
+        wrapped, instance, args, lambda o: hasattr(o, "linear_attn_backend"), what="the verify commit"
+    )
     try:
         last_correct, track_idx, track_steps, req_pool_indices = _bind(*call_args, **kwargs)
     except TypeError:  # a call form without SGLang's first argument: SGLang's own code says what is wrong

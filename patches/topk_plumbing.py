@@ -5,20 +5,16 @@ from __future__ import annotations
 
 import logging
 
-from sglang_mamba_dedup import gate, state
+from sglang_mamba_dedup import gate
 from sglang_mamba_dedup.patcher import self_first
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
 
 def init_pools(wrapped, instance, args, kwargs):
-    _, runner, _, unbound = self_first(wrapped, instance, args, lambda o: hasattr(o, "server_args"))
-    if unbound:
-        state.warn_once(
-            "init_pools unbound",
-            "sglang-mamba-dedup: ModelRunner._init_pools was called through the class attribute with self "
-            "first (another wrapper around ours?); the EAGLE topk is read from that argument",
-        )
+    _, runner, _, _ = self_first(
+        wrapped, instance, args, lambda o: hasattr(o, "server_args"), what="ModelRunner._init_pools"
+    )
     sa = getattr(runner, "server_args", None)
     if sa is None or not hasattr(sa, "speculative_eagle_topk"):
         # the topk cannot be read: 'unknown', which the gate answers with SGLang's dense window (strict stops)

@@ -96,17 +96,30 @@ class TargetError(Exception):
 
 
 def self_first(
-    wrapped: Any, instance: Any, args: Sequence[Any], looks_like: Callable[[Any], bool] = lambda obj: True
+    wrapped: Any,
+    instance: Any,
+    args: Sequence[Any],
+    looks_like: Callable[[Any], bool] = lambda obj: True,
+    what: str | None = None,
 ) -> tuple[Any, Any, tuple[Any, ...], bool]:
     """A method wrapper's view of its call, however it was reached: the one place that handles the class attribute
     called with ``self`` first (another plugin's wrapper around ours; wrapt then passes no instance).
 
     Returns ``(call, instance, args, unbound)``: ``call(*args, **kwargs)`` runs the original on ``instance``;
-    ``unbound`` says the instance came from the first argument (which ``looks_like`` the target's owner)."""
+    ``unbound`` says the instance came from the first argument (which ``looks_like`` the target's owner). ``what``
+    (the method as a user knows it): said once per process at WARNING when that happens."""
     if instance is not None or not args or not looks_like(args[0]):
         return wrapped, instance, tuple(args), False
     import functools
 
+    if what is not None:
+        from .state import warn_once
+
+        warn_once(
+            f"{what} unbound",
+            f"sglang-mamba-dedup: {what} was called through the class attribute with self first (another wrapper "
+            "around ours?); the plugin reads self from that argument and serves the call",
+        )
     return functools.partial(wrapped, args[0]), args[0], tuple(args[1:]), True
 
 

@@ -62,11 +62,6 @@ class ModelShape:
             state_size=self.ssm_state_size,
         )
 
-    def shrunk(self, layers: int) -> ModelShape:
-        """The same per-layer state with ``layers`` state layers (CPU / interpreter tests: fewer layers, never
-        other head or state sizes)."""
-        return dataclasses.replace(self, name=f"{self.name} ({layers} layers)", layers=layers, gdn_layers=layers)
-
 
 #: 24 layers, 18 of them Gated DeltaNet; 16 key + 16 value heads of 128; conv kernel 4 -> conv dim 6144, SSM 16x128x128.
 QWEN35_08B = ModelShape(
