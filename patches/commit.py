@@ -190,10 +190,8 @@ def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
         raise RuntimeError("zero-copy commit without req_pool_indices: the scratch rows are unknown")
     rows = req_pool_indices if zero_copy else None
     route.commit(last_correct, state_indices, track_steps if track_idx is not None else None, track_idx, rows=rows)
-    if zero_copy:
-        report.count("zc_commit_calls")
     ple = getattr(instance, "_update_ple_state_after_mtp_verify", None)
     if ple is not None:
         ple(state_indices, last_correct, track_idx, track_steps)  # the call checked by CALLEES
-    report.count_commit(ours=True, track=track_idx is not None)
+    report.count_commit(ours=True, track=track_idx is not None, zero_copy=zero_copy)
     return None

@@ -63,10 +63,13 @@ def record_zero_copy(decision: str) -> None:
         STATE.events["zero_copy"] = decision
 
 
-def count_commit(ours: bool, track: bool = False) -> None:
-    """Count one verify commit: ``ours`` when our kernel served it, ``track`` when it had a track set."""
+def count_commit(ours: bool, track: bool = False, zero_copy: bool = False) -> None:
+    """Count one verify commit: ``ours`` when our kernel served it, ``track`` when it had a track set, ``zero_copy``
+    when the zero-copy commit served it (``zc_commit_calls``: one lock for both on the decode path)."""
     with STATE.lock:
         STATE.events["commit_calls"] += 1
+        if zero_copy:
+            STATE.events["zc_commit_calls"] = STATE.events.get("zc_commit_calls", 0) + 1
         if ours:
             STATE.events["ours_commit_calls"] += 1
         if track:
