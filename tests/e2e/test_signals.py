@@ -66,13 +66,17 @@ def _until(done, timeout: float = CEILING) -> bool:
 
 def _ended(tmp_path: Path, proc: subprocess.Popen, timeout: float = CEILING) -> tuple[int, str]:
     """The e2e's exit status and output once it ended; every fake server and child it started must be gone."""
+    rc = None
     try:
         rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
     finally:
         if proc.poll() is None:
             proc.kill()
         left = kill_left(_processes(tmp_path))
     out = (tmp_path / "out.txt").read_text()
+    assert rc is not None, f"the e2e still ran {timeout:g} s later\n{out}"
     assert not left, f"left running: {left}\n{out}"
     return rc, out
 
