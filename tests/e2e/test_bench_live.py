@@ -1,0 +1,253 @@
+"""The live-modes decode-cycle benchmark (benchmarks/bench_live.py) on the CPU: the balanced order, the bootstrap
+interval and its verdict, slow generates, the one-row-per-key files (and the duplicated rows that once reached
+benchmarks/results/latest/cycle_wall-nvidia-h200.csv), and the whole driver with fake Engines in worker processes:
+files, md5 check, plugin engagement, a failing Engine, the budget stop."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import random
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # bench_live imports its siblings _timing and bench_cycle
+_spec = importlib.util.spec_from_file_location("bench_live", ROOT / "benchmarks/bench_live.py")
+live = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(live)
+sys.path.remove(str(ROOT / "benchmarks"))
+
+MODES = ["stock", "plugin", "zero-copy"]
+
+
+# ---------------------------------------------------------------- pure parts
+
+
+def test_the_order_is_palindromes_and_balanced():
+    order = live.balanced_order(MODES, 12)
+    assert order[:9] == ["stock", "plugin", "zero-copy", "zero-copy", "plugin", "stock", "stock", "plugin", "zero-copy"]
+    assert Counter(order) == dict.fromkeys(MODES, 12)
+    mean_pos = {m: sum(i for i, x in enumerate(order) if x == m) / 12 for m in MODES}
+    assert len(set(mean_pos.values())) == 1, mean_pos
+    for i0 in range(0, len(order), 6):  # every palindrome alone is balanced: a budget stop between them keeps it
+        assert Counter(order[i0 : i0 + 6]) == dict.fromkeys(MODES, 2)
+    with pytest.raises(ValueError):
+        live.balanced_order(MODES, 3)
+
+
+def _samples(center: float, n: int, seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return [center * (1 + rng.gauss(0, 0.02)) for _ in range(n)]
+
+
+def test_a_known_ratio_is_inside_its_interval_and_called_faster():
+    stock, zc = _samples(1.0, 12, 1), _samples(0.9, 12, 2)
+    ratio, lo, hi = live.bootstrap_ratio(zc, stock, resamples=2000, seed=0)
+    assert lo <= 0.9 <= hi and lo <= ratio <= hi
+    assert hi < 1 and live.classify(lo, hi) == "faster"
+    assert live.bootstrap_ratio(zc, stock, seed=0) == (ratio, lo, hi)  # a fixed seed: the same interval
+    _, lo2, hi2 = live.bootstrap_ratio(stock, zc, seed=0)
+    assert live.classify(lo2, hi2) == "slower"
+
+
+def test_an_interval_through_one_is_no_difference():
+    a, b = _samples(1.0, 12, 3), _samples(1.0, 12, 4)
+    _, lo, hi = live.bootstrap_ratio(a, b, seed=0)
+    assert lo < 1 < hi
+    assert live.classify(lo, hi) == "no difference"
+    assert live.classify(0.95, 1.0) == "no difference" and live.classify(1.0, 1.02) == "no difference"
+    assert live.classify(0.9, 0.99) == "faster" and live.classify(1.01, 1.2) == "slower"
+
+
+def test_slow_generates_are_above_1_3_times_their_median():
+    assert live.slow_flags([1.0, 1.0, 1.0, 1.29, 1.31]) == [False, False, False, False, True]
+    rows = [
+        {"model": "m", "batch": 1, "mode": "stock", "wall_s": w, "gc_gen2": g, "rss_mb": 1}
+        for w, g in ((1.0, 0), (1.0, 0), (2.0, 1), (1.0, 0))
+    ]
+    rows += [{"model": "m", "batch": 1, "mode": "plugin", "wall_s": 1.0, "gc_gen2": 0, "rss_mb": 1}] * 4
+    live.mark_slow(rows)
+    assert [r["slow"] for r in rows[:4]] == [0, 0, 1, 0]
+    assert live.slow_by_mode(rows) == {"stock": (1, 4), "plugin": (0, 4)}
+    s = {r["mode"]: r for r in live.summarize(rows)}
+    assert s["stock"]["slow"] == 1 and s["stock"]["slow_with_gc2"] == 1 and s["stock"]["verdict"] == "base"
+    assert s["plugin"]["verdict"] in ("faster", "no difference") and s["plugin"]["n"] == 4
+
+
+def test_md5_must_be_one_and_equal_to_stocks():
+    good = {(1, "stock"): {"a"}, (1, "plugin"): {"a"}, (1, "zero-copy"): {"a"}}
+    assert live.md5_problems(good) == []
+    assert "plugin" in live.md5_problems({**good, (1, "plugin"): {"b"}})[0]
+    assert live.md5_problems({**good, (1, "zero-copy"): {"a", "b"}})  # two answers within one mode
+    assert live.md5_problems({(1, "plugin"): {"a"}})  # no stock to compare with
+
+
+# ---------------------------------------------------------------- one row per key
+
+
+def test_the_old_cycle_wall_csv_had_duplicated_rows_and_the_check_rejects_them():
+    path = ROOT / "benchmarks/results/latest/cycle_wall-nvidia-h200.csv"
+    if not path.exists():
+        pytest.skip("the old wall CSV is gone")
+    rows = live.read_csv(path)
+    key = ("model", "batch", "mode", "round")
+    if live.duplicates(rows, key):  # the problem this benchmark's writer must never repeat
+        with pytest.raises(ValueError, match="duplicated"):
+            live.assert_unique(rows, key)
+    # those rows doubled as the "other models" of a new file: kept once each, never twice
+    merged = live.merge_rows(rows + rows, [], ["nobody"], key)
+    assert not live.duplicates(merged, key)
+    assert {tuple(r[c] for c in key) for r in merged} == {tuple(r[c] for c in key) for r in rows}
+
+
+def test_new_rows_with_a_repeated_key_are_refused_and_nothing_is_written(tmp_path):
+    row = {"model": "m", "batch": 1, "mode": "stock", "engine": 1, "generate": 1, "wall_s": 1.0}
+    with pytest.raises(ValueError, match="duplicated"):
+        live.write_results(tmp_path, "GPU X", ["m"], [row, dict(row)], [])
+    assert not (tmp_path / "latest" / "cycle_generates-gpu-x.csv").exists()
+
+
+def test_writing_again_replaces_the_models_rows(tmp_path):
+    def rows(model, n, wall):
+        return [
+            {"model": model, "batch": 1, "mode": "stock", "engine": 1, "generate": g, "wall_s": wall}
+            for g in range(1, n + 1)
+        ]
+
+    live.write_results(tmp_path, "GPU X", ["a"], rows("a", 3, 1.0), [])
+    live.write_results(tmp_path, "GPU X", ["b"], rows("b", 2, 2.0), [])
+    g, _ = live.write_results(tmp_path, "GPU X", ["a"], rows("a", 2, 3.0), [])  # a again: replaced, b kept
+    got = live.read_csv(g)
+    assert not live.duplicates(got, live.GEN_KEY)
+    assert sorted((r["model"], r["generate"], r["wall_s"]) for r in got) == [
+        ("a", "1", "3.0"),
+        ("a", "2", "3.0"),
+        ("b", "1", "2.0"),
+        ("b", "2", "2.0"),
+    ]
+
+
+@pytest.mark.parametrize("name", ["cycle_generates-*.csv", "cycle_live-*.csv"])
+def test_the_trees_live_files_have_one_row_per_key(name):
+    key = live.GEN_KEY if name.startswith("cycle_generates") else live.SUMMARY_KEY
+    for path in sorted((ROOT / "benchmarks/results/latest").glob(name)):
+        assert not live.duplicates(live.read_csv(path), key), path
+
+
+# ---------------------------------------------------------------- the whole driver, fake Engines
+
+
+def _run(tmp_path, *extra, fake=None):
+    out, work = tmp_path / "out", tmp_path / "work"
+    argv = ["--dry-run", "--out", str(out), "--work", str(work), "--batches", "1,16", "--reps", "4"]
+    argv += ["--fake", json.dumps(fake or {"delay_s": 0.02, "factor": {"zero-copy": 0.5}}), *extra]
+    rc = live.main(argv)
+    return rc, out / "latest" / "cycle_generates-cpu.csv", out / "latest" / "cycle_live-cpu.csv"
+
+
+def test_a_dry_run_writes_one_row_per_generate_and_a_summary(tmp_path, capsys):
+    rc, gens, summary = _run(tmp_path)
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    rows = live.read_csv(gens)
+    assert len(rows) == 2 * 3 * 4 and not live.duplicates(rows, live.GEN_KEY)
+    for col in ("model", "batch", "mode", "engine", "generate", "wall_s", "commit", "sglang", "gpu", "options"):
+        assert all(r[col] != "" for r in rows), col
+    assert all(json.loads(r["options"])["reps"] == 4 for r in rows)
+    assert [r["mode"] for r in rows if r["batch"] == "1"] == live.balanced_order(MODES, 4)
+    s = {(r["batch"], r["mode"]): r for r in live.read_csv(summary)}
+    assert len(s) == 6 and s[("16", "zero-copy")]["verdict"] == "faster"
+    assert float(s[("16", "zero-copy")]["ci_hi"]) < 1
+    assert "EQUAL outputs" in text and "slow (> 1.3x" in text
+    hist = live.read_csv(tmp_path / "out" / "history.csv")
+    assert sum(1 for r in hist if r.get("benchmark") == "cycle_live" and r.get("model") == "qwen3.5-0.8b") == 6
+    # a second run of the same model replaces its rows
+    assert _run(tmp_path)[0] == 0
+    assert len(live.read_csv(gens)) == 24 and not live.duplicates(live.read_csv(gens), live.GEN_KEY)
+
+
+def test_a_mode_answering_differently_fails_the_run_but_keeps_the_files(tmp_path, capsys):
+    rc, gens, summary = _run(tmp_path, fake={"delay_s": 0.001, "break": "plugin"})
+    text = capsys.readouterr().out
+    assert rc == 1 and "PROBLEMS" in text and "plugin md5" in text
+    assert len(live.read_csv(gens)) == 24 and summary.exists()
+
+
+def test_an_engine_that_does_not_start_is_named_and_every_worker_stops(tmp_path, capsys):
+    rc, gens, _ = _run(tmp_path, fake={"fail": "zero-copy"})
+    text = capsys.readouterr().out
+    assert rc == 2 and "ENGINE FAILED: zero-copy" in text and "told to fail" in text
+    assert not gens.exists()
+
+
+def test_zero_copy_not_engaged_is_a_problem(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(live.MODES, "zero-copy", {"SGLANG_MAMBA_DEDUP": "1"})  # the switch not passed on
+    rc, _, _ = _run(tmp_path)
+    assert rc == 1 and "not every commit served zero-copy" in capsys.readouterr().out
+
+
+def test_the_budget_stops_between_palindromes_and_the_files_stay_clean(tmp_path, capsys):
+    # 0.1 s a generate at batch 1 (0.35 at 16): batch 1's 4 palindromes fit in 3 s, batch 16 is cut or not run
+    rc, gens, summary = _run(tmp_path, "--budget-s", "3", "--stop-reserve-s", "0", "--reps", "8", fake={"delay_s": 0.1})
+    text = capsys.readouterr().out
+    assert rc == 0 and "PARTIAL" in text, text
+    rows = live.read_csv(gens)
+    assert not live.duplicates(rows, live.GEN_KEY)
+    per = Counter((r["batch"], r["mode"]) for r in rows)
+    assert len({n for (b, _), n in per.items() if b == "1"}) == 1  # every mode the same count: whole palindromes
+    assert all(n % 2 == 0 for n in per.values())
+    assert per[("16", "stock")] < 8
+    with open(summary, newline="") as f:
+        assert {r["batch"] for r in csv.DictReader(f)} == {b for b, _ in per}
+
+
+def test_merge_takes_each_models_rows_from_the_device_outputs(tmp_path, capsys):
+    a, b, tree = tmp_path / "a", tmp_path / "b", tmp_path / "tree"
+    assert (
+        live.main(
+            [
+                "--dry-run",
+                "--out",
+                str(a),
+                "--work",
+                str(tmp_path / "w"),
+                "--batches",
+                "1",
+                "--reps",
+                "2",
+                "--preset",
+                "qwen",
+            ]
+        )
+        == 0
+    )
+    assert (
+        live.main(
+            [
+                "--dry-run",
+                "--out",
+                str(b),
+                "--work",
+                str(tmp_path / "w"),
+                "--batches",
+                "1",
+                "--reps",
+                "2",
+                "--preset",
+                "nemo",
+            ]
+        )
+        == 0
+    )
+    assert live.main(["--merge", str(a), str(b), "--out", str(tree)]) == 0
+    rows = live.read_csv(tree / "latest" / "cycle_generates-cpu.csv")
+    assert Counter(r["model"] for r in rows) == {"qwen": 6, "nemo": 6}
+    assert live.main(["--merge", str(a), str(b), "--out", str(tree)]) == 0  # again: nothing doubled
+    assert len(live.read_csv(tree / "latest" / "cycle_generates-cpu.csv")) == 12
+    hist = [r for r in live.read_csv(tree / "history.csv") if r.get("benchmark") == "cycle_live"]
+    assert Counter(r["model"] for r in hist) == {"qwen": 3, "nemo": 3}
