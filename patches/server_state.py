@@ -8,6 +8,7 @@ reading; every value a plain JSON type (SGLang sends the state between processes
 from __future__ import annotations
 
 import logging
+import operator
 from typing import Any
 
 from sglang_mamba_dedup import report, state, versions
@@ -20,8 +21,21 @@ KEY = "mamba_dedup"
 logger = logging.getLogger("sglang_mamba_dedup")
 
 
+#: The integers msgpack carries (SGLang sends the state between processes with it): one beyond would make SGLang's
+#: whole answer fail after our wrapper returned.
+_MSGPACK_INTS = range(-(2**63), 2**64)
+
+
 def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """An integer as a plain ``int`` (numpy's and a 0-d tensor's too); None for anything else (a bool, a float, an
+    integer msgpack cannot carry)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        got = operator.index(value)
+    except (TypeError, ValueError, RuntimeError):  # not an integer (a float, a tensor of several values)
+        return None
+    return got if got in _MSGPACK_INTS else None
 
 
 def scheduler_state(scheduler: Any) -> dict[str, Any]:
@@ -30,6 +44,12 @@ def scheduler_state(scheduler: Any) -> dict[str, Any]:
     pool = getattr(rtp, "mamba_pool", None)
     events = report.events()
     server_args = getattr(scheduler, "server_args", None)
+    decision = events.get("zero_copy")  # the process's last pool decided; this scheduler's pool says first
+    ps = state.pool_state_of(pool)
+    if ps is not None and ps.zero_copy_decided and ps.zero_copy is not None:
+        decision = "on"
+    elif ps is not None and ps.zero_copy_decided and decision == "on":
+        decision = "off: this scheduler's pool keeps today's commit (another pool of the process took zero-copy)"
     return {
         "plugin_version": versions.plugin_version(),
         "mode": state.current_mode().value,
@@ -41,9 +61,9 @@ def scheduler_state(scheduler: Any) -> dict[str, Any]:
         "mamba_slots": _int_or_none(getattr(pool, "size", None)),
         "ledgers": list(events.get("ledgers", [])),
         "zero_copy": None
-        if events.get("zero_copy") is None
-        else {"decision": events["zero_copy"], **{k: events.get(k, 0) for k in state.ZERO_COPY_COUNTERS}},
-        "commits": {k: events.get(k, 0) for k in state.COUNTERS[:2]},
+        if decision is None
+        else {"decision": decision, **{k: _int_or_none(events.get(k, 0)) for k in state.ZERO_COPY_COUNTERS}},
+        "commits": {k: _int_or_none(events.get(k, 0)) for k in state.COUNTERS[:2]},
     }
 
 

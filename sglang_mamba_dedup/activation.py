@@ -122,7 +122,7 @@ def _refuse_fault() -> None:
     name = env.value(env.FAULT)
     if name is not None:
         raise StrictModeError(
-            f"{env.FAULT}={name!r} is set: the negative control breaks the plugin's commit on purpose, so every "
+            f"{env.FAULT}={env.shown(name)!r} is set: the negative control breaks the plugin's commit on purpose, so every "
             f"accepted state would be wrong; strict mode refuses it (unset it; a negative-control run uses {ENV}=1)"
         )
 
@@ -130,7 +130,9 @@ def _refuse_fault() -> None:
 def _accept_flag(head: str, any_release: bool = False) -> str:
     """The launch flag must never take a launch down: SGLang's parser still learns it, and it does nothing."""
     result = installed.apply(["launch_flag"], any_release=any_release)["launch_flag"]
-    return head + (f" [{FLAG} given, accepted and ignored]" if result is None else f" [{FLAG} given]")
+    return head + (
+        f" [{_flags_given()} given, accepted and ignored]" if result is None else f" [{_flags_given()} given]"
+    )
 
 
 def _register(what_if: bool) -> None:
@@ -180,7 +182,7 @@ def _decide(version: str | None, what_if: bool) -> tuple[Mode, str] | None:
         os.environ[ENV] = "1"  # SGLang parses its arguments later; the environment carries it to the schedulers
         mode = Mode.ON
         STATE.activation_key = (os.environ[ENV], version, what_if)
-        head += f" [{FLAG} given]"
+        head += f" [{_flags_given()} given]"
     untested = versions.untested_note(version)
     if untested:
         head += f" [{untested}]"
@@ -254,6 +256,12 @@ def _apply_and_report(mode: Mode, head: str, wanted: list[str], skipped: dict[st
 
         faults.install_from_env()
     report.write()  # muted for a what-if
+
+
+def _flags_given() -> str:
+    """The plugin's launch flags in ``sys.argv``, as the activation line names them (the one typed, not always
+    ``--enable-mamba-conv-dedup``)."""
+    return " ".join(f for f in (FLAG, env.ZERO_COPY_FLAG) if f in sys.argv[1:]) or FLAG
 
 
 def flag_in_argv() -> bool:

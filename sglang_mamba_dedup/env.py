@@ -52,14 +52,20 @@ class SwitchError(ValueError):
     """``SGLANG_MAMBA_DEDUP`` holds a value we do not understand."""
 
 
+def shown(value: str, limit: int = 40) -> str:
+    """``value`` as a message or a report echoes it: cut to ``limit`` characters, with its length, when longer."""
+    return value if len(value) <= limit else f"{value[:limit]}... ({len(value)} characters)"
+
+
 def parse_mode(value: str | None) -> Mode:
     """The mode a switch value selects; :class:`SwitchError` (naming the accepted values) for anything else."""
     if value is None:
         return Mode.OFF
     key = value.strip().lower()
     if key not in _VALUES:
-        shown = value if len(value) <= 40 else f"{value[:40]}... ({len(value)} characters)"
-        raise SwitchError(f"{SWITCH}={shown!r} is not understood; accepted values: {ACCEPTED} (the plugin stays off)")
+        raise SwitchError(
+            f"{SWITCH}={shown(value)!r} is not understood; accepted values: {ACCEPTED} (the plugin stays off)"
+        )
     return _VALUES[key]
 
 

@@ -134,6 +134,7 @@ def write() -> str | None:
     directory = env.value(env.REPORT_DIR)  # stripped: a blank value is no directory, never a folder named " "
     if not directory or STATE.report_muted:
         return None
+    directory = os.path.expanduser(directory)  # "~/reports" where no shell expanded it: never a folder named "~"
     if not STATE.report_atexit:
         STATE.report_atexit = True
         atexit.register(write)

@@ -39,7 +39,9 @@ def value_problem() -> str | None:
     raw = os.environ.get(env.ZERO_COPY)
     if raw is None or wanted() or raw.strip().lower() in _NO:
         return None
-    return f"{env.ZERO_COPY}={raw[:40]!r} is not understood; accepted values: 1, on, true, yes / 0, off, false, no"
+    return (
+        f"{env.ZERO_COPY}={env.shown(raw)!r} is not understood; accepted values: 1, on, true, yes / 0, off, false, no"
+    )
 
 
 def release_ok(version: str | None = None) -> bool:

@@ -49,16 +49,15 @@ def collect() -> dict[str, Any]:
         "problems": [],
     }
     raw = os.environ.get(env.SWITCH)
-    info["switch"] = {"raw": raw}
+    info["switch"] = {"raw": None if raw is None else env.shown(raw)}  # m19: never 100,000 characters back
     try:
         info["switch"]["mode"] = activation.parse_mode(raw).value
     except activation.SwitchError as exc:
         info["switch"]["mode"] = None
         info["switch"]["error"] = str(exc)
-
-    info["zero_copy"] = {"asked": zero_copy_patch.asked(info["sglang"]), "not_served": None}
-    with contextlib.suppress(Exception):  # an unsupported or missing release: the switch line above says enough
-        info["zero_copy"]["not_served"] = zero_copy_patch.not_served(info["sglang"])
+    info["zero_copy"] = _zero_copy(info["sglang"], info["switch"]["mode"])
+    if info["zero_copy"]["not_served"] and not info["zero_copy"]["ignored"]:
+        info["problems"].append(info["zero_copy"]["not_served"])  # asked for and not served: strict stops there
 
     fault = _fault()
     if fault:
@@ -109,8 +108,10 @@ def collect() -> dict[str, Any]:
                 "reason": reason if reason else (None if selected else "not needed on this release"),
                 "targets": {p.name: {"target": p.target, "problem": per_patch.get(p.name)} for p in selected},
             }
-            if reason and feature in ASKED_FOR and not info["zero_copy"]["asked"]:
-                features[feature]["reason"] = f"not asked for ({env.ZERO_COPY} unset): {reason}"
+            if feature in ASKED_FOR and not info["zero_copy"]["asked"]:
+                why = info["zero_copy"]["not_served"] or f"{env.ZERO_COPY} unset or off"
+                features[feature]["would_apply"] = False
+                features[feature]["reason"] = f"not asked for ({why})" + (f": {reason}" if reason else "")
             elif reason:
                 info["problems"].append(reason)
         info["features"] = features
@@ -127,6 +128,21 @@ def collect() -> dict[str, Any]:
     return info
 
 
+def _zero_copy(version: str | None, mode: str | None) -> dict[str, Any]:
+    """What becomes of the zero-copy variable here: asked for (on this release), why not served, and whether the
+    activation ignores it (the plugin off, or a switch value it does not understand)."""
+    out: dict[str, Any] = {"asked": zero_copy_patch.asked(version), "not_served": None, "ignored": None}
+    with contextlib.suppress(Exception):  # an unsupported or missing release: the switch line says enough
+        out["not_served"] = zero_copy_patch.not_served(version)
+    said = zero_copy_patch.wanted() or zero_copy_patch.value_problem()
+    if said and mode in (None, env.Mode.OFF.value):
+        out["ignored"] = (
+            f"{env.ZERO_COPY} is ignored: the plugin is off ({env.SWITCH} "
+            f"{'unset/0/off' if mode else 'not understood'}); switch it on with {env.SWITCH}=1 (or {env.FLAG})"
+        )
+    return out
+
+
 def _fault() -> dict[str, Any] | None:
     """The negative-control fault variable, when set: what it does and what the plugin makes of it."""
     name = faults.requested()
@@ -134,6 +150,7 @@ def _fault() -> dict[str, Any] | None:
         return None
     effect = faults.FAULTS.get(name)
     what = f"{effect} (on: every accepted state goes wrong)" if effect else "not a known fault (on: ERROR, ignored)"
+    name = env.shown(name)  # a pasted 100,000-character value is not echoed three times
     return {
         "variable": env.FAULT,
         "value": name,
@@ -172,7 +189,9 @@ def render(info: dict[str, Any]) -> str:
     else:
         say(f"  switch      {env.SWITCH}={sw['raw'] if sw['raw'] is not None else '<unset>'} -> {sw['mode']}")
     zc = info.get("zero_copy") or {}
-    if zc.get("asked") or zc.get("not_served"):
+    if zc.get("ignored"):
+        say(f"  zero-copy   {zc['ignored']}")
+    elif zc.get("asked") or zc.get("not_served"):
         say(f"  zero-copy   {'asked for' if zc.get('asked') else zc['not_served']}")
     if info.get("fault"):
         say(f"  FAULT       {info['fault']['problem']}")
@@ -202,7 +221,11 @@ def describe_release(version: str | None) -> str:
     if problem:
         return f"SGLang {version}: not supported ({problem}); nothing is patched."
     mode = versions.mode_for(version)
-    targets = [f"{p.target} [{p.feature}]" for p in PATCHES if p.feature != "launch_flag" and p.applies_to(version)]
+    targets = [
+        f"{p.target} [{p.feature}" + (f", only with {env.ZERO_COPY}=1]" if p.feature in ASKED_FOR else "]")
+        for p in PATCHES
+        if p.feature != "launch_flag" and p.applies_to(version)
+    ]
     if mode == "backport":
         what = (
             "back-port mode: SGLang allocates a dense [L, S+1, D, dim, K-1] conv-window scratch; the plugin "
@@ -272,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                 "problem": problem,
                 "mode": versions.mode_for(args.release),
                 "patches": [
-                    {"name": p.name, "feature": p.feature, "target": p.target}
+                    {"name": p.name, "feature": p.feature, "target": p.target, "opt_in": p.feature in ASKED_FOR}
                     for p in PATCHES
                     if problem is None and p.feature != "launch_flag" and p.applies_to(args.release)
                 ],

@@ -194,3 +194,55 @@ def test_demo_and_plan_with_a_broken_triton_say_it_in_one_line(command):
     assert "Traceback" not in proc.stderr and "estimator failed" not in proc.stderr, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "SGLang" in lines[0] and "does not import" in lines[0] and "triton" in lines[0], lines
+
+
+def test_doctor_cuts_long_values_it_echoes(monkeypatch, capsys):
+    """Audit 2026-12-04 m19 (and its FAULT twin): a 100,000-character switch or fault value was echoed whole in
+    ``switch.raw`` and three times in the fault's entries; each is cut to 40 characters and its length."""
+    _fake_cuda(monkeypatch)
+    monkeypatch.setenv(env.SWITCH, "x" * 100_000)
+    assert doctor.main(["--json"]) == 2
+    out = capsys.readouterr().out
+    assert len(out) < 20_000 and "(100000 characters)" in json.loads(out)["switch"]["raw"]
+    monkeypatch.setenv(env.SWITCH, "1")
+    monkeypatch.setenv(env.FAULT, "f" * 100_000)
+    for argv in (["--json"], []):
+        assert doctor.main(argv) == 1
+        out = capsys.readouterr().out
+        assert len(out) < 20_000 and "(100000 characters)" in out
+
+
+def test_doctor_says_what_becomes_of_the_zero_copy_variable(monkeypatch, capsys):
+    """Audit 2026-12-04: doctor said "zero-copy asked for" with the plugin off (the activation ignores the
+    variable), listed no problem where zero-copy is asked for but not served (strict stops the launch there), said
+    "feature zero_copy would apply" where it is not asked for, and "(... unset)" for a value that was set."""
+    _fake_cuda(monkeypatch)
+    monkeypatch.setenv(env.ZERO_COPY, "1")
+    assert doctor.main(["--json"]) in (0, 1)
+    info = json.loads(capsys.readouterr().out)
+    assert info["zero_copy"]["ignored"] and "ignored" in info["zero_copy"]["ignored"]
+    doctor.main([])
+    assert "is ignored" in capsys.readouterr().out
+    for switch in ("1", "strict"):
+        monkeypatch.setenv(env.SWITCH, switch)
+        monkeypatch.setenv(env.ZERO_COPY, "2")
+        assert doctor.main(["--json"]) == 1
+        info = json.loads(capsys.readouterr().out)
+        assert info["zero_copy"]["not_served"] in info["problems"] and not info["zero_copy"]["ignored"]
+        zc = info["features"]["zero_copy"]
+        assert zc["would_apply"] is False and "'2' is not understood" in zc["reason"] and "unset" not in zc["reason"]
+    monkeypatch.delenv(env.ZERO_COPY)
+    assert doctor.main(["--json"]) == 0
+    zc = json.loads(capsys.readouterr().out)["features"]["zero_copy"]
+    assert zc["would_apply"] is False and zc["reason"].startswith(f"not asked for ({env.ZERO_COPY} unset or off)")
+
+
+def test_doctor_release_marks_the_opt_in_targets(capsys):
+    """``doctor --release 0.5.23`` listed zero-copy's targets among "Patched" as if always wrapped."""
+    assert doctor.main(["--release", versions.ZERO_COPY_RELEASE]) == 0
+    out = capsys.readouterr().out
+    assert f"[zero_copy, only with {env.ZERO_COPY}=1]" in out
+    assert doctor.main(["--release", versions.ZERO_COPY_RELEASE, "--json"]) == 0
+    patches = json.loads(capsys.readouterr().out)["patches"]
+    assert {p["feature"]: p["opt_in"] for p in patches}["zero_copy"] is True
+    assert {p["feature"]: p["opt_in"] for p in patches}["commit"] is False

@@ -99,3 +99,57 @@ def test_each_scheduler_says_its_cap_slots_and_ledger():
         assert state.get("effective_max_running_requests_per_dp") == 3  # SGLang's own answer is kept
     with iu.plugin(False):
         assert server_state.KEY not in _internal_state(_Scheduler(max_running_requests=3))
+
+
+def _odd(**attrs):
+    import types
+
+    return types.SimpleNamespace(**attrs)
+
+
+def test_numpy_and_tensor_integers_are_numbers_and_huge_ones_are_null():
+    """Audit 2026-12-04 (m16 of the one before): numpy integers were silently null; an integer msgpack cannot carry
+    (beyond 64 bits) would make SGLang's whole answer fail after our wrapper returned. Both are handled."""
+    import msgspec
+    import numpy as np
+    import torch
+
+    from sglang_mamba_dedup import report, state
+
+    pool = _odd(size=np.int32(300))
+    sched = _odd(max_running_requests=np.int64(48), server_args=_odd(max_running_requests=np.int64(256)))
+    sched.req_to_token_pool = _odd(mamba_pool=pool)
+    entry = server_state.scheduler_state(sched)
+    assert entry["max_running_requests"] == {"asked": 256, "effective": 48} and entry["mamba_slots"] == 300
+    assert type(entry["mamba_slots"]) is int and json.loads(json.dumps(entry)) == entry
+    pool.size = torch.tensor(7)
+    assert server_state.scheduler_state(sched)["mamba_slots"] == 7
+    sched.max_running_requests, pool.size = 2**70, 1.5
+    with state.STATE.lock:
+        state.STATE.events["commit_calls"] = 2**65
+    try:
+        entry = server_state.scheduler_state(sched)
+    finally:
+        report.clear_events()
+    assert entry["max_running_requests"]["effective"] is None and entry["mamba_slots"] is None
+    assert entry["commits"]["commit_calls"] is None
+    msgspec.msgpack.encode(entry)
+
+
+def test_the_zero_copy_decision_is_this_schedulers_pool():
+    """The process-wide event is the last pool decided; a second pool deciding off after the scheduler's own pool
+    took zero-copy made the block say off beside a growing zc_commit_calls."""
+    from sglang_mamba_dedup import report, state
+
+    pool = _odd(size=8)
+    sched = _odd(max_running_requests=4, req_to_token_pool=_odd(mamba_pool=pool))
+    ps = state.pool_state(pool)
+    ps.zero_copy_decided, ps.zero_copy = True, object()
+    report.record_zero_copy("on")
+    report.record_zero_copy("off: no per-step SSM scratch (a draft's pool, or ReplaySSM)")
+    try:
+        assert server_state.scheduler_state(sched)["zero_copy"]["decision"] == "on"
+        ps.zero_copy = None
+        assert server_state.scheduler_state(sched)["zero_copy"]["decision"].startswith("off")
+    finally:
+        report.clear_events()

@@ -320,3 +320,22 @@ def test_an_in_process_plan_leaves_the_activation_as_it_found_it(how, monkeypatc
     assert plan.main(["--shape", "qwen3.5-0.8b", "--gpu-memory-gb", "80"]) == 0
     after = (_applied_features(), state.STATE.mode, state.STATE.activation_key, _wrapped_names())
     assert after == before
+
+
+def test_the_activation_line_names_the_flag_given(monkeypatch):
+    """Audit 2026-12-04: ``--enable-mamba-zero-copy-commit`` alone was logged as ``[--enable-mamba-conv-dedup
+    given]``, a flag the operator never typed."""
+    monkeypatch.delenv(env.ZERO_COPY, raising=False)
+    monkeypatch.setattr("sys.argv", ["sglang.launch_server", "--model-path", "m", env.ZERO_COPY_FLAG])
+    activation.register()
+    assert f"[{env.ZERO_COPY_FLAG} given]" in activation.last_summary()
+    assert env.FLAG not in activation.last_summary().split(": ")[0]
+
+
+def test_strict_mode_cuts_a_long_fault_value(monkeypatch):
+    """Audit 2026-12-04: strict mode's refusal of a set fault echoed the whole value (100,000 characters)."""
+    monkeypatch.setenv(env.SWITCH, "strict")
+    monkeypatch.setenv(env.FAULT, "f" * 100_000)
+    with pytest.raises(SystemExit) as exc:
+        activation.register()
+    assert len(str(exc.value)) < 1_000 and "(100000 characters)" in str(exc.value)

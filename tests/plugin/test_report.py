@@ -84,3 +84,14 @@ def test_counters_are_counted_through_the_report_under_their_declared_names():
     with pytest.raises(ValueError, match="not a launch path"):
         report.count_launch("cuda")
     assert "zc_typo_calls" not in report.events()
+
+
+def test_a_report_dir_with_a_tilde_is_the_home_folder(monkeypatch, tmp_path):
+    """Audit 2026-12-04: ``SGLANG_MAMBA_DEDUP_REPORT_DIR=~/reports`` (quoted, a systemd unit, a YAML env block: no
+    shell expanded it) made a folder named ``~`` in the working directory."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(env.REPORT_DIR, "~/reports")
+    written = report.write()
+    assert written is not None and pathlib.Path(written).parent == tmp_path / "home" / "reports"
+    assert not (tmp_path / "~").exists()
