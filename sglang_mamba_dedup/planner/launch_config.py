@@ -312,6 +312,7 @@ def settings_of(sa: Any) -> dict[str, Any]:
         "max_mamba_cache_size": _read(sa, "get_schedule", "max_mamba_cache_size"),
         "mem_fraction_static": _read(sa, "get_schedule", "mem_fraction_static"),
         "mamba_full_memory_ratio": _read(sa, "get_schedule", "mamba_full_memory_ratio"),
+        "page_size": _read(sa, "get_schedule", "page_size"),
         "tp_size": getattr(sa, "tp_size", 1),
         "pp_size": getattr(sa, "pp_size", 1),
         "attn_dp_size": attn_dp_size(sa),

@@ -37,7 +37,7 @@ from ..cli._args import environ, switched
 from ..offline.shapes import MODELS
 from ..sizing import GIB, MIB
 from . import args as plan_args
-from . import launch_config
+from . import launch_config, sglang_estimate
 from . import render as plan_render
 from .model import PlanError, flag_value, model_flag, shape_from_config, shard
 
@@ -114,6 +114,7 @@ def _document(model: str, mixer: str, cp, st: dict[str, Any], args, weights_gb: 
             "ssm_dtype": str(cp.dtype.temporal).replace("torch.", ""),
             "disaggregation_mode": st["disaggregation_mode"] or "null",
             "mamba_strategy": st.get("mamba_strategy"),
+            "max_mamba_cache_size": st.get("max_mamba_cache_size"),
         },
         "weights": {"gb": weights_gb, "how": weights_how},
     }
@@ -127,6 +128,10 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
         raise PlanError(str(exc)) from None
     st = launch.settings
     _check_resolved(st, args.gpu_memory_gb, given_fraction="--mem-fraction-static" in argv)
+    try:
+        kv = sglang_estimate.kv_pool(launch, args.gpu_memory_gb)
+    except ValueError as exc:  # SGLang's own refusal of the KV cache dtype
+        raise PlanError(f"--kv-cache-dtype: SGLang refused it: {exc}") from None
     cp, note = launch_cache_params(launch)
     if st["replayssm"] and mixer != "gdn":  # m-P4: SGLang's ReplaySSM is Gated DeltaNet's (and KDA's)
         st = dict(st, replayssm=False)
@@ -140,8 +145,6 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
                 ],
             )
         )
-    if not st["speculative_num_draft_tokens"]:
-        raise PlanError("the launch has no speculative decoding (--speculative-algorithm NEXTN): nothing to plan")
     draft_path = flag_value(argv, "--speculative-draft-model-path")
     model_path = Path(model_flag(argv) or ".")
     same = draft_path is None or Path(draft_path).resolve() == model_path.resolve()
@@ -181,16 +184,17 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
         )
     doc = _document(model_path.name, mixer, cp, st, args, weights_gb, how)
     doc.update(launch={"argv": launch.argv, "resolved": st}, budget_gb=rest, budget_how=budget.how(), note=note)
-    kv_token_bytes = max(1, kv_bytes_per_token(launch, len(cp.layers)))
+    doc["kv"] = kv.as_dict()
     for key, plugin in COLUMNS:
-        est = _estimate(cp, mixer, st, rest, plugin, launch=launch, kv_token_bytes=kv_token_bytes)
+        est = _estimate(cp, mixer, st, rest, plugin, launch=launch, kv=kv)
         if args.rest_gb is None:  # what fraction admits every request asked for, capped or not
 
-            def admits_at(f: float, plugin: bool = plugin) -> bool:
+            def at(f: float, plugin: bool = plugin) -> dict[str, Any] | None:
                 rest_f = budget.rest(f)
-                return rest_f > 0 and _admits_all(_estimate(cp, mixer, st, rest_f, plugin, launch=launch))
+                return _estimate(cp, mixer, st, rest_f, plugin, launch=launch) if rest_f > 0 else None
 
-            _search_fraction(est, admits_at, st["mem_fraction_static"])
+            _search_fraction(est, lambda f: _admits_all(at(f)), st["mem_fraction_static"])
+            _search_start(est, lambda f: _starts(at(f)), st["mem_fraction_static"])
         if args.rest_gb is None:  # from the flags alone: the plan again if the load takes more than its bytes
             low = (
                 _estimate(cp, mixer, st, rest - LOAD_MARGIN_GB, plugin, launch=launch)
@@ -200,7 +204,7 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
             est["load_margin"] = {
                 "gb": LOAD_MARGIN_GB,
                 "starts": bool(low and low["starts"]),  # m-P3: at the margin SGLang may refuse to start
-                "kv_cache_gb": low["kv_cache_gb"] if low else rest - LOAD_MARGIN_GB,
+                "kv_cache_gb": low["kv_cache_gb"] if low else 0.0,
                 "mamba_slots": low["mamba_slots"] if low else 0,
                 "running_requests": low["running_requests"] if low else 0,
                 # the top of the range: the free memory a user reads has two decimals (SGLang's "avail mem")
@@ -220,6 +224,25 @@ def _check_resolved(st: dict[str, Any], free_gb: float, *, given_fraction: bool)
     """m-P6: SGLang's resolution accepts numbers no server runs with; the plan refuses them, as it does its own."""
     import math
 
+    # m11: no speculative decoding is the reason, not what it leaves unresolved
+    if not st["speculative_algorithm"] and not st["speculative_num_draft_tokens"]:
+        raise PlanError("the launch has no speculative decoding (--speculative-algorithm NEXTN): nothing to plan")
+    steps, draft = st.get("speculative_num_steps"), st["speculative_num_draft_tokens"]
+    if isinstance(steps, int) and steps < 1:  # B6: SGLang resolves a negative count to a draft count of -1
+        raise PlanError(
+            f"--speculative-num-steps resolved to {steps} (draft tokens {draft}): it must be a whole number >= 1"
+        )
+    if not isinstance(draft, int) or draft < 1:
+        raise PlanError(f"--speculative-num-draft-tokens resolved to {draft!r}: it must be a whole number >= 1")
+    ratio = st.get("mamba_full_memory_ratio")  # m6-m8: SGLang's estimator divides by it and rounds
+    if ratio is not None and (not isinstance(ratio, (int, float)) or not math.isfinite(ratio) or ratio <= 0):
+        raise PlanError(f"--mamba-full-memory-ratio {ratio!r}: it must be a finite number above 0")
+    size = st.get("max_mamba_cache_size")  # m4, m5
+    if size is not None and (not isinstance(size, int) or size < 1):
+        raise PlanError(f"--max-mamba-cache-size {size!r}: it must be a whole number >= 1")
+    page = st.get("page_size")  # m2, m3
+    if page is not None and (not isinstance(page, int) or page < 1):
+        raise PlanError(f"--page-size {page!r}: it must be a whole number >= 1")
     running = st["max_running_requests"]
     if not isinstance(running, int) or running < 1:
         raise PlanError(f"--max-running-requests resolved to {running!r}: it must be a whole number >= 1")
@@ -269,23 +292,23 @@ def _plan_shape(args) -> dict[str, Any]:
         doc[key] = est = _estimate(cp, shape.mixer, st, budget, plugin, extra=extra)
         if args.rest_gb is None:  # B1: the fraction that admits them all, searched as for a launch
 
-            def admits_at(f: float, plugin: bool = plugin) -> bool:
+            def at(f: float, plugin: bool = plugin) -> dict[str, Any] | None:
                 rest_f = args.gpu_memory_gb * f - weights_gb
-                return rest_f > 0 and _admits_all(_estimate(cp, shape.mixer, st, rest_f, plugin, extra=extra))
+                return _estimate(cp, shape.mixer, st, rest_f, plugin, extra=extra) if rest_f > 0 else None
 
-            _search_fraction(est, admits_at, frac)
+            _search_fraction(est, lambda f: _admits_all(at(f)), frac)
+            _search_start(est, lambda f: _starts(at(f)), frac)
     return doc
 
 
 def _estimate(
-    cp, mixer: str, st: dict[str, Any], rest_gb: float, plugin: bool, *, launch=None, extra=None, kv_token_bytes=None
+    cp, mixer: str, st: dict[str, Any], rest_gb: float, plugin: bool, *, launch=None, extra=None, kv=None
 ) -> dict[str, Any]:
     """SGLang's estimate for a budget of ``rest_gb``, the plugin off or on: for a resolved ``launch``, or for the
     what-if settings ``st`` (with ``extra`` ``ServerArgs`` fields)."""
     from sglang.srt.server_args import ServerArgs
 
     from .. import ledger, sizing
-    from . import sglang_estimate
 
     d, replay = st["speculative_num_draft_tokens"], st["replayssm"]
     with switched("1" if plugin else "0"):
@@ -329,21 +352,27 @@ def _estimate(
         "plugin": decision
         and {k: v for k, v in decision.items() if k in ("applied", "reason", "top_up_bytes", "pd_decode_pre_alloc")},
     }
-    if kv_token_bytes is not None:
-        out["kv_tokens"] = int(out["kv_cache_gb"] * GIB) // kv_token_bytes
+    out["starts"] = out["kv_cache_gb"] > 0
+    if not out["starts"]:  # m14: SGLang refuses to start; no negative share or token count
+        out["kv_cache_gb"] = 0.0
+    if kv is not None:  # a launch: SGLang's max_total_num_tokens (None: not priced, or it would not start)
+        out["kv_tokens"] = kv.tokens(out["kv_cache_gb"])
     out["fraction_needed"] = None  # with fraction_searched: no fraction below 1 admits every request
     out["fraction_searched"] = False  # --rest-gb fixes the budget: no fraction was looked for
-    out["starts"] = out["kv_cache_gb"] > 0
+    out["fraction_starts"] = None  # set when the launch would not start: the smallest fraction that starts it
     return out
 
 
-def _admits_all(est: dict[str, Any]) -> bool:
-    return est["starts"] and not est["capped_by_mamba_pool"]
+def _admits_all(est: dict[str, Any] | None) -> bool:
+    return bool(est and est["starts"] and not est["capped_by_mamba_pool"])
+
+
+def _starts(est: dict[str, Any] | None) -> bool:
+    return bool(est and est["starts"])
 
 
 def _strategy(st: dict[str, Any]) -> dict[str, Any]:
     """A what-if's radix-cache strategy as the release's ``ServerArgs`` field (0.5.23 and older spell it apart)."""
-    from . import sglang_estimate
 
     fields = sglang_estimate.server_args_fields()
     name = next((n for n in ("mamba_radix_cache_strategy", "mamba_scheduler_strategy") if n in fields), None)
@@ -354,7 +383,6 @@ def _disaggregation(args, st: dict[str, Any]) -> dict[str, Any]:
     """The PD settings as ``ServerArgs`` fields (empty for a plain server); a decode server's pre-allocated
     requests default as SGLang's start-up sets them (:func:`.patches.estimator.default_pre_alloc`)."""
     from ..patches import estimator as estimator_patch
-    from . import sglang_estimate
 
     out: dict[str, Any] = {}
     mode = st["disaggregation_mode"]
@@ -462,21 +490,19 @@ def _search_fraction(est: dict[str, Any], admits_at: Callable[[float], bool], ow
     est["fraction_needed"] = hi / 100
 
 
-def kv_bytes_per_token(launch, mamba_layers: int) -> int:
-    """KV-cache bytes per token of the target's full-attention layers plus the draft's (MTP) layers, one rank,
-    in the model's dtype: what turns the KV share into SGLang's ``max_total_num_tokens`` (pages not counted)."""
-    cfg = launch_config.mamba_config(launch.model_config)
-    layers = int(getattr(cfg, "num_hidden_layers", 0))
-    pattern = getattr(cfg, "hybrid_override_pattern", None)
-    attn = pattern.count("*") if isinstance(pattern, str) else max(0, layers - mamba_layers)
-    draft = int(getattr(cfg, "mtp_num_hidden_layers", 0) or getattr(cfg, "num_nextn_predict_layers", 0) or 1)
-    tp = int(launch.settings["tp_size"] or 1)
-    heads = max(1, int(getattr(cfg, "num_key_value_heads", 1)) // tp)
-    head_dim = int(
-        getattr(cfg, "head_dim", 0)
-        or int(getattr(cfg, "hidden_size", 0)) // int(getattr(cfg, "num_attention_heads", 1))
-    )
-    return 2 * (attn + draft) * heads * head_dim * 2
+def _search_start(est: dict[str, Any], starts_at: Callable[[float], bool], own: float) -> None:
+    """B5: sets ``est["fraction_starts"]`` when the launch would not start at its own fraction ``own``: the smallest
+    ``--mem-fraction-static`` (hundredths) at which SGLang's estimate leaves a KV cache, whether or not the mamba pool
+    admits every request there (a fixed ``--max-mamba-cache-size`` never does); None when none below 1 does."""
+    if est["starts"]:
+        return
+    lo, hi = int(round(own * 100)), 99
+    if not starts_at(hi / 100):
+        return
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if starts_at(mid / 100) else (mid, hi)
+    est["fraction_starts"] = hi / 100
 
 
 @contextlib.contextmanager

@@ -74,6 +74,15 @@ def render(doc: dict[str, Any]) -> str:
     )
     if doc["note"]:
         lines.append(f"note: {doc['note']}")
+    kv = doc.get("kv")
+    if kv:
+        cell = f"{kv['cell_bytes']} B per token" if kv["cell_bytes"] else "bytes per token not priced"
+        lines.append(
+            f"KV cache {kv['dtype']} ({kv['element_bytes']} B an element), {cell}: {kv['how']}; page {kv['page_size']}"
+            + (f", at most {kv['max_total_tokens']} tokens (--max-total-tokens)" if kv["max_total_tokens"] else "")
+        )
+        if kv["not_priced"]:
+            lines.append("not priced (SGLang reads it when it sizes the KV pool): " + "; ".join(kv["not_priced"]))
     numbers = [format(est[k], f) for est in (s, p) for k, f in (("mamba_slots", "d"), ("kv_cache_gb", ".3f"))]
     width = max(14, 2 + max(map(len, numbers)))  # m-P8: huge numbers keep a space between the columns
     lines += ["", f"{'':34}{'stock':>{width}}{'plugin':>{width}}"]
@@ -86,31 +95,49 @@ def render(doc: dict[str, Any]) -> str:
     row("running requests that fit", s["running_requests"], p["running_requests"], "d")
     row("mamba pool reserved (GB)", s["reserved_gb"], p["reserved_gb"], ".3f")
     row("left for the KV cache (GB)", s["kv_cache_gb"], p["kv_cache_gb"], ".3f")
-    if "kv_tokens" in s and s["kv_tokens"] > 0 and p["kv_tokens"] > 0:
-        row("KV cache tokens (about)", s["kv_tokens"], p["kv_tokens"], "d")
+    if s.get("kv_tokens") is not None or p.get("kv_tokens") is not None:
+        lines.append(
+            f"{'KV cache tokens':34}"
+            + "".join(format("-" if t is None else t, f">{width}") for t in (s["kv_tokens"], p["kv_tokens"]))
+        )
     lines.append("per request (MiB):")
     for key in s["per_request_mib"]:
         row(f"  {key.replace('_', ' ')}", s["per_request_mib"][key], p["per_request_mib"][key], ".2f")
     for label, est in (("stock", s), ("plugin", p)):
         need = est.get("fraction_needed")
         searched = est.get("fraction_searched", True)
+        fixed = st.get("max_mamba_cache_size")
         if est.get("starts") is False:
+            start = est.get("fraction_starts")
+            if start and need and start >= need:
+                how = f"--mem-fraction-static {need} starts it with all {st['max_running_requests']} requests"
+            elif start:  # B5: a fraction that starts it, though the pool may not admit every request there
+                how = f"--mem-fraction-static {start} starts it" + (
+                    f" ({need} admits all {st['max_running_requests']} requests)"
+                    if need
+                    else f" (the mamba pool's {fixed} slots fixed by --max-mamba-cache-size cap the running requests)"
+                    if fixed
+                    else ""
+                )
+            elif searched:
+                how = "no --mem-fraction-static below 1 starts it"
+            else:
+                how = f"a larger budget ({NOT_SEARCHED})"
+            # a fixed --max-mamba-cache-size: fewer running requests do not shrink the pool
+            alt = "or lower --max-mamba-cache-size" if fixed else f"or {_lower_requests(est)}"
             lines.append(
                 f"{label}: the server would not start (SGLang: 'Loaded weights leave no GPU memory for the KV cache'): "
-                f"the mamba pool takes {est['reserved_gb']:.3f} GB of {doc['budget_gb']:.3f}; "
-                + (
-                    f"--mem-fraction-static {need} starts it with all {st['max_running_requests']} requests"
-                    if need
-                    else "no --mem-fraction-static below 1 starts it"
-                    if searched
-                    else f"a larger budget ({NOT_SEARCHED})"
-                )
-                + f", or {_lower_requests(est)}"
+                f"the mamba pool takes {est['reserved_gb']:.3f} GB of {doc['budget_gb']:.3f}; {how}, {alt}"
             )
         elif est["capped_by_mamba_pool"]:
+            ratio = est["slots_per_request"]
             lift = (
                 f"--mem-fraction-static {need} admits all {st['max_running_requests']}"
                 if need
+                else f"--max-mamba-cache-size {st['max_running_requests'] * ratio} admits all "
+                f"{st['max_running_requests']} ({ratio} slots per request; the flag fixes the slots at {fixed}, "
+                "whatever the fraction)"
+                if fixed
                 else f"a larger budget may admit them all ({NOT_SEARCHED})"
                 if not searched
                 else "no --mem-fraction-static below 1 admits them all; "

@@ -350,8 +350,8 @@ def test_a_pasted_launch_with_the_plugins_flag_keeps_the_stock_column_stock(tmp_
         assert proc.returncode == 0, proc.stderr
         doc = json.loads(proc.stdout)
         return (
-            {k: doc["stock"][k] for k in ("mamba_slots", "running_requests", "kv_cache_gb")},
-            {k: doc["plugin"][k] for k in ("mamba_slots", "running_requests", "kv_cache_gb")},
+            {k: doc["stock"][k] for k in ("mamba_slots", "running_requests", "kv_cache_gb", "reserved_gb")},
+            {k: doc["plugin"][k] for k in ("mamba_slots", "running_requests", "kv_cache_gb", "reserved_gb")},
         )
 
     stock, plugin = stock_and_plugin()
