@@ -7,6 +7,9 @@
 #                                         # that release's sglang (--no-deps) and the transformers/tokenizers
 #                                         # pins it needs; use it with .ci/with-release.sh <release> <cmd>
 #   bash .ci/setup-env.sh all             # every release in sglang_mamba_dedup.versions.RELEASES
+#   bash .ci/setup-env.sh --overlays 0.5.16 0.5.21   # the overlays only, beside a ready base venv (.ci/test.sh
+#                                         # builds them while the first test jobs run: nothing in the base venv,
+#                                         # the editable install included, is touched)
 #
 # An overlay is put in front of the base venv's site-packages through PYTHONPATH, so `import sglang` and
 # importlib.metadata both see the overlay's release. Idempotent: a venv or overlay whose stamp matches is kept.
@@ -14,12 +17,19 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 VENV=${VENV:-.venv}
+case $VENV in /*) ;; *) VENV=$root/$VENV ;; esac  # absolute: an overlay's import check puts it on PYTHONPATH
 BASE_RELEASE=0.5.23
 PY=${PYTHON:-python3}
 quiet() { grep -v -e '^WARNING: Location' -e "^WARNING: Running pip as the 'root'" -e '^WARNING: Target directory' || true; }
 
 stamp="$VENV/.stamp-base-$BASE_RELEASE-v2"
-if [ ! -f "$stamp" ]; then
+overlays_only=0
+if [ "${1:-}" = --overlays ]; then
+  overlays_only=1
+  shift
+  [ -f "$stamp" ] || { echo "--overlays: no base venv in $VENV (run bash .ci/setup-env.sh first)" >&2; exit 1; }
+fi
+if [ "$overlays_only" = 0 ] && [ ! -f "$stamp" ]; then
   rm -rf "$VENV"
   "$PY" -m venv "$VENV"
   pip="$VENV/bin/python -m pip"
@@ -38,11 +48,13 @@ if [ ! -f "$stamp" ]; then
   "$VENV/bin/python" -c "import sglang.srt.mem_cache.memory_pool" >/dev/null \
     || { echo "sglang $BASE_RELEASE does not import in $VENV" >&2; exit 1; }
   touch "$stamp"
-  echo "ready: $VENV with sglang $BASE_RELEASE"
+  echo "ready: $VENV with sglang $BASE_RELEASE after $SECONDS s"
 fi
-"$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | quiet
-# lint tools (also for a base venv built before they were part of it)
-[ -x "$VENV/bin/ruff" ] && [ -x "$VENV/bin/mypy" ] || "$VENV/bin/python" -m pip install -q ruff==0.17.6 mypy==2.4.1 2>&1 | quiet
+if [ "$overlays_only" = 0 ]; then
+  "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | quiet
+  # lint tools (also for a base venv built before they were part of it)
+  [ -x "$VENV/bin/ruff" ] && [ -x "$VENV/bin/mypy" ] || "$VENV/bin/python" -m pip install -q ruff==0.17.6 mypy==2.4.1 2>&1 | quiet
+fi
 
 releases=("$@")
 if [ "${1:-}" = all ]; then
@@ -53,14 +65,15 @@ for rel in "${releases[@]}"; do
   dir="$VENV/overlays/$rel"
   [ -f "$dir/.stamp-v2" ] && continue
   # The pins each release's SGLang imports with on the CPU (FACTS §5); the rest comes from the base venv.
+  t_overlay=$SECONDS
   pins=$("$VENV/bin/python" .ci/release_pins.py "$rel")
   rm -rf "$dir"
   "$VENV/bin/python" -m pip install -q --no-deps --target "$dir" "sglang==$rel" $pins 2>&1 | quiet
-  PYTHONPATH="$root/$dir" "$VENV/bin/python" -c "
+  PYTHONPATH="$dir" "$VENV/bin/python" -c "
 import importlib.metadata as md, sys
 import sglang.srt.mem_cache.memory_pool, sglang.srt.layers.attention.hybrid_linear_attn_backend
 assert md.version('sglang') == sys.argv[1], md.version('sglang')" "$rel" \
     || { echo "sglang $rel does not import from $dir" >&2; exit 1; }
   touch "$dir/.stamp-v2"
-  echo "ready: overlay $dir (sglang $rel${pins:+ + $pins})"
+  echo "ready: overlay $dir (sglang $rel${pins:+ + $pins}) after $((SECONDS - t_overlay)) s"
 done
