@@ -68,15 +68,18 @@ def _text_config(model) -> dict:
     return cfg.get("text_config", cfg)
 
 
+def _attention_layers(cfg: dict) -> int:
+    if "hybrid_override_pattern" in cfg:  # Nemotron-H: '*' is an attention layer
+        return cfg["hybrid_override_pattern"].count("*")
+    if "layer_types" in cfg:
+        return sum(t == "full_attention" for t in cfg["layer_types"])
+    return cfg["num_hidden_layers"] // cfg["full_attention_interval"]
+
+
 def expected_cell(model, element: int, *, draft: bool = True, tp: int = 1) -> int:
     """SGLang 0.5.23's KV bytes per token of this checkpoint (module docstring), from its config.json alone."""
     cfg = _text_config(model)
-    if "hybrid_override_pattern" in cfg:  # Nemotron-H: '*' is an attention layer
-        attn = cfg["hybrid_override_pattern"].count("*")
-    elif "layer_types" in cfg:
-        attn = sum(t == "full_attention" for t in cfg["layer_types"])
-    else:
-        attn = cfg["num_hidden_layers"] // cfg["full_attention_interval"]
+    attn = _attention_layers(cfg)
     heads = max(1, cfg["num_key_value_heads"] // tp)
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     cell = heads * 2 * head_dim * attn * element
@@ -94,7 +97,12 @@ def _cell(doc: dict, model, element: int, **kw) -> int:
         return expected_cell(model, element, **kw)
     cell = doc["kv"]["cell_bytes"]
     per_byte = expected_cell(model, 1, draft=False, **{k: v for k, v in kw.items() if k != "draft"})
-    assert cell % element == 0 and (cell // element) % per_byte == 0, (cell, element, per_byte)
+    layer = per_byte // _attention_layers(_text_config(model))  # one attention layer's bytes per element
+    # the target's layers plus a whole number of draft layers (0.5.16/0.5.17 count 24, 0.5.18+ one), per element
+    extra = cell // element - per_byte
+    assert cell % element == 0 and extra >= 0 and extra % layer == 0, (cell, element, per_byte, layer)
+    if not kw.get("draft", True):
+        assert extra == 0, (cell, element, per_byte)
     return cell
 
 
