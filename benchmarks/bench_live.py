@@ -7,12 +7,16 @@ GPU and SGLang (the stand-ins of tools/gpu-engine on the lent H200: ``tools/gpu-
 
 Method (docs/benchmarks.md, "The decode cycle, modes alive at once"):
 
-* one long-lived worker process per mode, each owning one Engine (SGLang keeps one published config per process and an
+* ``--engines-per-mode N`` long-lived worker processes per mode (default 1), each owning one Engine (SGLang keeps one published config per process and an
   Engine's ``shutdown`` kills every child of its process, so three Engines cannot share one); the driver starts them
   one after the other (an Engine sizes its pools from the memory free when it starts: ``--static-gb`` gives every
-  Engine the same static budget in bytes), the plugin's variables in each worker's environment;
+  Engine the same static budget in bytes; default 24 GiB, 16 with N > 1), the plugin's variables in each worker's
+  environment; a further set of Engines (one per mode) starts only when it and ``--min-timed-s`` fit the budget;
+  ``--omp-threads K`` (OMP_NUM_THREADS / MKL_NUM_THREADS / torch threads of each worker) and ``--pin`` (each worker
+  and its Engine's processes on their own equal share of the cores, ``os.sched_setaffinity`` before the Engine
+  starts) control the host state; ``--sleep-on-idle`` lets idle schedulers sleep;
 * per batch size (in the order given): one warm-up generate per mode, then ``--reps`` timed generates per mode in
-  palindromes (A B C C B A A B C C B A ...); the same prompts (random token ids, seeded) in every mode; greedy,
+  palindromes over every (mode, Engine) (A1 B1 C1 A2 B2 C2 C2 B2 A2 C1 B1 A1 ...); the same prompts (random token ids, seeded) in every mode; greedy,
   ``ignore_eos``, a fixed output length; the wall of a generate is ``time.perf_counter`` around ``Engine.generate``
   inside its worker;
 * per generate also: the worker's gc collections (per generation) and time in gc during it, its RSS;
@@ -25,7 +29,8 @@ Method (docs/benchmarks.md, "The decode cycle, modes alive at once"):
 Results (rewritten, never appended; rows of other models kept from the tree's copy):
 ``<out>/latest/cycle_generates-<gpu>.csv`` (one row per model, batch, mode, engine, generate) and
 ``<out>/latest/cycle_live-<gpu>.csv`` (per model, batch, mode: median, min-max, the ratio to stock with its 95 %
-bootstrap interval, the verdict, slow generates); the summary rows appended once to ``<out>/history.csv``.
+bootstrap interval over generates, the ratio per Engine pair and a hierarchical interval over Engines, the verdict
+(from the Engine-level interval when N > 1), slow generates); the summary rows appended once to ``<out>/history.csv``.
 ``--merge DIR ...`` merges the files of device calls (their ``$OUT`` copies) into ``--out``.
 """
 
@@ -86,6 +91,10 @@ SUMMARY_FIELDS = [
     "ratio",
     "ci_lo",
     "ci_hi",
+    "engines",
+    "ratio_per_engine",
+    "eng_ci_lo",
+    "eng_ci_hi",
     "verdict",
     "slow",
     "slow_with_gc2",
@@ -129,6 +138,47 @@ def bootstrap_ratio(
     lo = rs[max(0, int(math.floor(alpha * resamples)))]
     hi = rs[min(resamples - 1, int(math.ceil((1.0 - alpha) * resamples)) - 1)]
     return med(xs) / med(base), lo, hi
+
+
+def hier_bootstrap_ratio(
+    xs: Sequence[Sequence[float]],
+    base: Sequence[Sequence[float]],
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float, float]:
+    """The ratio of pooled medians with a **hierarchical** percentile interval: ``xs`` and ``base`` are the generates
+    of each Engine of a mode; a resample draws Engines with replacement (as many as the mode has), then generates
+    within each drawn Engine (as many as it has), pools them, takes the median. The spread between Engines of one mode
+    (each sits in its own host state for many generates) enters the interval, not only the spread between generates."""
+    xs = [list(e) for e in xs if e]
+    base = [list(e) for e in base if e]
+    if not xs or not base:
+        raise ValueError("hier_bootstrap_ratio needs samples on both sides")
+    rng = random.Random(seed)
+    med = statistics.median
+
+    def draw(engines: list[list[float]]) -> float:
+        pool: list[float] = []
+        for e in rng.choices(engines, k=len(engines)):
+            pool += rng.choices(e, k=len(e))
+        return med(pool)
+
+    rs = sorted(draw(xs) / draw(base) for _ in range(resamples))
+    alpha = (1.0 - level) / 2.0
+    lo = rs[max(0, int(math.floor(alpha * resamples)))]
+    hi = rs[min(resamples - 1, int(math.ceil((1.0 - alpha) * resamples)) - 1)]
+    return med([x for e in xs for x in e]) / med([x for e in base for x in e]), lo, hi
+
+
+def core_sets(cores: Iterable[int], n: int) -> list[list[int]]:
+    """``n`` disjoint, equally large CPU sets from ``cores`` (sorted; a remainder stays unassigned)."""
+    cores = sorted(cores)
+    k = len(cores) // n if n > 0 else 0
+    if k < 1:
+        raise ValueError(f"--pin: {len(cores)} cores cannot give {n} workers one each")
+    return [cores[i * k : (i + 1) * k] for i in range(n)]
 
 
 def classify(lo: float, hi: float) -> str:
@@ -198,8 +248,10 @@ def mark_slow(rows: list[dict]) -> None:
 def summarize(
     rows: Sequence[Mapping], *, base: str = "stock", resamples: int = 2000, seed: int = 0, reps_asked: int = 0
 ) -> list[dict]:
-    """Per (model, batch, mode): median, min-max, the ratio of medians to ``base`` with its bootstrap interval and
-    verdict, slow generates (and how many of them saw a gen-2 collection), gc, RSS."""
+    """Per (model, batch, mode): median, min-max, the ratio of medians to ``base`` with its bootstrap interval over
+    generates (pooled over Engines), the ratio per Engine pair (Engine e of the mode / Engine e of ``base``) and the
+    hierarchical interval over Engines (:func:`hier_bootstrap_ratio`), the verdict (from the Engine-level interval when
+    a mode has more than one Engine), slow generates (and how many of them saw a gen-2 collection), gc, RSS."""
     groups: dict[tuple, list[Mapping]] = {}
     for r in rows:
         groups.setdefault((r["model"], int(r["batch"]), r["mode"]), []).append(r)
@@ -208,11 +260,14 @@ def summarize(
         walls = [float(r["wall_s"]) for r in group]
         slow = [w > SLOW_FACTOR * statistics.median(walls) for w in walls]
         ref = [float(r["wall_s"]) for r in groups.get((model, batch, base), [])]
+        by_eng = _by_engine(group)
+        ref_by_eng = _by_engine(groups.get((model, batch, base), []))
         s: dict = {
             "model": model,
             "batch": batch,
             "mode": mode,
             "n": len(walls),
+            "engines": len(by_eng),
             "reps_asked": reps_asked or "",
             "median_s": round(statistics.median(walls), 5),
             "min_s": round(min(walls), 5),
@@ -225,17 +280,35 @@ def summarize(
         for g in ("gc_gen0", "gc_gen1", "gc_gen2"):
             s[g] = sum(int(r.get(g) or 0) for r in group)
         s["gc_ms"] = round(sum(float(r.get("gc_ms") or 0) for r in group), 2)
+        s.update(ratio_per_engine="", eng_ci_lo="", eng_ci_hi="")
         if mode == base:
             s.update(ratio=1.0, ci_lo="", ci_hi="", verdict="base")
         elif ref:
             ratio, lo, hi = bootstrap_ratio(walls, ref, resamples=resamples, seed=seed)
             s.update(ratio=round(ratio, 4), ci_lo=round(lo, 4), ci_hi=round(hi, 4), verdict=classify(lo, hi))
+            pairs = [e for e in by_eng if e in ref_by_eng]
+            s["ratio_per_engine"] = ";".join(
+                f"{e}:{statistics.median(by_eng[e]) / statistics.median(ref_by_eng[e]):.4f}" for e in pairs
+            )
+            if len(by_eng) > 1 or len(ref_by_eng) > 1:
+                _, elo, ehi = hier_bootstrap_ratio(
+                    list(by_eng.values()), list(ref_by_eng.values()), resamples=resamples, seed=seed
+                )
+                s.update(eng_ci_lo=round(elo, 4), eng_ci_hi=round(ehi, 4), verdict=classify(elo, ehi))
         else:
             s.update(ratio="", ci_lo="", ci_hi="", verdict="no base")
         for k in META_FIELDS:
             s[k] = group[0].get(k, "")
         out.append(s)
     return out
+
+
+def _by_engine(group: Iterable[Mapping]) -> dict[str, list[float]]:
+    """engine -> its walls (in engine order)."""
+    out: dict[str, list[float]] = {}
+    for r in group:
+        out.setdefault(str(r.get("engine", 1) or 1), []).append(float(r["wall_s"]))
+    return dict(sorted(out.items(), key=lambda kv: (len(kv[0]), kv[0])))
 
 
 def slow_by_mode(rows: Sequence[Mapping]) -> dict[str, tuple[int, int]]:
@@ -362,13 +435,15 @@ def rss_mb() -> float:
 
 
 class FakeEngine:
-    """``--dry-run``'s Engine: sleeps ``delay_s * factor[mode] * (1 + batch / 64)`` a generate, output ids from the
-    prompts (one mode can be told to answer differently: ``break``); writes a plugin report like the scheduler's."""
+    """``--dry-run``'s Engine: sleeps ``delay_s * factor[mode] * engine_factor["mode:engine"] * (1 + batch / 64)`` a
+    generate (``engine_factor``: one Engine of a mode in a slow "host state"), output ids from the prompts (one mode can
+    be told to answer differently: ``break``); writes a plugin report like the scheduler's."""
 
     def __init__(self, spec: Mapping) -> None:
         fake = spec["fake"]
         self.mode = spec["mode"]
         self.delay = float(fake.get("delay_s", 0.002)) * float(fake.get("factor", {}).get(self.mode, 1.0))
+        self.delay *= float(fake.get("engine_factor", {}).get(f"{self.mode}:{spec.get('engine', 1)}", 1.0))
         self.broken = fake.get("break") == self.mode
         self.commits = 0
         if fake.get("fail") == self.mode:
@@ -421,11 +496,16 @@ def _make_engine(spec: Mapping):
     """The mode's Engine and what to say about it (pid, GPU, versions, memory, start time)."""
     from importlib import metadata
 
-    info: dict = {"pid": os.getpid(), "mode": spec["mode"]}
+    info: dict = {"pid": os.getpid(), "mode": spec["mode"], "engine": spec.get("engine", 1)}
+    info.update(cpus=_span(sorted(os.sched_getaffinity(0))), omp_threads=os.environ.get("OMP_NUM_THREADS"))
     if spec.get("fake") is not None:
         info.update(gpu="cpu", sglang="-", start_s=0.0)
         return FakeEngine(spec), info
     kw = dict(spec["engine_kwargs"])
+    if spec.get("omp_threads"):  # this process's intra-op pool too (its children read OMP_NUM_THREADS)
+        import torch
+
+        torch.set_num_threads(int(spec["omp_threads"]))
     info["sglang"] = metadata.version("sglang")
     gpu = gpu_query()
     if gpu is None:  # no nvidia-smi: ask torch (a CUDA context in this process)
@@ -448,6 +528,17 @@ def _make_engine(spec: Mapping):
     except Exception:  # noqa: BLE001 - informational only
         pass
     return engine, info
+
+
+def _span(cores: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    runs: list[list[int]] = []
+    for c in sorted(cores):
+        if runs and runs[-1][1] == c - 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _generate(engine, ids, sampling: Mapping, probe: GcProbe, gc_off: bool) -> dict:
@@ -485,6 +576,8 @@ def serve(spec_path: str, fd: int) -> int:
     conn = Connection(fd)
     os.set_inheritable(fd, False)  # not into SGLang's subprocesses: the driver sees EOF when this process ends
     spec = json.loads(Path(spec_path).read_text())
+    if spec.get("cpus"):  # --pin: before the Engine starts, so its scheduler and detokenizer inherit the set
+        os.sched_setaffinity(0, spec["cpus"])
     probe = GcProbe()
     try:
         engine, info = _make_engine(spec)
@@ -536,18 +629,32 @@ class EngineFailed(RuntimeError):
 
 
 class Worker:
-    """One mode's worker process: its own session (so what it leaves can be killed), a socket pair to the driver, its
-    log in ``<work>/<mode>.log``, the plugin's reports in ``<work>/reports-<mode>/``."""
+    """One Engine's worker process (Engine ``engine`` of ``mode``): its own session (so what it leaves can be killed),
+    a socket pair to the driver, its log in ``<work>/<mode>-e<engine>.log``, the plugin's reports in
+    ``<work>/reports-<mode>-e<engine>/``; ``cpus`` (``--pin``) its CPU set, ``omp_threads`` its thread pools."""
 
-    def __init__(self, mode: str, spec: Mapping, work: Path):
-        self.mode = mode
-        self.log_path = work / f"{mode}.log"
-        self.report_dir = work / f"reports-{mode}"
+    def __init__(
+        self,
+        mode: str,
+        spec: Mapping,
+        work: Path,
+        engine: int = 1,
+        cpus: Sequence[int] | None = None,
+        omp_threads: int | None = None,
+    ):
+        self.mode, self.engine = mode, engine
+        self.name = f"{mode}-e{engine}"
+        self.log_path = work / f"{self.name}.log"
+        self.report_dir = work / f"reports-{self.name}"
         shutil.rmtree(self.report_dir, ignore_errors=True)  # an earlier run's reports would count as this one's
-        spec_path = work / f"{mode}.spec.json"
-        spec_path.write_text(json.dumps(dict(spec, mode=mode)))
+        spec_path = work / f"{self.name}.spec.json"
+        spec_path.write_text(
+            json.dumps(dict(spec, mode=mode, engine=engine, cpus=list(cpus or []), omp_threads=omp_threads))
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_MAMBA_DEDUP")}
         env.update(MODES[mode], SGLANG_MAMBA_DEDUP_REPORT_DIR=str(self.report_dir), PYTHONUNBUFFERED="1")
+        if omp_threads:  # before Python starts: torch and the BLAS libraries read them at import
+            env.update(OMP_NUM_THREADS=str(omp_threads), MKL_NUM_THREADS=str(omp_threads))
         self.conn, child = Pipe()
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
@@ -572,12 +679,12 @@ class Worker:
             if msg is not None:
                 _send(self.conn, msg)
             if not self.conn.poll(timeout):
-                raise EngineFailed(f"{self.mode}: no answer in {timeout:.0f} s\n{self.tail()}")
+                raise EngineFailed(f"{self.name}: no answer in {timeout:.0f} s\n{self.tail()}")
             reply = json.loads(self.conn.recv_bytes())
         except (EOFError, OSError) as e:
-            raise EngineFailed(f"{self.mode}: worker gone ({e!r}, exit {self.proc.poll()})\n{self.tail()}") from e
+            raise EngineFailed(f"{self.name}: worker gone ({e!r}, exit {self.proc.poll()})\n{self.tail()}") from e
         if "error" in reply:
-            raise EngineFailed(f"{self.mode}: {reply['error']}")
+            raise EngineFailed(f"{self.name}: {reply['error']}")
         return reply
 
 
@@ -593,7 +700,7 @@ def stop_all(workers: Sequence[Worker], timeout: float) -> None:
         try:
             w.proc.wait(max(0.1, deadline - time.time()))
         except subprocess.TimeoutExpired:
-            print(f"[{w.mode}: worker still running after {timeout:.0f} s: killed]", flush=True)
+            print(f"[{w.name}: worker still running after {timeout:.0f} s: killed]", flush=True)
     for w in workers:
         try:
             os.killpg(w.proc.pid, signal.SIGKILL)  # the worker and whatever of its Engine is left
@@ -616,7 +723,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     date = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     commit = git_commit()
     opts = json.dumps(options, sort_keys=True, separators=(",", ":"))
-    workers: dict[str, Worker] = {}
+    workers: dict[tuple[str, int], Worker] = {}  # (mode, engine) -> its worker
     rows: list[dict] = []
     md5s: dict[tuple[int, str], set[str]] = {}  # the timed generates' outputs
     warm_md5: dict[tuple[int, str], str] = {}  # the warm-ups' (told, not checked)
@@ -637,48 +744,68 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         written = True
         print(f"[files: {g}, {s}]", flush=True)
 
+    n_eng = args.engines_per_mode
+    planned = [(m, e) for e in range(1, n_eng + 1) for m in args.modes]  # a set of every mode, then the next set
+    cpus = core_sets(os.sched_getaffinity(0), len(planned)) if args.pin else [None] * len(planned)
+    units: list[tuple[str, int]] = []
     try:
-        for mode in args.modes:  # one after the other: an Engine sizes its pools from what is free when it starts
-            t0 = time.time()
-            print(f"[{mode}: starting its Engine ({time.time() - t_start:.0f} s into the run)]", flush=True)
-            workers[mode] = w = Worker(mode, spec, work)
-            w.info = w.ask(None, args.engine_timeout)
-            print(f"[{mode}: ready in {time.time() - t0:.0f} s: {json.dumps(w.info, sort_keys=True)}]", flush=True)
-        first = workers[args.modes[0]].info
+        slowest = 0.0
+        for e in range(1, n_eng + 1):  # one after the other: an Engine sizes its pools from what is free when it starts
+            need = len(args.modes) * 1.2 * slowest + args.min_timed_s
+            if e > 1 and not fits(time.time(), deadline, need):
+                print(f"[budget: engines per mode cut to {e - 1} of {n_eng} (set {e} needs ~{need:.0f} s)]", flush=True)
+                break
+            for mode in args.modes:
+                t0 = time.time()
+                i = planned.index((mode, e))
+                print(f"[{mode}-e{e}: starting its Engine ({time.time() - t_start:.0f} s into the run)]", flush=True)
+                workers[(mode, e)] = w = Worker(mode, spec, work, e, cpus[i], args.omp_threads)
+                w.info = w.ask(None, args.engine_timeout)
+                slowest = max(slowest, time.time() - t0)
+                print(
+                    f"[{w.name}: ready in {time.time() - t0:.0f} s: {json.dumps(w.info, sort_keys=True)}]", flush=True
+                )
+            units += [(m, e) for m in args.modes]
+        first = workers[(args.modes[0], 1)].info
         meta = {"gpu": first.get("gpu", "unknown"), "sglang": first.get("sglang", "-")}
-        base_row = dict(model=model, engine=1, date=date, commit=commit, options=opts, **meta)
-        last: dict[str, float] = {}
+        base_row = dict(model=model, date=date, commit=commit, options=opts, **meta)
+        last: dict[tuple[str, int], float] = {}
         prev_batch = 0
         for b in args.batches:
             scale = max(1.0, b / prev_batch) if prev_batch else 1.0
             if not fits(time.time(), deadline, 2 * scale * sum(last.values())):
                 skipped.append(b)
                 continue
-            for mode in args.modes:
-                r = workers[mode].ask({"op": "generate", "batch": b, "warmup": True}, args.generate_timeout)
-                warm_md5[(b, mode)] = r["md5"]
-                last[mode] = r["wall_s"]
-                print(f"[b{b} {mode} warm-up {r['wall_s']:.3f} s md5 {r['md5'][:8]}]", flush=True)
-            order = balanced_order(args.modes, args.reps)
-            block = 2 * len(args.modes)
-            count = dict.fromkeys(args.modes, 0)
+            for unit in units:
+                w = workers[unit]
+                r = w.ask({"op": "generate", "batch": b, "warmup": True}, args.generate_timeout)
+                warm_md5.setdefault((b, unit[0]), r["md5"])
+                if r["md5"] != warm_md5[(b, unit[0])]:
+                    warm_md5[(b, unit[0])] = "differs between Engines"
+                last[unit] = r["wall_s"]
+                print(f"[b{b} {w.name} warm-up {r['wall_s']:.3f} s md5 {r['md5'][:8]}]", flush=True)
+            order = balanced_order(units, args.reps)
+            block = 2 * len(units)
+            count = dict.fromkeys(units, 0)
             for i0 in range(0, len(order), block):
                 if not fits(time.time(), deadline, 1.25 * 2 * sum(last.values())):
                     partial.append(b)
                     break
-                for seq, mode in enumerate(order[i0 : i0 + block], start=i0 + 1):
+                for seq, unit in enumerate(order[i0 : i0 + block], start=i0 + 1):
+                    mode, eng = unit
                     t0 = time.perf_counter()
-                    r = workers[mode].ask({"op": "generate", "batch": b}, args.generate_timeout)
+                    r = workers[unit].ask({"op": "generate", "batch": b}, args.generate_timeout)
                     rtt = time.perf_counter() - t0
-                    count[mode] += 1
-                    last[mode] = r["wall_s"]
+                    count[unit] += 1
+                    last[unit] = r["wall_s"]
                     md5s.setdefault((b, mode), set()).add(r["md5"])
                     rows.append(
                         dict(
                             base_row,
                             batch=b,
                             mode=mode,
-                            generate=count[mode],
+                            engine=eng,
+                            generate=count[unit],
                             seq=seq,
                             wall_s=round(r["wall_s"], 6),
                             rtt_s=round(rtt, 6),
@@ -700,7 +827,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                 for m in args.modes
             }
             print(
-                f"[b{b}: {count} timed; medians {json.dumps({m: round(v, 4) for m, v in meds.items()})}; {time.time() - t_start:.0f} s into the run]",
+                f"[b{b}: {sum(count.values())} timed ({args.reps} per Engine); medians {json.dumps({m: round(v, 4) for m, v in meds.items()})}; {time.time() - t_start:.0f} s into the run]",
                 flush=True,
             )
             save()
@@ -715,7 +842,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         stop_all(list(workers.values()), args.stop_timeout)
         print(f"[workers stopped in {time.time() - t0:.0f} s]", flush=True)
         save()
-    reports = {m: plugin_report(w.report_dir) for m, w in workers.items()}
+    reports = {unit: plugin_report(w.report_dir) for unit, w in workers.items()}
     print(_report(args, model, rows, md5s, reports, workers, done, skipped, partial, meta, commit))
     problems = md5_problems(md5s)
     odd = [f"b{b} {m}" for (b, m), h in sorted(warm_md5.items()) if (b, m) in md5s and md5s[(b, m)] != {h}]
@@ -724,7 +851,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     ran = [b for b in done if all((b, m) in md5s for m in args.modes)]
     if ran:
         results = {
-            (1, m): {"batches": {str(b): {"md5": ["-"]} for b in ran}, "report": rep} for m, rep in reports.items()
+            (e, m): {"batches": {str(b): {"md5": ["-"]} for b in ran}, "report": rep} for (m, e), rep in reports.items()
         }
         problems += [p for p in check(results, ran) if "md5" not in p]  # md5 above (check() wants one per Engine)
     if problems:
@@ -748,6 +875,7 @@ def _report(args, model, rows, md5s, reports, workers, done, skipped, partial, m
     for s in summary:
         s["min-max"] = f"{s['min_s']}-{s['max_s']}"
         s["ratio [95 % CI]"] = "1" if s["verdict"] == "base" else f"{s['ratio']} [{s['ci_lo']}, {s['ci_hi']}]"
+        s["over Engines [95 % CI]"] = f"[{s['eng_ci_lo']}, {s['eng_ci_hi']}]" if s["eng_ci_lo"] != "" else "-"
     parts = [
         f"\n## {model}: wall per generate, modes alive at once (s; sglang {meta['sglang']}, {meta['gpu']}, commit {commit})",
         _table(
@@ -758,7 +886,10 @@ def _report(args, model, rows, md5s, reports, workers, done, skipped, partial, m
                 "n",
                 "median_s",
                 "min-max",
+                "engines",
                 "ratio [95 % CI]",
+                "ratio_per_engine",
+                "over Engines [95 % CI]",
                 "verdict",
                 "slow",
                 "slow_with_gc2",
@@ -771,11 +902,13 @@ def _report(args, model, rows, md5s, reports, workers, done, skipped, partial, m
         + ", ".join(f"{m} {s}/{n}" for m, (s, n) in slow_by_mode(rows).items()),
         "\nEngines: "
         + "; ".join(
-            f"{m}: start {w.info.get('start_s')} s, mem_fraction_static {w.info.get('mem_fraction_static')}, "
-            f"free {w.info.get('free_gib', '-')} GiB, KV tokens {w.info.get('max_total_num_tokens', '-')}"
-            for m, w in workers.items()
+            f"{w.name}: start {w.info.get('start_s')} s, mem_fraction_static {w.info.get('mem_fraction_static')}, "
+            f"free {w.info.get('free_gib', '-')} GiB, KV tokens {w.info.get('max_total_num_tokens', '-')}, "
+            f"cpus {w.info.get('cpus')}, OMP_NUM_THREADS {w.info.get('omp_threads')}"
+            for w in workers.values()
         ),
-        "plugin reports: " + "; ".join(f"{m}: {json.dumps(r, sort_keys=True)}" for m, r in reports.items()),
+        "plugin reports: "
+        + "; ".join(f"{workers[u].name}: {json.dumps(r, sort_keys=True)}" for u, r in reports.items()),
         "output md5 per batch (stock): "
         + json.dumps({b: sorted(md5s.get((b, "stock"), set())) for b in sorted({b for b, _ in md5s})}),
         f"batches done {done}, cut short {partial}, not run {skipped}",
@@ -790,15 +923,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="qwen3.5-0.8b", help="random-weight preset (sglang_mamba_dedup.e2e)")
     p.add_argument("--batches", default="1,16,64,128", type=lambda s: [int(x) for x in s.split(",")])
     p.add_argument("--modes", default="stock,plugin,zero-copy", type=lambda s: s.split(","))
-    p.add_argument("--reps", type=int, default=12, help="timed generates per mode and batch (even: palindromes)")
+    p.add_argument(
+        "--reps", type=int, default=12, help="timed generates per Engine and batch (even: palindromes of all Engines)"
+    )
+    p.add_argument(
+        "--engines-per-mode",
+        type=int,
+        default=1,
+        help="Engines (workers) per mode, all alive at once; the verdict then comes from the interval over Engines",
+    )
+    p.add_argument(
+        "--omp-threads",
+        type=int,
+        help="OMP_NUM_THREADS / MKL_NUM_THREADS in each worker's environment, torch.set_num_threads in it (default: unset)",
+    )
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="each worker (and its Engine's processes) on its own CPU set: this process's cores split evenly",
+    )
+    p.add_argument(
+        "--min-timed-s",
+        type=float,
+        default=60,
+        help="kept of the budget for timed generates: a further set of Engines starts only when it fits before",
+    )
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0, help="prompts and bootstrap")
     p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     p.add_argument(
         "--static-gb",
         type=float,
-        default=24.0,
-        help="each Engine's static memory (GiB): its fraction of what is free when it starts",
+        help="each Engine's static memory (GiB): its fraction of what is free when it starts "
+        "(default 24, 16 with --engines-per-mode > 1: 6 x 16 GiB + ~3 GiB a CUDA context and graphs fit a 141 GB H200)",
     )
     p.add_argument("--mem-fraction-static", type=float, help="a fixed fraction instead of --static-gb")
     p.add_argument("--radix-cache", action="store_true", help="radix cache on in every mode (zero-copy then stays off)")
@@ -829,6 +986,17 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--modes: distinct, from {', '.join(MODES)}, stock included (got {args.modes})")
     if args.reps < 2 or args.reps % 2:
         p.error(f"--reps must be even and >= 2 (got {args.reps})")
+    if args.engines_per_mode < 1:
+        p.error(f"--engines-per-mode must be >= 1 (got {args.engines_per_mode})")
+    if args.omp_threads is not None and args.omp_threads < 1:
+        p.error(f"--omp-threads must be >= 1 (got {args.omp_threads})")
+    if args.pin:
+        try:
+            core_sets(os.sched_getaffinity(0), args.engines_per_mode * len(args.modes))
+        except ValueError as e:
+            p.error(str(e))
+    if args.static_gb is None:
+        args.static_gb = 24.0 if args.engines_per_mode == 1 else 16.0
     if args.radix_cache and "zero-copy" in args.modes:
         print("note: --radix-cache: zero-copy needs the radix cache off; its engagement check is expected to fail")
     static_gb = None if args.dry_run or args.mem_fraction_static is not None else args.static_gb
@@ -864,6 +1032,9 @@ def main(argv: list[str] | None = None) -> int:
         "batches": args.batches,
         "modes": args.modes,
         "reps": args.reps,
+        "engines_per_mode": args.engines_per_mode,
+        "omp_threads": args.omp_threads,
+        "pin": args.pin,
         "max_new_tokens": args.max_new_tokens,
         "radix_cache": args.radix_cache,
         "gc_off": args.gc_off,
@@ -877,8 +1048,8 @@ def main(argv: list[str] | None = None) -> int:
     work = (args.work or Path(os.environ.get("CYCLE_WORK", "/tmp/bench-live"))) / model
     work.mkdir(parents=True, exist_ok=True)
     print(
-        f"model {model} ({layers} linear layers); modes {args.modes} alive at once; batches {args.batches}; "
-        f"{args.reps} timed generates of {args.max_new_tokens} tokens per mode and batch; options {json.dumps(options, sort_keys=True)}; "
+        f"model {model} ({layers} linear layers); modes {args.modes} alive at once, {args.engines_per_mode} Engine(s) "
+        f"each; batches {args.batches}; {args.reps} timed generates of {args.max_new_tokens} tokens per Engine and batch; options {json.dumps(options, sort_keys=True)}; "
         f"engine {json.dumps(kw, sort_keys=True)}",
         flush=True,
     )
