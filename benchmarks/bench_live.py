@@ -448,6 +448,7 @@ class FakeEngine:
         self.commits = 0
         if fake.get("fail") == self.mode:
             raise RuntimeError(f"fake Engine of {self.mode} told to fail at start")
+        time.sleep(float(fake.get("start_s", 0)))  # an Engine's start, for the budget of further Engine sets
 
     def generate(self, input_ids, sampling_params):
         n = int(sampling_params["max_new_tokens"])
@@ -972,7 +973,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", type=Path, help="logs and reports (default $CYCLE_WORK or /tmp/bench-live, per model)")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or RESULTS))
     p.add_argument("--dry-run", action="store_true", help="fake Engines on the CPU: the driver, files and checks")
-    p.add_argument("--fake", default="{}", help="--dry-run: JSON {delay_s, factor: {mode: x}, break: mode, fail: mode}")
+    p.add_argument(
+        "--fake",
+        default="{}",
+        help="--dry-run: JSON {delay_s, factor: {mode: x}, engine_factor: {'mode:engine': x}, start_s, break: mode, "
+        "fail: mode}",
+    )
     p.add_argument("--merge", nargs="+", type=Path, help="merge these device outputs ($OUT copies) into --out")
     args = p.parse_args(argv)
     if args.serve:

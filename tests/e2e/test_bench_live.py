@@ -1,7 +1,9 @@
 """The live-modes decode-cycle benchmark (benchmarks/bench_live.py) on the CPU: the balanced order, the bootstrap
 interval and its verdict, slow generates, the one-row-per-key files (and the duplicated rows that once reached
 benchmarks/results/latest/cycle_wall-nvidia-h200.csv), and the whole driver with fake Engines in worker processes:
-files, md5 check, plugin engagement, a failing Engine, the budget stop."""
+files, md5 check, plugin engagement, a failing Engine, the budget stop; several Engines per mode (the order over
+every (mode, Engine), the ratio per Engine pair, the hierarchical interval over Engines, one slow Engine), --pin and
+--omp-threads reaching the workers and the options, the budget cutting further Engine sets."""
 
 from __future__ import annotations
 
@@ -255,3 +257,149 @@ def test_merge_takes_each_models_rows_from_the_device_outputs(tmp_path, capsys):
         "qwen": 3,
         "nemo": 3,
     }  # the tree's H200 rows aside
+
+
+# ---------------------------------------------------------------- several Engines per mode, host-state controls
+
+UNITS2 = [(m, e) for e in (1, 2) for m in MODES]
+
+
+def test_the_order_with_two_engines_per_mode_covers_every_pair_equally():
+    order = live.balanced_order(UNITS2, 4)
+    assert order[:7] == [*UNITS2, UNITS2[-1]]
+    assert Counter(order) == dict.fromkeys(UNITS2, 4)
+    mean_pos = {u: sum(i for i, x in enumerate(order) if x == u) / 4 for u in UNITS2}
+    assert len(set(mean_pos.values())) == 1, mean_pos
+    for i0 in range(0, len(order), 12):  # every palindrome holds every (mode, Engine) twice
+        assert Counter(order[i0 : i0 + 12]) == dict.fromkeys(UNITS2, 2)
+
+
+def _rows(walls: dict[tuple[str, int], list[float]]) -> list[dict]:
+    return [
+        {"model": "m", "batch": 1, "mode": m, "engine": e, "generate": i + 1, "wall_s": w, "rss_mb": 1}
+        for (m, e), ws in walls.items()
+        for i, w in enumerate(ws)
+    ]
+
+
+def test_the_hierarchical_interval_resamples_engines_first():
+    # plugin's Engine 1 fast (20 generates), its Engine 2 slow (4): pooled over generates, the median is always
+    # Engine 1's, so the interval over generates says "faster"; over Engines, a resample holding Engine 2 twice
+    # (one in four) is slower than stock: the interval straddles 1
+    fast, slow, stock = _samples(0.9, 20, 5), _samples(1.2, 4, 6), [_samples(1.0, 12, 7), _samples(1.0, 12, 8)]
+    ratio, lo, hi = live.bootstrap_ratio(fast + slow, stock[0] + stock[1], seed=0)
+    assert hi < 1 and live.classify(lo, hi) == "faster"
+    hr, hlo, hhi = live.hier_bootstrap_ratio([fast, slow], stock, seed=0)
+    assert hr == ratio and hlo < 1 < hhi and hhi > 1.1
+    assert live.hier_bootstrap_ratio([fast, slow], stock, seed=0) == (hr, hlo, hhi)  # a fixed seed
+    # the Engines of each mode agree: the interval over Engines is as decisive as the one over generates
+    _, alo, ahi = live.hier_bootstrap_ratio([_samples(0.9, 12, 9), _samples(0.9, 12, 10)], stock, seed=0)
+    assert ahi < 1 and live.classify(alo, ahi) == "faster"
+
+
+def test_the_summary_gives_the_ratio_per_engine_pair_and_the_verdict_over_engines():
+    base = {("stock", 1): _samples(1.0, 12, 11), ("stock", 2): _samples(1.0, 12, 12)}
+    agree = _rows({**base, ("plugin", 1): _samples(0.9, 12, 13), ("plugin", 2): _samples(0.9, 12, 14)})
+    s = {r["mode"]: r for r in live.summarize(agree)}["plugin"]
+    assert s["engines"] == 2 and s["verdict"] == "faster" and float(s["eng_ci_hi"]) < 1
+    pairs = dict(x.split(":") for x in s["ratio_per_engine"].split(";"))
+    assert set(pairs) == {"1", "2"} and all(0.85 < float(v) < 0.95 for v in pairs.values())
+    differ = _rows({**base, ("plugin", 1): _samples(0.8, 12, 13), ("plugin", 2): _samples(1.3, 12, 14)})
+    s = {r["mode"]: r for r in live.summarize(differ)}["plugin"]
+    assert float(s["eng_ci_lo"]) < 1 < float(s["eng_ci_hi"]) and s["verdict"] == "no difference"
+    pairs = dict(x.split(":") for x in s["ratio_per_engine"].split(";"))
+    assert float(pairs["1"]) < 0.85 and float(pairs["2"]) > 1.25
+    one = {r["mode"]: r for r in live.summarize(_rows({("stock", 1): [1.0] * 4, ("plugin", 1): [0.5] * 4}))}
+    assert one["plugin"]["eng_ci_lo"] == "" and one["plugin"]["verdict"] == "faster"  # one Engine: as before
+
+
+def test_core_sets_are_disjoint_and_equal():
+    sets = live.core_sets(range(16), 6)
+    assert [len(c) for c in sets] == [2] * 6
+    flat = [c for cs in sets for c in cs]
+    assert len(flat) == len(set(flat)) and set(flat) <= set(range(16))
+    with pytest.raises(ValueError):
+        live.core_sets([0, 1], 3)
+    assert live._span([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+
+
+def _ready(text: str) -> dict[str, dict]:
+    import re
+
+    return {m.group(1): json.loads(m.group(2)) for m in re.finditer(r"\[(\S+): ready in \d+ s: (\{.*\})\]", text)}
+
+
+def _cores(span: str) -> set[int]:
+    out: set[int] = set()
+    for part in span.split(","):
+        a, _, b = part.partition("-")
+        out |= set(range(int(a), int(b or a) + 1))
+    return out
+
+
+def test_two_engines_per_mode_alive_with_one_slow_engine(tmp_path, capsys):
+    fake = {"delay_s": 0.02, "factor": {"zero-copy": 0.5}}
+    rc, gens, summary = _run(tmp_path, "--engines-per-mode", "2", "--batches", "16", fake=fake)
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    rows = live.read_csv(gens)
+    assert len(rows) == 3 * 2 * 4 and not live.duplicates(rows, live.GEN_KEY)
+    assert Counter((r["mode"], r["engine"]) for r in rows) == {(m, str(e)): 4 for m, e in UNITS2}
+    assert [(r["mode"], int(r["engine"])) for r in rows] == live.balanced_order(UNITS2, 4)
+    assert set(_ready(text)) == {f"{m}-e{e}" for m, e in UNITS2}
+    s = {r["mode"]: r for r in live.read_csv(summary)}
+    assert s["zero-copy"]["engines"] == "2" and s["zero-copy"]["verdict"] == "faster", s["zero-copy"]
+    assert float(s["zero-copy"]["eng_ci_hi"]) < 1
+    # zero-copy's Engine 2 in a slow host state (3x): its pair says slower, Engine 1's faster, the interval over
+    # Engines straddles 1
+    fake["engine_factor"] = {"zero-copy:2": 3.0}
+    rc, gens, summary = _run(tmp_path, "--engines-per-mode", "2", "--batches", "16", fake=fake)
+    assert rc == 0
+    z = {r["mode"]: r for r in live.read_csv(summary)}["zero-copy"]
+    pairs = {k: float(v) for k, v in (x.split(":") for x in z["ratio_per_engine"].split(";"))}
+    assert pairs["1"] < 0.8 and pairs["2"] > 1.2, z
+    assert float(z["eng_ci_lo"]) < 1 < float(z["eng_ci_hi"]) and z["verdict"] == "no difference", z
+
+
+def test_pin_and_omp_threads_reach_the_workers_and_the_options(tmp_path, capsys, monkeypatch):
+    if len(live.os.sched_getaffinity(0)) < 2:
+        pytest.skip("--pin needs a core per worker")
+    rc, gens, _ = _run(
+        tmp_path, "--modes", "stock,plugin", "--pin", "--omp-threads", "2", "--sleep-on-idle", "--batches", "1"
+    )
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    info = _ready(text)
+    assert set(info) == {"stock-e1", "plugin-e1"}
+    a, b = (_cores(i["cpus"]) for i in info.values())
+    assert a and b and not a & b and a | b <= set(live.os.sched_getaffinity(0))
+    assert all(i["omp_threads"] == "2" for i in info.values())
+    opts = json.loads(live.read_csv(gens)[0]["options"])
+    assert opts["pin"] is True and opts["omp_threads"] == 2 and opts["sleep_on_idle"] is True
+    assert opts["engines_per_mode"] == 1
+    # unpinned, no thread setting: as before (the cores of the driver, OMP_NUM_THREADS as inherited)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    rc, gens, _ = _run(tmp_path, "--modes", "stock,plugin", "--batches", "1")
+    info = _ready(capsys.readouterr().out)
+    assert rc == 0 and all(_cores(i["cpus"]) == set(live.os.sched_getaffinity(0)) for i in info.values())
+    assert all(i["omp_threads"] is None for i in info.values())
+    opts = json.loads(live.read_csv(gens)[0]["options"])
+    assert opts["pin"] is False and opts["omp_threads"] is None
+
+
+def test_pin_refuses_fewer_cores_than_workers(tmp_path):
+    n = len(live.os.sched_getaffinity(0))
+    with pytest.raises(SystemExit):
+        live.main(["--dry-run", "--out", str(tmp_path), "--pin", "--engines-per-mode", str(n)])  # 3n workers
+
+
+def test_the_budget_cuts_further_engine_sets_before_they_start(tmp_path, capsys):
+    fake = {"delay_s": 0.01, "start_s": 0.5}
+    argv = ("--engines-per-mode", "3", "--budget-s", "6", "--stop-reserve-s", "0", "--min-timed-s", "3")
+    rc, gens, summary = _run(tmp_path, *argv, "--batches", "1", fake=fake)
+    text = capsys.readouterr().out
+    # set 1 takes >= 1.5 s; set 2 needs 3 x 1.2 x (>= 0.5 s) + 3 s >= 4.8 s: 1.5 + 4.8 > 6, it never starts
+    assert rc == 0 and "engines per mode cut to 1 of 3" in text, text
+    rows = live.read_csv(gens)
+    assert {r["engine"] for r in rows} == {"1"} and len(rows) == 3 * 4
+    assert {r["mode"]: r for r in live.read_csv(summary)}["plugin"]["engines"] == "1"
