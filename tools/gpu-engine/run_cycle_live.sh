@@ -5,12 +5,17 @@
 #
 #   bash tools/gpu-engine/run_cycle_live.sh [PRESET] [bench_live.py options ...]   # PRESET: qwen3.5-0.8b (default),
 #                                                                                 # nemotron-h-mini
+# e.g. two Engines per mode (six alive at once, 16 GiB static each), the host-state controls on:
+#   bash tools/gpu-engine/run_cycle_live.sh qwen3.5-0.8b --engines-per-mode 2 --batches 1,16 --sleep-on-idle --pin --omp-threads 2
+# (add --engine-arg 'cuda_graph_bs_decode=[1,16]' to shorten each Engine's start: six starts are 5-7 min of the wall;
+# the harness starts the second set of Engines only when it and --min-timed-s (60) of generates fit the budget,
+# else it runs with one Engine per mode and says "engines per mode cut to 1").
 # Carry [".whl", ".stub"]. BENCH_COMMIT=<sha> names the commit (the device has no git). The harness gets
 # --budget-s = what is left of the wall less 25 s (stopping the Engines, collecting the logs): it starts no palindrome
 # that would end later and rewrites its CSVs after every batch, so a cut run still leaves clean files.
 # Returns (at most 7 files): $OUT/cycle_live-<preset>.txt (the log and tables), $OUT/latest/cycle_generates-<gpu>.csv
 # (one row per generate), $OUT/latest/cycle_live-<gpu>.csv (the summary), $OUT/history.csv,
-# $OUT/cycle_live-<preset>-engines.log (the three workers' logs), $OUT/cycle_live-<preset>-reports.json (the plugin's
+# $OUT/cycle_live-<preset>-engines.log (every worker's log), $OUT/cycle_live-<preset>-reports.json (the plugin's
 # status reports), $OUT/env.txt. The exit status is the harness's: 0 equal outputs and the plugin engaged, 1 an md5
 # mismatch or a mode not engaged, 2 an Engine failed, 124/137 the hard wall.
 set -uo pipefail
