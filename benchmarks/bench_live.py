@@ -750,8 +750,9 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     cpus = core_sets(os.sched_getaffinity(0), len(planned)) if args.pin else [None] * len(planned)
     units: list[tuple[str, int]] = []
     try:
-        slowest = 0.0
+        starts: list[float] = []
         for e in range(1, n_eng + 1):  # one after the other: an Engine sizes its pools from what is free when it starts
+            slowest = max(starts[1:] or starts or [0.0])  # not the run's first: a cold machine compiles then
             need = len(args.modes) * 1.2 * slowest + args.min_timed_s
             if e > 1 and not fits(time.time(), deadline, need):
                 print(f"[budget: engines per mode cut to {e - 1} of {n_eng} (set {e} needs ~{need:.0f} s)]", flush=True)
@@ -762,7 +763,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                 print(f"[{mode}-e{e}: starting its Engine ({time.time() - t_start:.0f} s into the run)]", flush=True)
                 workers[(mode, e)] = w = Worker(mode, spec, work, e, cpus[i], args.omp_threads)
                 w.info = w.ask(None, args.engine_timeout)
-                slowest = max(slowest, time.time() - t0)
+                starts.append(time.time() - t0)
                 print(
                     f"[{w.name}: ready in {time.time() - t0:.0f} s: {json.dumps(w.info, sort_keys=True)}]", flush=True
                 )
