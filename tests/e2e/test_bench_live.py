@@ -403,3 +403,103 @@ def test_the_budget_cuts_further_engine_sets_before_they_start(tmp_path, capsys)
     rows = live.read_csv(gens)
     assert {r["engine"] for r in rows} == {"1"} and len(rows) == 3 * 4
     assert {r["mode"]: r for r in live.read_csv(summary)}["plugin"]["engines"] == "1"
+
+
+# ---------------------------------------------------------------- bad input: refused at the start (issue 51 item 4)
+
+
+def _refused(tmp_path, capsys, argv):
+    """``argv`` must end at the start: exit 2, one line on stderr (no usage, no traceback), nothing written."""
+    out, work = tmp_path / "o", tmp_path / "w"
+    with pytest.raises(SystemExit) as e:
+        live.main(["--dry-run", "--out", str(out), "--work", str(work), *argv])
+    got = capsys.readouterr()
+    lines = [x for x in got.err.splitlines() if x.strip()]
+    assert e.value.code == 2 and len(lines) == 1 and "Traceback" not in got.err + got.out, got
+    assert not out.exists() and not work.exists(), "something was written"
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--batches", "0"], "--batches"),
+        (["--batches", "-1"], "--batches"),
+        (["--batches", "1,x"], "--batches"),
+        (["--batches", "16,16"], "twice"),
+        (["--bootstrap", "0"], "--bootstrap"),
+        (["--fake", "{not json"], "--fake"),
+        (["--fake", "[1, 2]"], "--fake"),
+        (["--budget-s", "-5"], "--budget-s"),
+        (["--budget-s", "10", "--stop-reserve-s", "10"], "--budget-s"),
+        (["--warmups", "-1"], "--warmups"),
+        (["--reps", "3"], "--reps"),
+    ],
+)
+def test_bad_input_is_refused_at_the_start(tmp_path, capsys, argv, says):
+    assert says in _refused(tmp_path, capsys, argv)
+
+
+def test_an_out_under_a_file_is_refused_at_the_start(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(SystemExit) as e:
+        live.main(["--dry-run", "--out", str(tmp_path / "f" / "o"), "--work", str(tmp_path / "w")])
+    got = capsys.readouterr()
+    assert e.value.code == 2 and len(got.err.strip().splitlines()) == 1 and "--out" in got.err, got
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_dry_run_never_writes_the_tracked_results(tmp_path, capsys, monkeypatch):
+    tree = tmp_path / "tree-results"
+    (tree / "latest").mkdir(parents=True)
+    (tree / "history.csv").write_text("date,commit,gpu,benchmark\n")
+    monkeypatch.setattr(live, "RESULTS", tree)
+    monkeypatch.delenv("OUT", raising=False)
+    argv = ["--dry-run", "--work", str(tmp_path / "w"), "--batches", "1", "--reps", "2", "--engines-per-mode", "1"]
+    rc = live.main(argv)
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert sorted(p.name for p in tree.rglob("*")) == ["history.csv", "latest"]
+    assert (tree / "history.csv").read_text() == "date,commit,gpu,benchmark\n"
+    assert "files:" in text  # it says where it wrote instead
+    with pytest.raises(SystemExit) as e:  # and an --out inside the tracked results is refused
+        live.main([*argv, "--out", str(tree)])
+    assert e.value.code == 2
+
+
+def test_a_budget_that_times_nothing_is_a_failure_not_equal(tmp_path, capsys):
+    fake = {"delay_s": 0.3}
+    rc, gens, _ = _run(tmp_path, "--budget-s", "0.6", "--stop-reserve-s", "0", "--engines-per-mode", "1", fake=fake)
+    text = capsys.readouterr().out
+    assert rc != 0 and "EQUAL" not in text and "nothing timed" in text, text
+    assert not gens.exists()
+
+
+def test_merge_of_nothing_says_so(tmp_path, capsys):
+    rc = live.main(["--merge", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
+    assert rc != 0 and "nothing" in capsys.readouterr().err
+
+
+def test_sigint_gives_one_line_and_stops_the_workers(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    argv = [sys.executable, str(ROOT / "benchmarks/bench_live.py"), "--dry-run", "--out", str(tmp_path / "o")]
+    argv += ["--work", str(tmp_path / "w"), "--batches", "1", "--reps", "40", "--fake", '{"delay_s": 0.05}']
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 60
+    seen = ""
+    while time.time() < deadline:  # wait for the first warm-up: the workers are up
+        line = p.stdout.readline()
+        seen += line
+        if "warm-up" in line or not line:
+            break
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, (seen + out, err)
+    assert "Traceback" not in err + out and "KeyboardInterrupt" not in err + out, err
+    assert len([x for x in err.splitlines() if x.strip()]) == 1 and "interrupted" in err, err
+    assert "workers stopped" in out
