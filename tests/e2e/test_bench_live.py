@@ -599,7 +599,7 @@ def _refused(tmp_path, capsys, argv):
         (["--reps", "3"], "--reps"),
         (["--engine-arg", "cuda_graph_bs_decode=[1,16]"], "graph"),
         (["--pin"], "--pin"),
-        (["--modes", "stock"], "--modes"),
+        (["--modes", "zero-copy"], "--modes"),
         (["--modes", "stock,nonsense"], "--modes"),
         (["--engines-per-mode", "0"], "--engines-per-mode"),
     ],
@@ -673,3 +673,73 @@ def test_sigint_gives_one_line_and_stops_the_workers(tmp_path):
     assert "Traceback" not in err + out and "KeyboardInterrupt" not in err + out, err
     assert len([x for x in err.splitlines() if x.strip()]) == 1 and "interrupted" in err, err
     assert "workers stopped" in out
+
+
+def test_stock_alone_is_a_census_for_the_prime(tmp_path, capsys):
+    rc, gens, summary = _protocol(tmp_path, "--modes", "stock", "--engines-per-mode", "1", "--batches", "1")
+    assert rc == 0, capsys.readouterr().out
+    assert {r["verdict"] for r in live.read_csv(summary)} == {"base"} and len(live.read_csv(gens)) == 4
+
+
+def test_the_device_runner_does_prime_then_a_then_b_and_combines(tmp_path):
+    """tools/gpu-engine/run_cycle_live.sh's steps on the CPU: its _setup.sh replaced by a stand-in that turns every
+    run into a --dry-run; the same command three times: prime, run A, run B (start order reversed) + the combined
+    verdict, then nothing left."""
+    import shutil
+    import subprocess
+
+    tree = tmp_path / "tree"
+    (tree / "tools/gpu-engine").mkdir(parents=True)
+    shutil.copytree(ROOT / "benchmarks", tree / "benchmarks", ignore=shutil.ignore_patterns("results"))
+    shutil.copy(ROOT / "tools/gpu-engine/run_cycle_live.sh", tree / "tools/gpu-engine/")
+    (tree / "tools/gpu-engine/_setup.sh").write_text(
+        'echo stub > "$OUT/env.txt"\n'
+        "standin_engine_args=(--dry-run --fake '{\"delay_s\": 0.002}')\n"
+        'collect_outputs() { echo > "$3"; echo "{}" > "$4"; }\n'
+        "nvidia-smi() { echo none; }\n"
+    )
+    state = Path("/tmp/cycle-live-state") / f"test-{os.getpid()}"  # the runner keeps its steps there
+    preset = state.name
+    bin_ = tmp_path / "bin"  # the runner calls python3 -P: this interpreter
+    bin_.mkdir()
+    (bin_ / "python3").symlink_to(sys.executable)
+    env = dict(os.environ, LIVE_STEP="next", PYTHONPATH=str(ROOT), PATH=f"{bin_}:{os.environ['PATH']}")
+    seen = []
+    try:
+        for call in range(4):
+            out = tmp_path / f"out{call}"
+            out.mkdir()
+            p = subprocess.run(
+                [
+                    "bash",
+                    "tools/gpu-engine/run_cycle_live.sh",
+                    preset,
+                    "--batches",
+                    "1",
+                    "--reps",
+                    "2",
+                    "--warmups",
+                    "0",
+                ],
+                cwd=tree,
+                env=dict(env, OUT=str(out), CYCLE_WORK=str(tmp_path / "w")),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            seen.append((p.returncode, sorted(x.name for x in out.rglob("*") if x.is_file()), p.stdout))
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(Path("/tmp/bench-live") / preset, ignore_errors=True)  # the runner's --work
+    assert [rc for rc, _, _ in seen] == [0, 0, 0, 4], [s[2][-2000:] for s in seen]
+    assert "step prime" in seen[0][2] and "step A" in seen[1][2] and "step B" in seen[2][2]
+    for _, files, _ in seen[:3]:
+        assert len(files) <= 8 and "env.txt" not in files, files  # what comes back from the device
+    assert f"cycle_live-{preset}-B.txt" in seen[2][1] and "cycle_live_combined-cpu.csv" in seen[2][1]
+    rows = live.read_csv(tmp_path / "out2" / "latest" / "cycle_generates-cpu.csv")
+    runs = sorted({r["run"] for r in rows})
+    assert len(runs) == 2 and runs[0].endswith("-A") and runs[1].endswith("-B")
+    b = [(r["mode"], r["engine"]) for r in rows if r["run"].endswith("-B")]
+    a = [(r["mode"], r["engine"]) for r in rows if r["run"].endswith("-A")]
+    assert a[0] == ("stock", "1") and b[0] == ("zero-copy", "1")  # run B's start order reversed
+    assert "run A and run B combined" in seen[2][2] and "| zero-copy |" in seen[2][2]
