@@ -697,7 +697,7 @@ class FakeEngine:
         if fake.get("fail") == self.mode:
             raise RuntimeError(f"fake Engine of {self.mode} told to fail at start")
         self.child = subprocess.Popen(  # the "scheduler": ends when its stdin closes (or with this process group)
-            [sys.executable, "-c", "import sys; sys.stdin.read()", "sglang::scheduler"], stdin=subprocess.PIPE
+            ["sh", "-c", "read -r _", "sglang::scheduler"], stdin=subprocess.PIPE
         )
         time.sleep(float(fake.get("start_s", 0)))  # an Engine's start, for the budget of further Engine sets
 

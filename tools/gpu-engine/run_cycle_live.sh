@@ -107,9 +107,10 @@ budget=$(( left - 25 ))
 log="$OUT/cycle_live-$PRESET.txt"
 [ "$STEP" != single ] && log="$OUT/cycle_live-$PRESET-$STEP.txt"
 stamp "bench_live $PRESET step $STEP: ${left}s of the wall left, budget ${budget}s"
-# the user's options first, the step's last (they win: --run, --modes of run B)
+# the user's options after the defaults, the step's last (they win: --run, --modes of run B)
+# --omp-threads 1: one intra-op thread per SGLang process (hygiene, the review's call); the user's options may change it
 timeout -k 5 $(( left - 12 )) python3 -P benchmarks/bench_live.py --preset "$PRESET" --out "$OUT" --work "$WORK" \
-  --budget-s "$budget" "${standin_engine_args[@]}" ${preset_args[@]+"${preset_args[@]}"} "$@" \
+  --budget-s "$budget" --omp-threads 1 "${standin_engine_args[@]}" ${preset_args[@]+"${preset_args[@]}"} "$@" \
   ${step_args[@]+"${step_args[@]}"} 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 if [ "$STEP" = B ]; then
