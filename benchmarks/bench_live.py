@@ -612,18 +612,28 @@ def merge_outputs(sources: Sequence[Path], out: Path) -> list[Path]:
     return sorted(set(written))
 
 
-def combine_files(paths: Sequence[Path], out: Path | None) -> tuple[list[dict], Path | None]:
-    """``--combine``: the generate rows of several runs' CSVs (a file's rows without a run named after the file),
-    the pair analysis over all their pairs; written to ``<out>/latest/cycle_live_combined-<gpu>.csv`` when ``out``."""
+def combine_files(
+    paths: Sequence[Path], out: Path | None, runs: Sequence[str] | None = None
+) -> tuple[list[dict], Path | None]:
+    """``--combine``: the generate rows of several runs' CSVs (a file's rows without a run named after the file;
+    ``runs``: only these runs), the pair analysis over all their pairs; written to
+    ``<out>/latest/cycle_live_combined-<gpu>.csv`` when ``out``."""
     rows: list[dict] = []
     seen: dict[tuple, str] = {}
     for i, p in enumerate(paths):
         mine = read_csv(Path(p))
         if not mine or "wall_s" not in mine[0]:
             raise Refused(f"--combine: {p} holds no generate rows (a {GEN_STEM}-<gpu>.csv)")
-        units = set()
         for r in mine:
             r["run"] = r.get("run") or f"{Path(p).stem}#{i + 1}"
+        if runs:
+            mine = [r for r in mine if r["run"] in runs]
+        elif any(r["run"] == f"{Path(p).stem}#{i + 1}" for r in mine) and len({r["run"] for r in mine}) > 1:
+            print(
+                f"note: rows of {p} without a run name are taken as run {Path(p).stem}#{i + 1} (--runs leaves them out)"
+            )
+        units = set()
+        for r in mine:
             units.add((r["model"], r["run"]))
         for u in units:
             if u in seen:
@@ -1478,6 +1488,9 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="the verdict over the Engine pairs of these runs' cycle_generates CSVs (e.g. run A's and run B's)",
     )
+    p.add_argument(
+        "--runs", type=lambda t: t.split(","), help="--combine: only these runs (names as in the files' run column)"
+    )
     args = p.parse_args(argv)
     if args.serve:
         return serve(args.serve[0], int(args.serve[1]))
@@ -1514,7 +1527,7 @@ def _main(args, p: argparse.ArgumentParser) -> int:
             missing = [str(x) for x in args.combine if not Path(x).is_file()]
             if missing:
                 raise Refused(f"--combine: no such file {', '.join(missing)}")
-            table, path = combine_files(args.combine, args.out)
+            table, path = combine_files(args.combine, args.out, args.runs)
         except Refused as e:
             print(f"{p.prog}: error: {e}", file=sys.stderr)
             return 2

@@ -435,6 +435,11 @@ def test_two_runs_combined_give_one_verdict_over_their_pairs(tmp_path, capsys):
     assert live.main(["--combine", str(a), str(a), "--out", str(tmp_path / "c")]) == 2
     assert "in both" in capsys.readouterr().err
     assert live.main(["--combine", str(tmp_path / "nope.csv")]) == 2
+    # --runs keeps the named runs only: one run's two pairs
+    assert live.main(["--combine", str(a), str(b), "--runs", "B", "--out", str(tmp_path / "d")]) == 0
+    got = {(r["batch"], r["mode"]): r for r in live.read_csv(tmp_path / "d" / "latest" / "cycle_live_combined-cpu.csv")}
+    assert got[("16", "zero-copy")]["runs"] == "B" and got[("16", "zero-copy")]["pairs"] == "2"
+    capsys.readouterr()
     # merged into one tree, both runs' rows side by side
     assert (
         live.main(
