@@ -176,13 +176,18 @@ class Gpu:
             ("mem_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
             ("power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
             ("temp_c", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
-            ("throttle", lambda: nv.nvmlDeviceGetCurrentClocksThrottleReasons(h)),
+            ("throttle", lambda: self._reasons(h)),
         ):
             try:
                 out[key] = call()
             except Exception:  # noqa: BLE001 - this field absent on this GPU or driver
                 out[key] = None
         return out
+
+    def _reasons(self, h) -> int:
+        """The clock event (throttle) reasons: NVML's newer name first, the older one where the binding lacks it."""
+        call = getattr(self.nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        return (call or self.nv.nvmlDeviceGetCurrentClocksThrottleReasons)(h)
 
     def processes(self) -> list[dict] | str:
         """The compute processes on the GPU and their memory (once per batch: idle Engines launch nothing)."""

@@ -801,7 +801,9 @@ def _make_engine(spec: Mapping):
         import torch
 
         torch.set_num_threads(int(spec["omp_threads"]))
-    info["sglang"] = metadata.version("sglang")
+    import sglang
+
+    info["sglang"] = getattr(sglang, "__version__", "") or metadata.version("sglang")
     gpu = gpu_query()
     if gpu is None:  # no nvidia-smi: ask torch (a CUDA context in this process)
         import torch
@@ -812,8 +814,6 @@ def _make_engine(spec: Mapping):
     if spec.get("static_gb"):  # the same static budget in bytes for every Engine, whatever the others hold
         kw["mem_fraction_static"] = round(min(0.9, max(0.05, float(spec["static_gb"]) / gpu[1])), 4)
     info["mem_fraction_static"] = kw.get("mem_fraction_static")
-    import sglang
-
     t0 = time.time()
     engine = sglang.Engine(**kw)
     info["start_s"] = round(time.time() - t0, 1)

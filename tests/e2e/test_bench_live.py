@@ -748,3 +748,30 @@ def test_the_device_runner_does_prime_then_a_then_b_and_combines(tmp_path):
     a = [(r["mode"], r["engine"]) for r in rows if r["run"].endswith("-A")]
     assert a[0] == ("stock", "1") and b[0] == ("zero-copy", "1")  # run B's start order reversed
     assert "run A and run B combined" in seen[2][2] and "| zero-copy |" in seen[2][2]
+
+
+def test_a_real_engine_gets_its_arms_keywords_and_reports_its_graphs_and_pids(monkeypatch):
+    """The worker's real-Engine path (``_make_engine``) with ``sglang.Engine`` replaced by a recorder: the arm's
+    keywords, the static budget as a fraction of the free memory, the graph settings and the pids it reports."""
+    import types
+
+    got = {}
+
+    class Engine:
+        def __init__(self, **kw):
+            got.update(kw)
+
+        def get_server_info(self):
+            return {"cuda_graph_bs_decode": None, "cuda_graph_max_bs_decode": 128, "sleep_on_idle": True, "x": 1}
+
+    monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(Engine=Engine, __version__="9.9"))
+    monkeypatch.setattr(live, "gpu_query", lambda: ("GPU X", 100.0, 140.0))
+    kw = {"model_path": "m", "speculative_algorithm": "NEXTN", "sleep_on_idle": True, "mem_fraction_static": 0.25}
+    spec = {"mode": "no-spec", "engine": 2, "engine_kwargs": kw, "static_gb": 16, "fake": None}
+    engine, info = live._make_engine(spec)
+    assert got == {"model_path": "m", "sleep_on_idle": True, "mem_fraction_static": 0.16}
+    assert info["sglang"] == "9.9" and info["gpu"] == "GPU X" and info["mem_fraction_static"] == 0.16
+    assert info["graphs"] == {"cuda_graph_bs_decode": None, "cuda_graph_max_bs_decode": 128, "sleep_on_idle": True}
+    assert info["pids"]["worker"] == os.getpid() and info["pids"]["scheduler"] == "absent"  # no SGLang children here
+    live._make_engine(dict(spec, mode="replayssm"))
+    assert got["enable_linear_replayssm_spec"] is True and got["speculative_algorithm"] == "NEXTN"
