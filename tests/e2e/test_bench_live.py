@@ -775,3 +775,36 @@ def test_a_real_engine_gets_its_arms_keywords_and_reports_its_graphs_and_pids(mo
     assert info["pids"]["worker"] == os.getpid() and info["pids"]["scheduler"] == "absent"  # no SGLang children here
     live._make_engine(dict(spec, mode="replayssm"))
     assert got["enable_linear_replayssm_spec"] is True and got["speculative_algorithm"] == "NEXTN"
+
+
+def test_the_gpu_probe_reads_nvml_where_there_is_one(monkeypatch):
+    import types
+
+    energy = iter([1_000, 4_500])
+    nv = types.SimpleNamespace(
+        NVML_CLOCK_SM=0,
+        NVML_CLOCK_MEM=1,
+        NVML_TEMPERATURE_GPU=0,
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
+        nvmlDeviceGetTotalEnergyConsumption=lambda h: next(energy),
+        nvmlDeviceGetClockInfo=lambda h, c: (1980, 2619)[c],
+        nvmlDeviceGetPowerUsage=lambda h: 312_500,
+        nvmlDeviceGetTemperature=lambda h, t: 41,
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 0x4,  # an older binding: the old name only
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=7, usedGpuMemory=3 * 2**30)],
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    gpu = probes.Gpu()
+    assert gpu.ok and gpu.h == "h3"
+    a, b = gpu.snapshot(), gpu.snapshot()
+    assert probes.gpu_delta(a, b) == {
+        "energy_j": 3.5,
+        "sm_mhz": 1980,
+        "mem_mhz": 2619,
+        "power_w": 312.5,
+        "temp_c": 41,
+        "throttle": "0x4",
+    }
+    assert gpu.processes() == [{"pid": 7, "mib": 3072}]
