@@ -156,6 +156,7 @@ class Gpu:
 
     def __init__(self) -> None:
         self.ok, self.nv, self.h = False, None, None
+        self._seen = 0  # NVML's timestamp of the last utilisation sample read
         try:
             import pynvml as nv
 
@@ -190,14 +191,25 @@ class Gpu:
         return (call or self.nv.nvmlDeviceGetCurrentClocksThrottleReasons)(h)
 
     def processes(self) -> list[dict] | str:
-        """The compute processes on the GPU and their memory (once per batch: idle Engines launch nothing)."""
+        """The compute processes on the GPU, their memory and, where NVML samples it, their SM and memory
+        utilisation since the last call (once per batch: idle Engines launch nothing)."""
         if not self.ok:
             return ABSENT
         try:
             procs = self.nv.nvmlDeviceGetComputeRunningProcesses(self.h)
-            return [{"pid": p.pid, "mib": (p.usedGpuMemory or 0) // 2**20} for p in procs]
+            out = {p.pid: {"pid": p.pid, "mib": (p.usedGpuMemory or 0) // 2**20} for p in procs}
         except Exception as e:  # noqa: BLE001
             return repr(e)
+        try:
+            samples = self.nv.nvmlDeviceGetProcessUtilization(self.h, self._seen)
+            for smp in samples:
+                row = out.setdefault(smp.pid, {"pid": smp.pid, "mib": ABSENT})
+                row["sm_util"] = max(row.get("sm_util", 0), smp.smUtil)
+                row["mem_util"] = max(row.get("mem_util", 0), smp.memUtil)
+                self._seen = max(self._seen, smp.timeStamp)
+        except Exception:  # noqa: BLE001 - no samples (none since the last call) or no such call: memory only
+            pass
+        return list(out.values())
 
 
 def gpu_delta(a: Mapping | None, b: Mapping | None) -> dict:

@@ -793,6 +793,9 @@ def test_the_gpu_probe_reads_nvml_where_there_is_one(monkeypatch):
         nvmlDeviceGetTemperature=lambda h, t: 41,
         nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 0x4,  # an older binding: the old name only
         nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=7, usedGpuMemory=3 * 2**30)],
+        nvmlDeviceGetProcessUtilization=lambda h, since: [
+            types.SimpleNamespace(pid=7, smUtil=55, memUtil=20, timeStamp=9)
+        ],
     )
     monkeypatch.setitem(sys.modules, "pynvml", nv)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
@@ -807,4 +810,4 @@ def test_the_gpu_probe_reads_nvml_where_there_is_one(monkeypatch):
         "temp_c": 41,
         "throttle": "0x4",
     }
-    assert gpu.processes() == [{"pid": 7, "mib": 3072}]
+    assert gpu.processes() == [{"pid": 7, "mib": 3072, "sm_util": 55, "mem_util": 20}]
