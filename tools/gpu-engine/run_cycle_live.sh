@@ -3,7 +3,7 @@
 # call, issue 51's protocol (docs/benchmarks.md, "The decode cycle, the protocol"): stock and zero-copy, 2 Engines
 # each alive at once with idle schedulers asleep, 3 warm-ups then gc frozen in every SGLang process, 16 timed
 # generates of 128 tokens per Engine and batch in palindromes, batches 1/16/64/128, radix cache off, SGLang's own
-# CUDA-graph list, per-generate CPU and GPU probes. Within a hard wall of LIVE_WALL_S (default 560 s) per call.
+# CUDA-graph list, per-generate CPU and GPU probes. Within a hard wall of LIVE_WALL_S (default 580 s: a device command may run 600) per call.
 #
 # The protocol is three calls of the SAME command, issued back to back on one warm machine (one device command may
 # run 10 minutes at most, and a prime plus two runs take ~20; the machine keeps /tmp while it stays warm, 30 s idle):
@@ -42,7 +42,7 @@ mkdir -p "$OUT"
 PRESET=${1:-qwen3.5-0.8b}
 shift || true
 T0=$(date +%s)
-WALL=${LIVE_WALL_S:-560}
+WALL=${LIVE_WALL_S:-580}
 stamp() { echo "[run_cycle_live +$(( $(date +%s) - T0 ))s] $*"; }
 STATE=/tmp/cycle-live-state/$PRESET  # survives between calls while the machine stays warm
 STEP=${LIVE_STEP:-single}
