@@ -1,37 +1,44 @@
-"""The decode cycle's wall time with the modes alive at the same time: stock SGLang, the plugin's default commit and the
-zero-copy commit, one ``sglang.Engine`` per mode, all started before the first timed generate, the timed generates
-alternating between the modes in a balanced order. Drift of the machine (clocks, thermals, neighbours) hits every mode
-alike; the ratio to stock comes with a bootstrap interval, and an interval through 1 is "no difference". Needs a CUDA
+"""The decode cycle's wall time with Engines of several modes alive at the same time (issue 51's protocol): by
+default stock SGLang and the zero-copy commit, **2 Engines per mode**, one ``sglang.Engine`` per worker process, all
+started before the first timed generate, the timed generates in palindromes over every (mode, Engine). Needs a CUDA
 GPU and SGLang (the stand-ins of tools/gpu-engine on the lent H200: ``tools/gpu-engine/run_cycle_live.sh``);
 ``--dry-run`` runs the whole driver on the CPU with fake Engines (tests/e2e/test_bench_live.py).
 
-Method (docs/benchmarks.md, "The decode cycle, modes alive at once"):
+The protocol (docs/benchmarks.md, "The decode cycle, the protocol"; the review
+``benchmark-review-2026-12-04.md`` section 4):
 
-* ``--engines-per-mode N`` long-lived worker processes per mode (default 1), each owning one Engine (SGLang keeps one published config per process and an
-  Engine's ``shutdown`` kills every child of its process, so three Engines cannot share one); the driver starts them
-  one after the other (an Engine sizes its pools from the memory free when it starts: ``--static-gb`` gives every
-  Engine the same static budget in bytes; default 24 GiB, 16 with N > 1), the plugin's variables in each worker's
-  environment; a further set of Engines (one per mode) starts only when it and ``--min-timed-s`` fit the budget;
-  ``--omp-threads K`` (OMP_NUM_THREADS / MKL_NUM_THREADS / torch threads of each worker) and ``--pin`` (each worker
-  and its Engine's processes on their own equal share of the cores, ``os.sched_setaffinity`` before the Engine
-  starts) control the host state; ``--sleep-on-idle`` lets idle schedulers sleep;
-* per batch size (in the order given): one warm-up generate per mode, then ``--reps`` timed generates per mode in
-  palindromes over every (mode, Engine) (A1 B1 C1 A2 B2 C2 C2 B2 A2 C1 B1 A1 ...); the same prompts (random token ids, seeded) in every mode; greedy,
-  ``ignore_eos``, a fixed output length; the wall of a generate is ``time.perf_counter`` around ``Engine.generate``
-  inside its worker;
-* per generate also: the worker's gc collections (per generation) and time in gc during it, its RSS;
-  a generate is "slow" when it took more than 1.3x the median of its (batch, mode);
-* every mode's output ids must equal stock's at every batch (md5 printed; a mismatch exits 1), and the plugin's
-  scheduler reports must show it engaged (zero-copy: every commit served zero-copy);
-* ``--budget-s``: no palindrome is started that would end after the budget (less ``--stop-reserve-s`` for stopping
-  the Engines); the files are rewritten after every batch, so a run cut short leaves clean files.
+* Engines start one after the other (each sizes its pools from the memory free when it starts; ``--static-gb`` gives
+  each the same static bytes); a further set of Engines (one per mode) starts only when it and ``--min-timed-s`` fit
+  the budget. Idle schedulers sleep on their sockets (``--sleep-on-idle``, on by default; SGLang's default
+  busy-polls a core per idle Engine). No pinning, SGLang's own CUDA-graph list (``--engine-arg cuda_graph_bs*`` is
+  refused). ``--sequential``: the fallback, one Engine alive at a time (``s1 z1 z2 s2``), each through every batch.
+* Per batch (in the order given): ``--warmups`` (3) generates per Engine, then in every Engine ``gc.collect()`` and
+  ``Engine.freeze_gc()`` (the worker, the scheduler and the detokenizer), then ``--reps`` (16) timed generates per
+  Engine in palindromes (``s1 z1 s2 z2 z2 s2 z1 s1 ...``); the same prompts in every mode (random ids, seeded), greedy,
+  ``ignore_eos``, ``--max-new-tokens`` (128). The wall of a generate is ``time.perf_counter`` around
+  ``Engine.generate`` inside its worker; the worker's gc is off during it (``--gc-off``, on by default).
+* Outside that window, per generate: the scheduler's and the worker's on-CPU and run-queue time, timeslices, last CPU
+  (``/proc``), per-CPU steal and busy time, the GPU's energy, clocks, power, temperature and throttle reasons (NVML);
+  once per run a header (kernel, CPU topology, clocks, the GPU's state) and per Engine its pids and CUDA-graph
+  configuration; once per batch the GPU's processes. A probe the machine lacks is written "absent".
+* Engines are the unit (``_live_stats.py``): per Engine its median, per Engine pair (Engine e of a mode and of stock)
+  the ratio, the interval over the pairs (Student's t, SD pooled over the batches), the verdict one of faster /
+  slower / equal within +-1 % / inconclusive. ``--combine A.csv B.csv`` does the same over the pairs of two runs.
+  Health checks (printed and written): robust CV <= 1.5 % per Engine and batch, no switch of host state, the Engines
+  of one mode within 1.5 %, no gen-2 gc in a timed generate, gc frozen.
+* Every exact mode's output ids must equal stock's at every batch (md5; a mismatch exits 1), the plugin's scheduler
+  reports must show it engaged; an Engine that fails exits 2; a run that timed nothing (or not every mode) exits 3.
+* ``--budget-s``: no palindrome is started that would end after the budget (less ``--stop-reserve-s``); the files are
+  rewritten after every batch, so a run cut short leaves clean files. Bad options are refused before anything runs
+  or is written, with one line.
 
-Results (rewritten, never appended; rows of other models kept from the tree's copy):
-``<out>/latest/cycle_generates-<gpu>.csv`` (one row per model, batch, mode, engine, generate) and
-``<out>/latest/cycle_live-<gpu>.csv`` (per model, batch, mode: median, min-max, the ratio to stock with its 95 %
-bootstrap interval over generates, the ratio per Engine pair and a hierarchical interval over Engines, the verdict
-(from the Engine-level interval when N > 1), slow generates); the summary rows appended once to ``<out>/history.csv``.
-``--merge DIR ...`` merges the files of device calls (their ``$OUT`` copies) into ``--out``.
+Results (rewritten, never appended; a (model, run)'s rows replace that (model, run)'s rows):
+``<out>/latest/cycle_generates-<gpu>.csv`` (one row per model, run, batch, mode, engine, generate, with the probes),
+``<out>/latest/cycle_live-<gpu>.csv`` (per model, run, batch, mode: the pair analysis, the health checks, the
+descriptive intervals), ``<out>/latest/cycle_live_runs-<gpu>.json`` (per run: the header, the Engines, the health),
+the summary rows appended once to ``<out>/history.csv``; ``--combine`` writes ``cycle_live_combined-<gpu>.csv``.
+``--merge DIR ...`` merges the files of device calls (their ``$OUT`` copies) into ``--out``. ``--dry-run`` never
+writes the tracked results (default ``--out``: ``<work>/dry-run-out``).
 """
 
 from __future__ import annotations
@@ -44,7 +51,6 @@ import hashlib
 import json
 import math
 import os
-import random
 import shutil
 import signal
 import statistics
@@ -52,18 +58,88 @@ import subprocess
 import sys
 import time
 import traceback
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _timing, bench_cycle, also under python -P
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _timing, _live_*, bench_cycle, also under python -P
+from _live_probes import (  # noqa: E402
+    ABSENT,
+    PROBE_FIELDS,
+    Gpu,
+    cpu_delta,
+    cpu_times,
+    engine_pids,
+    gpu_delta,
+    proc_delta,
+    proc_snapshot,
+    run_header,
+)
+from _live_stats import (  # noqa: E402
+    EQUAL,
+    FASTER,
+    INCONCLUSIVE,
+    SLOWER,
+    VERDICTS,
+    analyse,
+    bootstrap_ratio,
+    engine_stats,
+    health,
+    hier_bootstrap_ratio,
+    robust_cv,
+    verdict,
+)
 from _timing import RESULTS, append_history, checkout_on_path, git_commit, slug, write_csv  # noqa: E402
-from bench_cycle import MODES, check, engine_kwargs, model_facts, plugin_report, prompts_for  # noqa: E402
+from bench_cycle import MODES as _CYCLE_MODES  # noqa: E402
+from bench_cycle import check, engine_kwargs, model_facts, plugin_report, prompts_for  # noqa: E402
 
-GEN_STEM, SUMMARY_STEM = "cycle_generates", "cycle_live"
-GEN_KEY = ("model", "batch", "mode", "engine", "generate")
-SUMMARY_KEY = ("model", "batch", "mode")
+__all__ = [  # re-exported for the tests and for readers of this file
+    "EQUAL",
+    "FASTER",
+    "INCONCLUSIVE",
+    "SLOWER",
+    "VERDICTS",
+    "bootstrap_ratio",
+    "hier_bootstrap_ratio",
+    "robust_cv",
+    "verdict",
+]
+
+#: mode -> the plugin's variables in its worker's environment. Besides stock and the plugin's two commits, the arms
+#: users compare against (issue 51 item 6): SGLang's ReplaySSM-spec and no speculation at all, both plugin off.
+MODES = {
+    **_CYCLE_MODES,
+    "replayssm": dict(_CYCLE_MODES["stock"]),
+    "no-spec": dict(_CYCLE_MODES["stock"]),
+}
+#: mode -> what it changes in the Engine's keywords (None: drop the key)
+ARM_ENGINE_KWARGS: dict[str, dict] = {
+    "replayssm": {"enable_linear_replayssm_spec": True},
+    "no-spec": {
+        k: None
+        for k in (
+            "speculative_algorithm",
+            "speculative_num_steps",
+            "speculative_eagle_topk",
+            "speculative_num_draft_tokens",
+            "speculative_draft_model_path",
+        )
+    },
+}
+#: the modes whose output ids must equal stock's bit for bit (the others' md5 is printed, not judged)
+EXACT_MODES = ("stock", "plugin", "zero-copy")
+
+GEN_STEM, SUMMARY_STEM, COMBINED_STEM, RUNS_STEM = (
+    "cycle_generates",
+    "cycle_live",
+    "cycle_live_combined",
+    "cycle_live_runs",
+)
+GEN_KEY = ("model", "run", "batch", "mode", "engine", "generate")
+SUMMARY_KEY = ("model", "run", "batch", "mode")
+COMBINED_KEY = ("model", "batch", "mode")
 META_FIELDS = ["date", "commit", "sglang", "gpu", "options"]
 GEN_FIELDS = [
     *GEN_KEY,
@@ -71,6 +147,7 @@ GEN_FIELDS = [
     "wall_s",
     "rtt_s",
     "slow",
+    "frozen",
     "gc_gen0",
     "gc_gen1",
     "gc_gen2",
@@ -79,11 +156,17 @@ GEN_FIELDS = [
     "tokens",
     "accept_length",
     "md5",
+    "t_start",
+    "t_end",
+    *PROBE_FIELDS,
     *META_FIELDS,
 ]
+#: per (batch, mode): the medians of these probe columns over the mode's timed generates
+PROBE_MEDIANS = ("sched_cpu_ms", "sched_wait_ms", "steal_ms", "cpu_busy_pct", "energy_j", "sm_mhz", "power_w")
 SUMMARY_FIELDS = [
     *SUMMARY_KEY,
     "n",
+    "engines",
     "reps_asked",
     "median_s",
     "min_s",
@@ -91,103 +174,77 @@ SUMMARY_FIELDS = [
     "ratio",
     "ci_lo",
     "ci_hi",
-    "engines",
-    "ratio_per_engine",
+    "pairs",
+    "df",
+    "sd_from",
+    "verdict",
+    "pair_ratios",
+    "pair_spread",
+    "engine_medians",
+    "cv_max",
+    "engines_spread",
+    "switch_max",
+    "health",
+    "gen_ratio",
+    "gen_ci_lo",
+    "gen_ci_hi",
     "eng_ci_lo",
     "eng_ci_hi",
-    "verdict",
     "slow",
     "slow_with_gc2",
     "gc_gen0",
     "gc_gen1",
     "gc_gen2",
     "gc_ms",
+    "frozen",
     "rss_mb_max",
+    *(f"{k}_med" for k in PROBE_MEDIANS),
     "md5",
     *META_FIELDS,
 ]
+COMBINED_FIELDS = [
+    *COMBINED_KEY,
+    "runs",
+    "pairs",
+    "df",
+    "sd_from",
+    "ratio",
+    "ci_lo",
+    "ci_hi",
+    "verdict",
+    "run_ratios",
+    "runs_agree",
+    "pair_ratios",
+    "health",
+    "commits",
+    "sglang",
+    "gpu",
+]
 SLOW_FACTOR = 1.3
-NO_DIFFERENCE = "no difference"
+
+
+class Refused(ValueError):
+    """A bad option, told in one line before anything runs or is written."""
 
 
 # ---------------------------------------------------------------- pure parts (tests/e2e/test_bench_live.py)
 
 
-def balanced_order(modes: Sequence[str], reps: int) -> list[str]:
-    """The timed generates of one batch: ``reps`` per mode, blocks alternately forward and reversed
-    (A B C C B A A B C C B A ...): every mode takes every position equally often, its mean position is the same."""
+def balanced_order(modes: Sequence, reps: int) -> list:
+    """The timed generates of one batch: ``reps`` per unit, blocks alternately forward and reversed
+    (A B C C B A A B C C B A ...): every unit takes every position equally often, its mean position is the same."""
     if reps < 2 or reps % 2:
         raise ValueError(f"reps must be even and >= 2 (palindromes), got {reps}")
-    out: list[str] = []
+    out: list = []
     for k in range(reps):
         out += list(modes) if k % 2 == 0 else list(reversed(modes))
     return out
 
 
-def bootstrap_ratio(
-    xs: Sequence[float], base: Sequence[float], *, resamples: int = 2000, seed: int = 0, level: float = 0.95
-) -> tuple[float, float, float]:
-    """``(median(xs) / median(base), lo, hi)``: the percentile interval of the ratio of medians over ``resamples``
-    resamples (with replacement, each sample separately, a fixed seed)."""
-    if not xs or not base:
-        raise ValueError("bootstrap_ratio needs samples on both sides")
-    rng = random.Random(seed)
-    med = statistics.median
-    rs = sorted(med(rng.choices(xs, k=len(xs))) / med(rng.choices(base, k=len(base))) for _ in range(resamples))
-    alpha = (1.0 - level) / 2.0
-    lo = rs[max(0, int(math.floor(alpha * resamples)))]
-    hi = rs[min(resamples - 1, int(math.ceil((1.0 - alpha) * resamples)) - 1)]
-    return med(xs) / med(base), lo, hi
-
-
-def hier_bootstrap_ratio(
-    xs: Sequence[Sequence[float]],
-    base: Sequence[Sequence[float]],
-    *,
-    resamples: int = 2000,
-    seed: int = 0,
-    level: float = 0.95,
-) -> tuple[float, float, float]:
-    """The ratio of pooled medians with a **hierarchical** percentile interval: ``xs`` and ``base`` are the generates
-    of each Engine of a mode; a resample draws Engines with replacement (as many as the mode has), then generates
-    within each drawn Engine (as many as it has), pools them, takes the median. The spread between Engines of one mode
-    (each sits in its own host state for many generates) enters the interval, not only the spread between generates."""
-    xs = [list(e) for e in xs if e]
-    base = [list(e) for e in base if e]
-    if not xs or not base:
-        raise ValueError("hier_bootstrap_ratio needs samples on both sides")
-    rng = random.Random(seed)
-    med = statistics.median
-
-    def draw(engines: list[list[float]]) -> float:
-        pool: list[float] = []
-        for e in rng.choices(engines, k=len(engines)):
-            pool += rng.choices(e, k=len(e))
-        return med(pool)
-
-    rs = sorted(draw(xs) / draw(base) for _ in range(resamples))
-    alpha = (1.0 - level) / 2.0
-    lo = rs[max(0, int(math.floor(alpha * resamples)))]
-    hi = rs[min(resamples - 1, int(math.ceil((1.0 - alpha) * resamples)) - 1)]
-    return med([x for e in xs for x in e]) / med([x for e in base for x in e]), lo, hi
-
-
-def core_sets(cores: Iterable[int], n: int) -> list[list[int]]:
-    """``n`` disjoint, equally large CPU sets from ``cores`` (sorted; a remainder stays unassigned)."""
-    cores = sorted(cores)
-    k = len(cores) // n if n > 0 else 0
-    if k < 1:
-        raise ValueError(f"--pin: {len(cores)} cores cannot give {n} workers one each")
-    return [cores[i * k : (i + 1) * k] for i in range(n)]
-
-
-def classify(lo: float, hi: float) -> str:
-    """A wall-time ratio's interval -> ``faster`` (all below 1), ``slower`` (all above 1), else ``no difference``."""
-    if hi < 1.0:
-        return "faster"
-    if lo > 1.0:
-        return "slower"
-    return NO_DIFFERENCE
+def sequential_order(modes: Sequence[str], engines: int) -> list[tuple[str, int]]:
+    """``--sequential``: the Engines one after the other, each set of modes in turn forward and reversed
+    (``s1 z1 z2 s2`` for two modes and two Engines each)."""
+    return [(m, e) for e in range(1, engines + 1) for m in (modes if e % 2 else list(reversed(modes)))]
 
 
 def slow_flags(walls: Sequence[float], factor: float = SLOW_FACTOR) -> list[bool]:
@@ -216,14 +273,20 @@ def assert_unique(rows: Iterable[Mapping], key: Sequence[str], what: str = "rows
         raise ValueError(f"duplicated {what} ({', '.join(key)}): {dup[:5]}{' ...' if len(dup) > 5 else ''}")
 
 
-def merge_rows(old: Iterable[Mapping], new: Sequence[Mapping], models: Iterable[str], key: Sequence[str]) -> list[dict]:
-    """``old`` without the rows of ``models`` (those are replaced), a repeated key of ``old`` kept once, then ``new``;
-    a key twice in the result is an error (nothing is written)."""
-    drop = {str(m) for m in models}
+def _unit(r: Mapping, key: Sequence[str]) -> tuple:
+    """What a new file replaces: (model, run) where the key has a run, else model."""
+    return (str(r.get("model")), str(r.get("run", ""))) if "run" in key else (str(r.get("model")),)
+
+
+def merge_rows(old: Iterable[Mapping], new: Sequence[Mapping], models: Iterable, key: Sequence[str]) -> list[dict]:
+    """``old`` without the rows of ``models`` (model names, or (model, run) pairs where ``key`` has a run: those are
+    replaced), a repeated key of ``old`` kept once, then ``new``; a key twice in the result is an error (nothing is
+    written)."""
+    drop = {m if isinstance(m, tuple) else (str(m),) for m in models}
     kept: list[dict] = []
     seen: set[tuple] = set()
     for r in old:
-        if str(r.get("model")) in drop:
+        if _unit(r, key) in drop or (str(r.get("model")),) in drop:
             continue
         k = tuple(str(r.get(c, "")) for c in key)
         if k in seen:
@@ -236,79 +299,163 @@ def merge_rows(old: Iterable[Mapping], new: Sequence[Mapping], models: Iterable[
 
 
 def mark_slow(rows: list[dict]) -> None:
-    """Set ``slow`` (0/1) on every generate row from its (model, batch, mode) median."""
+    """Set ``slow`` (0/1) on every generate row from its (model, run, batch, mode) median."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["model"], int(r["batch"]), r["mode"]), []).append(r)
+        groups.setdefault((r["model"], r.get("run", ""), int(r["batch"]), r["mode"]), []).append(r)
     for group in groups.values():
         for r, s in zip(group, slow_flags([float(g["wall_s"]) for g in group])):
             r["slow"] = int(s)
 
 
+def _fmt(x, nd: int = 4):
+    return "" if x is None else round(x, nd)
+
+
+def _median_of(group: Sequence[Mapping], col: str):
+    vals = []
+    for r in group:
+        try:
+            vals.append(float(r.get(col)))
+        except (TypeError, ValueError):
+            continue
+    return round(statistics.median(vals), 3) if vals else ABSENT
+
+
 def summarize(
     rows: Sequence[Mapping], *, base: str = "stock", resamples: int = 2000, seed: int = 0, reps_asked: int = 0
 ) -> list[dict]:
-    """Per (model, batch, mode): median, min-max, the ratio of medians to ``base`` with its bootstrap interval over
-    generates (pooled over Engines), the ratio per Engine pair (Engine e of the mode / Engine e of ``base``) and the
-    hierarchical interval over Engines (:func:`hier_bootstrap_ratio`), the verdict (from the Engine-level interval when
-    a mode has more than one Engine), slow generates (and how many of them saw a gen-2 collection), gc, RSS."""
+    """Per (model, run, batch, mode): the pair analysis of this run (ratio, interval over the Engine pairs,
+    verdict), its health, each Engine's median, the descriptive intervals over generates (conditional on these
+    Engines) and over Engines (hierarchical), slow generates, gc, RSS, the probes' medians."""
     groups: dict[tuple, list[Mapping]] = {}
     for r in rows:
-        groups.setdefault((r["model"], int(r["batch"]), r["mode"]), []).append(r)
+        groups.setdefault((r["model"], str(r.get("run", "")), int(r["batch"]), r["mode"]), []).append(r)
+    stats = engine_stats(rows)
+    checks = health(rows)
+    pairs: dict[tuple, dict] = {}
+    for run in sorted({k[1] for k in groups}):
+        for (model, batch, mode), a in analyse([r for r in rows if str(r.get("run", "")) == run], base).items():
+            pairs[(model, run, batch, mode)] = a
     out = []
-    for (model, batch, mode), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+    for (model, run, batch, mode), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         walls = [float(r["wall_s"]) for r in group]
-        slow = [w > SLOW_FACTOR * statistics.median(walls) for w in walls]
-        ref = [float(r["wall_s"]) for r in groups.get((model, batch, base), [])]
-        by_eng = _by_engine(group)
-        ref_by_eng = _by_engine(groups.get((model, batch, base), []))
+        slow = slow_flags(walls)
+        engs = {k[4]: s for k, s in stats.items() if k[:4] == (model, run, batch, mode)}
+        ref = groups.get((model, run, batch, base), [])
+        meds = [s["median_s"] for s in engs.values()]
+        bad = checks.get((model, run, batch, mode), [])
         s: dict = {
             "model": model,
+            "run": run,
             "batch": batch,
             "mode": mode,
             "n": len(walls),
-            "engines": len(by_eng),
+            "engines": len(engs),
             "reps_asked": reps_asked or "",
             "median_s": round(statistics.median(walls), 5),
             "min_s": round(min(walls), 5),
             "max_s": round(max(walls), 5),
+            "engine_medians": ";".join(f"{e}:{v['median_s']:.5f}" for e, v in sorted(engs.items())),
+            "cv_max": round(max(v["cv"] for v in engs.values()), 5),
+            "engines_spread": round(max(meds) / min(meds) - 1, 5),
+            "switch_max": round(max(v["switch"] for v in engs.values()), 4),
+            "health": "ok" if not bad else "; ".join(bad),
             "slow": sum(slow),
             "slow_with_gc2": sum(1 for r, f in zip(group, slow) if f and int(r.get("gc_gen2") or 0)),
+            "frozen": int(all(str(r.get("frozen", "")) == "1" for r in group)),
             "rss_mb_max": round(max(float(r.get("rss_mb") or 0) for r in group), 1),
             "md5": ";".join(sorted({str(r.get("md5", "")) for r in group})),
         }
         for g in ("gc_gen0", "gc_gen1", "gc_gen2"):
             s[g] = sum(int(r.get(g) or 0) for r in group)
         s["gc_ms"] = round(sum(float(r.get("gc_ms") or 0) for r in group), 2)
-        s.update(ratio_per_engine="", eng_ci_lo="", eng_ci_hi="")
+        for k in PROBE_MEDIANS:
+            s[f"{k}_med"] = _median_of(group, k)
+        empty = dict.fromkeys(("ci_lo", "ci_hi", "df", "sd_from", "pair_ratios", "pair_spread", "pairs"), "")
+        s.update(empty, gen_ratio="", gen_ci_lo="", gen_ci_hi="", eng_ci_lo="", eng_ci_hi="")
         if mode == base:
-            s.update(ratio=1.0, ci_lo="", ci_hi="", verdict="base")
+            s.update(ratio=1.0, verdict="base")
         elif ref:
-            ratio, lo, hi = bootstrap_ratio(walls, ref, resamples=resamples, seed=seed)
-            s.update(ratio=round(ratio, 4), ci_lo=round(lo, 4), ci_hi=round(hi, 4), verdict=classify(lo, hi))
-            pairs = [e for e in by_eng if e in ref_by_eng]
-            s["ratio_per_engine"] = ";".join(
-                f"{e}:{statistics.median(by_eng[e]) / statistics.median(ref_by_eng[e]):.4f}" for e in pairs
-            )
-            if len(by_eng) > 1 or len(ref_by_eng) > 1:
-                _, elo, ehi = hier_bootstrap_ratio(
-                    list(by_eng.values()), list(ref_by_eng.values()), resamples=resamples, seed=seed
+            a = pairs.get((model, run, batch, mode))
+            if a is None:  # no Engine of this mode has a stock partner of the same number
+                s.update(ratio="", verdict=INCONCLUSIVE)
+            else:
+                s.update(
+                    ratio=_fmt(a["ratio"]),
+                    ci_lo=_fmt(a["lo"]),
+                    ci_hi=_fmt(a["hi"]),
+                    pairs=a["pairs"],
+                    df=a["df"],
+                    sd_from=a["sd_from"],
+                    verdict=a["verdict"],
+                    pair_ratios=a["pair_ratios"],
+                    pair_spread=_fmt(a["pair_spread"]),
                 )
-                s.update(eng_ci_lo=round(elo, 4), eng_ci_hi=round(ehi, 4), verdict=classify(elo, ehi))
+            ref_walls = [float(r["wall_s"]) for r in ref]
+            gr, glo, ghi = bootstrap_ratio(walls, ref_walls, resamples=resamples, seed=seed)
+            s.update(gen_ratio=_fmt(gr), gen_ci_lo=_fmt(glo), gen_ci_hi=_fmt(ghi))
+            ref_engs = {k[4]: v for k, v in stats.items() if k[:4] == (model, run, batch, base)}
+            if len(engs) > 1 or len(ref_engs) > 1:
+                _, elo, ehi = hier_bootstrap_ratio(
+                    [v["walls"] for v in engs.values()],
+                    [v["walls"] for v in ref_engs.values()],
+                    resamples=resamples,
+                    seed=seed,
+                )
+                s.update(eng_ci_lo=_fmt(elo), eng_ci_hi=_fmt(ehi))
         else:
-            s.update(ratio="", ci_lo="", ci_hi="", verdict="no base")
+            s.update(ratio="", verdict="no base")
         for k in META_FIELDS:
             s[k] = group[0].get(k, "")
         out.append(s)
     return out
 
 
-def _by_engine(group: Iterable[Mapping]) -> dict[str, list[float]]:
-    """engine -> its walls (in engine order)."""
-    out: dict[str, list[float]] = {}
-    for r in group:
-        out.setdefault(str(r.get("engine", 1) or 1), []).append(float(r["wall_s"]))
-    return dict(sorted(out.items(), key=lambda kv: (len(kv[0]), kv[0])))
+def combine(rows: Sequence[Mapping], base: str = "stock") -> list[dict]:
+    """Per (model, batch, mode): the pair analysis over the Engine pairs of every run in ``rows`` (the verdict of
+    the protocol), each run's own ratio, how far the runs are apart (``runs_agree``: max/min of the run ratios),
+    each run's health."""
+    checks = health(rows)
+    meta: dict[tuple, dict[str, set]] = {}
+    for r in rows:
+        m = meta.setdefault((r["model"], int(r["batch"])), {"commit": set(), "sglang": set(), "gpu": set()})
+        for k in m:
+            m[k].add(str(r.get(k, "")))
+    out = []
+    for (model, batch, mode), a in sorted(analyse(rows, base).items()):
+        runs = sorted(a["run_ratios"])
+        rr = a["run_ratios"]
+        bad = [
+            f"{run or '-'}: {'; '.join(checks.get((model, run, batch, m), []))}"
+            for run in runs
+            for m in (base, mode)
+            if checks.get((model, run, batch, m))
+        ]
+        m = meta.get((model, batch), {})
+        out.append(
+            {
+                "model": model,
+                "batch": batch,
+                "mode": mode,
+                "runs": ";".join(runs),
+                "pairs": a["pairs"],
+                "df": a["df"],
+                "sd_from": a["sd_from"],
+                "ratio": _fmt(a["ratio"]),
+                "ci_lo": _fmt(a["lo"]),
+                "ci_hi": _fmt(a["hi"]),
+                "verdict": a["verdict"],
+                "run_ratios": ";".join(f"{run}:{rr[run]:.4f}" for run in runs),
+                "runs_agree": _fmt(max(rr.values()) / min(rr.values())) if len(rr) > 1 else "",
+                "pair_ratios": a["pair_ratios"],
+                "health": "ok" if not bad else " | ".join(bad),
+                "commits": ";".join(sorted(m.get("commit", ()))),
+                "sglang": ";".join(sorted(m.get("sglang", ()))),
+                "gpu": ";".join(sorted(m.get("gpu", ()))),
+            }
+        )
+    return out
 
 
 def slow_by_mode(rows: Sequence[Mapping]) -> dict[str, tuple[int, int]]:
@@ -321,9 +468,11 @@ def slow_by_mode(rows: Sequence[Mapping]) -> dict[str, tuple[int, int]]:
 
 
 def md5_problems(md5s: Mapping[tuple[int, str], set[str]], base: str = "stock") -> list[str]:
-    """Every (batch, mode) must have produced one output (over its timed generates), equal to ``base``'s."""
+    """Every (batch, exact mode) must have produced one output (over its timed generates), equal to ``base``'s."""
     problems = []
     for (batch, mode), seen in sorted(md5s.items()):
+        if mode not in EXACT_MODES:
+            continue
         ref = md5s.get((batch, base), set())
         if len(seen) != 1 or len(ref) != 1 or seen != ref:
             problems.append(f"batch {batch}: {mode} md5 {sorted(seen)} vs {base} {sorted(ref)}")
@@ -340,6 +489,34 @@ def _table(rows: Sequence[Mapping], cols: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def combined_table(rows: Sequence[Mapping]) -> str:
+    """The verdict table of :func:`combine` (markdown; the health column shortened to the failed checks per run,
+    the whole text is in the CSV)."""
+    shown = []
+    for r in rows:
+        iv = f"{r['ratio']} [{r['ci_lo']}, {r['ci_hi']}]" if r["ci_lo"] != "" else f"{r['ratio']} [-]"
+        failed: Counter = Counter()
+        for part in r["health"].split(" | ") if r["health"] != "ok" else []:
+            run, _, checks = part.partition(": ")
+            failed[run] += len(checks.split("; "))
+        short = "ok" if not failed else "FAILED " + ", ".join(f"{run} ({n} checks)" for run, n in failed.items())
+        shown.append(dict(r, interval=iv, health=short))
+    cols = [
+        "model",
+        "batch",
+        "mode",
+        "runs",
+        "pairs",
+        "df",
+        "interval",
+        "verdict",
+        "run_ratios",
+        "runs_agree",
+        "health",
+    ]
+    return _table(shown, cols)
+
+
 # ---------------------------------------------------------------- files
 
 
@@ -351,11 +528,12 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def write_results(
-    out: Path, gpu: str, models: Iterable[str], gens: Sequence[Mapping], summary: Sequence[Mapping]
+    out: Path, gpu: str, units: Iterable, gens: Sequence[Mapping], summary: Sequence[Mapping]
 ) -> tuple[Path, Path]:
-    """Both latest CSVs, the rows of ``models`` replaced (other models kept from the file at ``out``, or else from the
-    tree's copy); a duplicated key anywhere raises before anything is written."""
-    models = list(models)
+    """Both latest CSVs under ``out``, the rows of ``units`` ((model, run) pairs, or model names) replaced, other
+    rows of the file at ``out`` kept (never seeded from the tree's copy: ``--merge`` brings a run into the tree); a
+    duplicated key anywhere raises before anything is written."""
+    units = list(units)
     paths = []
     merged = []
     for stem, rows, key, fields in (
@@ -363,9 +541,7 @@ def write_results(
         (SUMMARY_STEM, summary, SUMMARY_KEY, SUMMARY_FIELDS),
     ):
         path = Path(out) / "latest" / f"{stem}-{slug(gpu)}.csv"
-        tree = RESULTS / "latest" / path.name
-        old = read_csv(path) if path.exists() else read_csv(tree)
-        merged.append((path, merge_rows(old, rows, models, key), fields))
+        merged.append((path, merge_rows(read_csv(path), rows, units, key), fields))
     for path, rows, fields in merged:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_csv(path, rows, fields)
@@ -373,30 +549,106 @@ def write_results(
     return paths[0], paths[1]
 
 
+def write_runs(out: Path, gpu: str, runs: Mapping[str, Mapping]) -> Path:
+    """``<out>/latest/cycle_live_runs-<gpu>.json``: run -> its header, Engines, options, health (runs kept)."""
+    path = Path(out) / "latest" / f"{RUNS_STEM}-{slug(gpu)}.json"
+    have = {}
+    if path.exists():
+        try:
+            have = json.loads(path.read_text())
+        except ValueError:
+            have = {}
+    have.update(runs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(have, indent=1, sort_keys=True, default=str))
+    return path
+
+
 def merge_outputs(sources: Sequence[Path], out: Path) -> list[Path]:
-    """The latest CSVs of device calls (each source a copy of one ``$OUT``) into ``out``: a model's rows from the last
-    source that has it; history rows of the benchmark not in ``out``'s history appended."""
+    """The latest files of device calls (each source a copy of one ``$OUT``) into ``out``: a (model, run)'s rows from
+    the last source that has it; runs of the runs JSON likewise; history rows of the benchmark not in ``out``'s
+    history appended. Raises :class:`Refused` when no source holds anything of this benchmark."""
+    found = [
+        p
+        for src in sources
+        for stem in (GEN_STEM, SUMMARY_STEM, COMBINED_STEM)
+        for p in sorted((Path(src) / "latest").glob(f"{stem}-*.csv"))
+    ]
+    if not found:
+        raise Refused(
+            f"--merge: nothing of this benchmark in {', '.join(map(str, sources))} (no latest/{GEN_STEM}-*.csv)"
+        )
     written = []
-    for stem, key, fields in ((GEN_STEM, GEN_KEY, GEN_FIELDS), (SUMMARY_STEM, SUMMARY_KEY, SUMMARY_FIELDS)):
+    for stem, key, fields in (
+        (GEN_STEM, GEN_KEY, GEN_FIELDS),
+        (SUMMARY_STEM, SUMMARY_KEY, SUMMARY_FIELDS),
+        (COMBINED_STEM, COMBINED_KEY, COMBINED_FIELDS),
+    ):
         for src in sources:
             for path in sorted((Path(src) / "latest").glob(f"{stem}-*.csv")):
                 rows = read_csv(path)
                 assert_unique(rows, key, str(path))
                 dest = Path(out) / "latest" / path.name
-                merged = merge_rows(read_csv(dest), rows, {r["model"] for r in rows}, key)
+                merged = merge_rows(read_csv(dest), rows, {_unit(r, key) for r in rows}, key)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 write_csv(dest, merged, fields)
                 written.append(dest)
+    for src in sources:
+        for path in sorted((Path(src) / "latest").glob(f"{RUNS_STEM}-*.json")):
+            dest = Path(out) / "latest" / path.name
+            have = json.loads(dest.read_text()) if dest.exists() else {}
+            have.update(json.loads(path.read_text()))
+            dest.write_text(json.dumps(have, indent=1, sort_keys=True))
+            written.append(dest)
     hist = Path(out) / "history.csv"
-    have = {tuple(sorted(r.items())) for r in read_csv(hist)}
+    have_rows = {tuple(sorted(r.items())) for r in read_csv(hist)}
     for src in sources:
         new = [r for r in read_csv(Path(src) / "history.csv") if r.get("benchmark") == SUMMARY_STEM]
-        new = [r for r in new if tuple(sorted(r.items())) not in have]
+        new = [r for r in new if tuple(sorted(r.items())) not in have_rows]
         if new:
             append_history(hist, new)
-            have |= {tuple(sorted(r.items())) for r in new}
+            have_rows |= {tuple(sorted(r.items())) for r in new}
             written.append(hist)
     return sorted(set(written))
+
+
+def combine_files(
+    paths: Sequence[Path], out: Path | None, runs: Sequence[str] | None = None
+) -> tuple[list[dict], Path | None]:
+    """``--combine``: the generate rows of several runs' CSVs (a file's rows without a run named after the file;
+    ``runs``: only these runs), the pair analysis over all their pairs; written to
+    ``<out>/latest/cycle_live_combined-<gpu>.csv`` when ``out``."""
+    rows: list[dict] = []
+    seen: dict[tuple, str] = {}
+    for i, p in enumerate(paths):
+        mine = read_csv(Path(p))
+        if not mine or "wall_s" not in mine[0]:
+            raise Refused(f"--combine: {p} holds no generate rows (a {GEN_STEM}-<gpu>.csv)")
+        for r in mine:
+            r["run"] = r.get("run") or f"{Path(p).stem}#{i + 1}"
+        if runs:
+            mine = [r for r in mine if r["run"] in runs]
+        elif any(r["run"] == f"{Path(p).stem}#{i + 1}" for r in mine) and len({r["run"] for r in mine}) > 1:
+            print(
+                f"note: rows of {p} without a run name are taken as run {Path(p).stem}#{i + 1} (--runs leaves them out)"
+            )
+        units = set()
+        for r in mine:
+            units.add((r["model"], r["run"]))
+        for u in units:
+            if u in seen:
+                raise Refused(f"--combine: run {u[1]!r} of {u[0]} is in both {seen[u]} and {p}")
+            seen[u] = str(p)
+        rows += mine
+    table = combine(rows)
+    if out is None or not table:
+        return table, None
+    gpu = next((r.get("gpu") for r in rows if r.get("gpu")), "unknown")
+    path = Path(out) / "latest" / f"{COMBINED_STEM}-{slug(gpu)}.csv"
+    merged = merge_rows(read_csv(path), table, {(r["model"],) for r in table}, COMBINED_KEY)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_csv(path, merged, COMBINED_FIELDS)
+    return table, path
 
 
 # ---------------------------------------------------------------- the worker (one Engine)
@@ -436,23 +688,33 @@ def rss_mb() -> float:
 
 class FakeEngine:
     """``--dry-run``'s Engine: sleeps ``delay_s * factor[mode] * engine_factor["mode:engine"] * (1 + batch / 64)`` a
-    generate (``engine_factor``: one Engine of a mode in a slow "host state"), output ids from the prompts (one mode can
-    be told to answer differently: ``break``); writes a plugin report like the scheduler's."""
+    generate (``engine_factor``: one Engine of a mode in a slow "host state"; ``jitter``: a relative spread, seeded),
+    output ids from the prompts (``break``: one mode answers differently); a child process titled like SGLang's
+    scheduler (the probes read it); ``freeze_gc`` as SGLang's; writes a plugin report like the scheduler's."""
 
     def __init__(self, spec: Mapping) -> None:
+        import random
+
         fake = spec["fake"]
         self.mode = spec["mode"]
         self.delay = float(fake.get("delay_s", 0.002)) * float(fake.get("factor", {}).get(self.mode, 1.0))
         self.delay *= float(fake.get("engine_factor", {}).get(f"{self.mode}:{spec.get('engine', 1)}", 1.0))
+        self.jitter = float(fake.get("jitter", 0.0))
+        self.rng = random.Random(hash((self.mode, spec.get("engine", 1))) & 0xFFFF)
         self.broken = fake.get("break") == self.mode
         self.commits = 0
+        self.frozen = 0
         if fake.get("fail") == self.mode:
             raise RuntimeError(f"fake Engine of {self.mode} told to fail at start")
+        self.child = subprocess.Popen(  # the "scheduler": ends when its stdin closes (or with this process group)
+            ["sh", "-c", "read -r _", "sglang::scheduler"], stdin=subprocess.PIPE
+        )
         time.sleep(float(fake.get("start_s", 0)))  # an Engine's start, for the budget of further Engine sets
 
     def generate(self, input_ids, sampling_params):
         n = int(sampling_params["max_new_tokens"])
-        time.sleep(self.delay * (1 + len(input_ids) / 64))
+        jit = 1 + self.jitter * self.rng.uniform(-1, 1)
+        time.sleep(self.delay * jit * (1 + len(input_ids) / 64))
         self.commits += n // 2
         outs = []
         for p in input_ids:
@@ -460,6 +722,10 @@ class FakeEngine:
             outs.append({"output_ids": [(h + i) % 1000 for i in range(n)], "meta_info": {"spec_verify_ct": n // 2}})
         self._report()
         return outs
+
+    def freeze_gc(self) -> None:
+        gc.freeze()
+        self.frozen += 1
 
     def _report(self) -> None:
         folder = os.environ.get("SGLANG_MAMBA_DEDUP_REPORT_DIR")
@@ -474,7 +740,11 @@ class FakeEngine:
         (Path(folder) / f"status-{os.getpid()}-fake.json").write_text(json.dumps({"events": ev}))
 
     def shutdown(self) -> None:
-        pass
+        try:
+            self.child.stdin.close()
+            self.child.wait(5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.child.kill()
 
 
 def gpu_query() -> tuple[str, float, float] | None:
@@ -493,21 +763,47 @@ def gpu_query() -> tuple[str, float, float] | None:
         return None
 
 
+def arm_kwargs(kw: Mapping, mode: str) -> dict:
+    """The Engine keywords of ``mode``: the common ones with the arm's changes (:data:`ARM_ENGINE_KWARGS`)."""
+    out = dict(kw)
+    for k, v in ARM_ENGINE_KWARGS.get(mode, {}).items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
+
+
+def _graph_config(engine) -> dict:
+    """The Engine's resolved CUDA-graph settings and what decides the captured sizes (SGLang captures the listed
+    decode sizes up to its request pool), with the flags the protocol relies on."""
+    try:
+        info = engine.get_server_info()
+    except Exception as e:  # noqa: BLE001 - informational only
+        return {"error": repr(e)[:200]}
+    keep = ("max_running_requests", "sleep_on_idle", "disable_radix_cache", "enable_linear_replayssm_spec")
+    return {k: v for k, v in info.items() if "cuda_graph" in k or k in keep}
+
+
 def _make_engine(spec: Mapping):
-    """The mode's Engine and what to say about it (pid, GPU, versions, memory, start time)."""
+    """The mode's Engine and what to say about it (pids, GPU, versions, memory, graphs, start time)."""
     from importlib import metadata
 
     info: dict = {"pid": os.getpid(), "mode": spec["mode"], "engine": spec.get("engine", 1)}
     info.update(cpus=_span(sorted(os.sched_getaffinity(0))), omp_threads=os.environ.get("OMP_NUM_THREADS"))
     if spec.get("fake") is not None:
-        info.update(gpu="cpu", sglang="-", start_s=0.0)
-        return FakeEngine(spec), info
-    kw = dict(spec["engine_kwargs"])
+        engine = FakeEngine(spec)
+        info.update(gpu="cpu", sglang="-", start_s=0.0, graphs={"cuda_graph": ABSENT})
+        info["pids"] = engine_pids(os.getpid())
+        return engine, info
+    kw = arm_kwargs(spec["engine_kwargs"], spec["mode"])
     if spec.get("omp_threads"):  # this process's intra-op pool too (its children read OMP_NUM_THREADS)
         import torch
 
         torch.set_num_threads(int(spec["omp_threads"]))
-    info["sglang"] = metadata.version("sglang")
+    import sglang
+
+    info["sglang"] = getattr(sglang, "__version__", "") or metadata.version("sglang")
     gpu = gpu_query()
     if gpu is None:  # no nvidia-smi: ask torch (a CUDA context in this process)
         import torch
@@ -518,8 +814,6 @@ def _make_engine(spec: Mapping):
     if spec.get("static_gb"):  # the same static budget in bytes for every Engine, whatever the others hold
         kw["mem_fraction_static"] = round(min(0.9, max(0.05, float(spec["static_gb"]) / gpu[1])), 4)
     info["mem_fraction_static"] = kw.get("mem_fraction_static")
-    import sglang
-
     t0 = time.time()
     engine = sglang.Engine(**kw)
     info["start_s"] = round(time.time() - t0, 1)
@@ -528,6 +822,8 @@ def _make_engine(spec: Mapping):
         info["max_total_num_tokens"] = sinfo.get("max_total_num_tokens")
     except Exception:  # noqa: BLE001 - informational only
         pass
+    info["graphs"] = _graph_config(engine)
+    info["pids"] = engine_pids(os.getpid())
     return engine, info
 
 
@@ -542,43 +838,53 @@ def _span(cores: Sequence[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def _generate(engine, ids, sampling: Mapping, probe: GcProbe, gc_off: bool) -> dict:
+def _generate(engine, ids, sampling: Mapping, probe: GcProbe, gc_off: bool, sched) -> dict:
+    """One generate, timed with ``perf_counter`` around ``Engine.generate`` alone; the probes of the scheduler
+    (pid ``sched``) and of this process are read before and after that window, never inside it."""
+    me = os.getpid()
+    before = (proc_snapshot(sched), proc_snapshot(me))
     probe.reset()
     if gc_off:
         gc.disable()
     try:
+        t_start = time.time()
         t0 = time.perf_counter()
         outs = engine.generate(input_ids=ids, sampling_params=dict(sampling))
         wall = time.perf_counter() - t0
+        t_end = time.time()
     finally:
         if gc_off:
             gc.enable()
     counts, ms = list(probe.counts), probe.ms
+    after = (proc_snapshot(sched), proc_snapshot(me))
     out_ids = [o["output_ids"] for o in outs]
     verify = sum(int((o.get("meta_info") or {}).get("spec_verify_ct", 0) or 0) for o in outs)
     tokens = sum(len(x) for x in out_ids)
     return {
         "wall_s": wall,
+        "t_start": round(t_start, 4),
+        "t_end": round(t_end, 4),
         "md5": hashlib.md5(json.dumps(out_ids).encode()).hexdigest(),
         "gc": counts,
         "gc_ms": ms,
         "rss_mb": rss_mb(),
         "tokens": tokens,
         "accept_length": tokens / verify if verify else None,
+        "probes": {**proc_delta(before[0], after[0], "sched"), **proc_delta(before[1], after[1], "worker")},
     }
 
 
 def _send(conn: Connection, msg: Mapping) -> None:
-    conn.send_bytes(json.dumps(msg).encode())
+    conn.send_bytes(json.dumps(msg, default=str).encode())  # default: an odd type in SGLang's server info
 
 
 def serve(spec_path: str, fd: int) -> int:
-    """The worker: build the Engine, then answer ``generate`` requests until ``stop`` (or the driver is gone)."""
+    """The worker: build the Engine, then answer ``generate`` and ``freeze`` requests until ``stop`` (or the driver
+    is gone). ``freeze``: ``gc.collect()`` here, then ``Engine.freeze_gc()`` (this process's tokenizer manager, the
+    scheduler and, through it, the detokenizer); every later generate says ``frozen``."""
     conn = Connection(fd)
     os.set_inheritable(fd, False)  # not into SGLang's subprocesses: the driver sees EOF when this process ends
     spec = json.loads(Path(spec_path).read_text())
-    if spec.get("cpus"):  # --pin: before the Engine starts, so its scheduler and detokenizer inherit the set
-        os.sched_setaffinity(0, spec["cpus"])
     probe = GcProbe()
     try:
         engine, info = _make_engine(spec)
@@ -587,8 +893,10 @@ def serve(spec_path: str, fd: int) -> int:
         _send(conn, {"error": traceback.format_exc()[-4000:]})
         return 1
     _send(conn, {"ready": True, **info})
+    sched = info["pids"]["scheduler"]
     sampling = {"temperature": 0.0, "max_new_tokens": spec["max_new_tokens"], "ignore_eos": True}
     prompts: dict[int, list[list[int]]] = {}
+    frozen = 0
     rc = 0
     try:
         while True:
@@ -596,18 +904,27 @@ def serve(spec_path: str, fd: int) -> int:
                 msg = json.loads(conn.recv_bytes())
             except (EOFError, OSError):
                 break
+            if msg.get("op") == "freeze":
+                collected = gc.collect()
+                if hasattr(engine, "freeze_gc"):
+                    engine.freeze_gc()
+                    frozen = 1
+                _send(conn, {"frozen": frozen, "collected": collected})
+                continue
             if msg.get("op") != "generate":
                 break
             b = int(msg["batch"])
             if b not in prompts:
                 prompts[b] = prompts_for(b, spec["vocab"], spec["seed"])
             try:
-                res = _generate(engine, prompts[b], sampling, probe, bool(spec["gc_off"]) and not msg.get("warmup"))
+                warm = bool(msg.get("warmup"))
+                res = _generate(engine, prompts[b], sampling, probe, bool(spec["gc_off"]) and not warm, sched)
             except Exception:  # noqa: BLE001 - told to the driver
                 traceback.print_exc()
                 _send(conn, {"error": traceback.format_exc()[-4000:]})
                 rc = 1
                 break
+            res["frozen"] = frozen
             _send(conn, res)
     finally:
         t0 = time.time()
@@ -632,26 +949,16 @@ class EngineFailed(RuntimeError):
 class Worker:
     """One Engine's worker process (Engine ``engine`` of ``mode``): its own session (so what it leaves can be killed),
     a socket pair to the driver, its log in ``<work>/<mode>-e<engine>.log``, the plugin's reports in
-    ``<work>/reports-<mode>-e<engine>/``; ``cpus`` (``--pin``) its CPU set, ``omp_threads`` its thread pools."""
+    ``<work>/reports-<mode>-e<engine>/``; ``omp_threads`` its thread pools."""
 
-    def __init__(
-        self,
-        mode: str,
-        spec: Mapping,
-        work: Path,
-        engine: int = 1,
-        cpus: Sequence[int] | None = None,
-        omp_threads: int | None = None,
-    ):
+    def __init__(self, mode: str, spec: Mapping, work: Path, engine: int = 1, omp_threads: int | None = None):
         self.mode, self.engine = mode, engine
         self.name = f"{mode}-e{engine}"
         self.log_path = work / f"{self.name}.log"
         self.report_dir = work / f"reports-{self.name}"
         shutil.rmtree(self.report_dir, ignore_errors=True)  # an earlier run's reports would count as this one's
         spec_path = work / f"{self.name}.spec.json"
-        spec_path.write_text(
-            json.dumps(dict(spec, mode=mode, engine=engine, cpus=list(cpus or []), omp_threads=omp_threads))
-        )
+        spec_path.write_text(json.dumps(dict(spec, mode=mode, engine=engine, omp_threads=omp_threads)))
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_MAMBA_DEDUP")}
         env.update(MODES[mode], SGLANG_MAMBA_DEDUP_REPORT_DIR=str(self.report_dir), PYTHONUNBUFFERED="1")
         if omp_threads:  # before Python starts: torch and the BLAS libraries read them at import
@@ -668,6 +975,7 @@ class Worker:
             )
         child.close()
         self.info: dict = {}
+        self.stopped = False
 
     def tail(self, n: int = 3000) -> str:
         try:
@@ -690,7 +998,8 @@ class Worker:
 
 
 def stop_all(workers: Sequence[Worker], timeout: float) -> None:
-    """Ask every worker to stop at once, wait up to ``timeout``, then kill each worker's session."""
+    """Ask every worker not yet stopped to stop at once, wait up to ``timeout``, then kill each worker's session."""
+    workers = [w for w in workers if not w.stopped]
     for w in workers:
         try:
             _send(w.conn, {"op": "stop"})
@@ -712,9 +1021,10 @@ def stop_all(workers: Sequence[Worker], timeout: float) -> None:
         except subprocess.TimeoutExpired:
             pass
         w.conn.close()
+        w.stopped = True
 
 
-def _terminate(signum, frame):  # SIGTERM (the runner's timeout): unwind, stop the workers, keep the files
+def _terminate(signum, frame):  # SIGTERM (the runner's timeout), SIGINT: unwind, stop the workers, keep the files
     raise SystemExit(128 + signum)
 
 
@@ -724,6 +1034,19 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     date = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     commit = git_commit()
     opts = json.dumps(options, sort_keys=True, separators=(",", ":"))
+    run_id = args.run
+    header = run_header()
+    gpu = Gpu()
+    header["nvml"] = gpu.ok
+    lscpu = {k.strip(): v.strip() for k, _, v in (x.partition(":") for x in header["lscpu"].splitlines()) if v}
+    print(
+        f"[run {run_id}: kernel {header['kernel']}, {header['nproc']} CPUs ({lscpu.get('Thread(s) per core', '?')} "
+        f"threads per core, {lscpu.get('Model name', '?')}, hypervisor {lscpu.get('Hypervisor vendor', header['hypervisor_flag'])}), "
+        f"load {header['loadavg']}, NVML {'yes' if gpu.ok else ABSENT}, driver pid {header['driver_pid']}]",
+        flush=True,
+    )
+    run_info: dict = {"date": date, "commit": commit, "options": options, "header": header, "engines": {}}
+    run_info.update(gpu_processes={}, health={}, freeze={})
     workers: dict[tuple[str, int], Worker] = {}  # (mode, engine) -> its worker
     rows: list[dict] = []
     md5s: dict[tuple[int, str], set[str]] = {}  # the timed generates' outputs
@@ -731,9 +1054,11 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     done: list[int] = []
     skipped: list[int] = []
     partial: list[int] = []
+    not_started: list[str] = []
     meta = {"gpu": "unknown", "sglang": "-"}
     status = 0
     written = False
+    last: dict[tuple[str, int], float] = {}  # the latest wall of each Engine (budget estimates)
 
     def save() -> None:
         nonlocal written
@@ -741,101 +1066,169 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
             return
         mark_slow(rows)
         summary = summarize(rows, resamples=args.bootstrap, seed=args.seed, reps_asked=args.reps)
-        g, s = write_results(args.out, meta["gpu"], [model], rows, summary)
+        g, s = write_results(args.out, meta["gpu"], [(model, run_id)], rows, summary)
+        run_info["health"] = {f"b{r['batch']} {r['mode']}": r["health"] for r in summary}
+        run_info["engines"] = {w.name: w.info for w in workers.values()}
+        j = write_runs(args.out, meta["gpu"], {run_id: run_info})
         written = True
-        print(f"[files: {g}, {s}]", flush=True)
+        print(f"[files: {g}, {s}, {j}]", flush=True)
 
-    n_eng = args.engines_per_mode
-    planned = [(m, e) for e in range(1, n_eng + 1) for m in args.modes]  # a set of every mode, then the next set
-    cpus = core_sets(os.sched_getaffinity(0), len(planned)) if args.pin else [None] * len(planned)
-    units: list[tuple[str, int]] = []
-    try:
-        starts: list[float] = []
-        for e in range(1, n_eng + 1):  # one after the other: an Engine sizes its pools from what is free when it starts
-            slowest = max(starts[1:] or starts or [0.0])  # not the run's first: a cold machine compiles then
-            need = len(args.modes) * 1.2 * slowest + args.min_timed_s
-            if e > 1 and not fits(time.time(), deadline, need):
-                print(f"[budget: engines per mode cut to {e - 1} of {n_eng} (set {e} needs ~{need:.0f} s)]", flush=True)
-                break
-            for mode in args.modes:
-                t0 = time.time()
-                i = planned.index((mode, e))
-                print(f"[{mode}-e{e}: starting its Engine ({time.time() - t_start:.0f} s into the run)]", flush=True)
-                workers[(mode, e)] = w = Worker(mode, spec, work, e, cpus[i], args.omp_threads)
-                w.info = w.ask(None, args.engine_timeout)
-                starts.append(time.time() - t0)
-                print(
-                    f"[{w.name}: ready in {time.time() - t0:.0f} s: {json.dumps(w.info, sort_keys=True)}]", flush=True
-                )
-            units += [(m, e) for m in args.modes]
-        first = workers[(args.modes[0], 1)].info
-        meta = {"gpu": first.get("gpu", "unknown"), "sglang": first.get("sglang", "-")}
-        base_row = dict(model=model, date=date, commit=commit, options=opts, **meta)
-        last: dict[tuple[str, int], float] = {}
-        prev_batch = 0
-        for b in args.batches:
-            scale = max(1.0, b / prev_batch) if prev_batch else 1.0
-            if not fits(time.time(), deadline, 2 * scale * sum(last.values())):
-                skipped.append(b)
-                continue
+    def start(mode: str, e: int) -> Worker:
+        t0 = time.time()
+        print(f"[{mode}-e{e}: starting its Engine ({time.time() - t_start:.0f} s into the run)]", flush=True)
+        workers[(mode, e)] = w = Worker(mode, spec, work, e, args.omp_threads)
+        w.info = w.ask(None, args.engine_timeout)
+        w.info["ready_after_s"] = round(time.time() - t0, 1)
+        if meta["gpu"] == "unknown":
+            meta.update(gpu=w.info.get("gpu", "unknown"), sglang=w.info.get("sglang", "-"))
+        print(f"[{w.name}: ready in {time.time() - t0:.0f} s: {json.dumps(w.info, sort_keys=True)}]", flush=True)
+        return w
+
+    def warm_and_freeze(units: Sequence[tuple[str, int]], b: int) -> None:
+        """``--warmups`` generates per Engine (in turn), then ``gc.collect()`` + ``freeze_gc`` in every Engine."""
+        for k in range(args.warmups):
             for unit in units:
                 w = workers[unit]
                 r = w.ask({"op": "generate", "batch": b, "warmup": True}, args.generate_timeout)
-                warm_md5.setdefault((b, unit[0]), r["md5"])
-                if r["md5"] != warm_md5[(b, unit[0])]:
+                prev = warm_md5.setdefault((b, unit[0]), r["md5"])
+                if r["md5"] != prev:
                     warm_md5[(b, unit[0])] = "differs between Engines"
                 last[unit] = r["wall_s"]
-                print(f"[b{b} {w.name} warm-up {r['wall_s']:.3f} s md5 {r['md5'][:8]}]", flush=True)
-            order = balanced_order(units, args.reps)
-            block = 2 * len(units)
-            count = dict.fromkeys(units, 0)
-            for i0 in range(0, len(order), block):
-                if not fits(time.time(), deadline, 1.25 * 2 * sum(last.values())):
-                    partial.append(b)
-                    break
-                for seq, unit in enumerate(order[i0 : i0 + block], start=i0 + 1):
-                    mode, eng = unit
-                    t0 = time.perf_counter()
-                    r = workers[unit].ask({"op": "generate", "batch": b}, args.generate_timeout)
-                    rtt = time.perf_counter() - t0
-                    count[unit] += 1
-                    last[unit] = r["wall_s"]
-                    md5s.setdefault((b, mode), set()).add(r["md5"])
-                    rows.append(
-                        dict(
-                            base_row,
-                            batch=b,
-                            mode=mode,
-                            engine=eng,
-                            generate=count[unit],
-                            seq=seq,
-                            wall_s=round(r["wall_s"], 6),
-                            rtt_s=round(rtt, 6),
-                            slow=0,
-                            gc_gen0=r["gc"][0],
-                            gc_gen1=r["gc"][1],
-                            gc_gen2=r["gc"][2],
-                            gc_ms=round(r["gc_ms"], 3),
-                            rss_mb=round(r["rss_mb"], 1),
-                            tokens=r["tokens"],
-                            accept_length=round(r["accept_length"], 3) if r["accept_length"] else "",
-                            md5=r["md5"],
-                        )
-                    )
-            done.append(b)
-            prev_batch = b
-            meds = {
-                m: statistics.median([x["wall_s"] for x in rows if x["batch"] == b and x["mode"] == m] or [0])
-                for m in args.modes
-            }
-            print(
-                f"[b{b}: {sum(count.values())} timed ({args.reps} per Engine); medians {json.dumps({m: round(v, 4) for m, v in meds.items()})}; {time.time() - t_start:.0f} s into the run]",
-                flush=True,
+                print(
+                    f"[b{b} {w.name} warm-up {k + 1}/{args.warmups} {r['wall_s']:.3f} s md5 {r['md5'][:8]}]", flush=True
+                )
+        for unit in units:
+            f = workers[unit].ask({"op": "freeze"}, args.generate_timeout)
+            run_info["freeze"][f"b{b} {workers[unit].name}"] = f
+        run_info["gpu_processes"][f"b{b}"] = gpu.processes()
+
+    def timed(unit: tuple[str, int], b: int, seq: int, count: dict) -> None:
+        mode, eng = unit
+        ca, ga = cpu_times(), gpu.snapshot()  # outside the worker's timed window
+        t0 = time.perf_counter()
+        r = workers[unit].ask({"op": "generate", "batch": b}, args.generate_timeout)
+        rtt = time.perf_counter() - t0
+        cb, gb = cpu_times(), gpu.snapshot()
+        probes = dict(r["probes"])
+        probes.update(cpu_delta(ca, cb, probes.get("sched_cpu_last")), **gpu_delta(ga, gb))
+        count[unit] = count.get(unit, 0) + 1
+        last[unit] = r["wall_s"]
+        md5s.setdefault((b, mode), set()).add(r["md5"])
+        rows.append(
+            dict(
+                base_row,
+                run=run_id,
+                batch=b,
+                mode=mode,
+                engine=eng,
+                generate=count[unit],
+                seq=seq,
+                wall_s=round(r["wall_s"], 6),
+                rtt_s=round(rtt, 6),
+                slow=0,
+                frozen=r.get("frozen", 0),
+                gc_gen0=r["gc"][0],
+                gc_gen1=r["gc"][1],
+                gc_gen2=r["gc"][2],
+                gc_ms=round(r["gc_ms"], 3),
+                rss_mb=round(r["rss_mb"], 1),
+                tokens=r["tokens"],
+                accept_length=round(r["accept_length"], 3) if r["accept_length"] else "",
+                md5=r["md5"],
+                t_start=r["t_start"],
+                t_end=r["t_end"],
+                **probes,
             )
-            save()
-            if partial:
-                skipped += [x for x in args.batches if x not in done and x not in skipped]
-                break
+        )
+
+    def batch_done(b: int, count: dict) -> None:
+        done.append(b)
+        meds = {
+            m: statistics.median([x["wall_s"] for x in rows if x["batch"] == b and x["mode"] == m] or [0])
+            for m in args.modes
+        }
+        print(
+            f"[b{b}: {sum(count.values())} timed ({args.reps} per Engine); medians {json.dumps({m: round(v, 4) for m, v in meds.items()})}; {time.time() - t_start:.0f} s into the run]",
+            flush=True,
+        )
+
+    base_row: dict = {}
+    n_eng = args.engines_per_mode
+    try:
+        if args.sequential:
+            starts: list[float] = []
+            spent: list[float] = []  # each Engine's batches
+            for unit in sequential_order(args.modes, n_eng):
+                need = 1.2 * max(starts[1:] or starts or [0.0]) + max(spent or [0.0])
+                if starts and not fits(time.time(), deadline, need):
+                    not_started += [f"{m}-e{e}" for m, e in sequential_order(args.modes, n_eng)[len(starts) :]]
+                    print(f"[budget: Engines not started {not_started} (the next needs ~{need:.0f} s)]", flush=True)
+                    break
+                t0 = time.time()
+                w = start(*unit)
+                starts.append(time.time() - t0)
+                base_row = dict(model=model, date=date, commit=commit, options=opts, **meta)
+                t1 = time.time()
+                for b in args.batches:
+                    if not fits(time.time(), deadline, 2 * (args.warmups + args.reps) * last.get(unit, 0.0)):
+                        partial.append(b)
+                        break
+                    warm_and_freeze([unit], b)
+                    count: dict = {}
+                    for seq in range(1, args.reps + 1):
+                        timed(unit, b, seq, count)
+                    print(
+                        f"[b{b} {w.name}: {args.reps} timed, median {statistics.median(r['wall_s'] for r in rows[-args.reps :]):.4f} s]",
+                        flush=True,
+                    )
+                spent.append(time.time() - t1)
+                stop_all([w], args.stop_timeout)
+                print(f"[{w.name}: stopped]", flush=True)
+                save()
+            done += [b for b in args.batches if all((b, m) in md5s for m in args.modes)]
+        else:
+            starts = []
+            units: list[tuple[str, int]] = []
+            for e in range(1, n_eng + 1):  # one after the other: an Engine sizes its pools from what is free
+                slowest = max(starts[1:] or starts or [0.0])  # not the run's first: a cold machine compiles then
+                need = len(args.modes) * 1.2 * slowest + args.min_timed_s
+                if e > 1 and not fits(time.time(), deadline, need):
+                    print(
+                        f"[budget: engines per mode cut to {e - 1} of {n_eng} (set {e} needs ~{need:.0f} s)]",
+                        flush=True,
+                    )
+                    not_started += [f"{m}-e{k}" for k in range(e, n_eng + 1) for m in args.modes]
+                    break
+                for mode in args.modes:
+                    t0 = time.time()
+                    start(mode, e)
+                    starts.append(time.time() - t0)
+                units += [(m, e) for m in args.modes]
+            base_row = dict(model=model, date=date, commit=commit, options=opts, **meta)
+            prev_batch = 0
+            for b in args.batches:
+                scale = max(1.0, b / prev_batch) if prev_batch else 1.0
+                per_round = sum(last.values())
+                if not fits(time.time(), deadline, (args.warmups + 2) * scale * per_round):
+                    skipped.append(b)
+                    continue
+                warm_and_freeze(units, b)
+                order = balanced_order(units, args.reps)
+                block = 2 * len(units)
+                count = {}
+                for i0 in range(0, len(order), block):
+                    if not fits(time.time(), deadline, 1.25 * 2 * sum(last.values())):
+                        partial.append(b)
+                        break
+                    for seq, unit in enumerate(order[i0 : i0 + block], start=i0 + 1):
+                        timed(unit, b, seq, count)
+                if count:
+                    batch_done(b, count)
+                prev_batch = b
+                save()
+                if partial:
+                    break
+            skipped += [x for x in args.batches if x not in done and x not in skipped and x not in partial]
     except EngineFailed as e:
         print(f"\nENGINE FAILED: {e}", flush=True)
         status = 2
@@ -845,68 +1238,80 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         print(f"[workers stopped in {time.time() - t0:.0f} s]", flush=True)
         save()
     reports = {unit: plugin_report(w.report_dir) for unit, w in workers.items()}
-    print(_report(args, model, rows, md5s, reports, workers, done, skipped, partial, meta, commit))
+    summary = summarize(rows, resamples=args.bootstrap, seed=args.seed, reps_asked=args.reps) if rows else []
+    print(_report(args, model, summary, rows, md5s, reports, workers, done, skipped, partial, meta, commit))
+    untimed = [m for m in args.modes if not any(r["mode"] == m for r in rows)]
+    if status == 0 and untimed:
+        why = "the budget" if (skipped or partial or not_started) else "no batch"
+        print(f"\nFAILED: nothing timed for {', '.join(untimed)} ({why}): no verdict")
+        status = 3
     problems = md5_problems(md5s)
     odd = [f"b{b} {m}" for (b, m), h in sorted(warm_md5.items()) if (b, m) in md5s and md5s[(b, m)] != {h}]
     if odd:
         print(f"note: warm-up output differs from the timed generates' in {', '.join(odd)}")
-    ran = [b for b in done if all((b, m) in md5s for m in args.modes)]
-    if ran:
+    other = [f"b{b} {m}" for (b, m), h in sorted(md5s.items()) if m not in EXACT_MODES and h != md5s.get((b, "stock"))]
+    if other:
+        print(f"note: output differs from stock's (not judged: not an exact mode) in {', '.join(other)}")
+    ran = [b for b in args.batches if all((b, m) in md5s for m in args.modes)]
+    judged = {u: rep for u, rep in reports.items() if u[0] in EXACT_MODES}
+    if ran and judged:
         results = {
-            (e, m): {"batches": {str(b): {"md5": ["-"]} for b in ran}, "report": rep} for (m, e), rep in reports.items()
+            (e, m): {"batches": {str(b): {"md5": ["-"]} for b in ran}, "report": rep} for (m, e), rep in judged.items()
         }
         problems += [p for p in check(results, ran) if "md5" not in p]  # md5 above (check() wants one per Engine)
+    sick = [f"b{s['batch']} {s['mode']}: {s['health']}" for s in summary if s["health"] != "ok"]
+    if summary:
+        print(
+            "\nHEALTH: "
+            + (
+                "ok (robust CV, switches, Engines agree, no gen-2 gc, gc frozen)"
+                if not sick
+                else "FAILED\n  " + "\n  ".join(sick)
+            )
+        )
     if problems:
         print("\nPROBLEMS:\n  " + "\n  ".join(problems))
         status = status or 1
     elif status == 0:
-        print("\nEQUAL outputs in every mode and batch; plugin engaged as each mode says")
+        print("\nEQUAL outputs in every exact mode and batch; plugin engaged as each mode says")
     if written and rows:
-        hist_rows = [
-            {"benchmark": SUMMARY_STEM, **r}
-            for r in summarize(rows, resamples=args.bootstrap, seed=args.seed, reps_asked=args.reps)
-        ]
+        hist_rows = [{"benchmark": SUMMARY_STEM, **r} for r in summary]
         append_history(Path(args.out) / "history.csv", hist_rows)
-    if skipped or partial:
-        print(f"PARTIAL: budget reached; batches cut short {partial}, not run {skipped}")
+    if skipped or partial or not_started:
+        print(
+            f"PARTIAL: budget reached; batches cut short {partial}, not run {skipped}, Engines not started {not_started}"
+        )
     return status
 
 
-def _report(args, model, rows, md5s, reports, workers, done, skipped, partial, meta, commit) -> str:
-    summary = summarize(rows, resamples=args.bootstrap, seed=args.seed, reps_asked=args.reps)
+def _report(args, model, summary, rows, md5s, reports, workers, done, skipped, partial, meta, commit) -> str:
+    shown = []
     for s in summary:
-        s["min-max"] = f"{s['min_s']}-{s['max_s']}"
-        s["ratio [95 % CI]"] = "1" if s["verdict"] == "base" else f"{s['ratio']} [{s['ci_lo']}, {s['ci_hi']}]"
-        s["over Engines [95 % CI]"] = f"[{s['eng_ci_lo']}, {s['eng_ci_hi']}]" if s["eng_ci_lo"] != "" else "-"
+        s = dict(s)
+        if s["verdict"] == "base":
+            s["ratio [95 % over pairs]"] = "1"
+        else:
+            s["ratio [95 % over pairs]"] = (
+                f"{s['ratio']} [{s['ci_lo']}, {s['ci_hi']}]" if s["ci_lo"] != "" else f"{s['ratio']} [-]"
+            )
+            s["over generates*"] = f"{s['gen_ratio']} [{s['gen_ci_lo']}, {s['gen_ci_hi']}]"
+        s["health"] = "ok" if s["health"] == "ok" else "FAIL"
+        shown.append(s)
+    cols = ["run", "batch", "mode", "n", "median_s", "engine_medians", "ratio [95 % over pairs]", "df", "verdict"]
+    cols += ["pair_ratios", "cv_max", "engines_spread", "health", "over generates*", "gc_gen2"]
+    cols += ["sched_wait_ms_med", "steal_ms_med", "energy_j_med"]
     parts = [
-        f"\n## {model}: wall per generate, modes alive at once (s; sglang {meta['sglang']}, {meta['gpu']}, commit {commit})",
-        _table(
-            summary,
-            [
-                "batch",
-                "mode",
-                "n",
-                "median_s",
-                "min-max",
-                "engines",
-                "ratio [95 % CI]",
-                "ratio_per_engine",
-                "over Engines [95 % CI]",
-                "verdict",
-                "slow",
-                "slow_with_gc2",
-                "gc_gen2",
-                "gc_ms",
-                "rss_mb_max",
-            ],
-        ),
+        f"\n## {model}: wall per generate, Engines alive {'one at a time (--sequential)' if args.sequential else 'at once'} "
+        f"(s; sglang {meta['sglang']}, {meta['gpu']}, commit {commit})",
+        _table(shown, cols),
+        "* over generates: conditional on these Engines, not a verdict",
         f"\nslow (> {SLOW_FACTOR}x the median of its batch and mode) per mode: "
         + ", ".join(f"{m} {s}/{n}" for m, (s, n) in slow_by_mode(rows).items()),
         "\nEngines: "
         + "; ".join(
-            f"{w.name}: start {w.info.get('start_s')} s, mem_fraction_static {w.info.get('mem_fraction_static')}, "
-            f"free {w.info.get('free_gib', '-')} GiB, KV tokens {w.info.get('max_total_num_tokens', '-')}, "
-            f"cpus {w.info.get('cpus')}, OMP_NUM_THREADS {w.info.get('omp_threads')}"
+            f"{w.name}: start {w.info.get('start_s')} s, pids {json.dumps(w.info.get('pids'))}, mem_fraction_static "
+            f"{w.info.get('mem_fraction_static')}, KV tokens {w.info.get('max_total_num_tokens', '-')}, "
+            f"graphs {json.dumps(w.info.get('graphs'), sort_keys=True)}, OMP_NUM_THREADS {w.info.get('omp_threads')}"
             for w in workers.values()
         ),
         "plugin reports: "
@@ -918,31 +1323,126 @@ def _report(args, model, rows, md5s, reports, workers, done, skipped, partial, m
     return "\n".join(parts)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad options in one line (no usage block): ``bench_live.py: error: ...``, exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.exit(2)
+
+
+def _batches(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"whole numbers separated by commas, got {text!r}") from None
+    bad = [b for b in out if b < 1]
+    if bad:
+        raise argparse.ArgumentTypeError(f"every batch must be >= 1, got {text!r}")
+    twice = sorted({b for b in out if out.count(b) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"{', '.join(map(str, twice))} given twice in {text!r}")
+    return out
+
+
+def _writable_folder(path: Path, what: str) -> None:
+    """``path`` is a folder or can become one: its nearest existing ancestor is a writable folder."""
+    p = Path(path).absolute()
+    for anc in (p, *p.parents):
+        if anc.exists():
+            if not anc.is_dir():
+                raise Refused(f"{what} {path}: {anc} is a file, not a folder")
+            if not os.access(anc, os.W_OK | os.X_OK):
+                raise Refused(f"{what} {path}: {anc} is not writable")
+            return
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    p, f = Path(path).resolve(), Path(folder).resolve()
+    return p == f or f in p.parents
+
+
+def _check(args, p: argparse.ArgumentParser) -> None:
+    """Every option that would fail later (or time nothing) refused now, in one line, before anything is written."""
+    bad = [m for m in args.modes if m not in MODES]
+    if bad or "stock" not in args.modes or len(set(args.modes)) != len(args.modes):
+        p.error(f"--modes: distinct, from {', '.join(MODES)}, stock included (got {args.modes})")
+    if args.reps < 2 or args.reps % 2:
+        p.error(f"--reps must be even and >= 2 (palindromes; got {args.reps})")
+    if args.warmups < 0:
+        p.error(f"--warmups must be >= 0 (got {args.warmups})")
+    if args.engines_per_mode < 1:
+        p.error(f"--engines-per-mode must be >= 1 (got {args.engines_per_mode})")
+    if args.omp_threads is not None and args.omp_threads < 1:
+        p.error(f"--omp-threads must be >= 1 (got {args.omp_threads})")
+    if args.bootstrap < 1:
+        p.error(f"--bootstrap must be >= 1 resample (got {args.bootstrap})")
+    if args.max_new_tokens < 1:
+        p.error(f"--max-new-tokens must be >= 1 (got {args.max_new_tokens})")
+    if args.stop_reserve_s < 0:
+        p.error(f"--stop-reserve-s must be >= 0 (got {args.stop_reserve_s})")
+    if args.budget_s < 0 or (args.budget_s and args.budget_s <= args.stop_reserve_s):
+        p.error(
+            f"--budget-s {args.budget_s:g} leaves nothing to time after --stop-reserve-s {args.stop_reserve_s:g} "
+            "(0: no budget)"
+        )
+    cut = [a for a in args.engine_arg if a.partition("=")[0].strip().replace("-", "_").startswith("cuda_graph_bs")]
+    if cut:
+        p.error(f"--engine-arg {cut[0]}: the protocol keeps SGLang's own CUDA-graph list (a cut list changes the wall)")
+    if args.fake_text is not None and not args.dry_run:
+        p.error("--fake is for --dry-run only")
+    try:
+        args.fake = json.loads(args.fake_text or "{}")
+    except ValueError as e:
+        p.error(f"--fake: not JSON ({e})")
+    if not isinstance(args.fake, dict):
+        p.error(f"--fake: a JSON object {{...}}, got {type(args.fake).__name__}")
+    try:
+        _writable_folder(args.out, "--out")
+        _writable_folder(args.work_root, "--work")
+    except Refused as e:
+        p.error(str(e))
+    if args.dry_run and _inside(args.out, RESULTS):
+        p.error(f"--dry-run never writes the tracked results: --out {args.out} is inside {RESULTS}")
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p = _Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     p.add_argument("--model-dir", type=Path, help="a checkpoint (built with --preset when missing)")
     p.add_argument("--preset", default="qwen3.5-0.8b", help="random-weight preset (sglang_mamba_dedup.e2e)")
-    p.add_argument("--batches", default="1,16,64,128", type=lambda s: [int(x) for x in s.split(",")])
-    p.add_argument("--modes", default="stock,plugin,zero-copy", type=lambda s: s.split(","))
+    p.add_argument("--batches", default=[1, 16, 64, 128], type=_batches, help="in this order (default 1,16,64,128)")
     p.add_argument(
-        "--reps", type=int, default=12, help="timed generates per Engine and batch (even: palindromes of all Engines)"
+        "--modes",
+        default="stock,zero-copy",
+        type=lambda s: s.split(","),
+        help=f"from {', '.join(MODES)}; stock included; the start order of the Engines of each set (default "
+        "stock,zero-copy; zero-copy,stock reverses it)",
+    )
+    p.add_argument("--reps", type=int, default=16, help="timed generates per Engine and batch (even: palindromes)")
+    p.add_argument("--warmups", type=int, default=3, help="generates per Engine and batch before gc is frozen")
+    p.add_argument("--engines-per-mode", type=int, default=2, help="Engines (workers) per mode; pairs by number")
+    p.add_argument(
+        "--sequential",
+        action="store_true",
+        help="the fallback: one Engine alive at a time (s1 z1 z2 s2), each through every batch",
     )
     p.add_argument(
-        "--engines-per-mode",
-        type=int,
-        default=1,
-        help="Engines (workers) per mode, all alive at once; the verdict then comes from the interval over Engines",
+        "--sleep-on-idle",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="idle schedulers sleep on their sockets (SGLang's sleep_on_idle; its default busy-polls a core)",
+    )
+    p.add_argument(
+        "--gc-off",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the workers' gc disabled during timed generates (every process's gc is frozen after the warm-ups)",
     )
     p.add_argument(
         "--omp-threads",
         type=int,
-        help="OMP_NUM_THREADS / MKL_NUM_THREADS in each worker's environment, torch.set_num_threads in it (default: unset)",
-    )
-    p.add_argument(
-        "--pin",
-        action="store_true",
-        help="each worker (and its Engine's processes) on its own CPU set: this process's cores split evenly",
+        help="OMP_NUM_THREADS / MKL_NUM_THREADS in each worker's environment, torch.set_num_threads in it",
     )
     p.add_argument(
         "--min-timed-s",
@@ -950,66 +1450,107 @@ def main(argv: list[str] | None = None) -> int:
         default=60,
         help="kept of the budget for timed generates: a further set of Engines starts only when it fits before",
     )
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--seed", type=int, default=0, help="prompts and bootstrap")
-    p.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--bootstrap", type=int, default=2000, help="resamples of the descriptive intervals")
     p.add_argument(
         "--static-gb",
         type=float,
-        help="each Engine's static memory (GiB): its fraction of what is free when it starts "
-        "(default 24, 16 with --engines-per-mode > 1: 6 x 16 GiB + ~3 GiB a CUDA context and graphs fit a 141 GB H200)",
+        help="each Engine's static memory (GiB): its fraction of what is free when it starts (default 24, 16 with "
+        "more than one Engine per mode)",
     )
     p.add_argument("--mem-fraction-static", type=float, help="a fixed fraction instead of --static-gb")
     p.add_argument("--radix-cache", action="store_true", help="radix cache on in every mode (zero-copy then stays off)")
-    p.add_argument(
-        "--sleep-on-idle", action="store_true", help="idle Engines sleep on their sockets (SGLang's default: busy-poll)"
-    )
-    p.add_argument("--gc-off", action="store_true", help="the workers' gc disabled during timed generates")
     p.add_argument("--engine-arg", action="append", default=[], help="KEY=VALUE for sglang.Engine (repeatable)")
     p.add_argument("--budget-s", type=float, default=0, help="the run's wall budget (0: none)")
     p.add_argument("--stop-reserve-s", type=float, default=30, help="kept of --budget-s for stopping the Engines")
     p.add_argument("--stop-timeout", type=float, default=20, help="wait for the workers to stop, then kill")
     p.add_argument("--engine-timeout", type=float, default=400)
     p.add_argument("--generate-timeout", type=float, default=180)
+    p.add_argument("--run", help="this run's name in the files (default: its start, UTC)")
     p.add_argument("--work", type=Path, help="logs and reports (default $CYCLE_WORK or /tmp/bench-live, per model)")
-    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or RESULTS))
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="results (default $OUT, else the tree's benchmarks/results; --dry-run: <work>/dry-run-out)",
+    )
     p.add_argument("--dry-run", action="store_true", help="fake Engines on the CPU: the driver, files and checks")
     p.add_argument(
         "--fake",
-        default="{}",
-        help="--dry-run: JSON {delay_s, factor: {mode: x}, engine_factor: {'mode:engine': x}, start_s, break: mode, "
-        "fail: mode}",
+        dest="fake_text",
+        help="--dry-run: JSON {delay_s, jitter, factor: {mode: x}, engine_factor: {'mode:engine': x}, start_s, "
+        "break: mode, fail: mode}",
     )
     p.add_argument("--merge", nargs="+", type=Path, help="merge these device outputs ($OUT copies) into --out")
+    p.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        help="the verdict over the Engine pairs of these runs' cycle_generates CSVs (e.g. run A's and run B's)",
+    )
+    p.add_argument(
+        "--runs", type=lambda t: t.split(","), help="--combine: only these runs (names as in the files' run column)"
+    )
     args = p.parse_args(argv)
     if args.serve:
         return serve(args.serve[0], int(args.serve[1]))
-    if args.merge:
-        for path in merge_outputs(args.merge, args.out):
-            print(f"merged: {path}")
-        return 0
-    bad = [m for m in args.modes if m not in MODES]
-    if bad or "stock" not in args.modes or len(set(args.modes)) != len(args.modes):
-        p.error(f"--modes: distinct, from {', '.join(MODES)}, stock included (got {args.modes})")
-    if args.reps < 2 or args.reps % 2:
-        p.error(f"--reps must be even and >= 2 (got {args.reps})")
-    if args.engines_per_mode < 1:
-        p.error(f"--engines-per-mode must be >= 1 (got {args.engines_per_mode})")
-    if args.omp_threads is not None and args.omp_threads < 1:
-        p.error(f"--omp-threads must be >= 1 (got {args.omp_threads})")
-    if args.pin:
+    handled = (signal.SIGTERM, signal.SIGINT)
+    old = {sig: signal.signal(sig, _terminate) for sig in handled}
+    try:
+        return _main(args, p)
+    except SystemExit as e:
+        if e.code in {128 + int(sig) for sig in handled}:
+            name = signal.Signals(int(e.code) - 128).name
+            print(
+                f"{p.prog}: interrupted ({name}): workers stopped, the files written so far kept in {args.out}",
+                file=sys.stderr,
+                flush=True,
+            )
+        raise
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def _main(args, p: argparse.ArgumentParser) -> int:
+    args.work_root = args.work or Path(os.environ.get("CYCLE_WORK", "/tmp/bench-live"))
+    if args.out is None:
+        env_out = os.environ.get("OUT")
+        args.out = Path(env_out) if env_out else (args.work_root / "dry-run-out" if args.dry_run else RESULTS)
+    if args.merge or args.combine:
         try:
-            core_sets(os.sched_getaffinity(0), args.engines_per_mode * len(args.modes))
-        except ValueError as e:
-            p.error(str(e))
+            _writable_folder(args.out, "--out")
+            if args.merge:
+                for path in merge_outputs(args.merge, args.out):
+                    print(f"merged: {path}")
+                return 0
+            missing = [str(x) for x in args.combine if not Path(x).is_file()]
+            if missing:
+                raise Refused(f"--combine: no such file {', '.join(missing)}")
+            table, path = combine_files(args.combine, args.out, args.runs)
+        except Refused as e:
+            print(f"{p.prog}: error: {e}", file=sys.stderr)
+            return 2
+        if not table:
+            print(
+                f"{p.prog}: error: --combine: no Engine pairs (no mode with a stock partner) in these files",
+                file=sys.stderr,
+            )
+            return 3
+        print(combined_table(table))
+        print(f"[files: {path}]")
+        return 0
+    _check(args, p)
     if args.static_gb is None:
         args.static_gb = 24.0 if args.engines_per_mode == 1 else 16.0
+    if args.run is None:
+        args.run = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     if args.radix_cache and "zero-copy" in args.modes:
         print("note: --radix-cache: zero-copy needs the radix cache off; its engagement check is expected to fail")
     static_gb = None if args.dry_run or args.mem_fraction_static is not None else args.static_gb
     if args.dry_run:
         model, layers, vocab, kw = args.preset, 0, 1000, {}
-        fake = json.loads(args.fake)
+        fake = args.fake
     else:
         checkout_on_path()
         model_dir = args.model_dir or Path(f"/tmp/smd-model-{args.preset}")
@@ -1039,32 +1580,32 @@ def main(argv: list[str] | None = None) -> int:
         "batches": args.batches,
         "modes": args.modes,
         "reps": args.reps,
+        "warmups": args.warmups,
         "engines_per_mode": args.engines_per_mode,
+        "sequential": args.sequential,
         "omp_threads": args.omp_threads,
-        "pin": args.pin,
         "max_new_tokens": args.max_new_tokens,
         "radix_cache": args.radix_cache,
         "gc_off": args.gc_off,
+        "freeze_gc": True,
         "sleep_on_idle": args.sleep_on_idle,
         "static_gb": static_gb,
         "mem_fraction_static": None if static_gb else args.mem_fraction_static,
         "engine_args": args.engine_arg,
+        "arm_engine_args": {m: ARM_ENGINE_KWARGS[m] for m in args.modes if m in ARM_ENGINE_KWARGS},
         "seed": args.seed,
         "dry_run": args.dry_run,
     }
-    work = (args.work or Path(os.environ.get("CYCLE_WORK", "/tmp/bench-live"))) / model
+    work = args.work_root / model
     work.mkdir(parents=True, exist_ok=True)
     print(
-        f"model {model} ({layers} linear layers); modes {args.modes} alive at once, {args.engines_per_mode} Engine(s) "
-        f"each; batches {args.batches}; {args.reps} timed generates of {args.max_new_tokens} tokens per Engine and batch; options {json.dumps(options, sort_keys=True)}; "
-        f"engine {json.dumps(kw, sort_keys=True)}",
+        f"model {model} ({layers} linear layers); modes {args.modes}, {args.engines_per_mode} Engine(s) each, "
+        f"{'one alive at a time' if args.sequential else 'alive at once'}; batches {args.batches}; {args.warmups} "
+        f"warm-ups and {args.reps} timed generates of {args.max_new_tokens} tokens per Engine and batch; out {args.out}; "
+        f"options {json.dumps(options, sort_keys=True)}; engine {json.dumps(kw, sort_keys=True)}",
         flush=True,
     )
-    old = signal.signal(signal.SIGTERM, _terminate)
-    try:
-        return run(args, model, spec, work, options)
-    finally:
-        signal.signal(signal.SIGTERM, old)
+    return run(args, model, spec, work, options)
 
 
 if __name__ == "__main__":

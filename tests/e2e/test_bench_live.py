@@ -1,16 +1,23 @@
-"""The live-modes decode-cycle benchmark (benchmarks/bench_live.py) on the CPU: the balanced order, the bootstrap
-interval and its verdict, slow generates, the one-row-per-key files (and the duplicated rows that once reached
-benchmarks/results/latest/cycle_wall-nvidia-h200.csv), and the whole driver with fake Engines in worker processes:
-files, md5 check, plugin engagement, a failing Engine, the budget stop; several Engines per mode (the order over
-every (mode, Engine), the ratio per Engine pair, the hierarchical interval over Engines, one slow Engine), --pin and
---omp-threads reaching the workers and the options, the budget cutting further Engine sets."""
+"""The live-modes decode-cycle benchmark (benchmarks/bench_live.py, _live_stats.py, _live_probes.py) on the CPU.
+
+Pure parts: the palindromes and the sequential order, the statistics with Engines as the unit (per-Engine medians,
+the Engine-pair interval with a pooled t, the verdict words, the health checks), the descriptive bootstrap intervals,
+slow generates, the one-row-per-key files (and the duplicated rows that once reached
+benchmarks/results/latest/cycle_wall-nvidia-h200.csv), the probes degrading to "absent". The whole driver with fake
+Engines in worker processes (issue 51's protocol): 2 Engines per mode, stock and zero-copy, warm-ups then gc frozen in
+every Engine, probes in every row, a run header, the start order reversed, --sequential, two runs combined, the other
+arms; md5 check, plugin engagement, a failing Engine, the budget stop; bad input refused at the start in one line
+with nothing written, a dry run never touching the tracked results, a run that times nothing failing, SIGINT."""
 
 from __future__ import annotations
 
 import csv
 import importlib.util
 import json
+import math
+import os
 import random
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -18,13 +25,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))  # bench_live imports its siblings _timing and bench_cycle
+sys.path.insert(0, str(ROOT / "benchmarks"))  # bench_live imports its siblings _timing, _live_*, bench_cycle
 _spec = importlib.util.spec_from_file_location("bench_live", ROOT / "benchmarks/bench_live.py")
 live = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(live)
 sys.path.remove(str(ROOT / "benchmarks"))
+stats = sys.modules["_live_stats"]
+probes = sys.modules["_live_probes"]
 
 MODES = ["stock", "plugin", "zero-copy"]
+PROTOCOL = ["stock", "zero-copy"]
 
 
 # ---------------------------------------------------------------- pure parts
@@ -42,43 +52,148 @@ def test_the_order_is_palindromes_and_balanced():
         live.balanced_order(MODES, 3)
 
 
-def _samples(center: float, n: int, seed: int) -> list[float]:
+def test_the_sequential_order_is_s1_z1_z2_s2():
+    assert live.sequential_order(PROTOCOL, 2) == [("stock", 1), ("zero-copy", 1), ("zero-copy", 2), ("stock", 2)]
+    assert live.sequential_order(["zero-copy", "stock"], 1) == [("zero-copy", 1), ("stock", 1)]
+
+
+def _samples(center: float, n: int, seed: int, sd: float = 0.02) -> list[float]:
     rng = random.Random(seed)
-    return [center * (1 + rng.gauss(0, 0.02)) for _ in range(n)]
+    return [center * (1 + rng.gauss(0, sd)) for _ in range(n)]
 
 
-def test_a_known_ratio_is_inside_its_interval_and_called_faster():
+def test_the_verdict_is_one_of_four_words():
+    v = stats.verdict
+    assert v(0.90, 0.98) == "faster" and v(1.02, 1.1) == "slower"
+    assert v(0.995, 1.008) == "equal within +-1 %" == stats.EQUAL
+    assert v(0.991, 0.999) == stats.EQUAL  # all of it inside the band: any difference is below 1 %
+    assert v(0.985, 0.999) == "faster"  # below 1 and leaving the band
+    assert v(0.97, 1.02) == "inconclusive"  # through 1, wider than the band: no evidence, not "no difference"
+    assert v(None, None) == "inconclusive" and v(0.9, math.inf) == "inconclusive"
+    assert {v(a, b) for a, b in ((0.9, 0.98), (1.02, 1.1), (0.995, 1.005), (0.9, 1.1))} == set(stats.VERDICTS)
+
+
+def test_t_quantiles():
+    assert stats.t975(1) == 12.706 and stats.t975(3) == 3.182 and stats.t975(12) == 2.179
+    assert abs(stats.t975(60) - 2.000) < 0.003 and abs(stats.t975(1000) - 1.962) < 0.003
+    with pytest.raises(ValueError):
+        stats.t975(0)
+
+
+def test_robust_cv_ignores_one_outlier():
+    xs = [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 3.0]
+    assert 0.005 < stats.robust_cv(xs) < 0.02 < statistics_cv(xs)
+
+
+def statistics_cv(xs):
+    import statistics
+
+    return statistics.stdev(xs) / statistics.mean(xs)
+
+
+def _rows(walls: dict, run: str = "", model: str = "m", extra: dict | None = None) -> list[dict]:
+    """Generate rows from ``{(mode, engine[, batch]): [walls]}`` (batch 1 where not given)."""
+    out = []
+    for key, ws in walls.items():
+        m, e, b = (*key, 1) if len(key) == 2 else key
+        for i, w in enumerate(ws):
+            row = {"model": model, "run": run, "batch": b, "mode": m, "engine": e, "generate": i + 1, "wall_s": w}
+            out.append({**row, "rss_mb": 1, "frozen": 1, "gc_gen2": 0, **(extra or {})})
+    return out
+
+
+def test_the_pair_interval_pools_the_sd_over_batches():
+    # two pairs per batch at 4 batches: d = log(0.95) +- 0.005; the SD pooled over the batches has 4 df
+    d = {b: [math.log(0.95) + 0.005, math.log(0.95) - 0.005] for b in (1, 16, 64, 128)}
+    iv = stats.pair_intervals(d)
+    for b in d:
+        assert iv[b]["df"] == 4 and iv[b]["sd_from"] == "pooled" and iv[b]["pairs"] == 2
+        assert iv[b]["lo"] < 0.95 < iv[b]["hi"] < 1 and abs(iv[b]["ratio"] - 0.95) < 1e-9
+        half = stats.t975(4) * math.sqrt(2 * 0.005**2 / 2)  # pooled variance of +-0.005 pairs: 2 x 0.005^2 / 1
+        assert abs(math.log(iv[b]["hi"]) - math.log(0.95) - half) < 1e-9
+    one = stats.pair_intervals({16: [math.log(0.9)]})  # one pair, no df anywhere: no interval
+    assert one[16]["lo"] is None and stats.verdict(one[16]["lo"], one[16]["hi"]) == "inconclusive"
+    # four pairs a batch (two runs), one batch far noisier: each batch its own SD (3 df)
+    rng = random.Random(1)
+    d4 = {b: [math.log(0.97) + rng.gauss(0, 0.002) for _ in range(4)] for b in (1, 16, 64)}
+    d4[128] = [math.log(0.97) + x for x in (-0.05, 0.05, -0.04, 0.04)]
+    iv4 = stats.pair_intervals(d4)
+    assert all(v["sd_from"] == "batch" and v["df"] == 3 for v in iv4.values())
+    assert stats.verdict(iv4[1]["lo"], iv4[1]["hi"]) == "faster"
+    assert stats.verdict(iv4[128]["lo"], iv4[128]["hi"]) == "inconclusive"
+
+
+def test_engines_are_the_unit_one_slow_engine_makes_it_inconclusive():
+    # zero-copy's Engine 2 in a slow host state: over generates the pooled medians still say "faster",
+    # over Engine pairs the two pairs disagree (0.9 and 1.2): inconclusive
+    base = {("stock", 1): _samples(1.0, 16, 1, 0.005), ("stock", 2): _samples(1.0, 16, 2, 0.005)}
+    rows = _rows({**base, ("zero-copy", 1): _samples(0.9, 16, 3, 0.005), ("zero-copy", 2): _samples(1.2, 16, 4, 0.005)})
+    a = stats.analyse(rows)[("m", 1, "zero-copy")]
+    assert a["pairs"] == 2 and a["verdict"] == "inconclusive"
+    pr = dict(x.split(":") for x in a["pair_ratios"].split(";"))
+    assert abs(float(pr["1"]) - 0.9) < 0.01 and abs(float(pr["2"]) - 1.2) < 0.015
+    good = _rows({**base, ("zero-copy", 1): _samples(0.9, 16, 3, 0.005), ("zero-copy", 2): _samples(0.9, 16, 4, 0.005)})
+    good += _rows({(m, e, 16): _samples(c, 16, 10 + e) for (m, e), c in {("stock", 1): 1, ("stock", 2): 1,
+                   ("zero-copy", 1): 0.9, ("zero-copy", 2): 0.9}.items()})  # fmt: skip
+    a = stats.analyse(good)
+    assert a[("m", 1, "zero-copy")]["verdict"] == "faster" and a[("m", 1, "zero-copy")]["df"] == 2
+
+
+def test_two_runs_combine_their_pairs():
+    def run(name, c):
+        w = {("stock", e, b): _samples(1.0, 16, e + b) for e in (1, 2) for b in (1, 64)}
+        w.update({("zero-copy", e, b): _samples(c, 16, 7 * e + b) for e in (1, 2) for b in (1, 64)})
+        return _rows(w, run=name)
+
+    rows = run("A", 0.95) + run("B", 0.95)
+    table = {(r["batch"], r["mode"]): r for r in live.combine(rows)}
+    z = table[(64, "zero-copy")]
+    assert z["runs"] == "A;B" and z["pairs"] == 4 and z["df"] == 6 and z["verdict"] == "faster"
+    assert float(z["ci_lo"]) < 0.95 < float(z["ci_hi"]) < 1
+    assert set(dict(x.split(":") for x in z["run_ratios"].split(";"))) == {"A", "B"}
+    assert 1 <= z["runs_agree"] < 1.03 and z["health"] != ""
+    assert "A/1:" in z["pair_ratios"] and "B/2:" in z["pair_ratios"]
+    assert "| 64 | zero-copy | A;B | 4 | 6 |" in live.combined_table(live.combine(rows))
+
+
+def test_health_checks_name_what_failed():
+    calm = {("stock", 1): [1.0, 1.001, 0.999, 1.0] * 4, ("stock", 2): [1.005, 1.006, 1.004, 1.005] * 4}
+    assert stats.health(_rows(calm)) == {("m", "", 1, "stock"): []}
+    noisy = {("stock", 1): [1.0, 1.05, 0.95, 1.0] * 4, ("stock", 2): [1.1] * 16}
+    bad = stats.health(_rows(noisy))[("m", "", 1, "stock")]
+    assert any("stock-e1 robust CV" in b for b in bad) and any("Engines of stock differ by 10.0 %" in b for b in bad)
+    switch = {("stock", 1): [1.0] * 8 + [1.3] * 8}
+    assert any("max/min 1.300" in b for b in stats.health(_rows(switch))[("m", "", 1, "stock")])
+    rows = _rows({("stock", 1): [1.0] * 4})
+    rows[1].update(gc_gen2=1)
+    rows[2].update(frozen=0)
+    bad = stats.health(rows)[("m", "", 1, "stock")]
+    assert any("gen-2 gc in 1 timed" in b for b in bad) and any("not frozen" in b for b in bad)
+
+
+def test_the_generate_level_intervals_stay_descriptive():
     stock, zc = _samples(1.0, 12, 1), _samples(0.9, 12, 2)
     ratio, lo, hi = live.bootstrap_ratio(zc, stock, resamples=2000, seed=0)
-    assert lo <= 0.9 <= hi and lo <= ratio <= hi
-    assert hi < 1 and live.classify(lo, hi) == "faster"
+    assert lo <= 0.9 <= hi and lo <= ratio <= hi and hi < 1
     assert live.bootstrap_ratio(zc, stock, seed=0) == (ratio, lo, hi)  # a fixed seed: the same interval
-    _, lo2, hi2 = live.bootstrap_ratio(stock, zc, seed=0)
-    assert live.classify(lo2, hi2) == "slower"
-
-
-def test_an_interval_through_one_is_no_difference():
-    a, b = _samples(1.0, 12, 3), _samples(1.0, 12, 4)
-    _, lo, hi = live.bootstrap_ratio(a, b, seed=0)
-    assert lo < 1 < hi
-    assert live.classify(lo, hi) == "no difference"
-    assert live.classify(0.95, 1.0) == "no difference" and live.classify(1.0, 1.02) == "no difference"
-    assert live.classify(0.9, 0.99) == "faster" and live.classify(1.01, 1.2) == "slower"
+    with pytest.raises(ValueError):
+        live.bootstrap_ratio(zc, stock, resamples=0)
+    fast, slow, ref = _samples(0.9, 20, 5), _samples(1.2, 4, 6), [_samples(1.0, 12, 7), _samples(1.0, 12, 8)]
+    hr, hlo, hhi = live.hier_bootstrap_ratio([fast, slow], ref, seed=0)
+    assert hlo < 1 < hhi and live.hier_bootstrap_ratio([fast, slow], ref, seed=0) == (hr, hlo, hhi)
 
 
 def test_slow_generates_are_above_1_3_times_their_median():
     assert live.slow_flags([1.0, 1.0, 1.0, 1.29, 1.31]) == [False, False, False, False, True]
-    rows = [
-        {"model": "m", "batch": 1, "mode": "stock", "wall_s": w, "gc_gen2": g, "rss_mb": 1}
-        for w, g in ((1.0, 0), (1.0, 0), (2.0, 1), (1.0, 0))
-    ]
-    rows += [{"model": "m", "batch": 1, "mode": "plugin", "wall_s": 1.0, "gc_gen2": 0, "rss_mb": 1}] * 4
+    rows = _rows({("stock", 1): [1.0, 1.0, 2.0, 1.0], ("plugin", 1): [1.0] * 4})
+    rows[2]["gc_gen2"] = 1
     live.mark_slow(rows)
     assert [r["slow"] for r in rows[:4]] == [0, 0, 1, 0]
     assert live.slow_by_mode(rows) == {"stock": (1, 4), "plugin": (0, 4)}
     s = {r["mode"]: r for r in live.summarize(rows)}
     assert s["stock"]["slow"] == 1 and s["stock"]["slow_with_gc2"] == 1 and s["stock"]["verdict"] == "base"
-    assert s["plugin"]["verdict"] in ("faster", "no difference") and s["plugin"]["n"] == 4
+    assert s["plugin"]["verdict"] == "inconclusive" and s["plugin"]["pairs"] == 1  # one pair: no interval
+    assert "gen-2 gc" in s["stock"]["health"]
 
 
 def test_md5_must_be_one_and_equal_to_stocks():
@@ -87,6 +202,43 @@ def test_md5_must_be_one_and_equal_to_stocks():
     assert "plugin" in live.md5_problems({**good, (1, "plugin"): {"b"}})[0]
     assert live.md5_problems({**good, (1, "zero-copy"): {"a", "b"}})  # two answers within one mode
     assert live.md5_problems({(1, "plugin"): {"a"}})  # no stock to compare with
+    assert live.md5_problems({**good, (1, "no-spec"): {"c"}}) == []  # not an exact mode: told, not judged
+
+
+def test_the_arms_change_only_their_engine_keywords():
+    kw = {"model_path": "x", "speculative_algorithm": "NEXTN", "speculative_num_steps": 3, "sleep_on_idle": True}
+    assert live.arm_kwargs(kw, "zero-copy") == kw and live.arm_kwargs(kw, "stock") == kw
+    assert live.arm_kwargs(kw, "replayssm") == {**kw, "enable_linear_replayssm_spec": True}
+    assert live.arm_kwargs(kw, "no-spec") == {"model_path": "x", "sleep_on_idle": True}
+    assert live.MODES["replayssm"] == live.MODES["no-spec"] == live.MODES["stock"] == {"SGLANG_MAMBA_DEDUP": "0"}
+
+
+def test_the_probes_read_proc_or_say_absent():
+    import os as _os
+
+    me = _os.getpid()
+    a = probes.proc_snapshot(me)
+    sum(i * i for i in range(300000))  # some CPU time
+    b = probes.proc_snapshot(me)
+    d = probes.proc_delta(a, b, "worker")
+    assert set(d) == set(probes.WORKER_FIELDS)
+    if a and a["cpu"] is not None:  # schedstat present on this kernel
+        assert d["worker_cpu_ms"] > 0 and isinstance(d["worker_cpu_last"], int)
+    assert probes.proc_snapshot(probes.ABSENT) is None
+    assert set(probes.proc_delta(None, None, "sched").values()) == {"absent"}
+    assert set(probes.cpu_delta(None, None).values()) == {"absent"}
+    assert set(probes.gpu_delta(None, None).values()) == {"absent"}
+    ct = probes.cpu_times()
+    if ct:
+        h = probes.cpu_delta(ct, probes.cpu_times(), sched_cpu=min(ct))
+        assert h["steal_ms"] >= 0 and h["steal_sched_cpu_ms"] != "absent"
+    snap = {"energy_mj": 1000, "sm_mhz": 1980, "mem_mhz": 2619, "power_w": 300.0, "temp_c": 40, "throttle": 0}
+    g = probes.gpu_delta(snap, {**snap, "energy_mj": 3500, "throttle": 4})
+    assert g["energy_j"] == 2.5 and g["throttle"] == "0x4" and g["sm_mhz"] == 1980
+    gpu = probes.Gpu()
+    assert gpu.ok or (gpu.snapshot() is None and gpu.processes() == "absent")  # no NVML / no GPU here: absent
+    h = probes.run_header()
+    assert h["kernel"] and h["nproc"] >= 1 and "lscpu" in h and "nvidia_smi" in h
 
 
 # ---------------------------------------------------------------- one row per key
@@ -141,36 +293,198 @@ def test_the_trees_live_files_have_one_row_per_key(name):
         assert not live.duplicates(live.read_csv(path), key), path
 
 
+def test_two_runs_of_one_model_live_side_by_side_and_a_run_replaces_itself(tmp_path):
+    def rows(run, n, wall):
+        return [
+            {"model": "a", "run": run, "batch": 1, "mode": "stock", "engine": 1, "generate": g, "wall_s": wall}
+            for g in range(1, n + 1)
+        ]
+
+    live.write_results(tmp_path, "GPU X", [("a", "A")], rows("A", 2, 1.0), [])
+    g, _ = live.write_results(tmp_path, "GPU X", [("a", "B")], rows("B", 2, 2.0), [])
+    assert Counter(r["run"] for r in live.read_csv(g)) == {"A": 2, "B": 2}
+    live.write_results(tmp_path, "GPU X", [("a", "A")], rows("A", 1, 3.0), [])
+    assert sorted((r["run"], r["wall_s"]) for r in live.read_csv(g)) == [("A", "3.0"), ("B", "2.0"), ("B", "2.0")]
+
+
 # ---------------------------------------------------------------- the whole driver, fake Engines
 
 
-def _run(tmp_path, *extra, fake=None):
-    out, work = tmp_path / "out", tmp_path / "work"
+def _run(tmp_path, *extra, fake=None, out="out"):
+    """A dry run with three modes, one Engine each and one warm-up (the older, quicker shape) unless ``extra``
+    says otherwise (later options win)."""
+    out, work = tmp_path / out, tmp_path / "work"
     argv = ["--dry-run", "--out", str(out), "--work", str(work), "--batches", "1,16", "--reps", "4"]
+    argv += ["--modes", ",".join(MODES), "--engines-per-mode", "1", "--warmups", "1"]
     argv += ["--fake", json.dumps(fake or {"delay_s": 0.02, "factor": {"zero-copy": 0.5}}), *extra]
     rc = live.main(argv)
     return rc, out / "latest" / "cycle_generates-cpu.csv", out / "latest" / "cycle_live-cpu.csv"
 
 
+def _protocol(tmp_path, *extra, fake=None, out="out"):
+    """A dry run with the protocol's defaults (stock and zero-copy, 2 Engines each, 3 warm-ups, 128 tokens)."""
+    out, work = tmp_path / out, tmp_path / "work"
+    argv = ["--dry-run", "--out", str(out), "--work", str(work), "--batches", "1,16", "--reps", "4"]
+    argv += ["--fake", json.dumps(fake or {"delay_s": 0.01, "factor": {"zero-copy": 0.5}}), *extra]
+    rc = live.main(argv)
+    return rc, out / "latest" / "cycle_generates-cpu.csv", out / "latest" / "cycle_live-cpu.csv"
+
+
+UNITS = [(m, e) for e in (1, 2) for m in PROTOCOL]
+
+
+def test_the_protocol_by_default(tmp_path, capsys):
+    rc, gens, summary = _protocol(tmp_path, "--run", "A")
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    rows = live.read_csv(gens)
+    assert len(rows) == 2 * 4 * 4 and not live.duplicates(rows, live.GEN_KEY)
+    # palindromes over (mode, Engine): s1 z1 s2 z2 z2 s2 z1 s1 ...
+    assert [(r["mode"], int(r["engine"])) for r in rows if r["batch"] == "1"] == live.balanced_order(UNITS, 4)
+    assert {r["run"] for r in rows} == {"A"}
+    assert all(r["frozen"] == "1" for r in rows)  # every timed generate after gc.collect + freeze_gc
+    assert all(int(r["tokens"]) == int(r["batch"]) * 128 for r in rows)
+    opts = json.loads(rows[0]["options"])
+    assert opts["modes"] == PROTOCOL and opts["engines_per_mode"] == 2 and opts["warmups"] == 3
+    assert opts["sleep_on_idle"] is True and opts["gc_off"] is True and opts["freeze_gc"] is True
+    assert opts["max_new_tokens"] == 128 and opts["sequential"] is False and "pin" not in opts
+    # 3 warm-ups per Engine and batch, all before the batch's first timed generate
+    for b in (1, 16):
+        warm = re.findall(rf"\[b{b} (\S+) warm-up (\d)/3", text)
+        assert Counter(n for n, _ in warm) == {f"{m}-e{e}": 3 for m, e in UNITS}, warm
+    # Engines started in the order of --modes, a set at a time
+    assert re.findall(r"\[(\S+): starting its Engine", text) == ["stock-e1", "zero-copy-e1", "stock-e2", "zero-copy-e2"]
+    # the per-run verdict over the Engine pairs; the health checks printed and written
+    s = {(r["batch"], r["mode"]): r for r in live.read_csv(summary)}
+    z = s[("16", "zero-copy")]
+    assert z["pairs"] == "2" and z["df"] == "2" and z["verdict"] in live.VERDICTS and z["health"]
+    assert set(dict(x.split(":") for x in z["pair_ratios"].split(";"))) == {"1", "2"}
+    assert "HEALTH: " in text and "EQUAL outputs" in text
+
+
+def test_every_row_has_its_probes_and_the_run_its_header(tmp_path, capsys):
+    rc, gens, _ = _protocol(tmp_path, "--batches", "1", "--run", "P")
+    assert rc == 0, capsys.readouterr().out
+    rows = live.read_csv(gens)
+    for col in probes.PROBE_FIELDS:
+        assert all(r[col] != "" for r in rows), col
+    for col in probes.GPU_FIELDS:  # no NVML on the CPU machine
+        assert {r[col] for r in rows} == {"absent"} or probes.Gpu().ok, col
+    if probes.proc_snapshot(os.getpid()):  # /proc with schedstat: the fake scheduler child was read
+        assert all(r["sched_cpu_ms"] != "absent" and r["sched_cpu_last"] != "absent" for r in rows)
+        assert all(float(r["worker_cpu_ms"]) >= 0 for r in rows)
+    assert all(float(r["t_end"]) > float(r["t_start"]) for r in rows)
+    runs = json.loads((tmp_path / "out" / "latest" / "cycle_live_runs-cpu.json").read_text())
+    h = runs["P"]["header"]
+    assert h["kernel"] and h["nproc"] >= 1 and "lscpu" in h and "cpu_clocks" in h and "nvidia_smi" in h
+    engines = runs["P"]["engines"]
+    assert set(engines) == {"stock-e1", "zero-copy-e1", "stock-e2", "zero-copy-e2"}
+    for e in engines.values():
+        assert isinstance(e["pids"]["worker"], int) and isinstance(e["pids"]["scheduler"], int), e
+        assert "graphs" in e
+    assert set(runs["P"]["health"]) == {"b1 stock", "b1 zero-copy"}
+    assert set(runs["P"]["freeze"]) == {"b1 " + n for n in engines}
+
+
+def test_the_start_order_reversed_keeps_stock_as_the_base(tmp_path, capsys):
+    rc, gens, summary = _protocol(tmp_path, "--modes", "zero-copy,stock", "--batches", "16")
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert re.findall(r"\[(\S+): starting its Engine", text) == ["zero-copy-e1", "stock-e1", "zero-copy-e2", "stock-e2"]
+    rows = live.read_csv(gens)
+    assert [(r["mode"], int(r["engine"])) for r in rows][:4] == [
+        ("zero-copy", 1),
+        ("stock", 1),
+        ("zero-copy", 2),
+        ("stock", 2),
+    ]
+    s = {r["mode"]: r for r in live.read_csv(summary)}
+    assert s["stock"]["verdict"] == "base" and float(s["zero-copy"]["ratio"]) < 0.8
+
+
+def test_sequential_runs_one_engine_at_a_time(tmp_path, capsys):
+    rc, gens, summary = _protocol(tmp_path, "--sequential")
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    rows = live.read_csv(gens)
+    seen = [(r["mode"], int(r["engine"])) for r in rows]
+    blocks = [seen[i] for i in range(len(seen)) if i == 0 or seen[i] != seen[i - 1]]
+    assert blocks == live.sequential_order(PROTOCOL, 2)  # each Engine through every batch, then the next
+    events = re.findall(r"\[(\S+): (starting its Engine|stopped)", text)
+    alive = 0
+    for _, what in events:  # never two alive
+        alive += 1 if what.startswith("starting") else -1
+        assert alive <= 1, events
+    assert json.loads(rows[0]["options"])["sequential"] is True and all(r["frozen"] == "1" for r in rows)
+    assert {r["verdict"] for r in live.read_csv(summary) if r["mode"] == "zero-copy"} <= set(live.VERDICTS)
+
+
+def test_two_runs_combined_give_one_verdict_over_their_pairs(tmp_path, capsys):
+    fake = {"delay_s": 0.01, "factor": {"zero-copy": 0.5}}
+    assert _protocol(tmp_path, "--run", "A", fake=fake, out="a")[0] == 0
+    assert _protocol(tmp_path, "--run", "B", "--modes", "zero-copy,stock", fake=fake, out="b")[0] == 0
+    capsys.readouterr()
+    a, b = (tmp_path / x / "latest" / "cycle_generates-cpu.csv" for x in ("a", "b"))
+    assert live.main(["--combine", str(a), str(b), "--out", str(tmp_path / "c")]) == 0
+    text = capsys.readouterr().out
+    got = {(r["batch"], r["mode"]): r for r in live.read_csv(tmp_path / "c" / "latest" / "cycle_live_combined-cpu.csv")}
+    z = got[("16", "zero-copy")]
+    assert z["runs"] == "A;B" and z["pairs"] == "4" and z["df"] == "6" and z["verdict"] in live.VERDICTS
+    assert float(z["ratio"]) < 0.8 and "| 16 | zero-copy | A;B | 4 | 6 |" in text
+    # the same run twice is refused, and so is a file without generate rows
+    assert live.main(["--combine", str(a), str(a), "--out", str(tmp_path / "c")]) == 2
+    assert "in both" in capsys.readouterr().err
+    assert live.main(["--combine", str(tmp_path / "nope.csv")]) == 2
+    # --runs keeps the named runs only: one run's two pairs
+    assert live.main(["--combine", str(a), str(b), "--runs", "B", "--out", str(tmp_path / "d")]) == 0
+    got = {(r["batch"], r["mode"]): r for r in live.read_csv(tmp_path / "d" / "latest" / "cycle_live_combined-cpu.csv")}
+    assert got[("16", "zero-copy")]["runs"] == "B" and got[("16", "zero-copy")]["pairs"] == "2"
+    capsys.readouterr()
+    # merged into one tree, both runs' rows side by side
+    assert (
+        live.main(
+            ["--merge", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c"), "--out", str(tmp_path / "t")]
+        )
+        == 0
+    )
+    rows = live.read_csv(tmp_path / "t" / "latest" / "cycle_generates-cpu.csv")
+    assert Counter(r["run"] for r in rows) == {"A": 32, "B": 32}
+    assert (tmp_path / "t" / "latest" / "cycle_live_combined-cpu.csv").exists()
+    assert set(json.loads((tmp_path / "t" / "latest" / "cycle_live_runs-cpu.json").read_text())) == {"A", "B"}
+
+
+def test_the_other_arms_run_with_the_same_protocol(tmp_path, capsys):
+    fake = {"delay_s": 0.005, "break": "no-spec"}  # no speculation may answer differently: told, not judged
+    rc, gens, summary = _protocol(
+        tmp_path, "--modes", "stock,replayssm,no-spec", "--engines-per-mode", "1", "--batches", "1", fake=fake
+    )
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "not judged" in text and "no-spec" in text
+    opts = json.loads(live.read_csv(gens)[0]["options"])
+    assert opts["arm_engine_args"]["replayssm"] == {"enable_linear_replayssm_spec": True}
+    assert {r["mode"] for r in live.read_csv(summary)} == {"stock", "replayssm", "no-spec"}
+
+
 def test_a_dry_run_writes_one_row_per_generate_and_a_summary(tmp_path, capsys):
-    rc, gens, summary = _run(tmp_path)
+    rc, gens, summary = _run(tmp_path, "--run", "R")
     text = capsys.readouterr().out
     assert rc == 0, text
     rows = live.read_csv(gens)
     assert len(rows) == 2 * 3 * 4 and not live.duplicates(rows, live.GEN_KEY)
-    for col in ("model", "batch", "mode", "engine", "generate", "wall_s", "commit", "sglang", "gpu", "options"):
+    for col in ("model", "run", "batch", "mode", "engine", "generate", "wall_s", "commit", "sglang", "gpu", "options"):
         assert all(r[col] != "" for r in rows), col
     assert all(json.loads(r["options"])["reps"] == 4 for r in rows)
     assert [r["mode"] for r in rows if r["batch"] == "1"] == live.balanced_order(MODES, 4)
     s = {(r["batch"], r["mode"]): r for r in live.read_csv(summary)}
-    assert len(s) == 6 and s[("16", "zero-copy")]["verdict"] == "faster"
-    assert float(s[("16", "zero-copy")]["ci_hi"]) < 1
+    assert len(s) == 6 and s[("16", "zero-copy")]["verdict"] == "inconclusive"  # one Engine pair: no interval
+    assert float(s[("16", "zero-copy")]["gen_ci_hi"]) < 1  # over generates, conditional on these Engines
     assert "EQUAL outputs" in text and "slow (> 1.3x" in text
     hist = live.read_csv(tmp_path / "out" / "history.csv")
     mine = [r for r in hist if r.get("benchmark") == "cycle_live" and r.get("gpu") == "cpu"]  # not the tree's H200 rows
     assert sum(1 for r in mine if r.get("model") == "qwen3.5-0.8b") == 6
-    # a second run of the same model replaces its rows
-    assert _run(tmp_path)[0] == 0
+    # the same run again replaces its rows
+    assert _run(tmp_path, "--run", "R")[0] == 0
     assert len(live.read_csv(gens)) == 24 and not live.duplicates(live.read_csv(gens), live.GEN_KEY)
 
 
@@ -185,7 +499,7 @@ def test_an_engine_that_does_not_start_is_named_and_every_worker_stops(tmp_path,
     rc, gens, _ = _run(tmp_path, fake={"fail": "zero-copy"})
     text = capsys.readouterr().out
     assert rc == 2 and "ENGINE FAILED: zero-copy" in text and "told to fail" in text
-    assert not gens.exists()
+    assert not gens.exists() and "EQUAL" not in text
 
 
 def test_zero_copy_not_engaged_is_a_problem(tmp_path, capsys, monkeypatch):
@@ -195,8 +509,9 @@ def test_zero_copy_not_engaged_is_a_problem(tmp_path, capsys, monkeypatch):
 
 
 def test_the_budget_stops_between_palindromes_and_the_files_stay_clean(tmp_path, capsys):
-    # 0.1 s a generate at batch 1 (0.35 at 16): batch 1's 4 palindromes fit in 3 s, batch 16 is cut or not run
-    rc, gens, summary = _run(tmp_path, "--budget-s", "3", "--stop-reserve-s", "0", "--reps", "8", fake={"delay_s": 0.1})
+    # 0.1 s a generate at batch 1 (0.35 at 16): the starts (~1 s each here) and batch 1's 4 palindromes fit in 9 s,
+    # batch 16 (~8 s) is cut or not run
+    rc, gens, summary = _run(tmp_path, "--budget-s", "9", "--stop-reserve-s", "0", "--reps", "8", fake={"delay_s": 0.1})
     text = capsys.readouterr().out
     assert rc == 0 and "PARTIAL" in text, text
     rows = live.read_csv(gens)
@@ -209,188 +524,41 @@ def test_the_budget_stops_between_palindromes_and_the_files_stay_clean(tmp_path,
         assert {r["batch"] for r in csv.DictReader(f)} == {b for b, _ in per}
 
 
-def test_merge_takes_each_models_rows_from_the_device_outputs(tmp_path, capsys):
+def test_merge_takes_each_runs_rows_from_the_device_outputs(tmp_path, capsys):
     a, b, tree = tmp_path / "a", tmp_path / "b", tmp_path / "tree"
-    assert (
-        live.main(
-            [
-                "--dry-run",
-                "--out",
-                str(a),
-                "--work",
-                str(tmp_path / "w"),
-                "--batches",
-                "1",
-                "--reps",
-                "2",
-                "--preset",
-                "qwen",
-            ]
-        )
-        == 0
-    )
-    assert (
-        live.main(
-            [
-                "--dry-run",
-                "--out",
-                str(b),
-                "--work",
-                str(tmp_path / "w"),
-                "--batches",
-                "1",
-                "--reps",
-                "2",
-                "--preset",
-                "nemo",
-            ]
-        )
-        == 0
-    )
+    for out, preset in ((a, "qwen"), (b, "nemo")):
+        argv = ["--dry-run", "--out", str(out), "--work", str(tmp_path / "w"), "--batches", "1", "--reps", "2"]
+        argv += ["--preset", preset, "--modes", ",".join(MODES), "--engines-per-mode", "1", "--warmups", "1"]
+        assert live.main(argv) == 0
     assert live.main(["--merge", str(a), str(b), "--out", str(tree)]) == 0
     rows = live.read_csv(tree / "latest" / "cycle_generates-cpu.csv")
     assert Counter(r["model"] for r in rows) == {"qwen": 6, "nemo": 6}
     assert live.main(["--merge", str(a), str(b), "--out", str(tree)]) == 0  # again: nothing doubled
     assert len(live.read_csv(tree / "latest" / "cycle_generates-cpu.csv")) == 12
     hist = [r for r in live.read_csv(tree / "history.csv") if r.get("benchmark") == "cycle_live"]
-    assert Counter(r["model"] for r in hist if r.get("gpu") == "cpu") == {
-        "qwen": 3,
-        "nemo": 3,
-    }  # the tree's H200 rows aside
+    assert Counter(r["model"] for r in hist if r.get("gpu") == "cpu") == {"qwen": 3, "nemo": 3}
 
 
-# ---------------------------------------------------------------- several Engines per mode, host-state controls
-
-UNITS2 = [(m, e) for e in (1, 2) for m in MODES]
-
-
-def test_the_order_with_two_engines_per_mode_covers_every_pair_equally():
-    order = live.balanced_order(UNITS2, 4)
-    assert order[:7] == [*UNITS2, UNITS2[-1]]
-    assert Counter(order) == dict.fromkeys(UNITS2, 4)
-    mean_pos = {u: sum(i for i, x in enumerate(order) if x == u) / 4 for u in UNITS2}
-    assert len(set(mean_pos.values())) == 1, mean_pos
-    for i0 in range(0, len(order), 12):  # every palindrome holds every (mode, Engine) twice
-        assert Counter(order[i0 : i0 + 12]) == dict.fromkeys(UNITS2, 2)
-
-
-def _rows(walls: dict[tuple[str, int], list[float]]) -> list[dict]:
-    return [
-        {"model": "m", "batch": 1, "mode": m, "engine": e, "generate": i + 1, "wall_s": w, "rss_mb": 1}
-        for (m, e), ws in walls.items()
-        for i, w in enumerate(ws)
-    ]
-
-
-def test_the_hierarchical_interval_resamples_engines_first():
-    # plugin's Engine 1 fast (20 generates), its Engine 2 slow (4): pooled over generates, the median is always
-    # Engine 1's, so the interval over generates says "faster"; over Engines, a resample holding Engine 2 twice
-    # (one in four) is slower than stock: the interval straddles 1
-    fast, slow, stock = _samples(0.9, 20, 5), _samples(1.2, 4, 6), [_samples(1.0, 12, 7), _samples(1.0, 12, 8)]
-    ratio, lo, hi = live.bootstrap_ratio(fast + slow, stock[0] + stock[1], seed=0)
-    assert hi < 1 and live.classify(lo, hi) == "faster"
-    hr, hlo, hhi = live.hier_bootstrap_ratio([fast, slow], stock, seed=0)
-    assert hr == ratio and hlo < 1 < hhi and hhi > 1.1
-    assert live.hier_bootstrap_ratio([fast, slow], stock, seed=0) == (hr, hlo, hhi)  # a fixed seed
-    # the Engines of each mode agree: the interval over Engines is as decisive as the one over generates
-    _, alo, ahi = live.hier_bootstrap_ratio([_samples(0.9, 12, 9), _samples(0.9, 12, 10)], stock, seed=0)
-    assert ahi < 1 and live.classify(alo, ahi) == "faster"
-
-
-def test_the_summary_gives_the_ratio_per_engine_pair_and_the_verdict_over_engines():
-    base = {("stock", 1): _samples(1.0, 12, 11), ("stock", 2): _samples(1.0, 12, 12)}
-    agree = _rows({**base, ("plugin", 1): _samples(0.9, 12, 13), ("plugin", 2): _samples(0.9, 12, 14)})
-    s = {r["mode"]: r for r in live.summarize(agree)}["plugin"]
-    assert s["engines"] == 2 and s["verdict"] == "faster" and float(s["eng_ci_hi"]) < 1
-    pairs = dict(x.split(":") for x in s["ratio_per_engine"].split(";"))
-    assert set(pairs) == {"1", "2"} and all(0.85 < float(v) < 0.95 for v in pairs.values())
-    differ = _rows({**base, ("plugin", 1): _samples(0.8, 12, 13), ("plugin", 2): _samples(1.3, 12, 14)})
-    s = {r["mode"]: r for r in live.summarize(differ)}["plugin"]
-    assert float(s["eng_ci_lo"]) < 1 < float(s["eng_ci_hi"]) and s["verdict"] == "no difference"
-    pairs = dict(x.split(":") for x in s["ratio_per_engine"].split(";"))
-    assert float(pairs["1"]) < 0.85 and float(pairs["2"]) > 1.25
-    one = {r["mode"]: r for r in live.summarize(_rows({("stock", 1): [1.0] * 4, ("plugin", 1): [0.5] * 4}))}
-    assert one["plugin"]["eng_ci_lo"] == "" and one["plugin"]["verdict"] == "faster"  # one Engine: as before
-
-
-def test_core_sets_are_disjoint_and_equal():
-    sets = live.core_sets(range(16), 6)
-    assert [len(c) for c in sets] == [2] * 6
-    flat = [c for cs in sets for c in cs]
-    assert len(flat) == len(set(flat)) and set(flat) <= set(range(16))
-    with pytest.raises(ValueError):
-        live.core_sets([0, 1], 3)
-    assert live._span([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
-
-
-def _ready(text: str) -> dict[str, dict]:
-    import re
-
-    return {m.group(1): json.loads(m.group(2)) for m in re.finditer(r"\[(\S+): ready in \d+ s: (\{.*\})\]", text)}
-
-
-def _cores(span: str) -> set[int]:
-    out: set[int] = set()
-    for part in span.split(","):
-        a, _, b = part.partition("-")
-        out |= set(range(int(a), int(b or a) + 1))
-    return out
-
-
-def test_two_engines_per_mode_alive_with_one_slow_engine(tmp_path, capsys):
-    fake = {"delay_s": 0.02, "factor": {"zero-copy": 0.5}}
-    rc, gens, summary = _run(tmp_path, "--engines-per-mode", "2", "--batches", "16", fake=fake)
-    text = capsys.readouterr().out
-    assert rc == 0, text
-    rows = live.read_csv(gens)
-    assert len(rows) == 3 * 2 * 4 and not live.duplicates(rows, live.GEN_KEY)
-    assert Counter((r["mode"], r["engine"]) for r in rows) == {(m, str(e)): 4 for m, e in UNITS2}
-    assert [(r["mode"], int(r["engine"])) for r in rows] == live.balanced_order(UNITS2, 4)
-    assert set(_ready(text)) == {f"{m}-e{e}" for m, e in UNITS2}
-    s = {r["mode"]: r for r in live.read_csv(summary)}
-    assert s["zero-copy"]["engines"] == "2" and s["zero-copy"]["verdict"] == "faster", s["zero-copy"]
-    assert float(s["zero-copy"]["eng_ci_hi"]) < 1
-    # zero-copy's Engine 2 in a slow host state (3x): its pair says slower, Engine 1's faster, the interval over
-    # Engines straddles 1
-    fake["engine_factor"] = {"zero-copy:2": 3.0}
-    rc, gens, summary = _run(tmp_path, "--engines-per-mode", "2", "--batches", "16", fake=fake)
-    assert rc == 0
-    z = {r["mode"]: r for r in live.read_csv(summary)}["zero-copy"]
-    pairs = {k: float(v) for k, v in (x.split(":") for x in z["ratio_per_engine"].split(";"))}
-    assert pairs["1"] < 0.8 and pairs["2"] > 1.2, z
-    assert float(z["eng_ci_lo"]) < 1 < float(z["eng_ci_hi"]) and z["verdict"] == "no difference", z
-
-
-def test_pin_and_omp_threads_reach_the_workers_and_the_options(tmp_path, capsys, monkeypatch):
-    if len(live.os.sched_getaffinity(0)) < 2:
-        pytest.skip("--pin needs a core per worker")
+def test_omp_threads_and_sleep_on_idle_reach_the_workers_and_the_options(tmp_path, capsys, monkeypatch):
     rc, gens, _ = _run(
-        tmp_path, "--modes", "stock,plugin", "--pin", "--omp-threads", "2", "--sleep-on-idle", "--batches", "1"
+        tmp_path, "--modes", "stock,plugin", "--omp-threads", "2", "--no-sleep-on-idle", "--batches", "1"
     )
     text = capsys.readouterr().out
     assert rc == 0, text
     info = _ready(text)
     assert set(info) == {"stock-e1", "plugin-e1"}
-    a, b = (_cores(i["cpus"]) for i in info.values())
-    assert a and b and not a & b and a | b <= set(live.os.sched_getaffinity(0))
     assert all(i["omp_threads"] == "2" for i in info.values())
     opts = json.loads(live.read_csv(gens)[0]["options"])
-    assert opts["pin"] is True and opts["omp_threads"] == 2 and opts["sleep_on_idle"] is True
-    assert opts["engines_per_mode"] == 1
-    # unpinned, no thread setting: as before (the cores of the driver, OMP_NUM_THREADS as inherited)
+    assert opts["omp_threads"] == 2 and opts["sleep_on_idle"] is False and opts["engines_per_mode"] == 1
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     rc, gens, _ = _run(tmp_path, "--modes", "stock,plugin", "--batches", "1")
     info = _ready(capsys.readouterr().out)
-    assert rc == 0 and all(_cores(i["cpus"]) == set(live.os.sched_getaffinity(0)) for i in info.values())
-    assert all(i["omp_threads"] is None for i in info.values())
-    opts = json.loads(live.read_csv(gens)[0]["options"])
-    assert opts["pin"] is False and opts["omp_threads"] is None
+    assert rc == 0 and all(i["omp_threads"] is None for i in info.values())
+    assert live._span([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
 
 
-def test_pin_refuses_fewer_cores_than_workers(tmp_path):
-    n = len(live.os.sched_getaffinity(0))
-    with pytest.raises(SystemExit):
-        live.main(["--dry-run", "--out", str(tmp_path), "--pin", "--engines-per-mode", str(n)])  # 3n workers
+def _ready(text: str) -> dict[str, dict]:
+    return {m.group(1): json.loads(m.group(2)) for m in re.finditer(r"\[(\S+): ready in \d+ s: (\{.*\})\]", text)}
 
 
 def test_the_budget_cuts_further_engine_sets_before_they_start(tmp_path, capsys):
@@ -403,3 +571,243 @@ def test_the_budget_cuts_further_engine_sets_before_they_start(tmp_path, capsys)
     rows = live.read_csv(gens)
     assert {r["engine"] for r in rows} == {"1"} and len(rows) == 3 * 4
     assert {r["mode"]: r for r in live.read_csv(summary)}["plugin"]["engines"] == "1"
+
+
+# ---------------------------------------------------------------- bad input: refused at the start (issue 51 item 4)
+
+
+def _refused(tmp_path, capsys, argv):
+    """``argv`` must end at the start: exit 2, one line on stderr (no usage, no traceback), nothing written."""
+    out, work = tmp_path / "o", tmp_path / "w"
+    with pytest.raises(SystemExit) as e:
+        live.main(["--dry-run", "--out", str(out), "--work", str(work), *argv])
+    got = capsys.readouterr()
+    lines = [x for x in got.err.splitlines() if x.strip()]
+    assert e.value.code == 2 and len(lines) == 1 and "Traceback" not in got.err + got.out, got
+    assert not out.exists() and not work.exists(), "something was written"
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--batches", "0"], "--batches"),
+        (["--batches", "-1"], "--batches"),
+        (["--batches", "1,x"], "--batches"),
+        (["--batches", "16,16"], "twice"),
+        (["--bootstrap", "0"], "--bootstrap"),
+        (["--fake", "{not json"], "--fake"),
+        (["--fake", "[1, 2]"], "--fake"),
+        (["--budget-s", "-5"], "--budget-s"),
+        (["--budget-s", "10", "--stop-reserve-s", "10"], "--budget-s"),
+        (["--warmups", "-1"], "--warmups"),
+        (["--reps", "3"], "--reps"),
+        (["--engine-arg", "cuda_graph_bs_decode=[1,16]"], "graph"),
+        (["--pin"], "--pin"),
+        (["--modes", "zero-copy"], "--modes"),
+        (["--modes", "stock,nonsense"], "--modes"),
+        (["--engines-per-mode", "0"], "--engines-per-mode"),
+    ],
+)
+def test_bad_input_is_refused_at_the_start(tmp_path, capsys, argv, says):
+    assert says in _refused(tmp_path, capsys, argv)
+
+
+def test_an_out_under_a_file_is_refused_at_the_start(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(SystemExit) as e:
+        live.main(["--dry-run", "--out", str(tmp_path / "f" / "o"), "--work", str(tmp_path / "w")])
+    got = capsys.readouterr()
+    assert e.value.code == 2 and len(got.err.strip().splitlines()) == 1 and "--out" in got.err, got
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_dry_run_never_writes_the_tracked_results(tmp_path, capsys, monkeypatch):
+    tree = tmp_path / "tree-results"
+    (tree / "latest").mkdir(parents=True)
+    (tree / "history.csv").write_text("date,commit,gpu,benchmark\n")
+    monkeypatch.setattr(live, "RESULTS", tree)
+    monkeypatch.delenv("OUT", raising=False)
+    argv = ["--dry-run", "--work", str(tmp_path / "w"), "--batches", "1", "--reps", "2", "--engines-per-mode", "1"]
+    argv += ["--warmups", "0"]
+    rc = live.main(argv)
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert sorted(p.name for p in tree.rglob("*")) == ["history.csv", "latest"]
+    assert (tree / "history.csv").read_text() == "date,commit,gpu,benchmark\n"
+    assert "files:" in text  # it says where it wrote instead
+    with pytest.raises(SystemExit) as e:  # and an --out inside the tracked results is refused
+        live.main([*argv, "--out", str(tree)])
+    assert e.value.code == 2
+
+
+def test_a_budget_that_times_nothing_is_a_failure_not_equal(tmp_path, capsys):
+    fake = {"delay_s": 0.3}
+    rc, gens, _ = _run(tmp_path, "--budget-s", "0.6", "--stop-reserve-s", "0", "--engines-per-mode", "1", fake=fake)
+    text = capsys.readouterr().out
+    assert rc != 0 and "EQUAL" not in text and "nothing timed" in text, text
+    assert not gens.exists()
+
+
+def test_merge_of_nothing_says_so(tmp_path, capsys):
+    rc = live.main(["--merge", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
+    assert rc != 0 and "nothing" in capsys.readouterr().err
+
+
+def test_sigint_gives_one_line_and_stops_the_workers(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    argv = [sys.executable, str(ROOT / "benchmarks/bench_live.py"), "--dry-run", "--out", str(tmp_path / "o")]
+    argv += ["--work", str(tmp_path / "w"), "--batches", "1", "--reps", "40", "--fake", '{"delay_s": 0.05}']
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 60
+    seen = ""
+    while time.time() < deadline:  # wait for the first warm-up: the workers are up
+        line = p.stdout.readline()
+        seen += line
+        if "warm-up 1/" in line or not line:
+            break
+    p.send_signal(signal.SIGINT)
+    out, err = p.stdout.read(), p.stderr.read()  # the rest (communicate() would miss readline's buffer)
+    p.wait(60)
+    assert p.returncode == 130, (seen + out, err)
+    assert "Traceback" not in err + out and "KeyboardInterrupt" not in err + out, err
+    assert len([x for x in err.splitlines() if x.strip()]) == 1 and "interrupted" in err, err
+    assert "workers stopped" in out
+
+
+def test_stock_alone_is_a_census_for_the_prime(tmp_path, capsys):
+    rc, gens, summary = _protocol(tmp_path, "--modes", "stock", "--engines-per-mode", "1", "--batches", "1")
+    assert rc == 0, capsys.readouterr().out
+    assert {r["verdict"] for r in live.read_csv(summary)} == {"base"} and len(live.read_csv(gens)) == 4
+
+
+def test_the_device_runner_does_prime_then_a_then_b_and_combines(tmp_path):
+    """tools/gpu-engine/run_cycle_live.sh's steps on the CPU: its _setup.sh replaced by a stand-in that turns every
+    run into a --dry-run; the same command three times: prime, run A, run B (start order reversed) + the combined
+    verdict, then nothing left."""
+    import shutil
+    import subprocess
+
+    tree = tmp_path / "tree"
+    (tree / "tools/gpu-engine").mkdir(parents=True)
+    shutil.copytree(ROOT / "benchmarks", tree / "benchmarks", ignore=shutil.ignore_patterns("results"))
+    shutil.copy(ROOT / "tools/gpu-engine/run_cycle_live.sh", tree / "tools/gpu-engine/")
+    (tree / "tools/gpu-engine/_setup.sh").write_text(
+        'echo stub > "$OUT/env.txt"\n'
+        "standin_engine_args=(--dry-run --fake '{\"delay_s\": 0.002}')\n"
+        'collect_outputs() { echo > "$3"; echo "{}" > "$4"; }\n'
+        "nvidia-smi() { echo none; }\n"
+    )
+    state = Path("/tmp/cycle-live-state") / f"test-{os.getpid()}"  # the runner keeps its steps there
+    preset = state.name
+    bin_ = tmp_path / "bin"  # the runner calls python3 -P: this interpreter
+    bin_.mkdir()
+    (bin_ / "python3").symlink_to(sys.executable)
+    env = dict(os.environ, LIVE_STEP="next", PYTHONPATH=str(ROOT), PATH=f"{bin_}:{os.environ['PATH']}")
+    seen = []
+    try:
+        for call in range(4):
+            out = tmp_path / f"out{call}"
+            out.mkdir()
+            p = subprocess.run(
+                [
+                    "bash",
+                    "tools/gpu-engine/run_cycle_live.sh",
+                    preset,
+                    "--batches",
+                    "1",
+                    "--reps",
+                    "2",
+                    "--warmups",
+                    "0",
+                ],
+                cwd=tree,
+                env=dict(env, OUT=str(out), CYCLE_WORK=str(tmp_path / "w")),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            seen.append((p.returncode, sorted(x.name for x in out.rglob("*") if x.is_file()), p.stdout))
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(Path("/tmp/bench-live") / preset, ignore_errors=True)  # the runner's --work
+    assert [rc for rc, _, _ in seen] == [0, 0, 0, 4], [s[2][-2000:] for s in seen]
+    assert "step prime" in seen[0][2] and "step A" in seen[1][2] and "step B" in seen[2][2]
+    for _, files, _ in seen[:3]:
+        assert len(files) <= 8 and "env.txt" not in files, files  # what comes back from the device
+    assert f"cycle_live-{preset}-B.txt" in seen[2][1] and "cycle_live_combined-cpu.csv" in seen[2][1]
+    rows = live.read_csv(tmp_path / "out2" / "latest" / "cycle_generates-cpu.csv")
+    runs = sorted({r["run"] for r in rows})
+    assert len(runs) == 2 and runs[0].endswith("-A") and runs[1].endswith("-B")
+    b = [(r["mode"], r["engine"]) for r in rows if r["run"].endswith("-B")]
+    a = [(r["mode"], r["engine"]) for r in rows if r["run"].endswith("-A")]
+    assert a[0] == ("stock", "1") and b[0] == ("zero-copy", "1")  # run B's start order reversed
+    assert "run A and run B combined" in seen[2][2] and "| zero-copy |" in seen[2][2]
+
+
+def test_a_real_engine_gets_its_arms_keywords_and_reports_its_graphs_and_pids(monkeypatch):
+    """The worker's real-Engine path (``_make_engine``) with ``sglang.Engine`` replaced by a recorder: the arm's
+    keywords, the static budget as a fraction of the free memory, the graph settings and the pids it reports."""
+    import types
+
+    got = {}
+
+    class Engine:
+        def __init__(self, **kw):
+            got.update(kw)
+
+        def get_server_info(self):
+            return {"cuda_graph_bs_decode": None, "cuda_graph_max_bs_decode": 128, "sleep_on_idle": True, "x": 1}
+
+    monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(Engine=Engine, __version__="9.9"))
+    monkeypatch.setattr(live, "gpu_query", lambda: ("GPU X", 100.0, 140.0))
+    kw = {"model_path": "m", "speculative_algorithm": "NEXTN", "sleep_on_idle": True, "mem_fraction_static": 0.25}
+    spec = {"mode": "no-spec", "engine": 2, "engine_kwargs": kw, "static_gb": 16, "fake": None}
+    engine, info = live._make_engine(spec)
+    assert got == {"model_path": "m", "sleep_on_idle": True, "mem_fraction_static": 0.16}
+    assert info["sglang"] == "9.9" and info["gpu"] == "GPU X" and info["mem_fraction_static"] == 0.16
+    assert info["graphs"] == {"cuda_graph_bs_decode": None, "cuda_graph_max_bs_decode": 128, "sleep_on_idle": True}
+    assert info["pids"]["worker"] == os.getpid() and info["pids"]["scheduler"] == "absent"  # no SGLang children here
+    live._make_engine(dict(spec, mode="replayssm"))
+    assert got["enable_linear_replayssm_spec"] is True and got["speculative_algorithm"] == "NEXTN"
+
+
+def test_the_gpu_probe_reads_nvml_where_there_is_one(monkeypatch):
+    import types
+
+    energy = iter([1_000, 4_500])
+    nv = types.SimpleNamespace(
+        NVML_CLOCK_SM=0,
+        NVML_CLOCK_MEM=1,
+        NVML_TEMPERATURE_GPU=0,
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
+        nvmlDeviceGetTotalEnergyConsumption=lambda h: next(energy),
+        nvmlDeviceGetClockInfo=lambda h, c: (1980, 2619)[c],
+        nvmlDeviceGetPowerUsage=lambda h: 312_500,
+        nvmlDeviceGetTemperature=lambda h, t: 41,
+        nvmlDeviceGetCurrentClocksThrottleReasons=lambda h: 0x4,  # an older binding: the old name only
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=7, usedGpuMemory=3 * 2**30)],
+        nvmlDeviceGetProcessUtilization=lambda h, since: [
+            types.SimpleNamespace(pid=7, smUtil=55, memUtil=20, timeStamp=9)
+        ],
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", nv)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    gpu = probes.Gpu()
+    assert gpu.ok and gpu.h == "h3"
+    a, b = gpu.snapshot(), gpu.snapshot()
+    assert probes.gpu_delta(a, b) == {
+        "energy_j": 3.5,
+        "sm_mhz": 1980,
+        "mem_mhz": 2619,
+        "power_w": 312.5,
+        "temp_c": 41,
+        "throttle": "0x4",
+    }
+    assert gpu.processes() == [{"pid": 7, "mib": 3072, "sm_util": 55, "mem_util": 20}]

@@ -1,23 +1,39 @@
 #!/usr/bin/env bash
-# Device runner of the live-modes decode-cycle benchmark (benchmarks/bench_live.py) on the lent H200, ONE model per
-# call (issue 44): stock / plugin / zero-copy Engines alive at once, one worker process each, timed generates in
-# palindromes, within a hard wall of LIVE_WALL_S (default 560 s) for the whole call.
+# Device runner of the live-modes decode-cycle benchmark (benchmarks/bench_live.py) on the lent H200, one model per
+# call, issue 51's protocol (docs/benchmarks.md, "The decode cycle, the protocol"): stock and zero-copy, 2 Engines
+# each alive at once with idle schedulers asleep, 3 warm-ups then gc frozen in every SGLang process, 16 timed
+# generates of 128 tokens per Engine and batch in palindromes, batches 1/16/64/128, radix cache off, SGLang's own
+# CUDA-graph list, per-generate CPU and GPU probes. Within a hard wall of LIVE_WALL_S (default 580 s: a device command may run 600) per call.
 #
+# The protocol is three calls of the SAME command, issued back to back on one warm machine (one device command may
+# run 10 minutes at most, and a prime plus two runs take ~20; the machine keeps /tmp while it stays warm, 30 s idle):
+#
+#   LIVE_STEP=next BENCH_COMMIT=<sha> bash tools/gpu-engine/run_cycle_live.sh qwen3.5-0.8b     # carry [".whl", ".stub"]
+#
+#   call 1, step "prime": one stock Engine, 3 warm-ups and 2 generates per batch: SGLang's Triton kernels compile
+#          (the cache lives while the machine stays warm), a one-alive stock reference (~3.5 min);
+#   call 2, step "A":     run A, Engines started stock, zero-copy (s1 z1 s2 z2), its files kept in /tmp for call 3;
+#   call 3, step "B":     run B, the start order reversed (zero-copy, stock: z1 s1 z2 s2); when run A failed its
+#          health checks, run B is the fallback instead (--sequential: one Engine alive at a time, z1 s1 s2 z2;
+#          LIVE_B=alive|sequential forces either); then both runs' rows in one set of files and the verdict over the
+#          Engine pairs of both runs (bench_live.py --combine), table at the end of the log.
+# LIVE_STEP=prime|A|B runs that step (B needs A's files from this machine's /tmp); a single run as before:
 #   bash tools/gpu-engine/run_cycle_live.sh [PRESET] [bench_live.py options ...]   # PRESET: qwen3.5-0.8b (default),
 #                                                                                 # nemotron-h-mini
-# e.g. two Engines per mode (six alive at once, 16 GiB static each), the host-state controls on:
-#   bash tools/gpu-engine/run_cycle_live.sh qwen3.5-0.8b --engines-per-mode 2 --batches 1,16 --sleep-on-idle --pin --omp-threads 2
-# (add --engine-arg 'cuda_graph_bs_decode=[1,16]' to shorten each Engine's start: six starts are 5-7 min of the wall;
-# the harness starts the second set of Engines only when it and --min-timed-s (60) of generates fit the budget,
-# else it runs with one Engine per mode and says "engines per mode cut to 1").
+# Options after PRESET go to every run of the protocol too, e.g. the later arms (issue 51 item 6), same protocol:
+#   LIVE_STEP=next ... run_cycle_live.sh qwen3.5-0.8b --modes stock,replayssm   (or plugin, or no-spec; B reverses)
 # Carry [".whl", ".stub"]. BENCH_COMMIT=<sha> names the commit (the device has no git). The harness gets
 # --budget-s = what is left of the wall less 25 s (stopping the Engines, collecting the logs): it starts no palindrome
-# that would end later and rewrites its CSVs after every batch, so a cut run still leaves clean files.
-# Returns (at most 7 files): $OUT/cycle_live-<preset>.txt (the log and tables), $OUT/latest/cycle_generates-<gpu>.csv
-# (one row per generate), $OUT/latest/cycle_live-<gpu>.csv (the summary), $OUT/history.csv,
+# that would end later and rewrites its files after every batch, so a cut run still leaves clean files.
+# Returns (at most 8 files): $OUT/cycle_live-<preset>-<step>.txt (the log, the tables, the health checks; call 3:
+# the combined verdict table at its end), $OUT/latest/cycle_generates-<gpu>.csv (one row per generate with its
+# probes; call 3: runs A and B), $OUT/latest/cycle_live-<gpu>.csv (per run, batch and mode), call 3 also
+# $OUT/latest/cycle_live_combined-<gpu>.csv (the verdict over both runs), $OUT/latest/cycle_live_runs-<gpu>.json (per
+# run: the machine's header, each Engine's pids and graphs, the health), $OUT/history.csv,
 # $OUT/cycle_live-<preset>-engines.log (every worker's log), $OUT/cycle_live-<preset>-reports.json (the plugin's
-# status reports), $OUT/env.txt. The exit status is the harness's: 0 equal outputs and the plugin engaged, 1 an md5
-# mismatch or a mode not engaged, 2 an Engine failed, 124/137 the hard wall.
+# status reports). The exit status is the harness's: 0 equal outputs and the plugin engaged, 1 an md5 mismatch or a
+# mode not engaged, 2 an Engine failed, 3 nothing timed for a mode, 4 no step left (LIVE_STEP=next after B),
+# 124/137 the hard wall.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -26,21 +42,93 @@ mkdir -p "$OUT"
 PRESET=${1:-qwen3.5-0.8b}
 shift || true
 T0=$(date +%s)
-WALL=${LIVE_WALL_S:-560}
+WALL=${LIVE_WALL_S:-580}
 stamp() { echo "[run_cycle_live +$(( $(date +%s) - T0 ))s] $*"; }
+STATE=/tmp/cycle-live-state/$PRESET  # survives between calls while the machine stays warm
+STEP=${LIVE_STEP:-single}
+if [ "$STEP" = next ]; then
+  if [ ! -f "$STATE/prime.done" ]; then STEP=prime
+  elif [ ! -f "$STATE/A.done" ]; then STEP=A
+  elif [ ! -f "$STATE/B.done" ]; then STEP=B
+  else stamp "prime, A and B are done on this machine ($STATE): nothing to run (LIVE_STEP=A starts again)"; exit 4; fi
+fi
+case "$STEP" in single|prime|A|B) ;; *) stamp "LIVE_STEP must be next, prime, A or B (got $STEP)"; exit 2 ;; esac
+if [ "$STEP" = B ] && [ ! -f "$STATE/A.done" ]; then
+  stamp "step B needs run A's files from this machine ($STATE/A): the machine went back? run LIVE_STEP=next again"; exit 2
+fi
+stamp "step $STEP ($PRESET)"
 source tools/gpu-engine/_setup.sh  # wheels, the plugin, the stand-ins, $OUT/env.txt, standin_engine_args
 preset_args=()
 case "$PRESET" in nemotron-h*) preset_args+=(--engine-arg disable_flashinfer_autotune=true) ;; esac
 WORK=/tmp/bench-live
 rm -rf "$WORK/$PRESET"
+run_id=$(date -u +%Y%m%dT%H%MZ)
+step_args=()
+modes_given=""
+for a in "$@"; do [ "$a" = --modes ] && modes_given=1; done  # give it as "--modes a,b" (B reverses it)
+case "$STEP" in
+  prime) step_args=(--modes stock --engines-per-mode 1 --reps 2 --warmups 3 --run "$run_id-prime") ;;
+  A) step_args=(--run "$run_id-A") ;;
+  B)
+    mode=${LIVE_B:-auto}
+    if [ "$mode" = auto ]; then
+      mode=$(python3 - "$STATE"/A/latest/cycle_live_runs-*.json <<'PY'
+import json, sys
+try:
+    runs = json.load(open(sys.argv[1]))
+except (IndexError, OSError, ValueError) as e:
+    print(f"run A's runs file unreadable ({e!r}): the fallback", file=sys.stderr)
+    runs = {}
+bad = [f"{run} {k}: {v}" for run, r in runs.items() for k, v in (r.get("health") or {}).items() if v != "ok"]
+for b in bad:
+    print(f"run A health: {b}", file=sys.stderr)
+print("sequential" if bad or not runs else "alive")
+PY
+)
+    fi
+    step_args=(--run "$run_id-B")
+    if [ "$mode" = sequential ]; then
+      step_args+=(--sequential)
+      stamp "run A failed its health checks (or LIVE_B=sequential): run B is the fallback, one Engine alive at a time"
+    fi
+    if [ -z "$modes_given" ]; then step_args+=(--modes zero-copy,stock)
+    else  # the given modes reversed
+      for ((i = 1; i <= $#; i++)); do
+        if [ "${!i}" = --modes ]; then j=$((i + 1)); rev=$(echo "${!j}" | tr ',' '\n' | tac | paste -sd,); fi
+      done
+      step_args+=(--modes "$rev")
+    fi
+    mkdir -p "$OUT/latest"
+    cp "$STATE"/A/latest/* "$OUT/latest/" && cp "$STATE/A/history.csv" "$OUT/" 2>/dev/null  # run A's rows first
+    ;;
+esac
 left=$(( WALL - ($(date +%s) - T0) ))
 budget=$(( left - 25 ))
-stamp "bench_live $PRESET: ${left}s of the wall left, budget ${budget}s"
+log="$OUT/cycle_live-$PRESET.txt"
+[ "$STEP" != single ] && log="$OUT/cycle_live-$PRESET-$STEP.txt"
+stamp "bench_live $PRESET step $STEP: ${left}s of the wall left, budget ${budget}s"
+# the user's options after the defaults, the step's last (they win: --run, --modes of run B)
+# --omp-threads 1: one intra-op thread per SGLang process (hygiene, the review's call); the user's options may change it
 timeout -k 5 $(( left - 12 )) python3 -P benchmarks/bench_live.py --preset "$PRESET" --out "$OUT" --work "$WORK" \
-  --budget-s "$budget" "${standin_engine_args[@]}" ${preset_args[@]+"${preset_args[@]}"} "$@" 2>&1 | tee "$OUT/cycle_live-$PRESET.txt"
+  --budget-s "$budget" --omp-threads 1 "${standin_engine_args[@]}" ${preset_args[@]+"${preset_args[@]}"} "$@" \
+  ${step_args[@]+"${step_args[@]}"} 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
+if [ "$STEP" = B ]; then
+  gens=$(ls "$OUT"/latest/cycle_generates-*.csv 2>/dev/null | head -1)
+  { echo; echo "== run A and run B combined: the verdict over the Engine pairs of both runs"
+    [ "${mode:-}" = sequential ] && echo "(run B is the sequential fallback: the runs differ in design; read each run's table too)"
+    python3 -P benchmarks/bench_live.py --combine "$gens" --out "$OUT"; } 2>&1 | tee -a "$log"
+fi
 collect_outputs "$WORK/$PRESET" "*.log" "$OUT/cycle_live-$PRESET-engines.log" "$OUT/cycle_live-$PRESET-reports.json"
-{ echo "== GPU processes left after the run:"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>&1; } \
-  | tee -a "$OUT/cycle_live-$PRESET.txt"
-stamp "exit $rc"
+{ echo "== GPU processes left after the run:"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>&1
+  echo "== env.txt"; cat "$OUT/env.txt"; } 2>&1 | tee -a "$log"
+rm -f "$OUT/env.txt"  # in the log: the files that come back are at most 8
+if [ "$STEP" != single ] && [ "$rc" -eq 0 ]; then  # a clean run: the next step may follow
+  mkdir -p "$STATE"
+  if [ "$STEP" = A ]; then rm -rf "$STATE/A"; mkdir -p "$STATE/A"; cp -r "$OUT/latest" "$OUT/history.csv" "$STATE/A/"; fi
+  [ "$STEP" = prime ] && rm -f "$STATE/A.done" "$STATE/B.done"
+  [ "$STEP" = A ] && rm -f "$STATE/B.done"
+  touch "$STATE/$STEP.done"
+fi
+stamp "step $STEP exit $rc"
 exit "$rc"

@@ -1,0 +1,247 @@
+"""The statistics of the live-modes benchmark (``benchmarks/bench_live.py``), pure Python, no third-party import.
+
+**Engines are the unit** (``docs/benchmarks.md``, "The decode cycle, the protocol"): the generates of one Engine share
+its host state, its gc timing and its placement, so they are not independent replicates of a mode. Per Engine and
+batch: ``m`` = the median of log(wall) over its timed generates. Per Engine pair (Engine ``e`` of a mode and Engine
+``e`` of stock, started and interleaved together, in one run): ``d = m_mode - m_stock``. The ratio is ``exp(mean d)``
+over the pairs, its 95 % interval ``mean d +- t * s / sqrt(n)``, ``s`` pooled over the batches of the mode (the
+degrees of freedom of every batch together) unless every batch has 3 or more pairs and one batch's SD is more than
+:data:`POOL_SD_FACTOR` times from the pooled one (then each batch's own). The verdict is exactly one of
+:data:`VERDICTS`. The interval over generates (:func:`bootstrap_ratio`) and the hierarchical one over Engines
+(:func:`hier_bootstrap_ratio`) stay as descriptive columns: the first is conditional on the Engines drawn, the
+second under-covers with 2-3 Engines per mode (the review's simulation: 66-83 % for a nominal 95 %).
+
+Health checks per run, batch and Engine (:func:`health`): robust CV of the walls <= 1.5 %, max/min of the generates
+without a gen-2 collection < 1.10 (no switch of host state), the Engines of one mode within 1.5 % of each other, no
+gen-2 collection in a timed generate, gc frozen after the warm-ups.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+
+#: the verdict band: "equal" when the whole interval lies within 1 +- this
+EQUAL_MARGIN = 0.01
+FASTER, SLOWER, INCONCLUSIVE = "faster", "slower", "inconclusive"
+EQUAL = f"equal within +-{EQUAL_MARGIN * 100:g} %"
+VERDICTS = (FASTER, SLOWER, EQUAL, INCONCLUSIVE)
+#: health thresholds (the review's section 4)
+CV_MAX = 0.015
+ENGINES_AGREE = 0.015
+SWITCH_MAX = 1.10
+#: per-batch SDs farther than this factor from the pooled SD: each batch's own SD instead
+POOL_SD_FACTOR = 2.5
+#: two-sided 95 % quantiles of Student's t, by degrees of freedom
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def t975(df: int) -> float:
+    """Student's t, two-sided 95 %, ``df`` >= 1 (table to 30, then 1.96 + 2.5 / df, within 0.002)."""
+    if df < 1:
+        raise ValueError(f"t975 needs df >= 1, got {df}")
+    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.5 / df
+
+
+def verdict(lo: float | None, hi: float | None, margin: float = EQUAL_MARGIN) -> str:
+    """A ratio's 95 % interval -> exactly one of :data:`VERDICTS`: the whole interval within ``1 +- margin`` is
+    "equal" (a difference, if any, below the margin), else below 1 "faster", above 1 "slower", else (an interval
+    through 1 that leaves the band, or none) "inconclusive": no evidence, never "no difference"."""
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return INCONCLUSIVE
+    if lo >= 1 - margin and hi <= 1 + margin:
+        return EQUAL if margin == EQUAL_MARGIN else f"equal within +-{margin * 100:g} %"
+    if hi < 1:
+        return FASTER
+    if lo > 1:
+        return SLOWER
+    return INCONCLUSIVE
+
+
+def robust_cv(xs: Sequence[float]) -> float:
+    """1.4826 x the median absolute deviation / the median (the SD / mean of a normal sample, robust to outliers)."""
+    med = statistics.median(xs)
+    return 1.4826 * statistics.median(abs(x - med) for x in xs) / med if med else math.inf
+
+
+# ---------------------------------------------------------------- generate-level intervals (descriptive)
+
+
+def _percentile_interval(rs: list[float], level: float) -> tuple[float, float]:
+    rs.sort()
+    alpha = (1.0 - level) / 2.0
+    n = len(rs)
+    return rs[max(0, int(math.floor(alpha * n)))], rs[min(n - 1, int(math.ceil((1.0 - alpha) * n)) - 1)]
+
+
+def bootstrap_ratio(
+    xs: Sequence[float], base: Sequence[float], *, resamples: int = 2000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float, float]:
+    """``(median(xs) / median(base), lo, hi)``: the percentile interval of the ratio of medians over ``resamples``
+    resamples of the generates (each side separately, a fixed seed). Conditional on the Engines drawn."""
+    if not xs or not base:
+        raise ValueError("bootstrap_ratio needs samples on both sides")
+    if resamples < 1:
+        raise ValueError(f"bootstrap_ratio needs resamples >= 1, got {resamples}")
+    rng = random.Random(seed)
+    med = statistics.median
+    rs = [med(rng.choices(xs, k=len(xs))) / med(rng.choices(base, k=len(base))) for _ in range(resamples)]
+    lo, hi = _percentile_interval(rs, level)
+    return med(xs) / med(base), lo, hi
+
+
+def hier_bootstrap_ratio(
+    xs: Sequence[Sequence[float]],
+    base: Sequence[Sequence[float]],
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float, float]:
+    """The ratio of pooled medians with a hierarchical percentile interval (Engines drawn with replacement, then
+    generates within each drawn Engine). Descriptive only: with 2-3 Engines per mode it under-covers."""
+    xs = [list(e) for e in xs if e]
+    base = [list(e) for e in base if e]
+    if not xs or not base:
+        raise ValueError("hier_bootstrap_ratio needs samples on both sides")
+    rng = random.Random(seed)
+    med = statistics.median
+
+    def draw(engines: list[list[float]]) -> float:
+        pool: list[float] = []
+        for e in rng.choices(engines, k=len(engines)):
+            pool += rng.choices(e, k=len(e))
+        return med(pool)
+
+    lo, hi = _percentile_interval([draw(xs) / draw(base) for _ in range(resamples)], level)
+    return med([x for e in xs for x in e]) / med([x for e in base for x in e]), lo, hi
+
+
+# ---------------------------------------------------------------- Engines and pairs
+
+
+def _num(r: Mapping, key: str, default: float = 0.0) -> float:
+    try:
+        return float(r.get(key) or default)
+    except (TypeError, ValueError):
+        return default
+
+
+def engine_stats(rows: Iterable[Mapping]) -> dict[tuple, dict]:
+    """(model, run, batch, mode, engine) -> n, median_s, m (median log wall), cv (robust), switch (max/min of the
+    generates without a gen-2 collection), gc2 (timed generates with one), frozen (every generate after a freeze)."""
+    groups: dict[tuple, list[Mapping]] = {}
+    for r in rows:
+        key = (str(r["model"]), str(r.get("run", "")), int(r["batch"]), str(r["mode"]), int(r.get("engine") or 1))
+        groups.setdefault(key, []).append(r)
+    out = {}
+    for key, group in groups.items():
+        walls = [float(r["wall_s"]) for r in group]
+        clean = [float(r["wall_s"]) for r in group if not int(_num(r, "gc_gen2"))] or walls
+        out[key] = {
+            "n": len(walls),
+            "median_s": statistics.median(walls),
+            "m": statistics.median(math.log(w) for w in walls),
+            "cv": robust_cv(walls),
+            "switch": max(clean) / min(clean),
+            "gc2": sum(1 for r in group if int(_num(r, "gc_gen2"))),
+            "frozen": all(str(r.get("frozen", "")) == "1" for r in group),
+            "walls": walls,
+        }
+    return out
+
+
+def pair_diffs(stats: Mapping[tuple, Mapping], base: str = "stock") -> dict[tuple, list[tuple[str, int, float]]]:
+    """(model, batch, mode) -> [(run, engine, d)] for every Engine of a mode whose stock partner (same run, same
+    Engine number) was timed at that batch: ``d = m_mode - m_stock``."""
+    out: dict[tuple, list[tuple[str, int, float]]] = {}
+    for (model, run, batch, mode, eng), s in sorted(stats.items()):
+        ref = stats.get((model, run, batch, base, eng))
+        if mode == base or ref is None:
+            continue
+        out.setdefault((model, batch, mode), []).append((run, eng, s["m"] - ref["m"]))
+    return out
+
+
+def pair_intervals(diffs: Mapping[int, Sequence[float]]) -> dict[int, dict]:
+    """One mode's pair differences per batch -> per batch: ratio, lo, hi, pairs, df, sd_from ("pooled" over the
+    batches, or "batch"). No degrees of freedom at all: lo and hi are None (the verdict is inconclusive)."""
+    stats = {}
+    for b, ds in diffs.items():
+        n = len(ds)
+        mean = statistics.fmean(ds) if ds else math.nan
+        var = statistics.variance(ds) if n >= 2 else None
+        stats[b] = (n, mean, var)
+    df_pool = sum(n - 1 for n, _, var in stats.values() if var is not None)
+    pooled = sum((n - 1) * var for n, _, var in stats.values() if var is not None) / df_pool if df_pool else None
+    per_batch = (
+        pooled is not None
+        and all(n >= 3 for n, _, _ in stats.values())
+        and any(not (pooled / POOL_SD_FACTOR**2 <= var <= pooled * POOL_SD_FACTOR**2) for _, _, var in stats.values())
+    )
+    out = {}
+    for b, (n, mean, var) in stats.items():
+        res = {"ratio": math.exp(mean) if n else None, "lo": None, "hi": None, "pairs": n, "df": 0, "sd_from": ""}
+        sd_var, df, src = (var, n - 1, "batch") if per_batch else (pooled, df_pool, "pooled")
+        if n and sd_var is not None and df >= 1:
+            half = t975(df) * math.sqrt(sd_var / n)
+            res.update(lo=math.exp(mean - half), hi=math.exp(mean + half), df=df, sd_from=src)
+        out[b] = res
+    return out
+
+
+def analyse(rows: Sequence[Mapping], base: str = "stock") -> dict[tuple, dict]:
+    """(model, batch, mode) -> the pair analysis over every run in ``rows``: ratio, lo, hi, pairs, df, sd_from,
+    verdict, per-pair ratios, per-run ratios."""
+    stats = engine_stats(rows)
+    diffs = pair_diffs(stats, base)
+    by_mode: dict[tuple[str, str], dict[int, list]] = {}
+    for (model, batch, mode), ds in diffs.items():
+        by_mode.setdefault((model, mode), {})[batch] = ds
+    out = {}
+    for (model, mode), per_batch in by_mode.items():
+        ivs = pair_intervals({b: [d for _, _, d in ds] for b, ds in per_batch.items()})
+        for b, iv in ivs.items():
+            ds = per_batch[b]
+            runs: dict[str, list[float]] = {}
+            for run, _, d in ds:
+                runs.setdefault(run, []).append(d)
+            tag = len(runs) > 1  # the run in each pair's name only when there are several
+            out[(model, b, mode)] = {
+                **iv,
+                "verdict": verdict(iv["lo"], iv["hi"]),
+                "pair_ratios": ";".join(f"{run + '/' if tag else ''}{e}:{math.exp(d):.4f}" for run, e, d in ds),
+                "run_ratios": {run: math.exp(statistics.fmean(v)) for run, v in runs.items()},
+                "pair_spread": math.exp(max(d for *_, d in ds) - min(d for *_, d in ds)),
+            }
+    return out
+
+
+def health(rows: Sequence[Mapping]) -> dict[tuple, list[str]]:
+    """(model, run, batch, mode) -> what failed (empty: healthy): each Engine's robust CV, switch, gen-2
+    collections and gc freeze; the spread of the Engines of the mode."""
+    stats = engine_stats(rows)
+    out: dict[tuple, list[str]] = {}
+    for (model, run, batch, mode, eng), s in sorted(stats.items()):
+        bad = out.setdefault((model, run, batch, mode), [])
+        name = f"{mode}-e{eng}"
+        if s["cv"] > CV_MAX:
+            bad.append(f"{name} robust CV {s['cv'] * 100:.1f} % > {CV_MAX * 100:g} %")
+        if s["switch"] >= SWITCH_MAX:
+            bad.append(f"{name} max/min {s['switch']:.3f} >= {SWITCH_MAX}")
+        if s["gc2"]:
+            bad.append(f"{name} gen-2 gc in {s['gc2']} timed generate(s)")
+        if not s["frozen"]:
+            bad.append(f"{name} gc not frozen")
+    for (model, run, batch, mode), bad in out.items():
+        meds = [s["median_s"] for k, s in stats.items() if k[:4] == (model, run, batch, mode)]
+        spread = max(meds) / min(meds) - 1
+        if len(meds) > 1 and spread > ENGINES_AGREE:
+            bad.append(f"the Engines of {mode} differ by {spread * 100:.1f} % > {ENGINES_AGREE * 100:g} %")
+    return out
