@@ -601,15 +601,21 @@ def merge_outputs(sources: Sequence[Path], out: Path) -> list[Path]:
             dest.write_text(json.dumps(have, indent=1, sort_keys=True))
             written.append(dest)
     hist = Path(out) / "history.csv"
-    have_rows = {tuple(sorted(r.items())) for r in read_csv(hist)}
+    have_rows = {_history_key(r) for r in read_csv(hist)}
     for src in sources:
         new = [r for r in read_csv(Path(src) / "history.csv") if r.get("benchmark") == SUMMARY_STEM]
-        new = [r for r in new if tuple(sorted(r.items())) not in have_rows]
+        new = [r for r in new if _history_key(r) not in have_rows]
         if new:
             append_history(hist, new)
-            have_rows |= {tuple(sorted(r.items())) for r in new}
+            have_rows |= {_history_key(r) for r in new}
             written.append(hist)
     return sorted(set(written))
+
+
+def _history_key(row: dict) -> tuple:
+    """A history row as a hashable, orderable key: the shared history.csv holds rows of other benchmarks with more
+    fields than its header (``csv.DictReader`` files them under the key None, as a list)."""
+    return tuple(sorted((str(k), str(v)) for k, v in row.items()))
 
 
 def combine_files(

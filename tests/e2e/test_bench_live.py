@@ -811,3 +811,13 @@ def test_the_gpu_probe_reads_nvml_where_there_is_one(monkeypatch):
         "throttle": "0x4",
     }
     assert gpu.processes() == [{"pid": 7, "mib": 3072, "sm_util": 55, "mem_util": 20}]
+
+
+def test_merge_keys_tolerate_ragged_history_rows():
+    """The shared history.csv holds rows with more fields than its header (csv.DictReader files them under None, as
+    a list): --merge must still key them (it raised TypeError on the 2026-12-04 runs)."""
+    ragged = {"date": "d", "benchmark": "commit", None: ["x", "y"]}
+    plain = {"date": "d", "benchmark": "commit"}
+    keys = {live._history_key(ragged), live._history_key(plain)}
+    assert len(keys) == 2
+    assert live._history_key(dict(reversed(list(plain.items())))) == live._history_key(plain)
