@@ -462,18 +462,19 @@ def publish_radix_args(cfg: RadixConfig):
 
 class _RadixReq:
     """What SGLang's CPU functions read of a ``Req``: its ``kv`` record (SGLang's own ``ReqKvInfo``), ``seqlen`` and
-    ``finished()``. ``text``: the tokens whose states are committed (``seq_lens`` before a verify is ``len(text)``,
-    ``seqlen`` one more: the bonus token not yet consumed)."""
+    ``finished()``. ``text``: the tokens whose states the device has committed (a verify's ``seq_lens`` is
+    ``len(text)``); ``cpu_len``: as far as the results processed on the host go (``seqlen`` is one more: the bonus
+    token not yet consumed). Under overlap ``text`` runs one verify ahead of ``cpu_len``."""
 
     def __init__(self, rid: int, text: list[int], max_new: int, kv_cls):
         self.rid, self.text, self.max_new, self.generated = rid, list(text), max_new, 0
-        self.prompt_len = len(text)
+        self.prompt_len = self.cpu_len = len(text)
         self.kv = kv_cls()
         self.done = False
 
     @property
     def seqlen(self) -> int:
-        return len(self.text) + 1
+        return self.cpu_len + 1
 
     def finished(self) -> bool:
         return self.done
@@ -487,10 +488,14 @@ class RadixTrace:
     counters: Counter[str]
 
 
-def run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None = None, steps: int = 40) -> RadixTrace:
+def run_radix(
+    cfg: RadixConfig, seed: int, scheme: str, fault: str | None = None, steps: int = 40, overlap: bool = True
+) -> RadixTrace:
     """Replay one seeded random workload through ``scheme`` ("stock" or "zero_copy", optionally with one of
     ``RADIX_FAULTS``); :func:`publish_radix_args` must have been called. Every decision is drawn on the host from
-    ``seed`` and SGLang's CPU bookkeeping, never from state values, so both worlds take the same path."""
+    ``seed`` and SGLang's CPU bookkeeping, never from state values, so both worlds take the same path. ``overlap``:
+    the results of verify N are processed after verify N+1 was planned and committed (SGLang's overlap schedule: N+1
+    tracks into the slot planned before N's ping-pong swap, and a request that finishes at N verifies once more)."""
     import contextlib
 
     from tests.support import integration as iu
@@ -501,10 +506,10 @@ def run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None = None
             bk = iu.backend_module()
             stack.callback(setattr, bk, "pp_spec_stable_rows_enabled", bk.pp_spec_stable_rows_enabled)
             bk.pp_spec_stable_rows_enabled = lambda: True
-        return _run_radix(cfg, seed, scheme, fault, steps)
+        return _run_radix(cfg, seed, scheme, fault, steps, overlap)
 
 
-def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, steps: int) -> RadixTrace:
+def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, steps: int, overlap: bool) -> RadixTrace:
     import types
 
     from sglang.srt.managers.schedule_batch import ReqKvInfo, set_mamba_track_indices_from_reqs
@@ -621,9 +626,12 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
         counters["join"] += 1
 
     def finish(step: int, req: _RadixReq) -> None:
+        """``release_kv_cache(checkpoint=True)``: the output is cut at ``max_new`` (the tokens accepted past it are
+        dropped: a tracked state may overshoot the key, and SGLang falls back to the other ping-pong slot)."""
         running.remove(req)
-        req.done = True
-        checkpoint = MambaComponent._select_finished_checkpoint(component, req, len(req.text))
+        key_len = min(req.cpu_len, req.prompt_len + req.max_new)
+        checkpoint = MambaComponent._select_finished_checkpoint(component, req, key_len)
+        counters["overshoot"] += (req.kv.mamba_last_track_seqlen or 0) > key_len
         keep = None
         if checkpoint is not None and checkpoint[0] > 0:
             cache_len, keep = checkpoint
@@ -638,7 +646,7 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
                 counters["decode_tracked_insert"] += cache_len > req.prompt_len
         pool.free_mamba_cache(req, keep)
         pool.free(req)
-        finished_texts.append(req.text)
+        finished_texts.append(req.text[:key_len])
         while len(tree) > cfg.tree_size:  # evict the oldest node
             pool.mamba_allocator.free(tree.pop(next(iter(tree))))
             counters["evict"] += 1
@@ -674,9 +682,27 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
             elif fault == "track_no_conv":
                 conv[:, k] = before[:, n]
 
+    def process_results(step: int, batch, accept: list[int], reqs: list[_RadixReq]) -> None:
+        """The host's processing of one verify's results, request by request as SGLang orders it: the output grows,
+        the finish is decided, ``_mamba_prefix_cache_update`` (the swap at a crossing), then the finish's release."""
+        result = types.SimpleNamespace(
+            num_correct_drafts_per_req_cpu=[a - 1 for a in accept],
+            num_non_draft_tokens_per_req=1,
+            grammar_retained_tokens=None,
+        )
+        for n, (req, a) in enumerate(zip(reqs, accept)):
+            if req.done:  # finished at the previous result: this in-flight verify's result is dropped
+                counters["inflight_after_finish"] += 1
+                continue
+            req.cpu_len += a
+            req.generated += a
+            req.done = req.generated >= req.max_new
+            SchedulerBatchResultProcessor._mamba_prefix_cache_update(proc, req, batch, result, n)
+            if req.done:
+                finish(step, req)
+
+    pending = None
     for step in range(steps):
-        for req in [r for r in running if r.generated >= r.max_new]:
-            finish(step, req)
         while len(running) < cfg.rows and rng.random() < 0.5:
             if finished_texts and rng.random() < 0.6:  # a next turn: the whole earlier text, then new tokens
                 text = rng.choice(finished_texts[-4:]) + [rng.randrange(cfg.vocab) for _ in range(rng.randint(1, 4))]
@@ -740,14 +766,14 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
                 states[(step, "track", req.rid)] = slot_state(int(track_idx[n]))
                 counters["track_rows"] += 1
             states[(step, "live", req.rid)] = live_state(req)
-        result = types.SimpleNamespace(
-            num_correct_drafts_per_req_cpu=[a - 1 for a in accept],
-            num_non_draft_tokens_per_req=1,
-            grammar_retained_tokens=None,
-        )
         for n, (req, a) in enumerate(zip(running, accept)):
             req.text.extend(draft_ids[n][:a])
-            req.generated += a
-            SchedulerBatchResultProcessor._mamba_prefix_cache_update(proc, req, batch, result, n)
         counters["verify"] += 1
+        current = (batch, accept, list(running))
+        if overlap:  # N's results after N+1 was planned and committed
+            if pending is not None:
+                process_results(step, *pending)
+            pending = current
+        else:
+            process_results(step, *current)
     return RadixTrace(outputs, states, md5.hexdigest(), counters)
