@@ -297,6 +297,11 @@ def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> 
         raise ValueError("track_steps and track_slots must both be given or both be None")
     else:
         n_trk = check_index_pair("track_steps", track_steps, "track_slots", track_slots, plan.device, max_rows)
+        if plan.accepted and plan.ssm_int_dtype is None:  # the natural bug of "drop the SSM accept pair" (HR2)
+            raise ValueError(
+                "a track set on a zero-copy plan without the SSM pair would leave the track slots' SSM states "
+                "stale: build the plan with the SSM pair and ssm_track_only=True"
+            )
     if src_rows is not None:
         check_index("src_rows", src_rows, plan.device)
         if src_rows.shape[0] != max(n_acc, n_trk):

@@ -15,10 +15,12 @@ from tests.support.kernels import (  # noqa: I001  (sets TRITON_INTERPRET before
     DEVICE,
     DTYPE_IDS,
     assert_bitwise_equal,
+    assert_outside_view_untouched,
     conv_source,
     new_generator,
     poison,
     rand,
+    strided_dst,
 )
 
 import pytest
@@ -46,8 +48,7 @@ def _index(g, n, rows, slots, idx_dtype):
 
 @pytest.mark.parametrize("conv_dtype", [torch.bfloat16, torch.float32], ids=lambda d: DTYPE_IDS[d])
 @pytest.mark.parametrize("idx_dtype", [torch.int32, torch.int64], ids=lambda d: DTYPE_IDS[d])
-@pytest.mark.parametrize("track", [False, True], ids=["accept", "accept+track"])
-def test_the_folded_accepted_update_is_exact_and_moves_the_same_windows(conv_dtype, idx_dtype, track):
+def test_the_folded_accepted_update_is_exact_and_moves_the_same_windows(conv_dtype, idx_dtype):
     g, seed = new_generator()
     D, K, n = 4, 4, 5
     src = conv_source("dedup", L, ROWS, D, K, DIM, conv_dtype, g)
@@ -57,12 +58,9 @@ def test_the_folded_accepted_update_is_exact_and_moves_the_same_windows(conv_dty
     # before: values no step + 1 (1..D) can take, so every store is seen
     accepted = torch.randint(D + 1, D + 9, (ROWS,), generator=g, dtype=torch.int32).to(DEVICE)
     accepted_before = accepted.clone()
-    track_set = (None, None)
-    if track:  # a track row must never store into accepted
-        track_set = (steps.clone(), torch.full_like(slots, -1))
     plan = state_commit.get_plan([dst], [src], None, None, accepted=accepted)
     assert plan.accepted and state_commit.get_plan([dst], [src], None, None) is not plan  # its own cache entry
-    state_commit.launch(plan, accept=(steps, slots), track=track_set, src_rows=rows)
+    state_commit.launch(plan, accept=(steps, slots), src_rows=rows)
     for r in range(n):  # the reference: source row rows[r] for index row r
         if 0 <= int(steps[r]) < D and 0 <= int(slots[r]) < SLOTS:
             expected[:, int(slots[r])] = src[:, int(rows[r]), int(steps[r])]
@@ -73,6 +71,20 @@ def test_the_folded_accepted_update_is_exact_and_moves_the_same_windows(conv_dty
             want[int(rows[r])] = int(steps[r]) + 1
     assert torch.equal(accepted, want), f"seed {seed}: accepted {accepted.tolist()} != {want.tolist()}"
     assert not torch.equal(want, accepted_before), f"seed {seed}: the test moved nothing (it could not fail)"
+
+
+def test_a_conv_only_zero_copy_plan_refuses_a_track_set():
+    """Track rows on a plan without the SSM pair would copy conv windows only: the tree would get a stale SSM state
+    (HR2). Refused, with nothing launched."""
+    g, _ = new_generator()
+    src = conv_source("dedup", L, ROWS, 4, 4, DIM, torch.bfloat16, g)
+    dst = poison(torch.empty((L, SLOTS, DIM, 3), dtype=torch.bfloat16, device=DEVICE))
+    accepted = torch.ones(ROWS, dtype=torch.int32, device=DEVICE)
+    steps, slots, rows = _index(g, 4, ROWS, SLOTS, torch.int64)
+    plan = state_commit.get_plan([dst], [src], None, None, accepted=accepted)
+    with pytest.raises(ValueError, match="without the SSM pair would leave the track slots' SSM states stale"):
+        state_commit.launch(plan, accept=(steps, slots), track=(steps, slots), src_rows=rows)
+    assert torch.isnan(dst.float()).all() and (accepted == 1).all()
 
 
 def test_a_plan_refuses_a_bad_accepted_table():
@@ -292,6 +304,25 @@ def test_the_zero_copy_commit_with_a_track_set_at_odd_sizes(D, K, n, pad):
     exp = _expected_zero_copy(states, src_rows, accept, track)
     _launch_zero_copy(states, src_rows, accept, track)
     _check_zero_copy(states, exp, f"seed {seed} D={D} K={K} n={n} pad={pad}")
+
+
+def test_the_zero_copy_commit_with_a_track_set_into_strided_pools():
+    """Destinations that are views over larger buffers (every stride non-trivial): exact inside, nothing written
+    outside the views."""
+    g, seed = new_generator()
+    D, K, n = 4, 4, 5
+    states = _track_case(g, D, K, torch.bfloat16, torch.float32)
+    pairs = [strided_dst((L, ZSLOTS, dim, K - 1), torch.bfloat16) for dim in ZDIMS]
+    ssm_big = poison(torch.empty((L + 1, ZSLOTS + 3, *ZSSM), dtype=torch.float32, device=DEVICE))
+    states.update(conv_dsts=[p[0] for p in pairs], ssm_dst=ssm_big[1:, 3:])
+    bigs = [p[1] for p in pairs] + [ssm_big]
+    bigs_before = [b.clone() for b in bigs]
+    src_rows, accept, track = _track_index(g, n, 1, D, torch.int64, torch.int64)
+    exp = _expected_zero_copy(states, src_rows, accept, track)
+    _launch_zero_copy(states, src_rows, accept, track)
+    _check_zero_copy(states, exp, f"seed {seed}")
+    for view, big, before in zip([*states["conv_dsts"], states["ssm_dst"]], bigs, bigs_before):
+        assert_outside_view_untouched(view, big, before, f"seed {seed}")
 
 
 def test_a_track_row_never_stores_accepted():

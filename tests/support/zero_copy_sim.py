@@ -12,6 +12,11 @@ hand-offs, reordered and padded batches, accept lengths 1..D), and two worlds th
   start of the next extend forward.
 
 ``FAULTS`` are deliberate mistakes in the zero-copy world (negative controls).
+
+The radix cache on (docs/zero-copy.md §12, review fix R11) is the second half of this module, :func:`run_radix`: the
+same :class:`Model`, but SGLang 0.5.23's own pool and CPU bookkeeping, SGLang's own stable-row commit as the stock
+world and the plugin's commit kernel (with a track set) as the zero-copy one; ``RADIX_FAULTS`` are its negative
+controls. It imports SGLang and Triton when called.
 """
 
 from __future__ import annotations
