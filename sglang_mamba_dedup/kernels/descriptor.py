@@ -31,9 +31,9 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------- descriptor table
 
 # One int64 row of META_COLS per conv kind, then a sentinel row whose COL_TILE0 is the
-# total conv tile count (the end of the last kind) and whose COL_SRC_PTR is the accepted
-# table's address (a plan with one; the zero-copy commit).  build_plan fills the rows and
-# the kernel reads them through these same constants.
+# total conv tile count (the end of the last kind) and whose COL_ACCEPTED_PTR is the accepted
+# table's address (a plan with one; the zero-copy commit; 0 otherwise).  build_plan fills the
+# rows and the kernel reads them through these same constants.
 COL_SRC_PTR = tl.constexpr(0)  # conv_srcs[i].data_ptr()
 COL_DST_PTR = tl.constexpr(1)  # conv_dsts[i].data_ptr()
 COL_DIM = tl.constexpr(2)  # dim_i
@@ -47,7 +47,8 @@ COL_DST_S = tl.constexpr(9)  # .. slot,
 COL_DST_D = tl.constexpr(10)  # .. dim,
 COL_DST_W = tl.constexpr(11)  # .. window column
 COL_TILE0 = tl.constexpr(12)  # first grid tile (axis 0) of this kind
-META_COLS = tl.constexpr(16)  # row length: 13 columns used, padded to 16
+COL_ACCEPTED_PTR = tl.constexpr(13)  # the sentinel row only: accepted.data_ptr() (0: no accepted table)
+META_COLS = tl.constexpr(16)  # row length: 14 columns used, padded to 16
 
 #: Plans kept per first-destination tensor (different sources, tail mode ...); the oldest goes first.
 _PLANS_PER_TENSOR = 8
@@ -71,17 +72,22 @@ class CommitPlan:
     tiles: int  # grid axis 0
     tail: bool  # tail mode (see :mod:`.state_commit`)
     accepted: bool  # the launch also records ``accepted[source row] = step + 1`` (the zero-copy commit)
+    ssm_track_only: bool  # the SSM pair is copied for track rows only (the zero-copy commit with a track set)
     # (has track set, has source-row table) -> (kernel arguments after n_acc, constexprs and num_warps)
     calls: dict[tuple[bool, bool], tuple[tuple[Any, ...], dict[str, Any]]]
     # the same key -> the direct launcher of the compiled kernel (None: Triton's path only)
     direct: dict[tuple[bool, bool], DirectLaunch | None] = field(default_factory=dict)
 
 
-def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False, accepted=None) -> CommitPlan:
+def build_plan(
+    conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False, accepted=None, ssm_track_only: bool = False
+) -> CommitPlan:
     """Validate the state tensors (shapes: :func:`.commit.fused_commit`) and pack their pointers and strides once.
     ``tail``: the tail mode of :mod:`.state_commit` (one conv pair, ``D = 1``, no SSM pair). ``accepted``: an int32 table
     with one entry per source row; every launch of the plan then also stores ``accepted[src row] = step + 1`` for
-    each valid accept row (the zero-copy commit's bookkeeping, in the same launch)."""
+    each valid accept row (the zero-copy commit's bookkeeping, in the same launch). ``ssm_track_only``: accept rows
+    copy the conv windows only, track rows the conv windows and the SSM state (the zero-copy commit with a track
+    set); it needs the SSM pair and at least one conv window tile."""
     conv_dsts = list(conv_dsts)
     conv_srcs = list(conv_srcs)
     if len(conv_dsts) != len(conv_srcs):
@@ -92,6 +98,8 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False, accep
         raise ValueError("nothing to commit (no conv pairs and no SSM pair)")
     if tail and (len(conv_dsts) != 1 or ssm_dst is not None):
         raise ValueError("the tail mode takes one conv pair and no SSM pair")
+    if ssm_track_only and (ssm_dst is None or not conv_dsts):
+        raise ValueError("ssm_track_only takes an SSM pair and at least one conv pair")
 
     first = conv_dsts[0] if conv_dsts else ssm_dst
     check_state_tensor("conv_dsts[0]" if conv_dsts else "ssm_dst", first, 2)
@@ -169,7 +177,7 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False, accep
     sentinel[COL_TILE0] = tile_start  # end of the last kind
     if accepted is not None:
         _check_accepted(accepted, device, geom)
-        sentinel[COL_SRC_PTR] = accepted.data_ptr()
+        sentinel[COL_ACCEPTED_PTR] = accepted.data_ptr()
     rows.append(sentinel)
     meta = torch.tensor(rows, dtype=torch.int64).to(device)
 
@@ -198,6 +206,8 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False, accep
         raise ValueError(f"at most {_GRID_YZ_MAX} layers per launch, got {n_layers}")
     ssm_block, ssm_warps = launch_config("ssm", ssm_dst.element_size() if ssm_dst is not None else 4)
     ssm_tiles = triton.cdiv(ssm_numel, ssm_block) if ssm_numel else 0
+    if ssm_track_only and tile_start == 0:  # an accept row's programs would all return before storing accepted
+        raise ValueError("ssm_track_only needs conv windows with at least one element")
     fixed = (n_rows_src, n_steps, n_slots, *ssm_args, tile_start)
     constexprs = dict(
         NUM_CONV=len(conv_dsts),
@@ -209,6 +219,7 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False, accep
         SSM_EVEN=ssm_numel % ssm_block == 0,
         TAIL=tail,
         ACCEPTED=accepted is not None,
+        SSM_TRACK_ONLY=ssm_track_only,
         num_warps=max(ssm_warps, conv_warps),
     )
     # everything after n_acc, ready for each (track on/off, source-row table on/off)
@@ -230,6 +241,7 @@ def build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False, accep
         tiles=tile_start + ssm_tiles,
         tail=tail,
         accepted=accepted is not None,
+        ssm_track_only=ssm_track_only,
         calls=calls,
     )
 
@@ -259,13 +271,14 @@ def _layout(t) -> tuple | None:
     return None if t is None else (t.data_ptr(), t.shape, t.stride(), t.dtype)
 
 
-def _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool, accepted=None) -> tuple:
+def _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool, accepted=None, ssm_track_only=False) -> tuple:
     # Keyed on the layout of every tensor the plan describes, not on the tensor objects:
     # a tensor changed in place (transpose_, as_strided_, set_, resize_) or a new tensor
     # in reused memory gets its own plan.  A plan is a function of exactly these values,
     # so a hit is correct whichever tensors produced it.  Attribute reads only.
     return (
         tail,
+        ssm_track_only,
         _layout(accepted),
         _layout(ssm_dst),
         _layout(ssm_src),
@@ -275,20 +288,22 @@ def _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool, accepted=None)
     )
 
 
-def get_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False, owner=None, accepted=None) -> CommitPlan:
+def get_plan(
+    conv_dsts, conv_srcs, ssm_dst, ssm_src, tail: bool = False, owner=None, accepted=None, ssm_track_only: bool = False
+) -> CommitPlan:
     """The cached plan of these tensors (built and validated on the first call), kept as long as ``owner`` (default:
     the first destination tensor) lives. A caller that passes temporary views names the tensor they view, so that
     the plan outlives the call (a CUDA graph that captured the launch reads its descriptor table)."""
     try:
-        key = _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail, accepted)
+        key = _plan_key(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail, accepted, ssm_track_only)
         if owner is None:
             owner = conv_dsts[0] if conv_dsts else ssm_dst
         per_owner = _plans.get(owner)
     except (AttributeError, TypeError, IndexError):  # not tensors: build_plan says which
-        return build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail, accepted)
+        return build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail, accepted, ssm_track_only)
     plan = per_owner.get(key) if per_owner is not None else None
     if plan is None:
-        plan = build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail, accepted)
+        plan = build_plan(conv_dsts, conv_srcs, ssm_dst, ssm_src, tail, accepted, ssm_track_only)
         if per_owner is None:
             per_owner = _plans.setdefault(owner, {})
         per_owner[key] = plan

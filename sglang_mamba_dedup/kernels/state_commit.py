@@ -1,21 +1,32 @@
-"""The commit kernel (the package's only Triton kernel) and its launch. For each index set ``(steps, slots)``,
-each valid row ``r`` (:mod:`sglang_mamba_dedup.kernels`) and every layer ``l``, with ``s = steps[r]``::
+"""The commit kernel and its launch (the package's other Triton kernel, :mod:`.seed_index`, builds the zero-copy
+verify's index tables). For each index set ``(steps, slots)``, each valid row ``r`` (:mod:`sglang_mamba_dedup.kernels`)
+and every layer ``l``, with ``s = steps[r]``::
 
     conv_dsts[i][l, slots[r]] = conv_srcs[i][l, r, s]    # [dim, K-1] window
     ssm_dst[l, slots[r]]      = ssm_src[l, r, s]         # [*ssm_shape]
 
 ``conv_srcs[i]`` may be the deduplicated overlapping view (``view[l, r, t, d, w] == phys[l, r, d, t + w]``) or a
 dense buffer: the kernel walks the view's strides. Destinations may have any strides (views over larger pools);
-the SSM entries (trailing dims) must be dense on both sides. A plan with an ``accepted`` table (the zero-copy
-commit) also stores ``accepted[r'] = s + 1`` for each valid accept row, ``r'`` its source row. For :func:`.single_kind.tail_copy`: a source-row table
-(row ``r`` reads source row ``src_rows[r]``), and a plan's tail mode (one conv kind, no SSM): step ``s`` reads the
-``[.., dim, W]`` block shifted by ``s`` columns (``dst[.., 0:W-s] = src[.., s:W]``), a copy onto itself is skipped,
-and every program loads whole window rows before it stores them (memmove-safe in place).
+the SSM entries (trailing dims) must be dense on both sides. A source-row table makes row ``r`` read source row
+``src_rows[r]`` (one table for both index sets: track row ``r`` reads ``src_rows[r]`` too).
+
+The zero-copy commit (docs/zero-copy.md §2, §12.3) is two plan options:
+
+* ``accepted`` (a table): each valid accept row also stores ``accepted[r'] = s + 1``, ``r'`` its source row; a track
+  row never stores into it (the next verify would seed from the track step);
+* ``ssm_track_only``: accept rows copy their conv windows only, track rows their conv windows and the SSM state (an
+  accept row's SSM programs return before any load; a track row's conv programs always run).
+
+With both and ``src_rows = req_pool_indices`` this is the zero-copy commit with the radix cache on: the accept rows
+roll the conv windows and set ``accepted``, the track rows copy step ``steps_to_track`` of the requests' scratch rows
+into the track slots, in one launch. For :func:`.single_kind.tail_copy`: a plan's tail mode (one conv kind, no SSM):
+step ``s`` reads the ``[.., dim, W]`` block shifted by ``s`` columns (``dst[.., 0:W-s] = src[.., s:W]``), a copy onto
+itself is skipped, and every program loads whole window rows before it stores them (memmove-safe in place).
 
 Grid: ``(conv tiles + ssm tiles, L, rows)``; axis 0 enumerates the tiles of one (row, layer) pair, conv kinds
-first; a skipped row costs its programs two index loads each. After the first launch of a plan variant through
-Triton (which compiles), later ones take :class:`~._direct_launch.DirectLaunch` where it provably launches the same
-compiled kernel.
+first (an ``ssm_track_only`` launch without a track set: the conv tiles only); a skipped row costs its programs two
+index loads each. After the first launch of a plan variant through Triton (which compiles), later ones take
+:class:`~._direct_launch.DirectLaunch` where it provably launches the same compiled kernel.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ import triton.language as tl
 from ._direct_launch import DirectLaunch
 from ._validate import _GRID_YZ_MAX, _INT32_MAX, check_index, check_index_pair
 from .descriptor import (
+    COL_ACCEPTED_PTR,
     COL_DIM,
     COL_DST_D,
     COL_DST_L,
@@ -162,10 +174,14 @@ def _fused_commit_kernel(
     HAS_SRC_ROWS: tl.constexpr,
     TAIL: tl.constexpr,
     ACCEPTED: tl.constexpr,
+    SSM_TRACK_ONLY: tl.constexpr,
 ):
     tile = tl.program_id(0)
     layer = tl.program_id(1).to(tl.int64)
     pid_row = tl.program_id(2)
+    if SSM_TRACK_ONLY:  # noqa: SIM102 - a constexpr branch (pruned at compile time) around a runtime one
+        if (tile >= conv_tiles) & (pid_row < n_acc):  # an accept row's SSM tile: nothing to do, nothing loaded
+            return
     r, step, slot, valid = _load_row_target(
         pid_row,
         n_acc,
@@ -181,10 +197,10 @@ def _fused_commit_kernel(
         HAS_SRC_ROWS,
     )
     if valid:
-        # the zero-copy bookkeeping: one store per valid accept row, from its first program
+        # the zero-copy bookkeeping: one store per valid accept row, from its first program; never a track row's
         if ACCEPTED:  # noqa: SIM102 - a constexpr branch (pruned at compile time) around a runtime one
             if (tile == 0) & (layer == 0) & (pid_row < n_acc):
-                table = tl.load(conv_meta_ptr + NUM_CONV * META_COLS + COL_SRC_PTR).to(tl.pointer_type(tl.int32))
+                table = tl.load(conv_meta_ptr + NUM_CONV * META_COLS + COL_ACCEPTED_PTR).to(tl.pointer_type(tl.int32))
                 tl.store(table + r, (step + 1).to(tl.int32))
         if tile < conv_tiles:
             for k in tl.static_range(NUM_CONV):
@@ -260,9 +276,16 @@ _CAN_LAUNCH_DIRECTLY = isinstance(_fused_commit_kernel, triton.runtime.jit.JITFu
 def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> str | None:
     """Check the index sets and launch ``plan`` (no host synchronisation). ``accept`` / ``track``: ``(steps,
     slots)`` (``track`` None or ``(None, None)``: none); ``ssm``: the plan's ``(src, dst)`` SSM pair, if any;
-    ``src_rows``: the source-row table (rows then no longer name source rows: no limit by the source's rows).
-    Returns the path taken, for the caller to count: ``"direct"`` (:class:`DirectLaunch`), ``"triton"`` (Triton's own
-    launch) or None (nothing to launch)."""
+    ``src_rows``: the source-row table, one entry per index row of the longer set, read by both sets (rows then no
+    longer name source rows: no limit by the source's rows). Returns the path taken, for the caller to count:
+    ``"direct"`` (:class:`DirectLaunch`), ``"triton"`` (Triton's own launch) or None (nothing to launch).
+
+    The zero-copy commit with a track set (docs/zero-copy.md §12.3), on a plan built with
+    ``get_plan(conv, conv_scratch, temporal, ssm_scratch, accepted=table, ssm_track_only=True)``::
+
+        launch(plan, ssm=(ssm_scratch, temporal), accept=(last_correct, slots),
+               track=(steps_to_track, track_slots), src_rows=req_pool_indices)
+    """
     accept_steps, accept_slots = accept
     max_rows = plan.n_rows_src if src_rows is None else _INT32_MAX
     n_acc = check_index_pair("accept_steps", accept_steps, "accept_slots", accept_slots, plan.device, max_rows)
@@ -274,6 +297,11 @@ def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> 
         raise ValueError("track_steps and track_slots must both be given or both be None")
     else:
         n_trk = check_index_pair("track_steps", track_steps, "track_slots", track_slots, plan.device, max_rows)
+        if plan.accepted and plan.ssm_int_dtype is None:  # the natural bug of "drop the SSM accept pair" (HR2)
+            raise ValueError(
+                "a track set on a zero-copy plan without the SSM pair would leave the track slots' SSM states "
+                "stale: build the plan with the SSM pair and ssm_track_only=True"
+            )
     if src_rows is not None:
         check_index("src_rows", src_rows, plan.device)
         if src_rows.shape[0] != max(n_acc, n_trk):
@@ -286,7 +314,8 @@ def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> 
     variant = (n_trk > 0, src_rows is not None)
     if src_rows is None:
         src_rows = accept_steps  # not read
-    grid = (plan.tiles, plan.n_layers, n_rows)
+    # an SSM-track-only launch without track rows: its SSM programs would all return at once
+    grid = (plan.conv_tiles if plan.ssm_track_only and n_trk == 0 else plan.tiles, plan.n_layers, n_rows)
     index = (accept_steps, accept_slots, track_steps, track_slots, src_rows)
     direct = plan.direct.get(variant)
     if direct is not None and direct.launch(grid, index, n_acc, _fused_commit_kernel):

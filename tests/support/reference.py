@@ -37,6 +37,43 @@ def fused_commit_reference(
             commit_reference(ssm_dst, ssm_src, steps, slots)
 
 
+def zero_copy_commit_reference(
+    *,
+    conv_dsts,
+    conv_srcs,
+    ssm_dst,
+    ssm_src,
+    accepted,
+    src_rows,
+    accept_steps,
+    accept_slots,
+    track_steps=None,
+    track_slots=None,
+) -> None:
+    """The zero-copy commit with a track set (docs/zero-copy.md §12.3), one row at a time. Index row ``r`` of either
+    set reads source row ``src_rows[r]``; a row is valid when its step is in ``[0, D)``, its slot in ``[0, slots)``
+    and its source row in ``[0, R)``. A valid accept row copies its conv windows only and sets ``accepted[source
+    row] = step + 1``; a valid track row copies its conv windows and the SSM state, and never touches
+    ``accepted``."""
+    n_rows, n_steps, n_slots = ssm_src.shape[1], ssm_src.shape[2], ssm_dst.shape[1]
+    rows = src_rows.tolist()
+
+    def valid(steps, slots):
+        for r, (s, slot) in enumerate(zip(steps.tolist(), slots.tolist())):
+            if 0 <= s < n_steps and 0 <= slot < n_slots and 0 <= rows[r] < n_rows:
+                yield rows[r], s, slot
+
+    for row, s, slot in valid(accept_steps, accept_slots):
+        for dst, src in zip(conv_dsts, conv_srcs):
+            dst[:, slot] = src[:, row, s]
+        accepted[row] = s + 1
+    if track_steps is not None:
+        for row, s, slot in valid(track_steps, track_slots):
+            for dst, src in zip(conv_dsts, conv_srcs):
+                dst[:, slot] = src[:, row, s]
+            ssm_dst[:, slot] = ssm_src[:, row, s]
+
+
 def conv_commit_reference(*, conv_dst, conv_src, accept_steps, accept_slots, track_steps=None, track_slots=None):
     fused_commit_reference(
         conv_dsts=[conv_dst],

@@ -12,6 +12,11 @@ hand-offs, reordered and padded batches, accept lengths 1..D), and two worlds th
   start of the next extend forward.
 
 ``FAULTS`` are deliberate mistakes in the zero-copy world (negative controls).
+
+The radix cache on (docs/zero-copy.md §12, review fix R11) is the second half of this module, :func:`run_radix`: the
+same :class:`Model`, but SGLang 0.5.23's own pool and CPU bookkeeping, SGLang's own stable-row commit as the stock
+world and the plugin's commit kernel (with a track set) as the zero-copy one; ``RADIX_FAULTS`` are its negative
+controls. It imports SGLang and Triton when called.
 """
 
 from __future__ import annotations
@@ -377,3 +382,403 @@ def _queued_sessions(schedule: list[Step], step: int) -> list[tuple[int, int]]:
             break
         queued[:0] = [(rid, slot) for kind, rid, _row, slot in schedule[s].leaves if kind == "session"]
     return queued
+
+
+# ---------------------------------------------------------------- the radix cache on (§12, review fix R11)
+#
+# Two worlds over SGLang 0.5.23's own CPU bookkeeping, each on a real ``HybridReqToTokenPool`` with
+# ``enable_mamba_extra_buffer`` (two ping-pong track slots per request, overlap's sizing):
+#
+# * ``stock``: the verify seeds from ``temporal[slot]`` and writes the scratch at row ``req_pool_idx``; the commit is
+#   SGLang's own ``HybridLinearAttnBackend.update_mamba_state_after_mtp_verify`` on its pipeline-parallel stable-row
+#   path (``scatter_mamba_states_after_mtp_verify(..., src_indices_raw=req_pool_indices)``): no plugin code;
+# * ``zero_copy``: the verify seeds from scratch ``[row, accepted[row] - 1]``; the commit is the plugin's kernel
+#   called directly, one launch with the track set (conv windows and ``accepted`` for accept rows, conv windows and
+#   SSM state of ``steps_to_track`` for track rows, source rows ``req_pool_indices``); an extend stages in.
+#
+# Both worlds run SGLang's ``pool.alloc`` (row, live slot, ping-pong slots), ``set_mamba_track_indices_from_reqs``
+# (the track slots), ``_verify_commit_step_indices`` (accept and track steps), ``_mamba_prefix_cache_update`` (the
+# ping-pong swap at a crossing), ``MambaComponent._select_finished_checkpoint`` (which slot a finish gives the tree),
+# ``free_mamba_cache`` (keeping that slot), ``mamba_pool.clear_slots`` and ``copy_from`` (a join's clear, or its
+# copy-on-write from the tree). The tree is a dict from token prefixes to slots (longest-prefix match, oldest
+# evicted); the recurrence is :class:`Model`'s.
+
+RADIX_FAULTS = (
+    "zc_no_track",  # the zero-copy commit drops its track rows: tree slots stay stale
+    "track_from_pool",  # the track SSM state is read from temporal[slot] (stale under zero-copy; HR2)
+    "track_batch_rows",  # the track source rows are batch positions, with reordering (HR1)
+    "track_column_live",  # the track reads the accepted column instead of steps_to_track
+    "track_sets_accepted",  # a track row also stores accepted[row] = t + 1 (R7)
+    "track_no_conv",  # the track rows copy the SSM state but not the conv windows (R7)
+)
+
+
+@dataclass(frozen=True)
+class RadixConfig:
+    kind: str = "mamba2"  # the recurrence of Model ("gdn" or "mamba2")
+    layers: int = 2
+    heads: int = 2
+    head_dim: int = 3
+    state_size: int = 5
+    conv_dim: int = 12
+    conv_k: int = 4
+    drafts: int = 4  # D
+    interval: int = 8  # mamba_track_interval (and the chunk size): a crossing every 8 tokens
+    rows: int = 6  # the pool's requests (max running requests); scratch rows 0..rows
+    slots: int = 36  # mamba slots: live + 2 ping-pong per request, and the tree's
+    tree_size: int = 8  # tree entries kept; the oldest is evicted (its slot freed)
+    vocab: int = 64
+    ssm_dtype: torch.dtype = torch.float32
+    conv_dtype: torch.dtype = torch.float32
+
+
+def publish_radix_args(cfg: RadixConfig):
+    """Publish SGLang 0.5.23 server args for the radix cache on with ``extra_buffer`` (non-lazy), NEXTN with ``D``
+    draft tokens and a track grid of ``cfg.interval``; returns a function that restores what was published."""
+    from sglang.srt.runtime_context import get_context, get_exec, get_server_args, mamba_track_grid
+    from sglang.srt.server_args import ServerArgs
+
+    try:
+        before = get_server_args()
+    except Exception:  # noqa: BLE001 - nothing published yet
+        before = None
+    sa = ServerArgs(
+        model_path="dummy",
+        speculative_algorithm="NEXTN",
+        speculative_eagle_topk=1,
+        speculative_num_steps=cfg.drafts - 1,
+        speculative_num_draft_tokens=cfg.drafts,
+        max_running_requests=cfg.rows,
+        mamba_track_interval=cfg.interval,
+        mamba_radix_cache_strategy="extra_buffer",
+    )
+    sa._mamba_cache_chunk_size = cfg.interval  # a fixture's chunk size: no model config is read
+    get_context().set_server_args(sa)
+    mamba = get_exec().mamba
+    assert mamba.enable_mamba_extra_buffer and not mamba.enable_mamba_extra_buffer_lazy
+    assert mamba_track_grid(1) == cfg.interval, mamba_track_grid(1)
+
+    def restore() -> None:
+        if before is not None:
+            get_context().set_server_args(before)
+
+    return restore
+
+
+class _RadixReq:
+    """What SGLang's CPU functions read of a ``Req``: its ``kv`` record (SGLang's own ``ReqKvInfo``), ``seqlen`` and
+    ``finished()``. ``text``: the tokens whose states the device has committed (a verify's ``seq_lens`` is
+    ``len(text)``); ``cpu_len``: as far as the results processed on the host go (``seqlen`` is one more: the bonus
+    token not yet consumed). Under overlap ``text`` runs one verify ahead of ``cpu_len``."""
+
+    def __init__(self, rid: int, text: list[int], max_new: int, kv_cls):
+        self.rid, self.text, self.max_new, self.generated = rid, list(text), max_new, 0
+        self.prompt_len = self.cpu_len = len(text)
+        self.kv = kv_cls()
+        self.done = False
+
+    @property
+    def seqlen(self) -> int:
+        return self.cpu_len + 1
+
+    def finished(self) -> bool:
+        return self.done
+
+
+@dataclass
+class RadixTrace:
+    outputs: dict[tuple, torch.Tensor]  # (step, "prefill"|"verify", rid) -> outputs (every layer)
+    states: dict[tuple, tuple[torch.Tensor, torch.Tensor]]  # (step, what, rid) -> (ssm, conv) of every layer
+    md5: str  # of every output, in order
+    counters: Counter[str]
+
+
+def run_radix(
+    cfg: RadixConfig, seed: int, scheme: str, fault: str | None = None, steps: int = 40, overlap: bool = True
+) -> RadixTrace:
+    """Replay one seeded random workload through ``scheme`` ("stock" or "zero_copy", optionally with one of
+    ``RADIX_FAULTS``); :func:`publish_radix_args` must have been called. Every decision is drawn on the host from
+    ``seed`` and SGLang's CPU bookkeeping, never from state values, so both worlds take the same path. ``overlap``:
+    the results of verify N are processed after verify N+1 was planned and committed (SGLang's overlap schedule: N+1
+    tracks into the slot planned before N's ping-pong swap, and a request that finishes at N verifies once more)."""
+    import contextlib
+
+    from tests.support import integration as iu
+
+    with contextlib.ExitStack() as stack:
+        if scheme == "stock":  # SGLang's scatter wrappers on CPU tensors, and its pipeline-parallel stable rows
+            stack.enter_context(iu.cpu_stock_paths("cpu"))
+            bk = iu.backend_module()
+            stack.callback(setattr, bk, "pp_spec_stable_rows_enabled", bk.pp_spec_stable_rows_enabled)
+            bk.pp_spec_stable_rows_enabled = lambda: True
+        return _run_radix(cfg, seed, scheme, fault, steps, overlap)
+
+
+def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, steps: int, overlap: bool) -> RadixTrace:
+    import types
+
+    from sglang.srt.managers.schedule_batch import ReqKvInfo, set_mamba_track_indices_from_reqs
+    from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
+    from sglang.srt.mem_cache.unified_cache.components.mamba import MambaComponent
+    from sglang.srt.speculative.spec_utils import _verify_commit_step_indices
+
+    from sglang_mamba_dedup.kernels import state_commit
+    from tests.support import integration as iu
+
+    assert scheme in ("stock", "zero_copy") and (fault is None or (scheme == "zero_copy" and fault in RADIX_FAULTS))
+    zc, dd, n_layers = scheme == "zero_copy", cfg.drafts, cfg.layers
+    rng = random.Random(seed)
+    model = Model(
+        Shape(cfg.kind, cfg.heads, (cfg.head_dim, cfg.state_size), cfg.conv_dim, cfg.conv_k, dd, cfg.ssm_dtype),
+        torch.Generator().manual_seed(seed + 1),
+    )
+    embed = torch.randn(cfg.vocab, cfg.conv_dim, generator=torch.Generator().manual_seed(seed + 2))
+    cp = iu.make_cache_params(
+        num_layers=n_layers,
+        conv_dim=cfg.conv_dim,
+        conv_kernel=cfg.conv_k,
+        num_heads=cfg.heads,
+        head_dim=cfg.head_dim,
+        state_size=cfg.state_size,
+        conv_dtype=cfg.conv_dtype,
+        ssm_dtype=cfg.ssm_dtype,
+    )
+    pool = iu.build_pool(
+        cache_params=cp,
+        size=cfg.rows,
+        mamba_size=cfg.slots,
+        draft_tokens=dd,
+        topk=1,
+        device="cpu",
+        extra={"enable_mamba_extra_buffer": True, "enable_overlap_schedule": True},
+    )
+    mp = pool.mamba_pool
+    cache = mp.mamba_cache
+    temporal, conv, inter_ssm, inter_conv = (
+        cache.temporal,
+        cache.conv[0],
+        cache.intermediate_ssm,
+        cache.intermediate_conv_window[0],
+    )
+    accepted = torch.ones(inter_ssm.shape[1], dtype=torch.int32)
+    if zc:
+        plan = state_commit.get_plan(
+            cache.conv, cache.intermediate_conv_window, temporal, inter_ssm, accepted=accepted, ssm_track_only=True
+        )
+        stage_plan = state_commit.get_plan([], [], inter_ssm[:, :, 0], temporal[:, :, None], owner=temporal)
+        plain_plan = state_commit.get_plan(cache.conv, cache.intermediate_conv_window, temporal, inter_ssm)
+    else:
+        backend = iu.build_backend(pool, device="cpu", topk=1, draft_tokens=dd)
+        publish_radix_args(cfg)  # build_backend published its own (radix off)
+        assert not hasattr(type(backend).update_mamba_state_after_mtp_verify, "__wrapped__"), "the plugin is applied"
+    proc = types.SimpleNamespace(tree_cache=types.SimpleNamespace(page_size=1))
+    proc._mamba_check_track_boundary = SchedulerBatchResultProcessor._mamba_check_track_boundary.__get__(proc)
+    component = types.SimpleNamespace(cache=types.SimpleNamespace(req_to_token_pool=pool))
+
+    outputs: dict = {}
+    states: dict = {}
+    counters: Counter[str] = Counter()
+    md5 = hashlib.md5()
+    tree: dict[tuple[int, ...], torch.Tensor] = {}  # token prefix -> slot (shape [1]), oldest first
+    running: list[_RadixReq] = []
+    finished_texts: list[list[int]] = []
+    next_rid = 0
+
+    def emit(key, value) -> None:
+        outputs[key] = value
+        md5.update(value.float().numpy().tobytes())
+
+    def slot_state(slot) -> tuple[torch.Tensor, torch.Tensor]:
+        return temporal[:, slot].clone(), conv[:, slot].clone()
+
+    def live_state(req) -> tuple[torch.Tensor, torch.Tensor]:
+        row, slot = req.kv.req_pool_idx, int(req.kv.mamba_pool_idx)
+        ssm = inter_ssm[:, row, int(accepted[row]) - 1] if zc else temporal[:, slot]
+        return ssm.clone(), conv[:, slot].clone()
+
+    def join(step: int, text: list[int], max_new: int) -> None:
+        nonlocal next_rid
+        req = _RadixReq(next_rid, text, max_new, ReqKvInfo)
+        next_rid += 1
+        assert pool.alloc([req]) is not None
+        slot = req.kv.mamba_pool_idx.view(1)
+        match = max((k for k in tree if len(k) <= len(text) and tuple(text[: len(k)]) == k), key=len, default=())
+        if match:  # copy-on-write from the tree node (SGLang's deferred COW, on the forward stream)
+            mp.copy_from(tree[match], slot)
+            counters["cow"] += 1
+            counters["cached_tokens"] += len(match)
+            states[(step, "cow", req.rid)] = slot_state(slot)
+        else:
+            mp.clear_slots(slot)
+        tokens = embed[torch.tensor(text[len(match) :])]
+        outs = []
+        for layer in range(n_layers):
+            temporal[layer, slot[0]], conv[layer, slot[0]], o = model.prefill(
+                temporal[layer, slot[0]], conv[layer, slot[0]], tokens
+            )
+            outs.append(o)
+        emit((step, "prefill", req.rid), torch.stack(outs))
+        if zc:  # the stage-in: scratch [row, 0] = temporal[slot], every layer, one launch; accepted[row] = 1
+            rows = torch.tensor([req.kv.req_pool_idx])
+            state_commit.launch(
+                stage_plan,
+                ssm=(temporal[:, :, None], inter_ssm[:, :, 0]),
+                accept=(torch.zeros(1, dtype=torch.int32), rows),
+                src_rows=slot,
+            )
+            accepted[rows] = 1
+        running.append(req)
+        counters["join"] += 1
+
+    def finish(step: int, req: _RadixReq) -> None:
+        """``release_kv_cache(checkpoint=True)``: the output is cut at ``max_new`` (the tokens accepted past it are
+        dropped: a tracked state may overshoot the key, and SGLang falls back to the other ping-pong slot)."""
+        running.remove(req)
+        key_len = min(req.cpu_len, req.prompt_len + req.max_new)
+        checkpoint = MambaComponent._select_finished_checkpoint(component, req, key_len)
+        counters["overshoot"] += (req.kv.mamba_last_track_seqlen or 0) > key_len
+        keep = None
+        if checkpoint is not None and checkpoint[0] > 0:
+            cache_len, keep = checkpoint
+            key = tuple(req.text[:cache_len])
+            if key in tree:  # the node has its state already: nothing donated
+                keep = None
+            else:
+                slot = req.kv.mamba_ping_pong_track_buffer[keep].view(1).clone()
+                tree[key] = slot
+                states[(step, "tree_insert", req.rid)] = slot_state(slot)
+                counters["tree_insert"] += 1
+                counters["decode_tracked_insert"] += cache_len > req.prompt_len
+        pool.free_mamba_cache(req, keep)
+        pool.free(req)
+        finished_texts.append(req.text[:key_len])
+        while len(tree) > cfg.tree_size:  # evict the oldest node
+            pool.mamba_allocator.free(tree.pop(next(iter(tree))))
+            counters["evict"] += 1
+
+    def commit(batch, rpi, slots, last_correct, track_idx, track_steps) -> None:
+        if not zc:  # SGLang's own commit, pipeline-parallel stable rows: src_indices_raw = req_pool_indices
+            backend.update_mamba_state_after_mtp_verify(
+                last_correct, track_idx, track_steps, None, req_pool_indices=rpi
+            )
+            return
+        track = (track_steps, track_idx)
+        if fault == "zc_no_track":
+            track = None
+        elif fault == "track_column_live":
+            track = (torch.where(track_steps >= 0, last_correct, -1), track_idx)
+        before = conv[:, track_idx.clamp(min=0)].clone()
+        if fault == "track_batch_rows":
+            state_commit.launch(plan, ssm=(inter_ssm, temporal), accept=(last_correct, slots), src_rows=rpi)
+            positions = torch.arange(rpi.shape[0])
+            state_commit.launch(plain_plan, ssm=(inter_ssm, temporal), accept=track, src_rows=positions)
+        else:
+            state_commit.launch(
+                plan, ssm=(inter_ssm, temporal), accept=(last_correct, slots), track=track, src_rows=rpi
+            )
+        for n in range(rpi.shape[0]):
+            t, k = int(track_steps[n]), int(track_idx[n])
+            if t < 0 or k < 0:
+                continue
+            if fault == "track_from_pool":
+                temporal[:, k] = temporal[:, int(slots[n])]
+            elif fault == "track_sets_accepted":
+                accepted[int(rpi[n])] = t + 1
+            elif fault == "track_no_conv":
+                conv[:, k] = before[:, n]
+
+    def process_results(step: int, batch, accept: list[int], reqs: list[_RadixReq]) -> None:
+        """The host's processing of one verify's results, request by request as SGLang orders it: the output grows,
+        the finish is decided, ``_mamba_prefix_cache_update`` (the swap at a crossing), then the finish's release."""
+        result = types.SimpleNamespace(
+            num_correct_drafts_per_req_cpu=[a - 1 for a in accept],
+            num_non_draft_tokens_per_req=1,
+            grammar_retained_tokens=None,
+        )
+        for n, (req, a) in enumerate(zip(reqs, accept)):
+            if req.done:  # finished at the previous result: this in-flight verify's result is dropped
+                counters["inflight_after_finish"] += 1
+                continue
+            req.cpu_len += a
+            req.generated += a
+            req.done = req.generated >= req.max_new
+            SchedulerBatchResultProcessor._mamba_prefix_cache_update(proc, req, batch, result, n)
+            if req.done:
+                finish(step, req)
+
+    pending = None
+    for step in range(steps):
+        while len(running) < cfg.rows and rng.random() < 0.5:
+            if finished_texts and rng.random() < 0.6:  # a next turn: the whole earlier text, then new tokens
+                text = rng.choice(finished_texts[-4:]) + [rng.randrange(cfg.vocab) for _ in range(rng.randint(1, 4))]
+                counters["next_turn"] += 1
+            else:
+                text = [rng.randrange(cfg.vocab) for _ in range(rng.randint(2, 11))]
+            join(step, text, rng.randint(8, 28))
+        if not running:
+            continue
+        if rng.random() < 0.5:  # filter / merge reorder the batch: rows stop matching batch positions
+            rng.shuffle(running)
+            counters["reorder"] += 1
+        rpi = torch.tensor([r.kv.req_pool_idx for r in running], dtype=torch.int64)
+        slots = pool.get_mamba_indices(rpi)
+        batch = types.SimpleNamespace(
+            reqs=list(running),
+            req_pool_indices=rpi,
+            req_to_token_pool=pool,
+            seq_lens=torch.tensor([len(r.text) for r in running], dtype=torch.int64),
+            tree_cache=proc.tree_cache,
+            spec_algorithm=types.SimpleNamespace(is_none=lambda: False),
+            mamba_track_buffer_indices=None,
+            mamba_track_indices=None,
+        )
+        set_mamba_track_indices_from_reqs(batch)
+        # the verify: D tokens per request, every layer; scratch rows req_pool_idx in both worlds (stable rows)
+        draft_ids = [[rng.randrange(cfg.vocab) for _ in range(dd)] for _ in running]
+        drafts = embed[torch.tensor(draft_ids)]
+        rows_w = rpi.tolist()
+        seed_idx = [row * dd + int(accepted[row]) - 1 for row in rows_w] if zc else slots.tolist()
+        per_layer = []
+        for layer in range(n_layers):
+            src = inter_ssm[layer].view(-1, *temporal.shape[2:]) if zc else temporal[layer]
+            per_layer.append(
+                model.verify(
+                    src,
+                    seed_idx,
+                    conv[layer],
+                    slots.tolist(),
+                    drafts,
+                    inter_ssm[layer],
+                    inter_conv[layer],
+                    rows_w,
+                    False,
+                )
+            )
+        for n, req in enumerate(running):
+            emit((step, "verify", req.rid), torch.stack([per_layer[layer][n] for layer in range(n_layers)]))
+        accept = [rng.randint(1, dd) for _ in running]
+        accept_lens = torch.tensor(accept, dtype=torch.int32)
+        accept_index = torch.tensor(
+            [[n * dd + j if j < a else -1 for j in range(dd)] for n, a in enumerate(accept)], dtype=torch.int32
+        )
+        last_correct, track_steps = _verify_commit_step_indices(
+            batch=batch, accept_index=accept_index, accept_lens=accept_lens, draft_token_num=dd
+        )
+        track_idx = batch.mamba_track_indices
+        commit(batch, rpi, slots, last_correct, track_idx, track_steps)
+        for n, req in enumerate(running):
+            if int(track_steps[n]) >= 0 and int(track_idx[n]) >= 0:
+                states[(step, "track", req.rid)] = slot_state(int(track_idx[n]))
+                counters["track_rows"] += 1
+            states[(step, "live", req.rid)] = live_state(req)
+        for n, (req, a) in enumerate(zip(running, accept)):
+            req.text.extend(draft_ids[n][:a])
+        counters["verify"] += 1
+        current = (batch, accept, list(running))
+        if overlap:  # N's results after N+1 was planned and committed
+            if pending is not None:
+                process_results(step, *pending)
+            pending = current
+        else:
+            process_results(step, *current)
+    return RadixTrace(outputs, states, md5.hexdigest(), counters)

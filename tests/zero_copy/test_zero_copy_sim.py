@@ -114,3 +114,97 @@ def test_mamba2_pad_guard_makes_padding_on_row_size_harmless():
     padded = zs.run(model, schedule, "zero_copy", fault="padding_to_pool_size")
     assert counts["padded"], f"seed={seed}: no padded batch"
     assert padded.md5 == stock.md5, f"seed={seed} ({model.shape.id})"
+
+
+# ---------------------------------------------------------------- the radix cache on (docs/zero-copy.md §12, R11)
+#
+# SGLang 0.5.23's own CPU bookkeeping on a real HybridReqToTokenPool (extra_buffer, two ping-pong track slots), the
+# stock commit SGLang's own pipeline-parallel stable-row path (src_indices_raw = req_pool_indices), the zero-copy
+# commit the plugin's kernel with a track set, called directly (zero_copy_sim.run_radix); with and without the
+# overlap lag (batch N+1 planned before N's ping-pong swap; a request that finished at N verifies once more, the
+# positive control of HR4/R9). Not modelled: the extend's own track (T9), chunked prefills, retraction, lazy mode,
+# CUDA-graph padding (the kernel tests cover padding rows), the real UnifiedRadixCache (a dict of token prefixes).
+
+
+def _radix(test):
+    """The marks of a radix test: CI's ``release`` selector, skipped outside SGLang 0.5.23 (metadata read only)."""
+    from sglang_mamba_dedup import versions
+
+    outside = not versions.in_range(versions.installed_sglang_version(), versions.ZERO_COPY)
+    reason = f"the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} only"
+    return pytest.mark.release(pytest.mark.skipif(outside, reason=reason)(test))
+
+
+RADIX_STEPS = 24
+RADIX_CASES = {  # (config, overlap)
+    "mamba2-L2-fp32-overlap": (zs.RadixConfig(kind="mamba2", layers=2), True),
+    "gdn-L1-ssm_bf16-conv_bf16-no_overlap": (
+        zs.RadixConfig(kind="gdn", layers=1, ssm_dtype=torch.bfloat16, conv_dtype=torch.bfloat16),
+        False,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def radix_args():
+    """SGLang's runtime context for the radix cache on (published once; restored, and the integration helpers'
+    memo of what they published dropped, after the module)."""
+    from tests.support import integration as iu
+
+    restore = zs.publish_radix_args(zs.RadixConfig())
+    yield
+    restore()
+    iu._published.pop("key", None)
+
+
+def _assert_same_world(stock, zero, where: str) -> None:
+    assert stock.outputs.keys() == zero.outputs.keys(), where
+    for key, want in stock.outputs.items():
+        assert torch.equal(zero.outputs[key], want), f"{where}: outputs differ at (step, forward, rid) = {key}"
+    assert stock.md5 == zero.md5, where
+    assert stock.states.keys() == zero.states.keys(), where
+    for key, (ssm, conv) in stock.states.items():
+        got_ssm, got_conv = zero.states[key]
+        assert torch.equal(got_ssm, ssm), f"{where}: SSM state differs at (step, what, rid) = {key}"
+        assert torch.equal(got_conv, conv), f"{where}: conv window differs at (step, what, rid) = {key}"
+    assert stock.counters == zero.counters, where
+
+
+@_radix
+@pytest.mark.parametrize("case", list(RADIX_CASES))
+def test_radix_zero_copy_is_bit_exact_with_sglangs_stable_row_commit(radix_args, case):
+    """Every prefill and verify output, every track slot after every commit, every tree slot at insert, every
+    copy-on-write destination and every live state after every commit: ``torch.equal`` between SGLang's stock commit
+    and the zero-copy commit with a track set; the workload crosses track boundaries, finishes into the tree and
+    reads decode-tracked tree states back (next turns that extend a whole earlier text)."""
+    seed, (cfg, overlap) = _seed(), RADIX_CASES[case]
+    t0 = time.perf_counter()
+    where = f"seed={seed} ({case}; replay with ZERO_COPY_SIM_SEED={seed})"
+    stock = zs.run_radix(cfg, seed, "stock", steps=RADIX_STEPS, overlap=overlap)
+    zero = zs.run_radix(cfg, seed, "zero_copy", steps=RADIX_STEPS, overlap=overlap)
+    _assert_same_world(stock, zero, where)
+    c = stock.counters
+    kinds = {what for _step, what, _rid in stock.states}
+    assert kinds == {"track", "live", "tree_insert", "cow"}, f"{where}: compared only {kinds}: {dict(c)}"
+    assert c["track_rows"] and c["decode_tracked_insert"] and c["cow"] and c["reorder"], f"{where}: {dict(c)}"
+    assert bool(c["inflight_after_finish"]) == overlap, f"{where}: {dict(c)}"
+    print(f"{where}: {dict(sorted(c.items()))}, md5 {stock.md5}, {time.perf_counter() - t0:.1f} s")
+
+
+@pytest.fixture(scope="module")
+def radix_stock(radix_args):
+    """One stock world (seed, config, trace) shared by the negative controls."""
+    cfg = zs.RadixConfig(kind="mamba2", layers=1)
+    seed = _seed()
+    return seed, cfg, zs.run_radix(cfg, seed, "stock", steps=RADIX_STEPS, overlap=True)
+
+
+@_radix
+@pytest.mark.parametrize("fault", zs.RADIX_FAULTS)
+def test_radix_negative_control_changes_the_outputs(radix_stock, fault):
+    """§12.8's track controls and review fix R7's two kernel traps, each done in the zero-copy world: the outputs
+    (prefill and verify; not the states) must differ from stock's."""
+    seed, cfg, stock = radix_stock
+    assert stock.counters["cow"] and stock.counters["track_rows"], f"seed={seed}: {dict(stock.counters)}"
+    broken = zs.run_radix(cfg, seed, "zero_copy", fault=fault, steps=RADIX_STEPS, overlap=True)
+    assert broken.md5 != stock.md5, f"seed={seed}: fault {fault} left the outputs unchanged (ZERO_COPY_SIM_SEED)"
