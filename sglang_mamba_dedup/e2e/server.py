@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..env import FLAG, REPORT_DIR, SWITCH
-from . import interrupts
+from . import interrupts, watchdog
 from .engine import run_env
 from .files import open_for_writing, write_text
 from .workload import Generate, flush_with_retry, run_plan
@@ -363,6 +363,7 @@ def launched(
     env.pop(SWITCH, None)  # off: the plugin stays off; on / fault: the flag alone switches it on
     run_env(env, mode, **(plugin or {}))  # the negative control's fault, the zero-copy commit
     env[REPORT_DIR] = str(report_dir)
+    watchdog.marked_env(env)  # its children too end with the driver, however it ends (BD2)
     env.setdefault("PYTHONUNBUFFERED", "1")
     cmd = command(engine_kwargs, port, mode != "off")
     info: dict[str, Any] = {"mode": mode, "command": cmd, "base_url": base, "error": None}
@@ -375,7 +376,7 @@ def launched(
             stdout=None if verbose else log,
             stderr=None if verbose else subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=interrupts.die_with_parent,  # a SIGKILLed driver leaves no server (m-E1)
+            preexec_fn=interrupts.dying_with(os.getpid()),  # a SIGKILLed driver leaves no server (m-E1)
         )
         info["pid"] = proc.pid
         if fleet is not None:
