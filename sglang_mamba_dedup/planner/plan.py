@@ -635,5 +635,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - SGLang's estimator refused these settings: say what it said
         print(f"sglang-mamba-dedup plan: SGLang's estimator failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # m10: Ctrl-C while SGLang imports or the estimator runs: one line, 128 + SIGINT
+        print("sglang-mamba-dedup plan: stopped by SIGINT", file=sys.stderr)
+        return 130
     print(json.dumps(doc, indent=2) if args.json else plan_render.render(doc))
     return 0

@@ -149,3 +149,14 @@ def test_zero_copy_a_server_would_refuse_is_said(model, capsys, extra, why):
     head = out.splitlines()[0]
     assert "zero-copy commit asked for (a server refuses it here" in head, out
     assert f"zero-copy: a server of these settings refuses it and keeps today's commit: {why}" in out, out
+
+
+def test_ctrl_c_is_one_line(model, capsys, monkeypatch):
+    """m10: SIGINT while SGLang imports or the estimator runs printed a KeyboardInterrupt traceback (exit 1)."""
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plan, "plan", interrupted)
+    rc, out, err = _run(capsys, *H200, "--", *base(model))
+    assert rc == 130 and not out and err.strip() == "sglang-mamba-dedup plan: stopped by SIGINT", (rc, out, err)
