@@ -160,3 +160,14 @@ def test_ctrl_c_is_one_line(model, capsys, monkeypatch):
     monkeypatch.setattr(plan, "plan", interrupted)
     rc, out, err = _run(capsys, *H200, "--", *base(model))
     assert rc == 130 and not out and err.strip() == "sglang-mamba-dedup plan: stopped by SIGINT", (rc, out, err)
+
+
+def test_a_zero_copy_value_a_server_would_not_understand_is_said(model, capsys, monkeypatch):
+    """m6: ``SGLANG_MAMBA_DEDUP_ZERO_COPY=2`` was planned silently (a server keeps zero-copy off and says why)."""
+    from sglang_mamba_dedup import env
+
+    monkeypatch.setenv(env.ZERO_COPY, "2")
+    rc, out, err = _run(capsys, *H200, "--", *base(model, "--disable-radix-cache"))
+    assert rc == 0, err
+    assert f"zero-copy: {env.ZERO_COPY}='2' is not understood" in out, out
+    assert "zero-copy commit" not in out.splitlines()[0], out
