@@ -81,7 +81,7 @@ def _ensure() -> str | None:
         token = uuid.uuid4().hex
         env = {k: v for k, v in os.environ.items() if k != MARK}
         dog = subprocess.Popen(
-            [sys.executable, "-c", WATCHDOG, MARK, token],
+            [sys.executable, "-S", "-c", WATCHDOG, MARK, token],  # -S: the standard library only
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

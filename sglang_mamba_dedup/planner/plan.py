@@ -171,35 +171,12 @@ def _check_token_cap(kv: sglang_estimate.KVPool) -> None:
         )
 
 
-def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
-    _check_flags_before_resolution(argv)
-    try:
-        launch = launch_config.resolve(argv, gpu_memory_gb=args.gpu_memory_gb)
-        mixer = launch_config.mixer(launch.model_config)
-    except launch_config.LaunchError as exc:
-        raise PlanError(str(exc)) from None
+def _weights(args, launch, argv: list[str], model_path: Path) -> tuple[float, str, float]:
+    """``(weights GB on one rank, how they were counted, start-up GB beyond them)`` of a resolved launch: given
+    (``--weights-gb``), or the checkpoint's tensors (target and, from the same checkpoint, the draft) plus the RoPE
+    table SGLang builds at load."""
     st = launch.settings
-    _check_resolved(st, args.gpu_memory_gb, given_fraction="--mem-fraction-static" in argv)
-    try:
-        kv = sglang_estimate.kv_pool(launch, args.gpu_memory_gb)
-    except ValueError as exc:  # SGLang's own refusal of the KV cache dtype
-        raise PlanError(f"--kv-cache-dtype: SGLang refused it: {exc}") from None
-    _check_token_cap(kv)
-    cp, note = launch_cache_params(launch)
-    if st["replayssm"] and mixer != "gdn":  # m-P4: SGLang's ReplaySSM is Gated DeltaNet's (and KDA's)
-        st = dict(st, replayssm=False)
-        note = "; ".join(
-            filter(
-                None,
-                [
-                    note,
-                    f"--enable-linear-replayssm-spec covers Gated DeltaNet models only, not {mixer}: "
-                    "SGLang sizes this launch without it, and so does the plan",
-                ],
-            )
-        )
     draft_path = flag_value(argv, "--speculative-draft-model-path")
-    model_path = Path(model_flag(argv) or ".")
     same = draft_path is None or Path(draft_path).resolve() == model_path.resolve()
     try:
         weights = launch_config.checkpoint_weights(model_path, draft_from_same=same)
@@ -227,6 +204,38 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
             how += f", + the RoPE table SGLang builds at load {rope / GIB:.3f} GiB (fp32, shared by target and draft)"
         if not same:
             how += "; the draft model is another checkpoint: not counted (pass --weights-gb)"
+    return weights_gb, how, startup_gb
+
+
+def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
+    _check_flags_before_resolution(argv)
+    try:
+        launch = launch_config.resolve(argv, gpu_memory_gb=args.gpu_memory_gb)
+        mixer = launch_config.mixer(launch.model_config)
+    except launch_config.LaunchError as exc:
+        raise PlanError(str(exc)) from None
+    st = launch.settings
+    _check_resolved(st, args.gpu_memory_gb, given_fraction="--mem-fraction-static" in argv)
+    try:
+        kv = sglang_estimate.kv_pool(launch, args.gpu_memory_gb)
+    except ValueError as exc:  # SGLang's own refusal of the KV cache dtype
+        raise PlanError(f"--kv-cache-dtype: SGLang refused it: {exc}") from None
+    _check_token_cap(kv)
+    cp, note = launch_cache_params(launch)
+    if st["replayssm"] and mixer != "gdn":  # m-P4: SGLang's ReplaySSM is Gated DeltaNet's (and KDA's)
+        st = dict(st, replayssm=False)
+        note = "; ".join(
+            filter(
+                None,
+                [
+                    note,
+                    f"--enable-linear-replayssm-spec covers Gated DeltaNet models only, not {mixer}: "
+                    "SGLang sizes this launch without it, and so does the plan",
+                ],
+            )
+        )
+    model_path = Path(model_flag(argv) or ".")
+    weights_gb, how, startup_gb = _weights(args, launch, argv, model_path)
     budget = Budget(launch, args.gpu_memory_gb, weights_gb, args.rest_gb, startup_gb)
     rest = budget.rest(st["mem_fraction_static"])
     if rest <= 0:
