@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 COMMANDS = {
@@ -57,8 +58,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import importlib
 
-    module = importlib.import_module(COMMANDS[argv[0]][0])
-    return int(module.main(argv[1:]) or 0)
+    from ._args import sglang_warnings_quiet
+
+    # doctor and demo import SGLang on any machine: its import-time warnings about this machine are not theirs
+    with sglang_warnings_quiet() if argv[0] in ("doctor", "demo") else contextlib.nullcontext():
+        module = importlib.import_module(COMMANDS[argv[0]][0])
+        return int(module.main(argv[1:]) or 0)
 
 
 if __name__ == "__main__":

@@ -79,3 +79,16 @@ def switched(value: str | None) -> Iterator[None]:
             if again.get("launch_flag"):  # accepted on a release outside the range, as the activation does it
                 installed.apply(["launch_flag"], any_release=True)
             STATE.mode, STATE.activation_key, STATE.programmatic, STATE.last_summary = kept
+
+
+@contextlib.contextmanager
+def sglang_warnings_quiet() -> Iterator[None]:
+    """Within: the warnings SGLang's own modules raise while they import on a machine they were not built for
+    (e.g. "Only CUDA, HIP and XPU support AWQ currently", "Triton is not supported on current platform") are not
+    printed (N5 of the 2026-12-04 newcomer audit: they fell between ``demo``'s header and its table). Only
+    warnings raised from inside the ``sglang`` package; the plugin's own and every other package's still show."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"sglang(\.|$)")
+        yield

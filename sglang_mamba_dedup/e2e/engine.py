@@ -27,7 +27,7 @@ from typing import Any
 
 from ..env import REPORT_DIR, SWITCH, ZERO_COPY
 from ..patches import faults
-from . import interrupts
+from . import interrupts, watchdog
 from .files import open_for_writing
 from .workload import Sessions, flush_with_retry, run_plan
 
@@ -73,6 +73,7 @@ def run_in_subprocess(
     env[SWITCH] = "0" if mode == "off" else "1"
     run_env(env, mode, **spec.get("plugin", {}))
     env[REPORT_DIR] = str(report_dir)
+    watchdog.marked_env(env)  # its children too end with the driver, however it ends (BD2)
     env.setdefault("PYTHONUNBUFFERED", "1")
     t0 = time.time()
     with open_for_writing(log_path) as log:
@@ -83,7 +84,7 @@ def run_in_subprocess(
             env=env,
             stdout=None if verbose else log,
             stderr=subprocess.STDOUT if not verbose else None,
-            preexec_fn=interrupts.die_with_parent,  # a SIGKILLed driver leaves no engine (m-E1)
+            preexec_fn=interrupts.dying_with(os.getpid()),  # a SIGKILLed driver leaves no engine (m-E1)
         )
         rc: Any
         try:

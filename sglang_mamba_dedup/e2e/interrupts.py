@@ -11,18 +11,20 @@ A signal the caller ignores (``nohup`` ignores SIGHUP) stays ignored.
 A signal that cannot be caught (SIGKILL, or ``timeout -k`` after its grace time) runs no ``finally`` block: every
 process the e2e starts itself (an engine process, a server) gets :func:`die_with_parent` as its ``preexec_fn``, so
 the kernel ends it with the driver, and SGLang's own children end with it (its schedulers and detokenizer ask for
-the same signal, ``kill_itself_when_parent_died``).
+the same signal, ``kill_itself_when_parent_died``, once their imports are done: until then :mod:`.watchdog` stands
+in for it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -43,11 +45,20 @@ def _resolve_prctl():
 _PRCTL = _resolve_prctl()
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """``preexec_fn`` of the e2e's children: SIGKILL when the e2e process dies, however it dies (Linux
-    ``PR_SET_PDEATHSIG``; elsewhere nothing). Runs in the child between fork and exec: one system call."""
+    ``PR_SET_PDEATHSIG``; elsewhere nothing). Runs in the child between fork and exec: system calls only. A
+    ``parent`` (the driver's pid, :func:`dying_with`) already gone before the signal was asked for cannot send it:
+    the child ends at once instead of running orphaned."""
     if _PRCTL is not None:
         _PRCTL(1, int(signal.SIGKILL))  # 1: PR_SET_PDEATHSIG
+        if parent is not None and os.getppid() != parent:
+            os._exit(128 + int(signal.SIGKILL))
+
+
+def dying_with(parent: int) -> Callable[[], None]:
+    """The ``preexec_fn`` for a child of ``parent`` (``os.getpid()`` of the process that starts it)."""
+    return functools.partial(die_with_parent, parent)
 
 
 class Stopped(KeyboardInterrupt):

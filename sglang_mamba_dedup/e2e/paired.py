@@ -281,9 +281,10 @@ def execute(
                 # only the server whose request failed failed; the other one is stopped with it (audit m-E6)
                 failed_mode = exc.mode if isinstance(exc, RequestFailed) else None
                 what = str(exc) if isinstance(exc, RequestFailed) else f"{type(exc).__name__}: {exc}"
+                pid = started.get(failed_mode or "", {}).get("pid")
                 for r in results:
                     if failed_mode in (None, r.mode):
-                        r.error = f"request failed: {what}"
+                        r.error = server.request_failure(pid, what)  # m14: a server that died says so
                 say(f"   FAILED: the {failed_mode or 'a'} server's request failed: {what}")
     for r in results:
         if r.mode in started:

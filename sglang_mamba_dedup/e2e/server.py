@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..env import FLAG, REPORT_DIR, SWITCH
-from . import interrupts
+from . import interrupts, watchdog
 from .engine import run_env
 from .files import open_for_writing, write_text
 from .workload import Generate, flush_with_retry, run_plan
@@ -225,6 +225,10 @@ def generate(base_url: str, spec: dict[str, Any], timeout: float) -> dict[str, A
     return run_plan(spec, http_generate(base_url, spec["prompt_format"], timeout), http_flush(base_url, timeout))
 
 
+#: Seconds into a stop's grace time after which a line says what the stop waits for (m15).
+NOTE_AFTER_S = 5.0
+
+
 def stop(proc: subprocess.Popen, grace: float = 30.0) -> None:
     """Stop the server and every process it started (its own process group): :func:`stop_all` of one."""
     stop_all([proc], grace)
@@ -241,10 +245,20 @@ def stop_all(procs: Sequence[subprocess.Popen], grace: float = 30.0) -> None:
             running = [p for p in procs if _running(p)]
             for proc in running:
                 _signal_group(proc, signal.SIGTERM)
-            _wait_stopped(running, grace)
+            _wait_stopped(running, min(grace, NOTE_AFTER_S))
+            still = [p for p in running if _running(p)]
+            if still and grace > NOTE_AFTER_S and not interrupts.hurry():  # m15: a word while the wait goes on
+                print(
+                    f"sglang-mamba-dedup e2e: waiting up to {grace - NOTE_AFTER_S:g} s more for the server(s) "
+                    f"(pid {', '.join(str(p.pid) for p in still)}) to end after SIGTERM, then SIGKILL; a signal "
+                    "now kills them at once",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            _wait_stopped(still, grace - NOTE_AFTER_S)
         finally:
             left = [p for p in procs if _running(p)]
-            if left and not interrupts.hurry():
+            if left and grace > 0 and not interrupts.hurry():  # m16: grace 0 asked for SIGKILL at once
                 for proc in left:
                     print(
                         f"sglang-mamba-dedup e2e: the server (pid {proc.pid}) still runs {grace:g} s after SIGTERM "
@@ -297,6 +311,32 @@ def _wait_stopped(procs: Sequence[subprocess.Popen], seconds: float, hurry: bool
     deadline = time.time() + seconds
     while time.time() < deadline and any(map(_running, procs)) and not (hurry and interrupts.hurry()):
         time.sleep(0.1)
+
+
+def death(pid: int) -> str | None:
+    """m14: how a server process of this driver ended, while it waits to be reaped (``/proc``: a zombie's exit
+    status), e.g. "killed by SIGKILL"; None while it runs, or when this cannot tell."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] != "Z" or len(fields) < 50:
+        return None
+    status = int(fields[-1])  # the wait status (Linux 3.5+)
+    if os.WIFSIGNALED(status):
+        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited with {os.WEXITSTATUS(status)}"
+
+
+def request_failure(pid: int | None, error: BaseException | str) -> str:
+    """The cause of a failed request: the server's death where it died meanwhile (a refused connection says
+    less), else the request's error."""
+    what = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    end = death(pid) if pid else None
+    if end is None and pid:
+        time.sleep(0.2)  # a killed server's socket closes before its process is a zombie
+        end = death(pid)
+    return f"the server (pid {pid}) {end} during the run (request failed: {what})" if end else f"request failed: {what}"
 
 
 def _group_alive(pgid: int) -> bool:
@@ -363,6 +403,7 @@ def launched(
     env.pop(SWITCH, None)  # off: the plugin stays off; on / fault: the flag alone switches it on
     run_env(env, mode, **(plugin or {}))  # the negative control's fault, the zero-copy commit
     env[REPORT_DIR] = str(report_dir)
+    watchdog.marked_env(env)  # its children too end with the driver, however it ends (BD2)
     env.setdefault("PYTHONUNBUFFERED", "1")
     cmd = command(engine_kwargs, port, mode != "off")
     info: dict[str, Any] = {"mode": mode, "command": cmd, "base_url": base, "error": None}
@@ -375,7 +416,7 @@ def launched(
             stdout=None if verbose else log,
             stderr=None if verbose else subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=interrupts.die_with_parent,  # a SIGKILLed driver leaves no server (m-E1)
+            preexec_fn=interrupts.dying_with(os.getpid()),  # a SIGKILLed driver leaves no server (m-E1)
         )
         info["pid"] = proc.pid
         if fleet is not None:
@@ -420,7 +461,7 @@ def run_server(
                 result.update(generate(info["base_url"], spec, timeout))
                 result["ok"] = True
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            result["error"] = f"request failed: {type(exc).__name__}: {exc}"
+            result["error"] = request_failure(info.get("pid"), exc)
     result["returncode"] = info["returncode"]
     if result.get("error") is None:
         result.pop("error", None)

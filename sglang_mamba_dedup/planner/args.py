@@ -21,7 +21,7 @@ EPILOG = """examples:
   sglang-mamba-dedup plan --shape nemotron-h-8b --mem-fraction-static 0.6 --json
 
 exit codes: 0 table printed; 1 SGLang is missing, unsupported or does not import, or its estimator failed on
-these settings (its message is printed); 2 usage error, unknown model or option"""
+these settings (its message is printed); 2 usage error, unknown model or option; 130 stopped by Ctrl-C"""
 
 #: Sizing flags that also exist as launch flags: given as planner flags they are turned into launch flags;
 #: given after ``--`` they must not be given here too. ``None`` default = not given.

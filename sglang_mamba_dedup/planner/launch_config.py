@@ -195,9 +195,21 @@ def resolve(argv: list[str], *, gpu_memory_gb: float) -> Launch:
         lines = [ln for ln in err.getvalue().strip().splitlines() if ln.strip()]
         raise LaunchError(lines[-1] if lines else "SGLang's parser refused the launch flags") from None
     except Exception as exc:  # noqa: BLE001 - SGLang's resolution or the model's config refused this launch
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else _where(exc)
         raise LaunchError(f"SGLang refused the launch flags: {type(exc).__name__}: {first}") from None
     return Launch(argv=argv, server_args=sa, model_config=model_config, settings=settings_of(sa))
+
+
+def _where(exc: BaseException) -> str:
+    """m1 of the 2026-12-04 turn-2 audit: an exception without a message (a bare ``assert``) named by the line of
+    SGLang that raised it."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f"{last.line or '?'} ({Path(last.filename).name}:{last.lineno})"
 
 
 @contextlib.contextmanager

@@ -105,6 +105,8 @@ def shape_from_config(path: Path) -> tuple[ModelShape, float | None]:
     """``(shape, weights_gb)`` of a model directory: its ``config.json`` (the text part of a multimodal one),
     and the size of its ``*.safetensors`` files when present (None otherwise)."""
     cfg_file = path / "config.json"
+    if path.is_file():  # m4: the config file itself, not its folder
+        raise PlanError(f"{path} is a file: --model-path names the checkpoint's folder (the one holding config.json)")
     if not cfg_file.is_file():
         raise PlanError(f"{path} has no config.json (the planner reads the checkpoint's config; no download)")
     try:

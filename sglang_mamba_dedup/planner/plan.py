@@ -58,6 +58,10 @@ FREE_READING_GB = 0.005
 LOAD_MARGIN_GB = 0.2
 #: The two columns of a plan: SGLang's estimator as it ships, and with the plugin.
 COLUMNS = (("stock", False), ("plugin", True))
+#: SGLang's refusal of a KV pool of 0 or fewer tokens (0.5.23 ``MemoryPoolConfig.__post_init__``), and of a mamba
+#: pool that leaves no memory for the KV cache (``KVCacheConfigurator._handle_max_mamba_cache``).
+NOT_ENOUGH = "Not enough memory. Please try to increase --mem-fraction-static."
+NO_KV_MEMORY = "Loaded weights leave no GPU memory for the KV cache"
 
 
 class NoSGLang(RuntimeError):
@@ -91,7 +95,23 @@ def _plan(args, launch_flags: list[str] | None) -> dict[str, Any]:
     with environ(env.ZERO_COPY, "1") if zero_copy else contextlib.nullcontext():
         doc = _plan_shape(args) if argv is None else _plan_launch(args, argv)
         doc["settings"]["zero_copy"] = zero_copy_patch.asked()
+        problem = zero_copy_patch.value_problem()  # m6: a value the server would not understand either
+        if problem:
+            doc["settings"]["zero_copy_problem"] = problem
+        elif doc["settings"]["zero_copy"] and doc["settings"].get("zero_copy_refused"):
+            doc["settings"]["zero_copy_problem"] = (
+                f"a server of these settings refuses it and keeps today's commit: {doc['settings']['zero_copy_refused']}"
+            )
     return doc
+
+
+def _zero_copy_refusal(launch) -> str | None:
+    """m5, m8: why a server of this launch would refuse the zero-copy commit (the gate's own reading of SGLang's
+    resolved settings, :mod:`sglang_mamba_dedup.patches.zero_copy.eligibility`), or None."""
+    from ..patches.zero_copy import eligibility
+
+    launch_config.publish(launch.server_args)
+    return eligibility.settings_problem(eligibility.read_settings())
 
 
 def _document(model: str, mixer: str, cp, st: dict[str, Any], args, weights_gb: float, weights_how: str):
@@ -120,33 +140,43 @@ def _document(model: str, mixer: str, cp, st: dict[str, Any], args, weights_gb: 
     }
 
 
-def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
-    try:
-        launch = launch_config.resolve(argv, gpu_memory_gb=args.gpu_memory_gb)
-        mixer = launch_config.mixer(launch.model_config)
-    except launch_config.LaunchError as exc:
-        raise PlanError(str(exc)) from None
-    st = launch.settings
-    _check_resolved(st, args.gpu_memory_gb, given_fraction="--mem-fraction-static" in argv)
-    try:
-        kv = sglang_estimate.kv_pool(launch, args.gpu_memory_gb)
-    except ValueError as exc:  # SGLang's own refusal of the KV cache dtype
-        raise PlanError(f"--kv-cache-dtype: SGLang refused it: {exc}") from None
-    cp, note = launch_cache_params(launch)
-    if st["replayssm"] and mixer != "gdn":  # m-P4: SGLang's ReplaySSM is Gated DeltaNet's (and KDA's)
-        st = dict(st, replayssm=False)
-        note = "; ".join(
-            filter(
-                None,
-                [
-                    note,
-                    f"--enable-linear-replayssm-spec covers Gated DeltaNet models only, not {mixer}: "
-                    "SGLang sizes this launch without it, and so does the plan",
-                ],
-            )
+def zero_copy_asked() -> bool:
+    from ..patches import zero_copy as zero_copy_patch
+
+    return zero_copy_patch.asked()
+
+
+def _check_flags_before_resolution(argv: list[str]) -> None:
+    """m1: a launch flag SGLang's resolution divides by or asserts on without a word: the plan's own line first."""
+    page = flag_value(argv, "--page-size")
+    if page is not None:
+        try:
+            value = int(page)
+        except ValueError:
+            return  # SGLang's parser says what is wrong with it
+        if value < 1:
+            raise PlanError(f"--page-size {value}: it must be a whole number >= 1")
+
+
+def _check_token_cap(kv: sglang_estimate.KVPool) -> None:
+    """BD1: ``--max-total-tokens`` below one page leaves SGLang a KV pool of no token at any fraction:
+    ``KVCacheConfigurator._apply_token_constraints`` takes the cap, ``calculate_pool_sizes_from_max_tokens`` floors it
+    to whole pages, and ``MemoryPoolConfig.__post_init__`` refuses a pool of 0 or fewer tokens (0.5.23
+    ``pool_configurator.py``): the server does not start."""
+    cap, page = kv.max_total_tokens, kv.page_size
+    if cap is not None and cap // page * page <= 0:
+        raise PlanError(
+            f"--max-total-tokens {cap} holds {max(0, cap // page * page)} tokens in whole pages of {page}: SGLang "
+            f"refuses to start ({NOT_ENOUGH!r}), whatever the fraction; give at least one page ({page})"
         )
+
+
+def _weights(args, launch, argv: list[str], model_path: Path) -> tuple[float, str, float]:
+    """``(weights GB on one rank, how they were counted, start-up GB beyond them)`` of a resolved launch: given
+    (``--weights-gb``), or the checkpoint's tensors (target and, from the same checkpoint, the draft) plus the RoPE
+    table SGLang builds at load."""
+    st = launch.settings
     draft_path = flag_value(argv, "--speculative-draft-model-path")
-    model_path = Path(model_flag(argv) or ".")
     same = draft_path is None or Path(draft_path).resolve() == model_path.resolve()
     try:
         weights = launch_config.checkpoint_weights(model_path, draft_from_same=same)
@@ -174,15 +204,54 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
             how += f", + the RoPE table SGLang builds at load {rope / GIB:.3f} GiB (fp32, shared by target and draft)"
         if not same:
             how += "; the draft model is another checkpoint: not counted (pass --weights-gb)"
+    return weights_gb, how, startup_gb
+
+
+def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
+    _check_flags_before_resolution(argv)
+    try:
+        launch = launch_config.resolve(argv, gpu_memory_gb=args.gpu_memory_gb)
+        mixer = launch_config.mixer(launch.model_config)
+    except launch_config.LaunchError as exc:
+        raise PlanError(str(exc)) from None
+    st = launch.settings
+    _check_resolved(st, args.gpu_memory_gb, given_fraction="--mem-fraction-static" in argv)
+    try:
+        kv = sglang_estimate.kv_pool(launch, args.gpu_memory_gb)
+    except ValueError as exc:  # SGLang's own refusal of the KV cache dtype
+        raise PlanError(f"--kv-cache-dtype: SGLang refused it: {exc}") from None
+    _check_token_cap(kv)
+    cp, note = launch_cache_params(launch)
+    if st["replayssm"] and mixer != "gdn":  # m-P4: SGLang's ReplaySSM is Gated DeltaNet's (and KDA's)
+        st = dict(st, replayssm=False)
+        note = "; ".join(
+            filter(
+                None,
+                [
+                    note,
+                    f"--enable-linear-replayssm-spec covers Gated DeltaNet models only, not {mixer}: "
+                    "SGLang sizes this launch without it, and so does the plan",
+                ],
+            )
+        )
+    model_path = Path(model_flag(argv) or ".")
+    weights_gb, how, startup_gb = _weights(args, launch, argv, model_path)
     budget = Budget(launch, args.gpu_memory_gb, weights_gb, args.rest_gb, startup_gb)
     rest = budget.rest(st["mem_fraction_static"])
     if rest <= 0:
         need = (weights_gb + startup_gb + budget.reserves_gb()) / args.gpu_memory_gb
+        if need >= 1:  # m3: no fraction can help
+            raise PlanError(
+                f"the weights ({weights_gb:.2f} GB) and the start-up beyond them ({startup_gb:.3f} GB) do not fit in "
+                f"the GPU's {args.gpu_memory_gb:g} GB free: no --mem-fraction-static starts it"
+            )
         raise PlanError(
             f"no memory left after the weights: {args.gpu_memory_gb:g} GB free x {st['mem_fraction_static']} - "
             f"weights {weights_gb:.2f} GB (the fraction must be above {need:.3f})"
         )
     doc = _document(model_path.name, mixer, cp, st, args, weights_gb, how)
+    if zero_copy_asked():
+        doc["settings"]["zero_copy_refused"] = _zero_copy_refusal(launch)
     doc.update(launch={"argv": launch.argv, "resolved": st}, budget_gb=rest, budget_how=budget.how(), note=note)
     doc["kv"] = kv.as_dict()
     for key, plugin in COLUMNS:
@@ -191,13 +260,13 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
 
             def at(f: float, plugin: bool = plugin) -> dict[str, Any] | None:
                 rest_f = budget.rest(f)
-                return _estimate(cp, mixer, st, rest_f, plugin, launch=launch) if rest_f > 0 else None
+                return _estimate(cp, mixer, st, rest_f, plugin, launch=launch, kv=kv) if rest_f > 0 else None
 
             _search_fraction(est, lambda f: _admits_all(at(f)), st["mem_fraction_static"])
             _search_start(est, lambda f: _starts(at(f)), st["mem_fraction_static"])
         if args.rest_gb is None:  # from the flags alone: the plan again if the load takes more than its bytes
             low = (
-                _estimate(cp, mixer, st, rest - LOAD_MARGIN_GB, plugin, launch=launch)
+                _estimate(cp, mixer, st, rest - LOAD_MARGIN_GB, plugin, launch=launch, kv=kv)
                 if rest > LOAD_MARGIN_GB
                 else None
             )
@@ -210,7 +279,7 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
                 # the top of the range: the free memory a user reads has two decimals (SGLang's "avail mem")
                 "high": {
                     k: high[k]
-                    for high in [_estimate(cp, mixer, st, rest + FREE_READING_GB, plugin, launch=launch)]
+                    for high in [_estimate(cp, mixer, st, rest + FREE_READING_GB, plugin, launch=launch, kv=kv)]
                     for k in ("mamba_slots", "running_requests")
                 },
             }
@@ -232,6 +301,9 @@ def _check_resolved(st: dict[str, Any], free_gb: float, *, given_fraction: bool)
         raise PlanError(
             f"--speculative-num-steps resolved to {steps} (draft tokens {draft}): it must be a whole number >= 1"
         )
+    topk = st.get("speculative_eagle_topk")  # m2: SGLang's parser takes 0 and negative counts
+    if topk is not None and (not isinstance(topk, int) or topk < 1):
+        raise PlanError(f"--speculative-eagle-topk resolved to {topk!r}: it must be a whole number >= 1")
     if not isinstance(draft, int) or draft < 1:
         raise PlanError(f"--speculative-num-draft-tokens resolved to {draft!r}: it must be a whole number >= 1")
     ratio = st.get("mamba_full_memory_ratio")  # m6-m8: SGLang's estimator divides by it and rounds
@@ -270,6 +342,11 @@ def _plan_shape(args) -> dict[str, Any]:
     frac = st["mem_fraction_static"]
     budget = args.rest_gb if args.rest_gb is not None else args.gpu_memory_gb * frac - weights_gb
     if budget <= 0:
+        if weights_gb >= args.gpu_memory_gb:  # m3
+            raise PlanError(
+                f"the weights ({weights_gb:.2f} GB) do not fit in the GPU's {args.gpu_memory_gb:g} GB free: no "
+                "--mem-fraction-static starts it"
+            )
         raise PlanError(f"no memory left after the weights: {args.gpu_memory_gb} GB x {frac} - {weights_gb:.2f} GB")
     cp = cache_params(shape)
     doc = _document(shape.name, shape.mixer, cp, st, args, weights_gb, weights_note or "given (--weights-gb)")
@@ -353,18 +430,41 @@ def _estimate(
         and {k: v for k, v in decision.items() if k in ("applied", "reason", "top_up_bytes", "pd_decode_pre_alloc")},
     }
     out["starts"] = out["kv_cache_gb"] > 0
+    out["refusal"] = None if out["starts"] else NO_KV_MEMORY
     if not out["starts"]:  # m14: SGLang refuses to start; no negative share or token count
         out["kv_cache_gb"] = 0.0
+    out["capped_by_kv_cache"] = False
     if kv is not None:  # a launch: SGLang's max_total_num_tokens (None: not priced, or it would not start)
-        out["kv_tokens"] = kv.tokens(out["kv_cache_gb"])
+        tokens = kv.tokens(out["kv_cache_gb"])
+        if tokens is not None and tokens <= 0:  # BD1: a share too small for one page; SGLang refuses the pool
+            out.update(starts=False, refusal=NOT_ENOUGH)
+            tokens = None
+        out["kv_tokens"] = tokens
+        if tokens is not None:  # m7: SGLang caps the requests by the KV pool before the mamba pool
+            kv_cap = kv_running_cap(tokens, getattr(launch.model_config, "context_len", None) if launch else None)
+            wanted = min(est.asked, kv_cap)
+            out.update(
+                running_requests=min(wanted, est.slots // est.ratio),
+                capped_by_mamba_pool=est.slots // est.ratio < wanted,
+                capped_by_kv_cache=kv_cap < est.asked,
+            )
     out["fraction_needed"] = None  # with fraction_searched: no fraction below 1 admits every request
     out["fraction_searched"] = False  # --rest-gb fixes the budget: no fraction was looked for
     out["fraction_starts"] = None  # set when the launch would not start: the smallest fraction that starts it
     return out
 
 
+def kv_running_cap(tokens: int, context_len: int | None) -> int:
+    """The running requests SGLang's KV pool of ``tokens`` admits per worker, before the mamba pool's cap (the
+    release's ``resolve_max_num_reqs``, ``_resolve_max_num_reqs`` before 0.5.16): half the tokens from 0.5.14 on;
+    before, the pool-size estimate ``max(min(tokens / context x 512, 4096), 2048)``."""
+    if versions.parse(versions.installed_sglang_version() or "0") >= versions.parse("0.5.14"):
+        return tokens // 2
+    return max(min(int(tokens / (context_len or 4096) * 512), 4096), 2048)
+
+
 def _admits_all(est: dict[str, Any] | None) -> bool:
-    return bool(est and est["starts"] and not est["capped_by_mamba_pool"])
+    return bool(est and est["starts"] and not est["capped_by_mamba_pool"] and not est.get("capped_by_kv_cache"))
 
 
 def _starts(est: dict[str, Any] | None) -> bool:
@@ -477,9 +577,9 @@ def _search_fraction(est: dict[str, Any], admits_at: Callable[[float], bool], ow
     is more than that) at which the mamba pool admits every request asked for (``admits_at``, the same estimator;
     ``est``: the estimate at the launch's own fraction ``own``); None when no fraction below 1 does. Sets
     ``est["fraction_searched"]``: only then does None mean "none"."""
-    own_h = int(round(own * 100))
+    own_h = _hundredth_up(own)
     admitted = _admits_all(est)
-    lo, hi = (0, own_h) if admitted else (own_h, 99)
+    lo, hi = (0, own_h) if admitted else (own_h - 1, 99)  # lo never admits, hi does
     est["fraction_searched"] = True
     if not admitted and not admits_at(hi / 100):
         est["fraction_needed"] = None
@@ -490,13 +590,20 @@ def _search_fraction(est: dict[str, Any], admits_at: Callable[[float], bool], ow
     est["fraction_needed"] = hi / 100
 
 
+def _hundredth_up(fraction: float) -> int:
+    """m9: the hundredth ``fraction`` rounds up to (0.166 -> 17, 0.17 -> 17): the first a search may answer."""
+    import math
+
+    return math.ceil(round(fraction * 100, 6))
+
+
 def _search_start(est: dict[str, Any], starts_at: Callable[[float], bool], own: float) -> None:
     """B5: sets ``est["fraction_starts"]`` when the launch would not start at its own fraction ``own``: the smallest
     ``--mem-fraction-static`` (hundredths) at which SGLang's estimate leaves a KV cache, whether or not the mamba pool
     admits every request there (a fixed ``--max-mamba-cache-size`` never does); None when none below 1 does."""
     if est["starts"]:
         return
-    lo, hi = int(round(own * 100)), 99
+    lo, hi = _hundredth_up(own) - 1, 99  # lo never starts it (below the own fraction)
     if not starts_at(hi / 100):
         return
     while hi - lo > 1:
@@ -537,5 +644,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - SGLang's estimator refused these settings: say what it said
         print(f"sglang-mamba-dedup plan: SGLang's estimator failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # m10: Ctrl-C while SGLang imports or the estimator runs: one line, 128 + SIGINT
+        print("sglang-mamba-dedup plan: stopped by SIGINT", file=sys.stderr)
+        return 130
     print(json.dumps(doc, indent=2) if args.json else plan_render.render(doc))
     return 0

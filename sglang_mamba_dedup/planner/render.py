@@ -46,8 +46,8 @@ def _lower_requests(est: dict[str, Any]) -> str:
     return "lower --max-running-requests"
 
 
-def render(doc: dict[str, Any]) -> str:
-    s, p = doc["stock"], doc["plugin"]
+def _header(doc: dict[str, Any]) -> list[str]:
+    """The model and the settings sized, the resolution, the weights, the budget, the notes and the KV pricing."""
     st = doc["settings"]
     lines = [
         f"SGLang {doc['sglang']}: {doc['model']} ({doc['mixer']}), TP {st['tp_size']}, "
@@ -62,11 +62,13 @@ def render(doc: dict[str, Any]) -> str:
         f"radix {'on' if st['radix_cache'] else 'off'}, ReplaySSM {'on' if st['enable_linear_replayssm_spec'] else 'off'}, "
         f"SSM {st['ssm_dtype']}"
         + (f", PD {st['disaggregation_mode']}" if st["disaggregation_mode"] != "null" else "")
-        + (", zero-copy commit (its accepted table reserved)" if st.get("zero_copy") else ""),
+        + _zero_copy_words(st),
     ]
     resolved = _resolved_line(doc)
     if resolved:
         lines.append(resolved)
+    if st.get("zero_copy_problem"):
+        lines.append(f"zero-copy: {st['zero_copy_problem']}")
     lines.append(f"weights {st['weights_gb']:.3f} GB: {doc['weights']['how']}")
     lines.append(
         f"budget {doc['budget_gb']:.3f} GB ({doc['budget_how']}: {st['gpu_memory_gb']:g} GB free x "
@@ -83,9 +85,24 @@ def render(doc: dict[str, Any]) -> str:
         )
         if kv["not_priced"]:
             lines.append("not priced (SGLang reads it when it sizes the KV pool): " + "; ".join(kv["not_priced"]))
+    return lines
+
+
+def _zero_copy_words(st: dict[str, Any]) -> str:
+    """m5, m8: the zero-copy commit as asked, and whether a server of these settings would refuse it."""
+    if not st.get("zero_copy"):
+        return ""
+    if st.get("zero_copy_refused"):
+        return ", zero-copy commit asked for (a server refuses it here; its accepted table is still reserved)"
+    return ", zero-copy commit (its accepted table reserved)"
+
+
+def _table(doc: dict[str, Any]) -> list[str]:
+    """SGLang's estimate, stock and with the plugin side by side."""
+    s, p = doc["stock"], doc["plugin"]
     numbers = [format(est[k], f) for est in (s, p) for k, f in (("mamba_slots", "d"), ("kv_cache_gb", ".3f"))]
     width = max(14, 2 + max(map(len, numbers)))  # m-P8: huge numbers keep a space between the columns
-    lines += ["", f"{'':34}{'stock':>{width}}{'plugin':>{width}}"]
+    lines = ["", f"{'':34}{'stock':>{width}}{'plugin':>{width}}"]
 
     def row(label: str, a, b, fmt: str) -> None:
         lines.append(f"{label:34}{format(a, fmt):>{width}}{format(b, fmt):>{width}}")
@@ -103,66 +120,113 @@ def render(doc: dict[str, Any]) -> str:
     lines.append("per request (MiB):")
     for key in s["per_request_mib"]:
         row(f"  {key.replace('_', ' ')}", s["per_request_mib"][key], p["per_request_mib"][key], ".2f")
-    for label, est in (("stock", s), ("plugin", p)):
-        need = est.get("fraction_needed")
-        searched = est.get("fraction_searched", True)
-        fixed = st.get("max_mamba_cache_size")
+    return lines
+
+
+def _not_starting(doc: dict[str, Any], label: str, est: dict[str, Any]) -> str:
+    """Why a column's server would not start, in SGLang's words, and what starts it."""
+    st = doc["settings"]
+    need, start = est.get("fraction_needed"), est.get("fraction_starts")
+    fixed = st.get("max_mamba_cache_size")
+    if start and need and start >= need:
+        how = f"--mem-fraction-static {need} starts it with all {st['max_running_requests']} requests"
+    elif start:  # B5: a fraction that starts it, though the pool may not admit every request there
+        how = f"--mem-fraction-static {start} starts it" + (
+            f" ({need} admits all {st['max_running_requests']} requests)"
+            if need
+            else f" (the mamba pool's {fixed} slots fixed by --max-mamba-cache-size cap the running requests)"
+            if fixed
+            else ""
+        )
+    elif est.get("fraction_searched", True):
+        how = "no --mem-fraction-static below 1 starts it"
+    else:
+        how = f"a larger budget ({NOT_SEARCHED})"
+    # a fixed --max-mamba-cache-size: fewer running requests do not shrink the pool
+    alt = "or lower --max-mamba-cache-size" if fixed else f"or {_lower_requests(est)}"
+    refusal = est.get("refusal") or "Loaded weights leave no GPU memory for the KV cache"
+    if refusal.startswith("Not enough memory"):  # BD1: a KV share, but not one whole page of tokens
+        why = f"the KV cache's {est['kv_cache_gb'] * 1024:.2f} MB hold no whole page of {doc['kv']['page_size']} tokens"
+    else:
+        why = f"the mamba pool takes {est['reserved_gb']:.3f} GB of {doc['budget_gb']:.3f}"
+    return f"{label}: the server would not start (SGLang: {refusal!r}): {why}; {how}, {alt}"
+
+
+def _mamba_cap(doc: dict[str, Any], label: str, est: dict[str, Any]) -> str:
+    """A column whose mamba pool caps the running requests, and what would lift the cap."""
+    st = doc["settings"]
+    need, fixed, ratio = est.get("fraction_needed"), st.get("max_mamba_cache_size"), est["slots_per_request"]
+    if need:
+        lift = f"--mem-fraction-static {need} admits all {st['max_running_requests']}"
+    elif fixed:
+        lift = (
+            f"--max-mamba-cache-size {st['max_running_requests'] * ratio} admits all {st['max_running_requests']} "
+            f"({ratio} slots per request; the flag fixes the slots at {fixed}, whatever the fraction)"
+        )
+    elif not est.get("fraction_searched", True):
+        lift = f"a larger budget may admit them all ({NOT_SEARCHED})"
+    elif est.get("capped_by_kv_cache"):
+        lift = "the KV cache caps them too (below)"
+    elif st["disaggregation_mode"] == "prefill":
+        lift = (
+            "no --mem-fraction-static below 1 admits them all; lower --max-running-requests (a PD prefill pool "
+            "holds no speculative scratch: fewer draft tokens would not help)"
+        )
+    else:
+        lift = "no --mem-fraction-static below 1 admits them all; lower --speculative-num-draft-tokens" + (
+            " or add --enable-linear-replayssm-spec"
+            if doc["mixer"] == "gdn" and not st["enable_linear_replayssm_spec"]
+            else ""
+        )
+    return (
+        f"{label}: the mamba pool caps running requests at {est['running_requests']} of "
+        f"{st['max_running_requests']}; {lift}"
+    )
+
+
+def _kv_cap(doc: dict[str, Any], label: str, est: dict[str, Any]) -> str:
+    """m7: SGLang admits at most half the KV cache's tokens as running requests (before the mamba pool's cap)."""
+    st, kv = doc["settings"], doc.get("kv") or {}
+    lift = (
+        "raise --max-total-tokens"
+        if kv.get("max_total_tokens") is not None and kv["max_total_tokens"] <= est["kv_tokens"]
+        else f"--mem-fraction-static {est['fraction_needed']} admits all"
+        if est.get("fraction_needed")
+        else "a larger KV cache admits more"
+    )
+    return (
+        f"{label}: the KV cache's {est['kv_tokens']} tokens cap running requests at {est['kv_tokens'] // 2} of "
+        f"{st['max_running_requests']} (SGLang admits at most half its tokens); {lift}"
+    )
+
+
+def _verdicts(doc: dict[str, Any]) -> list[str]:
+    """Per column: would the server start, what caps its running requests, and the fraction that admits all."""
+    lines = []
+    columns = (("stock", doc["stock"]), ("plugin", doc["plugin"]))
+    for label, est in columns:
         if est.get("starts") is False:
-            start = est.get("fraction_starts")
-            if start and need and start >= need:
-                how = f"--mem-fraction-static {need} starts it with all {st['max_running_requests']} requests"
-            elif start:  # B5: a fraction that starts it, though the pool may not admit every request there
-                how = f"--mem-fraction-static {start} starts it" + (
-                    f" ({need} admits all {st['max_running_requests']} requests)"
-                    if need
-                    else f" (the mamba pool's {fixed} slots fixed by --max-mamba-cache-size cap the running requests)"
-                    if fixed
-                    else ""
-                )
-            elif searched:
-                how = "no --mem-fraction-static below 1 starts it"
-            else:
-                how = f"a larger budget ({NOT_SEARCHED})"
-            # a fixed --max-mamba-cache-size: fewer running requests do not shrink the pool
-            alt = "or lower --max-mamba-cache-size" if fixed else f"or {_lower_requests(est)}"
-            lines.append(
-                f"{label}: the server would not start (SGLang: 'Loaded weights leave no GPU memory for the KV cache'): "
-                f"the mamba pool takes {est['reserved_gb']:.3f} GB of {doc['budget_gb']:.3f}; {how}, {alt}"
-            )
-        elif est["capped_by_mamba_pool"]:
-            ratio = est["slots_per_request"]
-            lift = (
-                f"--mem-fraction-static {need} admits all {st['max_running_requests']}"
-                if need
-                else f"--max-mamba-cache-size {st['max_running_requests'] * ratio} admits all "
-                f"{st['max_running_requests']} ({ratio} slots per request; the flag fixes the slots at {fixed}, "
-                "whatever the fraction)"
-                if fixed
-                else f"a larger budget may admit them all ({NOT_SEARCHED})"
-                if not searched
-                else "no --mem-fraction-static below 1 admits them all; "
-                + (
-                    "lower --max-running-requests (a PD prefill pool holds no speculative scratch: fewer draft "
-                    "tokens would not help)"
-                    if st["disaggregation_mode"] == "prefill"
-                    else "lower --speculative-num-draft-tokens"
-                    + (
-                        " or add --enable-linear-replayssm-spec"
-                        if doc["mixer"] == "gdn" and not st["enable_linear_replayssm_spec"]
-                        else ""
-                    )
-                )
-            )
-            lines.append(
-                f"{label}: the mamba pool caps running requests at {est['running_requests']} of "
-                f"{st['max_running_requests']}; {lift}"
-            )
-    for label, est in (("stock", s), ("plugin", p)):
-        if est.get("starts") is not False and not est["capped_by_mamba_pool"] and est.get("fraction_needed"):
+            lines.append(_not_starting(doc, label, est))
+            continue
+        if est["capped_by_mamba_pool"]:
+            lines.append(_mamba_cap(doc, label, est))
+        if est.get("capped_by_kv_cache"):
+            lines.append(_kv_cap(doc, label, est))
+    st = doc["settings"]
+    for label, est in columns:
+        capped = est["capped_by_mamba_pool"] or est.get("capped_by_kv_cache")
+        if est.get("starts") is not False and not capped and est.get("fraction_needed"):
             lines.append(
                 f"{label}: all {st['max_running_requests']} requests fit; the smallest --mem-fraction-static that "
                 f"admits them is {est['fraction_needed']}"
             )
+    return lines
+
+
+def _precision(doc: dict[str, Any]) -> list[str]:
+    """How far a plan from the flags alone can be from the server, and the plugin's estimator line."""
+    s, p = doc["stock"], doc["plugin"]
+    lines = []
     if doc.get("slots_per_100mb"):
         lines.append(
             f"precision: 100 MB of budget is {doc['slots_per_100mb']} mamba slots; SGLang measures the start-up's "
@@ -198,4 +262,8 @@ def render(doc: dict[str, Any]) -> str:
         )
     if p.get("plugin"):
         lines.append(f"plugin estimator: {p['plugin']}")
-    return "\n".join(lines)
+    return lines
+
+
+def render(doc: dict[str, Any]) -> str:
+    return "\n".join(_header(doc) + _table(doc) + _verdicts(doc) + _precision(doc))

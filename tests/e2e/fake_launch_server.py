@@ -8,7 +8,9 @@ into SGLANG_MAMBA_DEDUP_REPORT_DIR, so the driver's stop must take the whole pro
 and SGLANG_MAMBA_DEDUP_ZERO_COPY=1 the report shows the zero-copy commit on, or FAKE_SERVER_ZERO_COPY's decision).
 FAKE_SERVER_FAIL=1 exits before it is healthy (FAKE_SERVER_FAIL=on: only with the flag); FAKE_SERVER_NO_TRACK=1
 reports no commit with track slots; FAKE_SERVER_LOG=path appends "off|on PATH" of every request there;
-FAKE_SERVER_CHILD_PID_FILE=path appends the child's pid there, FAKE_SERVER_PID_FILE=path the server's own;
+FAKE_SERVER_CHILD_PID_FILE=path appends the child's pid there (FAKE_SERVER_CHILD_SLOW=seconds: at once, then the
+child waits that long before it asks for the parent-death signal, as a scheduler importing SGLang does),
+FAKE_SERVER_PID_FILE=path the server's own;
 FAKE_SERVER_DELAY=seconds delays every /generate; FAKE_SERVER_IGNORE_TERM=1 outlives SIGTERM (a server stuck in
 its teardown; its child does not) and appends its pid to FAKE_SERVER_TERM_FILE=path on each; FAKE_SERVER_ANSWER shapes the /generate answers: ``no_ids`` (no output_ids), ``empty`` (no
 tokens), ``short`` (one token), ``strings`` (strings, not objects), ``ids_str`` (output_ids a string),
@@ -28,6 +30,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 CHILD = """
 import ctypes, json, os, signal, sys, time
 from pathlib import Path
+slow = float(os.environ.get("FAKE_SERVER_CHILD_SLOW") or 0)
+if slow:  # a scheduler's imports take seconds before it asks for the parent-death signal: it exists meanwhile
+    with open(sys.argv[2], "a") as f:
+        f.write(f"{os.getpid()}\\n")
+    time.sleep(slow)
 ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # as SGLang's scheduler does (kill_itself_when_parent_died)
 flag = sys.argv[1] == "1"
 d = os.environ.get("SGLANG_MAMBA_DEDUP_REPORT_DIR")
@@ -41,8 +48,9 @@ if d:
         ev.update(zero_copy=os.environ.get("FAKE_SERVER_ZERO_COPY", "on"), zc_commit_calls=8)
     doc = {"pid": os.getpid(), "mode": "on" if flag else "off", "sglang": "fake", "events": ev, "patches": {}}
     Path(d, f"status-{os.getpid()}.json").write_text(json.dumps(doc))
-with open(sys.argv[2], "a") as f:
-    f.write(f"{os.getpid()}\\n")
+if not slow:
+    with open(sys.argv[2], "a") as f:
+        f.write(f"{os.getpid()}\\n")
 time.sleep(3600)
 """
 
