@@ -1,5 +1,5 @@
 """``pip install .`` leaves the checkout as it was (N2 of the 2026-12-04 newcomer audit): the project's build backend
-(``build_backend/smd_build.py``, setuptools' own hooks) removes the ``build/`` and ``*.egg-info`` folders a build
+(``tools/build_backend/smd_build.py``, setuptools' own hooks) removes the ``build/`` and ``*.egg-info`` folders a build
 writes into the source folder, and keeps any that were there before. Run on a copy of the sources, with the
 installed setuptools (what ``--no-build-isolation`` uses)."""
 
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 BUILD = """
 import sys
-sys.path.insert(0, "build_backend")
+sys.path.insert(0, "tools/build_backend")
 import smd_build
 print(smd_build.build_wheel(sys.argv[1]))
 """
@@ -26,7 +26,7 @@ def _copy_sources(dest: Path) -> None:
     for name in ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in"):
         shutil.copy(ROOT / name, dest / name)
     skip = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(ROOT / "build_backend", dest / "build_backend", ignore=skip)
+    shutil.copytree(ROOT / "tools/build_backend", dest / "tools/build_backend", ignore=skip)
     shutil.copytree(ROOT / "patches", dest / "patches", ignore=skip)
     # a checkout's sglang_mamba_dedup/patches may be a link to ../patches (a worktree): the package without it
     shutil.copytree(ROOT / "sglang_mamba_dedup", dest / "src", ignore=shutil.ignore_patterns("__pycache__", "patches"))
@@ -35,7 +35,7 @@ def _copy_sources(dest: Path) -> None:
 
 def test_the_pyproject_names_the_tidy_backend():
     system = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
-    assert system["build-backend"] == "smd_build" and system["backend-path"] == ["build_backend"]
+    assert system["build-backend"] == "smd_build" and system["backend-path"] == ["tools/build_backend"]
 
 
 def test_a_wheel_build_leaves_no_build_folder_or_egg_info(tmp_path):
