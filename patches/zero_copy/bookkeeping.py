@@ -41,7 +41,7 @@ class ZeroCopy:
     def __init__(self, pool, layers: tuple[int, int] = (0, 0)) -> None:
         self.pool = pool
         self.pool_state = state.pool_state(pool)
-        prepare(pool)
+        prepare(pool)  # made at pool build already, unless the pool was built before zero-copy was asked for
         self.pitch = pool.mamba_cache.intermediate_ssm.shape[2]  # the allocated draft-step pitch of a scratch row
         self.layers = layers  # (first, last) linear layer id of a forward: where tables are built / stage-ins run
         self.handoffs: list = []  # (row, slot tensor) of streaming-session turns kept, to materialize (Z6)
