@@ -193,6 +193,7 @@ def _create_temp(path: str) -> tuple[str, int]:
 
 
 def clear_events() -> None:
-    """Forget the events counted so far (a what-if CLI or a test starting a new count)."""
+    """Forget the events and launches counted so far (a what-if CLI or a test starting a new count)."""
     with STATE.lock:
         STATE.events = state.fresh_events()
+        STATE.launches = dict.fromkeys(LAUNCH_PATHS, 0)
