@@ -245,6 +245,8 @@ def _measure(args, device, torch, iu, report, toggle, cp, model, D, bs, bandwidt
         def enter(name):  # this provider's commit in place, its counters reset, 10 warm-up calls
             toggle(name != "sglang")
             pool_state(mamba).zero_copy = zc if name == "zero_copy" else None
+            # a route binds its committer once, at its first commit: the next call builds a fresh one for this provider
+            vars(backend).pop("_smd_route", None)
             report.clear_events()
             for _ in range(10):
                 fns[name]()

@@ -1,6 +1,8 @@
 """The post-verify commit of accepted SSM states and conv windows (``update_mamba_state_after_mtp_verify``): our
-one fused launch (:mod:`sglang_mamba_dedup.kernels.state_commit`), or SGLang's own code for every branch we do not own,
-chosen with SGLang's own tests (docs/internals.md). No host sync: no ``.item()``, no ``nonzero``.
+one fused launch (:mod:`sglang_mamba_dedup.kernels.state_commit`), zero-copy's commit, or SGLang's own code for every
+branch we do not own, chosen with SGLang's own tests (docs/internals.md). Each backend's route binds its committer
+once, when its pool first commits, and never switches afterwards; the wrapper counts what came back, under one lock.
+No host sync: no ``.item()``, no ``nonzero``.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ logger = logging.getLogger("sglang_mamba_dedup")
 
 
 def kernel_problem() -> str | None:
-    """Why the fused commit kernel (:func:`sglang_mamba_dedup.kernels.load`) cannot serve in this process, or None.
-    Said once per process at WARNING: SGLang's own commit then serves every call, strict mode refuses the pool."""
+    """Why the fused commit kernel cannot serve in this process, or None: :func:`sglang_mamba_dedup.kernels.load`
+    tries its import once per process (asked at pool build and route build, before any committer imports it by
+    name). Said once per process at WARNING: SGLang's own commit then serves every call, strict mode refuses the pool."""
     try:
         kernels.load()
     except ImportError as exc:
@@ -63,17 +66,44 @@ def _bind(
     return last_correct_step_indices, mamba_track_indices, mamba_steps_to_track, req_pool_indices
 
 
+def fused_committer():
+    """The plugin's own committer, bound to a route at its build (after :func:`kernel_problem` found the kernel):
+    the accepted (and tracked) step of the SSM state and of every conv kind, one launch. ``rows`` is not read (the
+    verify's batch positions are the source rows)."""
+    from sglang_mamba_dedup.kernels import descriptor, state_commit  # imported already: kernel_problem() at route build
+
+    def fused_commit(cache, accept, track, rows):
+        """``(plan, path)``: the plan launched (looked up on every call: docs/internals.md) and the launch path."""
+        plan = descriptor.get_plan(cache.conv, cache.intermediate_conv_window, cache.temporal, cache.intermediate_ssm)
+        return plan, state_commit.launch(plan, ssm=(cache.intermediate_ssm, cache.temporal), accept=accept, track=track)
+
+    return fused_commit
+
+
+def bind_committer(pool_state) -> tuple:
+    """``(committer, zero_copy)`` of a route our kernel serves, chosen once, at the route's build (its pool's first
+    commit through this backend): the pool's zero-copy commit (:meth:`~sglang_mamba_dedup.patches.zero_copy.bookkeeping.
+    ZeroCopy.commit`) where its gate took it (decided once per pool, at its first forward, before any commit), else
+    :func:`fused_committer`. Both have one signature, ``commit(cache, accept, track, rows) -> (plan, path)``."""
+    zc = pool_state.zero_copy if pool_state is not None else None
+    if zc is not None:
+        return zc.commit, True
+    return fused_committer(), False
+
+
 class _Route:
     """What one backend's commit decided for its current pool, reused while the backend still has that pool and
-    cache (identity checks only). ``reason`` None: our kernel serves the call; ``pool_state`` is the pool's
-    :class:`~sglang_mamba_dedup.state.PoolState` (its ``zero_copy``: the zero-copy commit serves it)."""
+    cache (identity checks only). ``reason`` None: our kernel serves the call, through ``committer`` (bound once, at
+    build: :func:`bind_committer`; ``zero_copy`` says which); ``pool_state`` is the pool's
+    :class:`~sglang_mamba_dedup.state.PoolState`."""
 
-    __slots__ = ("linear_backend", "pool", "cache", "pool_state", "reason", "plan")
+    __slots__ = ("linear_backend", "pool", "cache", "pool_state", "reason", "plan", "committer", "zero_copy")
 
     def __init__(self, linear_backend, pool, cache, reason):
         self.linear_backend, self.pool, self.cache, self.reason = linear_backend, pool, cache, reason
         self.pool_state = state.pool_state_of(pool)
         self.plan = None
+        self.committer, self.zero_copy = (None, False) if reason is not None else bind_committer(self.pool_state)
 
     def still_valid(self, linear_backend) -> bool:
         return (
@@ -82,27 +112,12 @@ class _Route:
             and self.pool.mamba_cache is self.cache
         )
 
-    def commit(self, steps, slots, track_steps, track_slots, rows=None) -> None:
-        """Our commit's one kernel launch (``track_*`` None: no track set), the seam the negative control breaks. The
-        plan is looked up on every call (docs/internals.md); the route keeps the one in use alive for CUDA graphs.
-        ``rows``: the zero-copy commit (:meth:`~sglang_mamba_dedup.patches.zero_copy.bookkeeping.ZeroCopy.commit`)."""
-        cache = self.cache
-        if rows is None:
-            kernel = kernels.load()
-            self.plan = kernel.get_plan(
-                cache.conv, cache.intermediate_conv_window, cache.temporal, cache.intermediate_ssm
-            )
-            path = kernel.launch(
-                self.plan,
-                ssm=(cache.intermediate_ssm, cache.temporal),
-                accept=(steps, slots),
-                track=(track_steps, track_slots),
-            )
-            report.count_launch(path)
-            return
-        if track_steps is not None:
-            raise RuntimeError("zero-copy commit with a track set: the radix cache must be off (docs/zero-copy.md)")
-        self.plan = self.pool_state.zero_copy.commit(cache, steps, slots, rows)
+    def commit(self, accept, track, rows) -> str | None:
+        """The route's committer on ``accept`` = ``(steps, slots)``, ``track`` (the same pair, or None: no track set)
+        and ``rows`` (SGLang's ``req_pool_indices``, or None); returns the launch path for the wrapper to count. The
+        seam the negative control breaks (:mod:`.faults`); the route keeps the plan in use alive for CUDA graphs."""
+        self.plan, path = self.committer(self.cache, accept, track, rows)
+        return path
 
 
 def _static_reason(linear_backend, pool) -> str | None:
@@ -185,13 +200,10 @@ def update_mamba_state_after_mtp_verify(wrapped, instance, args, kwargs):
         translate = getattr(linear_backend, "_translate_mamba_indices", None)  # 0.5.23: virtual -> physical slot ids
         if translate is not None:
             track_idx = translate(track_idx)
-    zero_copy = route.pool_state.zero_copy is not None  # the route's pool has a PoolState: _static_reason asked
-    if zero_copy and req_pool_indices is None:
-        raise RuntimeError("zero-copy commit without req_pool_indices: the scratch rows are unknown")
-    rows = req_pool_indices if zero_copy else None
-    route.commit(last_correct, state_indices, track_steps if track_idx is not None else None, track_idx, rows=rows)
+    track = None if track_idx is None else (track_steps, track_idx)
+    path = route.commit((last_correct, state_indices), track, req_pool_indices)
     ple = getattr(instance, "_update_ple_state_after_mtp_verify", None)
     if ple is not None:
         ple(state_indices, last_correct, track_idx, track_steps)  # the call checked by CALLEES
-    report.count_commit(ours=True, track=track_idx is not None, zero_copy=zero_copy)
+    report.count_commit(ours=True, track=track is not None, zero_copy=route.zero_copy, path=path)
     return None

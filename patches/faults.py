@@ -1,87 +1,157 @@
-"""The negative control of the end-to-end proof: a deliberately broken commit, switched on by environment.
+"""The negative controls of the end-to-end proof: deliberately broken commits, one table of named faults
+(:data:`FAULTS`), one switched on by environment (``SGLANG_MAMBA_DEDUP_FAULT=<name>``, with the plugin on).
 
-``SGLANG_MAMBA_DEDUP_FAULT=commit_step0`` (together with the plugin switched on) makes the plugin's commit
-copy draft step 0 of every accepted request row instead of its accepted step; skipped rows (step -1) and
-the track set stay as they are. The fault replaces the method
-:meth:`sglang_mamba_dedup.patches.commit._Route.commit`, the one launch the commit wrapper makes
-(looked up on the route's class on every call), so it reaches every commit our kernel serves, and
-nothing else. With partial acceptance in the workload the outputs must then change: an end-to-end md5
-check that still says "equal" with the fault in place proves nothing (``sglang-mamba-dedup e2e --modes
-off,on,fault``). ``tests/integration/test_negative_control.py`` checks, on the CPU, that the fault reaches the
-kernel through SGLang's real commit call.
+Each row names what it breaks, the commit routes it reaches (``fused``: our kernel's commit, ``zero_copy``: the
+zero-copy commit), the SGLang releases it applies to, its target and one break function (wrapt's signature). The
+rows are :class:`~sglang_mamba_dedup.patcher.Patch` rows, one feature per fault, applied and reverted by a
+:class:`~sglang_mamba_dedup.patcher.Patcher` of their own: the features' mechanism (targets resolved and signatures
+checked before anything is wrapped, the exact originals put back), kept apart from the serving table so that a real
+server's patch status, the README's patch table and ``doctor --patch-table`` never list a fault. A new negative
+control is one row and one break function. ``sglang-mamba-dedup doctor --faults`` lists them.
 
-Never set it in a real deployment: the plugin logs a WARNING when it is installed, and records it in the
-status report (``events.fault``); ``SGLANG_MAMBA_DEDUP=strict`` refuses to start while it is set, ``doctor``
-names it, and the what-if CLIs (``plan``, ``demo``) never install it.
+* ``commit_step0`` breaks :meth:`sglang_mamba_dedup.patches.commit._Route.commit`, the one seam every commit our
+  kernel serves goes through (the fused and the zero-copy committer alike): every accepted request row copies draft
+  step 0 instead of its accepted step; skipped rows (step -1) and the track set stay as they are.
+* ``zc_no_stage_in`` breaks :meth:`sglang_mamba_dedup.patches.zero_copy.bookkeeping.ZeroCopy.stage_in`: an extend's
+  new state never reaches its request's scratch row, so the first verify after it seeds from stale scratch.
+
+With partial acceptance in the workload the outputs must then change: an end-to-end md5 check that still says
+"equal" with a fault in place proves nothing (``sglang-mamba-dedup e2e --modes off,on,fault [--fault NAME]``).
+``tests/integration/test_negative_control.py`` and ``tests/zero_copy/test_zero_copy_kernels.py`` check, on the CPU,
+that each fault reaches what it breaks.
+
+Never set it in a real deployment: the plugin logs a WARNING when a fault is installed, and records it in the
+status report (``events.fault``); ``SGLANG_MAMBA_DEDUP=strict`` refuses to start while the variable is set,
+``doctor`` names it, and the what-if CLIs (``plan``, ``demo``) never install it.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from sglang_mamba_dedup import env, report
-from sglang_mamba_dedup.state import STATE
+from sglang_mamba_dedup import env, report, versions
+from sglang_mamba_dedup.patcher import Patch, Patcher
 
-from . import commit as commit_patch
-from .zero_copy import bookkeeping
-
-COMMIT_STEP0 = "commit_step0"
-ZC_NO_STAGE_IN = "zc_no_stage_in"
-FAULTS: dict[str, str] = {
-    COMMIT_STEP0: "the commit copies draft step 0 instead of the accepted step",
-    ZC_NO_STAGE_IN: "the zero-copy commit skips the stage-in after an extend (the first verify seeds stale scratch)",
-}
+#: The commit routes a fault can reach: our fused kernel's commit, and the zero-copy commit.
+ROUTES = ("fused", "zero_copy")
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
 
+@dataclass(frozen=True)
+class Fault:
+    """One negative control: ``breaks`` says what goes wrong (the WARNING, ``doctor``, the e2e's lines), ``routes``
+    the commit routes it reaches (:data:`ROUTES`), ``releases`` the SGLang releases it applies to, ``target`` the
+    ``(module, attribute)`` it wraps (with the parameter names ``params`` checked first) and ``breaks_with`` the
+    break function, with wrapt's signature ``(wrapped, instance, args, kwargs)``."""
+
+    name: str
+    breaks: str
+    routes: tuple[str, ...]
+    releases: str
+    target: tuple[str, str]
+    params: tuple[str, ...]
+    breaks_with: Callable[..., Any]
+
+    @property
+    def patch(self) -> Patch:
+        module, attr = self.target
+        return Patch(
+            name=self.name,
+            feature=self.name,
+            module=module,
+            attr=attr,
+            releases=self.releases,
+            wrapper=self.breaks_with,
+            params=self.params,
+            doc=self.breaks,
+        )
+
+
+def _route_commit_args(accept, track, rows):
+    return accept, track, rows
+
+
+def _commit_step0(wrapped, instance, args, kwargs):
+    """``_Route.commit`` with every accepted row's step replaced by 0 (a skipped row, step -1, stays skipped)."""
+    import torch
+
+    (steps, slots), track, rows = _route_commit_args(*args, **kwargs)
+    return wrapped((torch.where(steps >= 0, torch.zeros_like(steps), steps), slots), track, rows)
+
+
+def _no_stage_in(wrapped, instance, args, kwargs):
+    """``ZeroCopy.stage_in`` that does nothing."""
+    return None
+
+
+_COMMIT = f"{__package__}.commit"
+_ZERO_COPY = f"{__package__}.zero_copy.bookkeeping"
+
+COMMIT_STEP0 = "commit_step0"
+ZC_NO_STAGE_IN = "zc_no_stage_in"
+#: The negative controls, by name.
+FAULTS: dict[str, Fault] = {
+    f.name: f
+    for f in (
+        Fault(
+            COMMIT_STEP0,
+            breaks="the commit copies draft step 0 instead of the accepted step",
+            routes=ROUTES,
+            releases=str(versions.SUPPORTED),
+            target=(_COMMIT, "_Route.commit"),
+            params=("accept", "track", "rows"),
+            breaks_with=_commit_step0,
+        ),
+        Fault(
+            ZC_NO_STAGE_IN,
+            breaks="the zero-copy commit skips the stage-in after an extend (the first verify seeds stale scratch)",
+            routes=("zero_copy",),
+            releases=str(versions.ZERO_COPY),
+            target=(_ZERO_COPY, "ZeroCopy.stage_in"),
+            params=("cache", "slots", "rows"),
+            breaks_with=_no_stage_in,
+        ),
+    )
+}
+
+#: Applies and reverts the faults (one feature each), apart from the serving table's patcher.
+PATCHER = Patcher(f.patch for f in FAULTS.values())
+
+
 def installed() -> str | None:
-    """The fault in place in this process, or None."""
-    return STATE.fault
+    """The fault in place in this process (what the patcher has wrapped), or None."""
+    applied = PATCHER.applied()
+    return applied[0] if applied else None
 
 
 def install(name: str) -> None:
-    """Break the plugin's commit as ``name`` says (idempotent); ``ValueError`` for an unknown name."""
-    if name not in FAULTS:
-        raise ValueError(f"{env.FAULT}={name!r} is not a known fault; known: {', '.join(FAULTS)}")
-    if STATE.fault == name:
+    """Break the plugin's commit as the fault ``name`` says (idempotent; another fault in place is removed first).
+    ``ValueError`` with one line for an unknown name or a fault that cannot be installed here (another release, a
+    target that changed); nothing is then wrapped."""
+    fault = FAULTS.get(name)
+    if fault is None:
+        raise ValueError(f"{env.FAULT}={env.shown(name)!r} is not a known fault; known: {', '.join(FAULTS)}")
+    if installed() == name:
         return
     remove()
-    if name == ZC_NO_STAGE_IN:
-        real_stage_in = bookkeeping.ZeroCopy.stage_in
-
-        def no_stage_in(zc, cache, slots, rows):
-            return None
-
-        no_stage_in._smd_real = real_stage_in  # type: ignore[attr-defined]
-        bookkeeping.ZeroCopy.stage_in = no_stage_in  # type: ignore[method-assign]
-    else:
-        real = commit_patch._Route.commit
-
-        def commit_step0(route, steps, slots, track_steps, track_slots, rows=None):
-            import torch
-
-            step0 = torch.where(steps >= 0, torch.zeros_like(steps), steps)
-            return real(route, step0, slots, track_steps, track_slots, rows=rows)
-
-        commit_step0._smd_real = real  # type: ignore[attr-defined]
-        commit_patch._Route.commit = commit_step0  # type: ignore[method-assign]
-    STATE.fault = name
+    problem = PATCHER.apply([name])[name]
+    if problem is None and not PATCHER.applied(name):
+        problem = f"it applies to SGLang {fault.releases} only (this is {versions.installed_sglang_version()})"
+    if problem is not None:
+        raise ValueError(f"{env.FAULT}={name}: the fault cannot be installed: {problem}")
     report.record_fault(name)
     logger.warning(
-        "sglang-mamba-dedup: NEGATIVE CONTROL %s=%s: %s (never in a real run)", env.FAULT, name, FAULTS[name]
+        "sglang-mamba-dedup: NEGATIVE CONTROL %s=%s: %s (never in a real run)", env.FAULT, name, fault.breaks
     )
 
 
 def remove() -> None:
     """Undo :func:`install` (no-op when no fault is in place)."""
-    real = getattr(commit_patch._Route.commit, "_smd_real", None)
-    if real is not None:
-        commit_patch._Route.commit = real  # type: ignore[method-assign]
-    real = getattr(bookkeeping.ZeroCopy.stage_in, "_smd_real", None)
-    if real is not None:
-        bookkeeping.ZeroCopy.stage_in = real  # type: ignore[method-assign]
-    STATE.fault = None
+    PATCHER.revert()
     report.record_fault(None)
 
 
@@ -101,7 +171,8 @@ def requested() -> str | None:
 
 def install_from_env() -> str | None:
     """Install the fault named by :data:`env.FAULT` (called by the activation when the plugin is on); returns its
-    name, or None when unset. An unknown name is logged at ERROR and nothing is installed."""
+    name, or None when unset. An unknown name, or a fault that cannot be installed, is logged at ERROR (one line)
+    and nothing is installed."""
     name = requested()
     if name is None:
         return None

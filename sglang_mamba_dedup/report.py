@@ -1,7 +1,8 @@
-"""Process-local events (each pool's layout, bytes and ledger; how many commits our kernel served) and the optional
-status report: with ``SGLANG_MAMBA_DEDUP_REPORT_DIR`` set, each process writes ``status-<pid>-<token>.json`` there
-whenever that changes (pool built; 1st, 2nd, 4th ... commit), so a driver can read what the *scheduler* saw.
-Counting is a Python integer increment: no device work, no host sync.
+"""Process-local events (each pool's layout, bytes and ledger; how many commits our kernel served) and the commit
+kernel's launches by path, and the optional status report: with ``SGLANG_MAMBA_DEDUP_REPORT_DIR`` set, each process
+writes ``status-<pid>-<token>.json`` there whenever that changes (pool built; 1st, 2nd, 4th ... commit), so a driver
+can read what the *scheduler* saw. Counting is a Python integer increment under :attr:`~.state.ProcessState.lock`,
+taken once per verify commit (:func:`count_commit`): no device work, no host sync.
 """
 
 from __future__ import annotations
@@ -63,9 +64,11 @@ def record_zero_copy(decision: str) -> None:
         STATE.events["zero_copy"] = decision
 
 
-def count_commit(ours: bool, track: bool = False, zero_copy: bool = False) -> None:
-    """Count one verify commit: ``ours`` when our kernel served it, ``track`` when it had a track set, ``zero_copy``
-    when the zero-copy commit served it (``zc_commit_calls``: one lock for both on the decode path)."""
+def count_commit(ours: bool, track: bool = False, zero_copy: bool = False, path: str | None = None) -> None:
+    """Count one verify commit, all under one lock (one per decode step): ``ours`` when our kernel served it,
+    ``track`` when it had a track set, ``zero_copy`` when the zero-copy commit served it (``zc_commit_calls``) and
+    ``path`` the launch path its kernel took (:data:`~.state.LAUNCH_PATHS`; None: nothing launched or SGLang's)."""
+    _check_path(path)
     with STATE.lock:
         STATE.events["commit_calls"] += 1
         if zero_copy:
@@ -76,6 +79,8 @@ def count_commit(ours: bool, track: bool = False, zero_copy: bool = False) -> No
             STATE.events["track_commit_calls"] += 1
             if ours:
                 STATE.events["ours_track_commit_calls"] += 1
+        if path is not None:
+            STATE.launches[path] += 1
         n = STATE.events["commit_calls"]
     if n & (n - 1) == 0:  # 1, 2, 4, 8, ...: a handful of writes over a whole run
         write()
@@ -91,12 +96,22 @@ def count(name: str) -> None:
 
 
 def count_launch(path: str | None) -> None:
-    """Count one commit-kernel launch by the path it took (:data:`~.state.LAUNCH_PATHS`; the kernel returns it)."""
+    """Count one commit-kernel launch outside a verify commit (zero-copy's stage-in, once per extend) by its path."""
+    _check_path(path)
     if path is not None:
-        if path not in LAUNCH_PATHS:
-            raise ValueError(f"{path!r} is not a launch path ({', '.join(LAUNCH_PATHS)})")
         with STATE.lock:
             STATE.launches[path] += 1
+
+
+def _check_path(path: str | None) -> None:
+    if path is not None and path not in LAUNCH_PATHS:
+        raise ValueError(f"{path!r} is not a launch path ({', '.join(LAUNCH_PATHS)})")
+
+
+def launches() -> dict[str, int]:
+    """The commit kernel's launches so far by path (the report's ``launches``: whether the direct launch served)."""
+    with STATE.lock:
+        return dict(STATE.launches)
 
 
 def snapshot() -> dict[str, Any]:
@@ -107,6 +122,7 @@ def snapshot() -> dict[str, Any]:
         "mode": current_mode().value,
         "patches": {name: {k: v for k, v in st.items() if k != "target"} for name, st in STATE.patch_status().items()},
         "events": events(),
+        "launches": launches(),
     }
 
 
@@ -177,6 +193,7 @@ def _create_temp(path: str) -> tuple[str, int]:
 
 
 def clear_events() -> None:
-    """Forget the events counted so far (a what-if CLI or a test starting a new count)."""
+    """Forget the events and launches counted so far (a what-if CLI or a test starting a new count)."""
     with STATE.lock:
         STATE.events = state.fresh_events()
+        STATE.launches = dict.fromkeys(LAUNCH_PATHS, 0)

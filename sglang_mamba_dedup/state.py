@@ -23,7 +23,8 @@ logger = logging.getLogger("sglang_mamba_dedup")
 COUNTERS = ("commit_calls", "ours_commit_calls", "track_commit_calls", "ours_track_commit_calls")
 #: Zero-copy's (present once counted): commits it served, extends staged in, streaming-session states materialized.
 ZERO_COPY_COUNTERS = ("zc_commit_calls", "zc_stage_in_calls", "zc_materialize_calls")
-#: The commit kernel's launches by path (:attr:`ProcessState.launches`): through DirectLaunch, or Triton's own.
+#: The commit kernel's launches by path (:attr:`ProcessState.launches`, counted with each verify commit and each
+#: zero-copy stage-in; the report's ``launches``): through DirectLaunch, or Triton's own.
 LAUNCH_PATHS = ("direct", "triton")
 
 
@@ -46,7 +47,6 @@ class ProcessState:
     patch_status: Callable[[], dict[str, dict[str, Any]]] = dict
     # pools alive with our back-ported deduplicated window: SGLang's own commit cannot read them
     live_backport_pools: weakref.WeakSet = dataclasses.field(default_factory=weakref.WeakSet)
-    fault: str | None = None  # the negative-control fault in place (never in a real run)
 
     # -- the estimator's last decision, for the ledger of the next pool built and the planner (written and read
     #    only through :mod:`.ledger`: record_reservation / reservation / last_estimate)

@@ -8,15 +8,20 @@ no host synchronisation:
   and seeds every layer reads (:meth:`ZeroCopy.verify_tables`, one launch of :mod:`~sglang_mamba_dedup.kernels.seed_index`);
 * per extend, once (after the last linear layer): the stage-in of every layer, ``scratch[:, row, 0] =
   temporal[:, slot]`` (one launch of the commit kernel) and ``accepted[row] = 1``;
-* per commit: the conv windows from the requests' rows, with ``accepted[row] = step + 1`` stored by the same launch;
+* per commit: the conv windows from the requests' rows, with ``accepted[row] = step + 1`` stored by the same launch
+  (:meth:`ZeroCopy.commit`, the committer a route binds where the pool's gate took zero-copy);
 * per streaming-session hand-off: the live state materialized into ``temporal[slot]`` (Z6).
+
+The kernels are imported by name, once, with this module: it is imported only where a pool's gate passed (the
+gate needs our commit kernel on the pool: :func:`~sglang_mamba_dedup.patches.commit.kernel_problem`) and by tests.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from sglang_mamba_dedup import kernels, report, state
+from sglang_mamba_dedup import report, state
+from sglang_mamba_dedup.kernels import descriptor, seed_index, state_commit
 
 from . import prepare
 
@@ -36,7 +41,7 @@ class ZeroCopy:
     def __init__(self, pool, layers: tuple[int, int] = (0, 0)) -> None:
         self.pool = pool
         self.pool_state = state.pool_state(pool)
-        prepare(pool)
+        prepare(pool)  # made at pool build already, unless the pool was built before zero-copy was asked for
         self.pitch = pool.mamba_cache.intermediate_ssm.shape[2]  # the allocated draft-step pitch of a scratch row
         self.layers = layers  # (first, last) linear layer id of a forward: where tables are built / stage-ins run
         self.handoffs: list = []  # (row, slot tensor) of streaming-session turns kept, to materialize (Z6)
@@ -54,9 +59,7 @@ class ZeroCopy:
         the launch and every replay recomputes them), reused by every later layer of the same forward."""
         key = (slots.shape[0], slots.data_ptr(), req_pool_indices.data_ptr())
         if self.tables is None or layer_id == self.layers[0] or key != self._tables_of:
-            from sglang_mamba_dedup.kernels.seed_index import seeded_rows
-
-            rows, seeds = seeded_rows(req_pool_indices, slots, self.accepted, self.pitch)
+            rows, seeds = seed_index.seeded_rows(req_pool_indices, slots, self.accepted, self.pitch)
             self.tables, self._tables_of = VerifyTables(self, rows, seeds), key
         return self.tables
 
@@ -70,21 +73,26 @@ class ZeroCopy:
             return
         if self._zeros is None:
             self._zeros = torch.zeros(self.accepted.shape[0], dtype=torch.int32, device=self.accepted.device)
-        kernel = kernels.load()
         src, dst = cache.temporal[:, :, None], cache.intermediate_ssm[:, :, 0]  # [L, slots, 1, *st], [L, S+1, *st]
-        plan = kernel.get_plan([], [], dst, src, owner=cache.temporal)
-        report.count_launch(kernel.launch(plan, ssm=(src, dst), accept=(self._zeros[:n], rows[:n]), src_rows=slots))
+        plan = descriptor.get_plan([], [], dst, src, owner=cache.temporal)
+        path = state_commit.launch(plan, ssm=(src, dst), accept=(self._zeros[:n], rows[:n]), src_rows=slots)
+        report.count_launch(path)  # once per extend (the decode step's launch is counted with its commit)
         self.accepted.index_fill_(0, torch.where(slots >= 0, rows[:n], 0).long(), 1)
 
-    def commit(self, cache, steps, slots, rows):
-        """Z5: the conv windows of the accepted step from the requests' scratch rows, ``accepted[row] = step + 1``
-        stored by the same launch; no SSM bytes. Returns the plan (the route keeps it alive for CUDA graphs)."""
-        kernel = kernels.load()
-        plan = kernel.get_plan(cache.conv, cache.intermediate_conv_window, None, None, accepted=self.accepted)
-        n = steps.shape[0]
+    def commit(self, cache, accept, track, rows):
+        """Z5, the zero-copy committer (:func:`~sglang_mamba_dedup.patches.commit.bind_committer`): the conv windows
+        of the accepted step from the requests' scratch rows ``rows`` (SGLang's ``req_pool_indices``), ``accepted[row]
+        = step + 1`` stored by the same launch; no SSM bytes. ``accept`` = ``(steps, slots)``; a track set (the radix
+        cache on) is refused. Returns ``(plan, path)``: the plan (the route keeps it alive for CUDA graphs) and the
+        launch path, which the commit wrapper counts."""
+        if rows is None:
+            raise RuntimeError("zero-copy commit without req_pool_indices: the scratch rows are unknown")
+        if track is not None:
+            raise RuntimeError("zero-copy commit with a track set: the radix cache must be off (docs/zero-copy.md)")
+        plan = descriptor.get_plan(cache.conv, cache.intermediate_conv_window, None, None, accepted=self.accepted)
+        n = accept[0].shape[0]
         src_rows = rows if rows.shape[0] == n else rows[:n]  # no new view when SGLang's rows are the batch's
-        report.count_launch(kernel.launch(plan, accept=(steps, slots), src_rows=src_rows))
-        return plan
+        return plan, state_commit.launch(plan, accept=accept, src_rows=src_rows)
 
     def materialize(self, cache) -> None:
         """Z6: ``temporal[slot] = scratch[row, accepted[row] - 1]`` (all layers, one indexed copy) for the queued

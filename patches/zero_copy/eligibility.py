@@ -11,7 +11,7 @@ from typing import Any
 
 from sglang_mamba_dedup import env, report, state
 
-from . import asked, prepare
+from . import asked
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -174,7 +174,6 @@ def decide(backend):
     if reason is None:
         from .bookkeeping import ZeroCopy
 
-        prepare(pool)  # made at pool build already, unless the pool was built before zero-copy was asked for
         zc = ZeroCopy(pool, layers=(min(rtp.mamba_map), max(rtp.mamba_map)))
     ps.zero_copy_decided, ps.zero_copy = True, zc
     if zc is None:

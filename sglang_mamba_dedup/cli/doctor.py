@@ -148,7 +148,8 @@ def _fault() -> dict[str, Any] | None:
     name = faults.requested()
     if name is None:
         return None
-    effect = faults.FAULTS.get(name)
+    fault = faults.FAULTS.get(name)
+    effect = fault.breaks if fault is not None else None
     what = f"{effect} (on: every accepted state goes wrong)" if effect else "not a known fault (on: ERROR, ignored)"
     name = env.shown(name)  # a pasted 100,000-character value is not echoed three times
     return {
@@ -158,6 +159,28 @@ def _fault() -> dict[str, Any] | None:
         "problem": f"{env.FAULT}={name} is set: the NEGATIVE CONTROL, never for serving: {what}; "
         f"strict mode refuses to start with it. Unset it",
     }
+
+
+def fault_rows() -> list[dict[str, Any]]:
+    """The negative controls (:data:`sglang_mamba_dedup.patches.faults.FAULTS`), one row each (``doctor --faults``)."""
+    return [
+        {
+            "name": f.name,
+            "breaks": f.breaks,
+            "routes": list(f.routes),
+            "releases": _release_span(f.releases),
+            "target": f.patch.target,
+        }
+        for f in faults.FAULTS.values()
+    ]
+
+
+def render_faults(rows: list[dict[str, Any]]) -> str:
+    out = [f"negative controls ({env.FAULT}=NAME with the plugin on; never in a real run):"]
+    for r in rows:
+        out.append(f"  {r['name']:<16} {r['breaks']}")
+        out.append(f"  {'':<16} routes {', '.join(r['routes'])}; SGLang {r['releases']}; breaks {r['target']}")
+    return "\n".join(out)
 
 
 def render(info: dict[str, Any]) -> str:
@@ -280,9 +303,16 @@ def main(argv: list[str] | None = None) -> int:
         "(nothing is imported; exit 1 when VERSION is outside the supported range)",
     )
     ap.add_argument("--patch-table", action="store_true", help="print the patch table as Markdown (the README's)")
+    ap.add_argument(
+        "--faults", action="store_true", help=f"list the negative controls ({env.FAULT}): what each breaks, where"
+    )
     args = ap.parse_args(argv)
     if args.patch_table:
         print(patch_table_markdown())
+        return 0
+    if args.faults:
+        rows = fault_rows()
+        print(json.dumps(rows, indent=1) if args.json else render_faults(rows))
         return 0
     if args.release is not None and versions.parse(args.release) is None:
         ap.error(f"--release {args.release!r} is not a version (e.g. --release 0.5.13.post1)")

@@ -383,7 +383,7 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("--base-url-off/--base-url-on compare servers you run: no --server or --random-weights")
     if args.base_url_off and args.modes not in (None, ["off", "on"]):
         parser.error("--base-url-off/--base-url-on compare exactly one off and one on server (--modes off,on)")
-    if args.fault == faults.ZC_NO_STAGE_IN and not args.zero_copy:
+    if "fused" not in faults.FAULTS[args.fault].routes and not args.zero_copy:
         parser.error(f"--fault {args.fault} breaks the zero-copy commit: it needs --zero-copy")
     if args.zero_copy and args.base_url_off:
         parser.error("--zero-copy sets the runs' environment: not with --base-url-off/--base-url-on")

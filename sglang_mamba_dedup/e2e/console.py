@@ -118,7 +118,7 @@ def header(ctx: RunContext, spec: Mapping[str, Any], model_path: str, random_inf
     say(
         "plugin: zero-copy commit "
         + (f"on ({ZERO_COPY}=1 in the on and fault runs; radix cache off)" if args.zero_copy else "off")
-        + f"; fault of the fault runs: {args.fault} ({faults.FAULTS[args.fault]})"
+        + f"; fault of the fault runs: {args.fault} ({faults.FAULTS[args.fault].breaks})"
     )
     if ctx.dropped_defaults:
         say("defaults dropped (this SGLang's ServerArgs has no such field): " + "; ".join(ctx.dropped_defaults))
@@ -156,7 +156,7 @@ def run_start(ctx: RunContext, i: int, mode: str) -> None:
     if args.zero_copy and mode != "off":
         what += f" + {ZERO_COPY}=1"
     if mode == "fault":
-        what += f" + {FAULT}={args.fault} (negative control: {faults.FAULTS[args.fault]})"
+        what += f" + {FAULT}={args.fault} (negative control: {faults.FAULTS[args.fault].breaks})"
     say(f"-- run {i + 1}/{len(ctx.modes)}: {what} ...")
 
 

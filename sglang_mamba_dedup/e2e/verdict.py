@@ -227,7 +227,7 @@ def _md5_failures(results: Sequence[RunResult], checks: Sequence[Md5Check], faul
 
 def negative_control_text(c: Md5Check, fault: str) -> str:
     return (
-        f"negative control NOT caught: run {c.run} (fault {fault}: {faults.FAULTS[fault]}) gave run 1's md5; "
+        f"negative control NOT caught: run {c.run} (fault {fault}: {faults.FAULTS[fault].breaks}) gave run 1's md5; "
         "this md5 check cannot see a broken commit"
     )
 

@@ -1,10 +1,15 @@
-"""The Triton commit kernel for the deduplicated Mamba/GDN state layout.
+"""The Triton kernels for the deduplicated Mamba/GDN state layout. Importing this package imports neither torch nor
+Triton; the serving path imports the modules below by name, where it uses them (a reader follows each call
+statically): ``patches/commit.py`` when a route binds its fused committer, zero-copy's bookkeeping at its own import.
 
-* :func:`load` -- the serving path's one way in (``patches/commit.py``, zero-copy's bookkeeping): the kernel module
-  below, imported once per process (importing this package imports neither torch nor Triton);
-* :mod:`.state_commit` -- the one kernel, its :func:`~.state_commit.launch` and :func:`fused_commit` (all layers, all conv
-  kinds, the SSM state, accept and track index sets, one launch);
-* :mod:`.descriptor` -- :func:`~.descriptor.build_plan` (the one place state tensors are validated) and the plan cache;
+* :func:`load` -- whether the commit kernel imports in this process: it imports :mod:`.state_commit` once and keeps
+  the module or the failure, for ``patches/commit.py``'s ``kernel_problem()`` (asked at pool and route build, so
+  that no committer imports a kernel that cannot load);
+* :mod:`.state_commit` -- the commit kernel, its :func:`~.state_commit.launch` and :func:`fused_commit` (all layers,
+  all conv kinds, the SSM state, accept and track index sets, one launch);
+* :mod:`.descriptor` -- :func:`~.descriptor.get_plan` and :func:`~.descriptor.build_plan` (the one place state
+  tensors are validated) and the plan cache;
+* :mod:`.seed_index` -- zero-copy's verify tables (:func:`~.seed_index.seeded_rows`), the second Triton kernel;
 * :mod:`.single_kind` -- :func:`conv_commit` / :func:`ssm_commit` (one kind of state) and :func:`tail_copy`
   (vLLM's DS tail copy), imported on first use; :mod:`._direct_launch` -- the compiled-kernel fast path (the
   only code on Triton internals); :mod:`._validate` -- launch configuration and argument checks.
@@ -39,9 +44,10 @@ _kernel_error: str | None = None
 
 
 def load() -> ModuleType:
-    """The fused commit kernel, :mod:`.state_commit` (its ``get_plan`` and ``launch``), imported on the first call
-    and kept. Importing this package imports neither torch nor Triton; this does. Where it does not import (Triton
-    broken, no compiler), ImportError with the first failure's text, on every call, without trying again."""
+    """The commit kernel's module, :mod:`.state_commit`, imported on the first call and kept: the availability check
+    (callers then import the kernel modules by name). Importing this package imports neither torch nor Triton; this
+    does. Where it does not import (Triton broken, no compiler), ImportError with the first failure's text, on every
+    call, without trying again."""
     global _kernel, _kernel_error
     if _kernel is not None:
         return _kernel
@@ -57,7 +63,7 @@ def load() -> ModuleType:
 
 
 def __getattr__(name: str):
-    """The public functions, imported on first use (the serving path reaches the kernel through :func:`load`)."""
+    """The public functions, imported on first use (the serving path imports the kernel modules by name instead)."""
     if name == "fused_commit":
         return load().fused_commit
     if name in ("cached_plan_count", "clear_plan_cache"):

@@ -124,7 +124,7 @@ def test_ledger_reservation_is_what_the_real_estimator_took():
     with iu.plugin(True):
         size, rest = iu.run_estimator(_cp(), total_rest_gb=1.0, device="cpu")
     res = ledger.reservation()
-    assert res["reserved_bytes"] == STATE.estimate["reserved_bytes"] > 0
+    assert res["reserved_bytes"] == ledger.last_estimate()["reserved_bytes"] > 0
     assert abs(res["reserved_bytes"] - (1.0 - rest) * ledger.GIB) <= 1
     assert size > 0
 
@@ -175,7 +175,7 @@ def _estimate_then_pool(variant: str, on: bool):
             cache_params=cp, size=est.running, mamba_size=est.slots, draft_tokens=4, topk=1, extra=pool_kw
         )
         doc = sglang_mamba_dedup.memory_ledger() if on else ledger.build(pool.mamba_pool)
-    return cp, est, doc, dict(STATE.estimate) if on else {}
+    return cp, est, doc, ledger.last_estimate() if on else {}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -341,7 +341,7 @@ def test_ledger_pd_decode_reserves_the_pre_allocated_rows(on, caplog):
         assert allocated - reserved > ledger.tolerance(doc), (allocated, reserved, est, doc["buffers"])
         assert line.levelno == logging.WARNING
         return
-    assert STATE.estimate["pd_decode_pre_alloc"] == pre_alloc
+    assert ledger.last_estimate()["pd_decode_pre_alloc"] == pre_alloc
     assert allocated - reserved <= ledger.tolerance(doc), (allocated, reserved, doc["buffers"])
     assert reserved - allocated <= per.state, (allocated, reserved)
     assert line.levelno == logging.INFO
@@ -409,7 +409,7 @@ def test_estimator_top_up_fails_open(monkeypatch, caplog):
         est = sglang_estimate.run(cp, total_rest_gb=0.01, device="cpu", max_running_requests=16, gdn=True)
     (line,) = [r for r in caplog.records if "could not predict" in r.getMessage()]
     assert line.levelno == logging.WARNING and "simulated" in line.getMessage()
-    assert STATE.estimate["top_up_bytes"] == 0 and est.slots >= stock.slots
+    assert ledger.last_estimate()["top_up_bytes"] == 0 and est.slots >= stock.slots
 
 
 # ------------------------------------------------------------------ SGLang's own bookkeeping; one ledger per pool

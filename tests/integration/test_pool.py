@@ -16,11 +16,10 @@ import types
 import pytest
 import torch
 
-from sglang_mamba_dedup import env, gate, installed, report, sizing, state
+from sglang_mamba_dedup import env, gate, installed, ledger, report, sizing, state
 from sglang_mamba_dedup.offline import shapes
 from sglang_mamba_dedup.patches import estimator as estimator_patch
 from sglang_mamba_dedup.patches import topk_plumbing as topk_patch
-from sglang_mamba_dedup.state import STATE
 from tests.support import integration as iu
 
 pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
@@ -336,7 +335,7 @@ def test_estimator_reserves_dedup_size(model, capsys):
         before, rest_before = iu.run_estimator(cp, total_rest_gb=budget, device="cpu")
     with iu.plugin(True):
         after, rest_after = iu.run_estimator(cp, total_rest_gb=budget, device="cpu")
-        est = dict(STATE.estimate)
+        est = ledger.last_estimate()
     assert est["applied"] and est["draft_tokens"] == 4
     d, k = 4, q.conv_kernel
     conv = q.gdn_layers * q.conv_dim * (k - 1) * 2  # bf16
@@ -366,7 +365,7 @@ def test_estimator_under_replayssm_reserves_the_conv_scratch(caplog):
             pytest.skip(str(exc))
     with iu.plugin(True), caplog.at_level("INFO", logger="sglang_mamba_dedup"):
         after, rest_after = iu.run_estimator(cp, total_rest_gb=40.0, device="cpu", replayssm=True)
-        est = dict(STATE.estimate)
+        est = ledger.last_estimate()
     assert after == before
     if not est["replayssm"] or "does not price it" in (est["reason"] or ""):  # 0.5.16: left alone, ledger warns
         assert est["applied"] is False and rest_after == rest_before

@@ -20,7 +20,6 @@ import sglang_mamba_dedup
 from sglang_mamba_dedup import ledger, sizing
 from sglang_mamba_dedup.e2e import random_model
 from sglang_mamba_dedup.planner import launch_config, plan, sglang_estimate
-from sglang_mamba_dedup.state import STATE
 from tests.support import integration as iu
 
 pytestmark = [pytest.mark.release, pytest.mark.usefixtures("allow_cpu")]
@@ -224,7 +223,7 @@ def test_pipeline_stage_top_up_prices_the_stage_only(pp):
         with iu.plugin(on):
             ledger.forget_reservation()
             est = sglang_estimate.run(cp, total_rest_gb=60.0, max_running_requests=64, extra={"pp_size": pp})
-            out[on] = (est, dict(STATE.estimate))
+            out[on] = (est, ledger.last_estimate())
     (stock, _), (ours, decision) = out[False], out[True]
     per = sizing.request_bytes(cp, 4, dedup=True)
     # at most the pool's padding rows (0.5.12 ... 0.5.15 price neither the padding slot nor the padding scratch row)

@@ -86,6 +86,21 @@ def test_counters_are_counted_through_the_report_under_their_declared_names():
     assert "zc_typo_calls" not in report.events()
 
 
+def test_a_commit_counts_its_launch_path_with_it_and_the_report_publishes_the_launches():
+    """One call, one lock, per verify commit: the commit's counters and its kernel's launch path (issue 49, D5)."""
+    from sglang_mamba_dedup import state
+
+    report.count_commit(ours=True, zero_copy=True, path="direct")
+    report.count_commit(ours=True, track=True, path="triton")
+    report.count_commit(ours=False, track=True)  # SGLang's own commit: no launch of ours
+    with pytest.raises(ValueError, match="not a launch path"):
+        report.count_commit(ours=True, path="cuda")
+    events = report.events()
+    assert (events["commit_calls"], events["ours_commit_calls"], events["zc_commit_calls"]) == (3, 2, 1)
+    assert (events["track_commit_calls"], events["ours_track_commit_calls"]) == (2, 1)
+    assert state.STATE.launches == report.launches() == report.snapshot()["launches"] == {"direct": 1, "triton": 1}
+
+
 def test_a_report_dir_with_a_tilde_is_the_home_folder(monkeypatch, tmp_path):
     """Audit 2026-12-04: ``SGLANG_MAMBA_DEDUP_REPORT_DIR=~/reports`` (quoted, a systemd unit, a YAML env block: no
     shell expanded it) made a folder named ``~`` in the working directory."""

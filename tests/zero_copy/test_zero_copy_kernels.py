@@ -5,8 +5,8 @@ Both worlds run SGLang's Triton ``causal_conv1d_update`` and ``TritonGDNKernel.t
 ``fused_sigmoid_gating_delta_rule_update``; under ``TRITON_INTERPRET=1`` on the CPU), with the rows from
 ``gdn_backend.select_verify_intermediate_state_indices``: as SGLang ships them in the stock world, through the
 plugin's wrappers (Z2, Z3) in the zero-copy world. The stock commit is a PyTorch reference of SGLang's scatter; the
-zero-copy commit is the plugin's ``_Route.commit(rows=...)`` (our Triton kernel, conv only, ``accepted`` stored by the
-same launch); rows and seeds come from ``ZeroCopy.verify_tables`` (the seed-index kernel); extends write
+zero-copy commit is the plugin's ``_Route.commit`` bound to ``ZeroCopy.commit`` (our Triton kernel, conv only,
+``accepted`` stored by the same launch); rows and seeds come from ``ZeroCopy.verify_tables`` (the seed-index kernel); extends write
 ``temporal``/``conv`` (a deterministic function of the old state) and zero-copy stages in with ``ZeroCopy.stage_in``
 (the commit kernel, all layers); session hand-offs go through ``ZeroCopy.materialize``. The schedule (joins, chunked prefills,
 finishes, retractions, hand-offs, reorders, CUDA-graph-style padding with slot -1 / row 0, accept lengths 1..D) is
@@ -26,7 +26,8 @@ import types
 import pytest
 import torch
 
-from sglang_mamba_dedup import installed, kernels, state, versions
+from sglang_mamba_dedup import installed, state, versions
+from sglang_mamba_dedup.kernels import descriptor, state_commit
 from sglang_mamba_dedup.patches import commit as commit_patch
 from sglang_mamba_dedup.patches import faults
 from sglang_mamba_dedup.patches.zero_copy import bookkeeping, hooks
@@ -212,7 +213,7 @@ class _World:
                     self.temporal[0, slots[n]] = self.inter_ssm[0, rows[n], steps[n]]
                     self.conv[0, slots[n]] = self.inter_conv[0, rows[n], steps[n]]
         else:
-            self.route.commit(steps, slots, None, None, rows=rpi)
+            self.route.commit((steps, slots), None, rpi)
 
     def live(self, row: int, slot: int) -> torch.Tensor:
         zc = self.zc
@@ -259,8 +260,8 @@ def replay(schedule, drafts: int, ssm_dtype, zc: bool, seed: int, skip=(), kind=
             [a - 1 if x else -1 for a, x in zip(v.accept, v.entries)], dtype=torch.int32, device=DEVICE
         )
         if zcs is not None and "accept" in skip:
-            kernels.load().launch(
-                kernels.load().get_plan(w.cache.conv, w.cache.intermediate_conv_window, None, None),
+            state_commit.launch(
+                descriptor.get_plan(w.cache.conv, w.cache.intermediate_conv_window, None, None),
                 accept=(steps, slots),
                 src_rows=rpi,
             )

@@ -105,7 +105,7 @@ def test_a_padded_verify_entry_writes_the_discard_row_and_no_slot(zero_copy_on, 
         flat.copy_(torch.randn(flat.shape, dtype=w.dtype))
     conv_before = [c.clone() for c in cache.conv]
     steps = torch.tensor([rnd.randrange(D) for _ in range(graph_bs)], dtype=torch.int32)
-    zc.commit(cache, steps, batch_slots, tables.rows)
+    zc.commit(cache, (steps, batch_slots), None, tables.rows)
     want_accepted = accepted_before.clone()
     for n, r in enumerate(rows):
         want_accepted[r] = int(steps[n]) + 1
