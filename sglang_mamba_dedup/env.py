@@ -45,7 +45,8 @@ class Mode(enum.StrEnum):
 
 
 _VALUES = {"": Mode.OFF, "0": Mode.OFF, "off": Mode.OFF, "1": Mode.ON, "on": Mode.ON, "strict": Mode.STRICT}
-ACCEPTED = "unset, 0, off, 1, on, strict"
+#: the switch's values :func:`parse_mode` understands, as its error names them
+SWITCH_VALUES = "unset, 0, off, 1, on, strict"
 
 
 class SwitchError(ValueError):
@@ -64,7 +65,7 @@ def parse_mode(value: str | None) -> Mode:
     key = value.strip().lower()
     if key not in _VALUES:
         raise SwitchError(
-            f"{SWITCH}={shown(value)!r} is not understood; accepted values: {ACCEPTED} (the plugin stays off)"
+            f"{SWITCH}={shown(value)!r} is not understood; accepted values: {SWITCH_VALUES} (the plugin stays off)"
         )
     return _VALUES[key]
 
