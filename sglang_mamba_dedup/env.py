@@ -88,6 +88,27 @@ def enabled(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "on", "true", "yes")
 
 
+def export_flags(flags: tuple[str, ...], *, switch: bool = True) -> str | None:
+    """What the plugin's launch ``flags`` mean, put in the environment the scheduler processes inherit: the one
+    translation, for the activation (``sys.argv``) and for SGLang's ``from_cli_args`` (a caller that built its own
+    argument list). :data:`ZERO_COPY_FLAG` sets :data:`ZERO_COPY` to 1; either flag, with ``switch``, sets
+    :data:`SWITCH` to 1 where it says off (unset, 0, off), never over on or strict, nor over a value not understood
+    (which keeps the plugin off in every process, as the activation said). Returns the value of :data:`SWITCH` the
+    flag replaced (``""`` when unset), or None where it left the switch alone."""
+    if ZERO_COPY_FLAG in flags:
+        os.environ[ZERO_COPY] = "1"
+    if not switch or not flags:
+        return None
+    current = os.environ.get(SWITCH, "")
+    try:
+        if parse_mode(current) is not Mode.OFF:
+            return None
+    except SwitchError:
+        return None
+    os.environ[SWITCH] = "1"
+    return current
+
+
 def value(name: str) -> str | None:
     """A variable's value, stripped; None when unset or blank."""
     return os.environ.get(name, "").strip() or None
