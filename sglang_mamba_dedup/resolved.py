@@ -4,8 +4,8 @@ Each row of :data:`SETTINGS` says where one setting lives once SGLang has resolv
 
 * the runtime-context bag that holds it (0.5.17+ publish what resolution decided there, by namespace:
   ``exec.mamba`` is ``runtime_context.get_exec().mamba``; ``parallel`` is ``get_parallel()``, which answers the
-  parallel namespace's leaves itself). From 0.5.23 on, ``ServerArgs`` keeps the operator's values
-  (``mamba_radix_cache_strategy='auto'``) and only the bag has the decision (``extra_buffer``);
+  parallel namespace's leaves itself). 0.5.23's ``ServerArgs`` keeps the operator's values
+  (``mamba_radix_cache_strategy='auto'``), and only the bag has the decision (``extra_buffer``);
 * else the ``ServerArgs`` attribute, under 0.5.23's name or an older release's (``mamba_scheduler_strategy``):
   releases before the bags resolve ``ServerArgs`` in place. Where a row says ``method``, an older release answers
   with a ``ServerArgs`` method of that name (``enable_mamba_extra_buffer()``): SGLang's own derivation, called.
