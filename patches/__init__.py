@@ -20,8 +20,8 @@ ZERO_COPY = str(versions.ZERO_COPY)  # the one release the zero-copy commit is b
 SERVER_STATE = str(versions.SERVER_STATE)  # Scheduler.get_internal_state importable on a CPU test machine
 
 #: Features in application order; all of them only when the plugin is switched on (``zero_copy*`` only when
-#: asked for as well; the Mamba2 mixer's kernel bindings exist on CUDA only, hence a feature of their own). ``launch_flag`` makes SGLang's parser accept our flags (which switched the plugin on from
-#: ``sys.argv``).
+#: asked for as well; the Mamba2 mixer's kernel bindings exist on CUDA only, hence a feature of their own).
+#: ``launch_flag`` makes SGLang's parser accept our flags (which switched the plugin on from ``sys.argv``).
 FEATURES = (
     "launch_flag",
     "dedup_layout",

@@ -6,7 +6,6 @@ line: ``add_cli_args`` adds them to the parser, ``from_cli_args`` sets ``SGLANG_
 from __future__ import annotations
 
 import logging
-import os
 
 from sglang_mamba_dedup import env, versions
 
@@ -35,7 +34,7 @@ def add_cli_args(wrapped, instance, args, kwargs):
             dest=ZERO_COPY_DEST,
             action="store_true",
             default=False,
-            help="sglang-mamba-dedup: the zero-copy commit (SGLang 0.5.23, GDN, radix cache off; implies "
+            help="sglang-mamba-dedup: the zero-copy commit (SGLang 0.5.23, GDN and Mamba2, radix cache off; implies "
             f"{FLAG}; same as {env.ZERO_COPY}=1): the verify reads the accepted SSM state where it wrote it.",
         )
     return result
@@ -43,19 +42,12 @@ def add_cli_args(wrapped, instance, args, kwargs):
 
 def from_cli_args(wrapped, instance, args, kwargs):
     ns = kwargs.get("args", args[0] if args else None)
-    if getattr(ns, ZERO_COPY_DEST, False):
-        os.environ[env.ZERO_COPY] = "1"
-    if (getattr(ns, DEST, False) or getattr(ns, ZERO_COPY_DEST, False)) and not versions.support_problem(
-        versions.installed_sglang_version()
-    ):
-        # (outside the range the flag is accepted and ignored; the activation has said why, once)
-        current = os.environ.get(env.SWITCH, "")
-        try:
-            mode = env.parse_mode(current)
-        except env.SwitchError:  # not understood: the variable wins and keeps the plugin off in every process, as
-            mode = None  # the activation said (an override here would turn the schedulers on behind its back)
-        if mode is env.Mode.OFF or mode is env.Mode.ON:
-            if current and mode is env.Mode.OFF:
-                logger.info("sglang-mamba-dedup: %s overrides %s=%s", FLAG, env.SWITCH, current)
-            os.environ[env.SWITCH] = "1"  # the spawned scheduler processes apply the plugin from it
+    flags = tuple(
+        flag for flag, dest in ((FLAG, DEST), (env.ZERO_COPY_FLAG, ZERO_COPY_DEST)) if getattr(ns, dest, False)
+    )
+    # outside the supported range the flag is accepted and ignored (the activation has said why, once)
+    supported = bool(flags) and not versions.support_problem(versions.installed_sglang_version())
+    replaced = env.export_flags(flags, switch=supported)  # the spawned scheduler processes apply the plugin from it
+    if replaced:
+        logger.info("sglang-mamba-dedup: %s overrides %s=%s", FLAG, env.SWITCH, replaced)
     return wrapped(*args, **kwargs)

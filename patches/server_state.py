@@ -15,6 +15,8 @@ from sglang_mamba_dedup import report, state, versions
 from sglang_mamba_dedup.patcher import self_first
 from sglang_mamba_dedup.state import STATE
 
+from .zero_copy import pool_of
+
 #: The key of the plugin's entry in a scheduler's internal state.
 KEY = "mamba_dedup"
 
@@ -38,18 +40,22 @@ def _int_or_none(value: Any) -> int | None:
     return got if got in _MSGPACK_INTS else None
 
 
+def zero_copy_decision(ps: state.PoolState | None) -> str | None:
+    """A pool's zero-copy decision as the entry says it: ``on``, ``off: <reason>``, or None (not decided yet, or
+    not asked for); the pool's own, never another pool's."""
+    if ps is None or not ps.zero_copy_decided:
+        return None
+    if ps.zero_copy is not None:
+        return "on"
+    return None if ps.zero_copy_reason is None else f"off: {ps.zero_copy_reason}"
+
+
 def scheduler_state(scheduler: Any) -> dict[str, Any]:
     """The ``mamba_dedup`` entry of one scheduler's internal state."""
-    rtp = getattr(scheduler, "req_to_token_pool", None)
-    pool = getattr(rtp, "mamba_pool", None)
+    pool = pool_of(scheduler)
     events = report.events()
     server_args = getattr(scheduler, "server_args", None)
-    decision = events.get("zero_copy")  # the process's last pool decided; this scheduler's pool says first
-    ps = state.pool_state_of(pool)
-    if ps is not None and ps.zero_copy_decided and ps.zero_copy is not None:
-        decision = "on"
-    elif ps is not None and ps.zero_copy_decided and decision == "on":
-        decision = "off: this scheduler's pool keeps today's commit (another pool of the process took zero-copy)"
+    decision = zero_copy_decision(state.pool_state_of(pool))
     return {
         "plugin_version": versions.plugin_version(),
         "mode": state.current_mode().value,

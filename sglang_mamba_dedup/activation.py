@@ -112,7 +112,7 @@ def _cannot_load(problem: str) -> None:
     mode = env.switch_mode()
     if mode is Mode.STRICT:
         raise StrictModeError(f"the plugin cannot load: {problem}")
-    asked = mode is Mode.ON or flag_in_argv()
+    asked = mode is Mode.ON or bool(flags_in_argv())
     level = logging.ERROR if asked else logging.INFO
     _say(level, f"sglang-mamba-dedup cannot load and stays out of the way, SGLang's stock path is kept: {problem}")
 
@@ -143,7 +143,7 @@ def _register(what_if: bool) -> None:
         return
     mode, head = decided
     wanted, skipped = _features_for(version)
-    _apply_and_report(mode, head, wanted, skipped, what_if)
+    _apply_and_report(version, mode, head, wanted, skipped, what_if)
 
 
 def _decide(version: str | None, what_if: bool) -> tuple[Mode, str] | None:
@@ -162,8 +162,12 @@ def _decide(version: str | None, what_if: bool) -> tuple[Mode, str] | None:
     head = f"sglang-mamba-dedup {versions.plugin_version()} (SGLang {version or 'not installed'}, pid {os.getpid()})"
 
     # a what-if (plan, demo) runs in a process whose argv may be a pasted launch line: it is not that server (B2)
-    flag = False if what_if else flag_in_argv()
+    flags = () if what_if else flags_in_argv()
+    flag = bool(flags)
     problem = versions.support_problem(version)
+    # SGLang parses its arguments later; the environment carries the flags to the schedulers (the switch only on a
+    # supported release, and only where it says off)
+    env.export_flags(flags, switch=problem is None)
     if problem:
         if mode is Mode.STRICT:
             raise StrictModeError(problem)
@@ -178,8 +182,7 @@ def _decide(version: str | None, what_if: bool) -> tuple[Mode, str] | None:
             head = _accept_flag(head)  # the environment variable wins over the flag, and it is not understood
         _say(logging.ERROR, f"{head}: {bad}")
         return None
-    if mode is Mode.OFF and flag:
-        os.environ[ENV] = "1"  # SGLang parses its arguments later; the environment carries it to the schedulers
+    if mode is Mode.OFF and flag:  # export_flags has set the switch to 1
         mode = Mode.ON
         STATE.activation_key = (os.environ[ENV], version, what_if)
         head += f" [{_flags_given()} given]"
@@ -230,7 +233,9 @@ def _features_for(version: str | None) -> tuple[list[str], dict[str, str]]:
     return wanted, ({"zero_copy": f"{zero_copy_skip}: today's commit"} if zero_copy_skip else {})
 
 
-def _apply_and_report(mode: Mode, head: str, wanted: list[str], skipped: dict[str, str], what_if: bool) -> None:
+def _apply_and_report(
+    version: str | None, mode: Mode, head: str, wanted: list[str], skipped: dict[str, str], what_if: bool
+) -> None:
     """Apply ``wanted`` all-or-nothing per feature; strict mode stops on any skip; one log line says what was
     applied, what this release does not need and what was skipped; then the fault (negative control) and the report."""
     results: dict[str, str | None] = installed.apply(wanted)
@@ -243,7 +248,6 @@ def _apply_and_report(mode: Mode, head: str, wanted: list[str], skipped: dict[st
     switched = [f for f in wanted if f != "launch_flag"]
     applied = sorted({v["feature"] for v in st.values() if v["state"] == "applied" and v["feature"] in switched})
     idle = sorted(f for f in switched if f not in applied and f not in skipped)
-    version = versions.installed_sglang_version()
     parts = [f"{head}: {mode.value}, {versions.mode_for(version)} mode", "applied " + (", ".join(applied) or "nothing")]
     if idle:
         parts.append("not needed on this release: " + ", ".join(idle))
@@ -261,11 +265,11 @@ def _apply_and_report(mode: Mode, head: str, wanted: list[str], skipped: dict[st
 def _flags_given() -> str:
     """The plugin's launch flags in ``sys.argv``, as the activation line names them (the one typed, not always
     ``--enable-mamba-conv-dedup``)."""
-    return " ".join(f for f in (FLAG, env.ZERO_COPY_FLAG) if f in sys.argv[1:]) or FLAG
+    return " ".join(flags_in_argv()) or FLAG
 
 
-def flag_in_argv() -> bool:
+def flags_in_argv() -> tuple[str, ...]:
+    """The plugin's launch flags in this process's ``sys.argv`` (:data:`FLAG`, then the zero-copy one); a question
+    only: :func:`.env.export_flags` puts what they mean in the environment."""
     argv = sys.argv[1:]
-    if env.ZERO_COPY_FLAG in argv:
-        os.environ[env.ZERO_COPY] = "1"  # the scheduler processes read it
-    return FLAG in argv or env.ZERO_COPY_FLAG in argv
+    return tuple(f for f in (FLAG, env.ZERO_COPY_FLAG) if f in argv)

@@ -45,7 +45,8 @@ class Mode(enum.StrEnum):
 
 
 _VALUES = {"": Mode.OFF, "0": Mode.OFF, "off": Mode.OFF, "1": Mode.ON, "on": Mode.ON, "strict": Mode.STRICT}
-ACCEPTED = "unset, 0, off, 1, on, strict"
+#: the switch's values :func:`parse_mode` understands, as its error names them
+SWITCH_VALUES = "unset, 0, off, 1, on, strict"
 
 
 class SwitchError(ValueError):
@@ -64,7 +65,7 @@ def parse_mode(value: str | None) -> Mode:
     key = value.strip().lower()
     if key not in _VALUES:
         raise SwitchError(
-            f"{SWITCH}={shown(value)!r} is not understood; accepted values: {ACCEPTED} (the plugin stays off)"
+            f"{SWITCH}={shown(value)!r} is not understood; accepted values: {SWITCH_VALUES} (the plugin stays off)"
         )
     return _VALUES[key]
 
@@ -85,6 +86,27 @@ def switch_mode() -> Mode:
 def enabled(name: str) -> bool:
     """A boolean variable: ``1`` / ``on`` / ``true`` / ``yes``."""
     return os.environ.get(name, "").strip().lower() in ("1", "on", "true", "yes")
+
+
+def export_flags(flags: tuple[str, ...], *, switch: bool = True) -> str | None:
+    """What the plugin's launch ``flags`` mean, put in the environment the scheduler processes inherit: the one
+    translation, for the activation (``sys.argv``) and for SGLang's ``from_cli_args`` (a caller that built its own
+    argument list). :data:`ZERO_COPY_FLAG` sets :data:`ZERO_COPY` to 1; either flag, with ``switch``, sets
+    :data:`SWITCH` to 1 where it says off (unset, 0, off), never over on or strict, nor over a value not understood
+    (which keeps the plugin off in every process, as the activation said). Returns the value of :data:`SWITCH` the
+    flag replaced (``""`` when unset), or None where it left the switch alone."""
+    if ZERO_COPY_FLAG in flags:
+        os.environ[ZERO_COPY] = "1"
+    if not switch or not flags:
+        return None
+    current = os.environ.get(SWITCH, "")
+    try:
+        if parse_mode(current) is not Mode.OFF:
+            return None
+    except SwitchError:
+        return None
+    os.environ[SWITCH] = "1"
+    return current
 
 
 def value(name: str) -> str | None:

@@ -18,7 +18,7 @@ from .sizing import GIB
 from .state import POOL_ATTR, STATE
 
 #: zero-copy's ``accepted`` table as the ledger names it (the pool's :class:`~.state.PoolState`)
-ACCEPTED = f"{POOL_ATTR}.accepted"
+ACCEPTED_BUFFER = f"{POOL_ATTR}.accepted"
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -84,7 +84,7 @@ def bookkeeping_buffers(pool: Any) -> list[str]:
     ``accepted`` table is not one of them: the plugin's estimator reserves it)."""
     cache = getattr(pool, "mamba_cache", None)
     state = {f.name for f in dataclasses.fields(cache)} if dataclasses.is_dataclass(cache) else set()
-    priced = state | {ACCEPTED}  # zero-copy's table: the plugin's estimator reserves it
+    priced = state | {ACCEPTED_BUFFER}  # zero-copy's table: the plugin's estimator reserves it
     return [name for name, ts in buffers(pool) if name not in priced and all(_is_index(t) for t in ts)]
 
 

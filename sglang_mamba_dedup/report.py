@@ -59,7 +59,9 @@ def record_fault(name: str | None) -> None:
 
 
 def record_zero_copy(decision: str) -> None:
-    """The zero-copy commit's decision for a pool: ``on``, or ``off: <reason>`` (the last pool decided wins)."""
+    """Log a pool's zero-copy decision in the report's events: ``on``, or ``off: <reason>``. A log line of the last
+    pool decided, never a source of truth: each pool's decision and reason are its
+    :class:`~.state.PoolState`'s, which ``/get_server_info`` reads."""
     with STATE.lock:
         STATE.events["zero_copy"] = decision
 

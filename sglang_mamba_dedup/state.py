@@ -73,13 +73,15 @@ POOL_ATTR = "_smd_pool"
 class PoolState:
     """What the plugin knows of one of SGLang's mamba pools, kept on the pool (:data:`POOL_ATTR`) so that it lives
     and dies with it: the layout the pool patch found or built, whether our commit kernel may serve it, and
-    zero-copy's decision and ``accepted`` table (their only home: no process-wide copy). The ledger counts
+    zero-copy's decision, its reason and ``accepted`` table (their only home: the status report's ``zero_copy``
+    event is a log of the last pool decided, never read back). The ledger counts
     :meth:`ledger_buffers` as the pool's buffers."""
 
     layout: str | None = None  # "ours" (back-port), "upstream" (SGLang's deduplicated window) or "stock"
     commit_ok: bool = False  # our commit kernel serves this pool (read by the commit and zero-copy's gate)
     zero_copy_decided: bool = False  # zero-copy's gate ran for this pool
     zero_copy: Any = None  # its ZeroCopy bookkeeping where the gate passed (patches.zero_copy.bookkeeping)
+    zero_copy_reason: str | None = None  # why the gate refused this pool (None: on, undecided, or not asked for)
     accepted: Any = None  # zero-copy's int32 ``accepted`` table, one per scratch row, allocated with the pool
 
     def ledger_buffers(self) -> list[tuple[str, Any]]:

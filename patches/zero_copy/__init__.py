@@ -11,12 +11,14 @@ every other reader of the state, and why each excluded case keeps today's commit
   ``accepted`` update folded in), the session hand-off;
 * :mod:`.hooks`: the wrappers Z1-Z4 and Z6 of the patch table; Z5 is the commit wrapper's zero-copy route
   (:mod:`..commit` calls :meth:`~.bookkeeping.ZeroCopy.commit`). Every decision and table is the pool's
-  (:class:`~sglang_mamba_dedup.state.PoolState`); each hook finds its pool from the object it wraps.
+  (:class:`~sglang_mamba_dedup.state.PoolState`); each hook finds its pool from the object it wraps
+  (:func:`pool_of`).
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from sglang_mamba_dedup import env, state, versions
 
@@ -68,6 +70,17 @@ def not_served(version: str | None = None) -> str | None:
         f"{env.ZERO_COPY} asked for, but the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} only "
         f"(this is {version or versions.sglang_version()})"
     )
+
+
+def pool_of(obj: Any) -> Any:
+    """The SGLang mamba pool a hooked object works on, or None: the one place that knows the ways there. A
+    linear-attention backend or a model runner holds its request-to-token pool (``obj.req_to_token_pool``); a
+    streaming session, or a radix-cache component (``MambaComponent``), its radix cache (``obj.cache``), which holds
+    it; a request-to-token pool is its own. The mamba pool is that pool's ``mamba_pool``."""
+    rtp = getattr(obj, "req_to_token_pool", None)
+    if rtp is None:
+        rtp = getattr(getattr(obj, "cache", None), "req_to_token_pool", None)
+    return getattr(obj if rtp is None else rtp, "mamba_pool", None)
 
 
 def prepare(pool):

@@ -1,80 +1,88 @@
-"""Whether a pool may take the zero-copy commit: SGLang's resolved settings (:func:`settings_problem`), the backend and
-its pool (:func:`backend_problem`), decided once per pool at its backend's first forward (:func:`decide`: one log
-line either way, strict mode stops). Each excluded case and why: docs/zero-copy.md section 6.
+"""Whether a pool may take the zero-copy commit: SGLang's resolved settings (:func:`settings_problem` over the rules
+:data:`RULES`, read by :mod:`sglang_mamba_dedup.resolved`), the backend and its pool (:func:`backend_problem`), decided
+once per pool at its backend's first forward (:func:`decide`: one log line either way, strict mode stops; the reason
+kept on the pool's :class:`~sglang_mamba_dedup.state.PoolState`). Each excluded case and why: docs/zero-copy.md
+section 6.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from sglang_mamba_dedup import env, report, state
+from sglang_mamba_dedup import env, report, resolved, state
+from sglang_mamba_dedup.resolved import ABSENT
 
-from . import asked
+from . import asked, pool_of
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
-_MISSING = object()
 
-#: (setting, is it safe, why not) - each excluded case of docs/zero-copy.md section 6 that a setting decides.
-_SETTINGS = (
-    (
-        "speculative_algorithm",
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One excluded case of docs/zero-copy.md section 6 that SGLang's resolved settings decide: ``ok`` gets the
+    values of ``names`` in order (as :func:`~sglang_mamba_dedup.resolved.read` gives them) and says whether zero-copy
+    is safe; ``why`` is the refusal. A setting the release does not have refuses ("cannot read"), unless the rule
+    takes ``absent`` values: then ``ok`` gets :data:`~sglang_mamba_dedup.resolved.ABSENT` and says what it means."""
+
+    names: tuple[str, ...]
+    ok: Callable[..., bool]
+    why: str
+    absent: bool = False
+
+
+def _off_or_absent(value: Any) -> bool:
+    """Off, or not an option of this release (so never on)."""
+    return value is ABSENT or not value
+
+
+#: The excluded cases the settings decide, in the order they are asked.
+RULES: tuple[Rule, ...] = (
+    Rule(
+        ("speculative_algorithm",),
         lambda v: getattr(v, "name", str(v)).upper() in ("EAGLE", "NEXTN", "MTP"),
         "not NEXTN/EAGLE",
     ),
-    ("speculative_eagle_topk", lambda v: v is None or int(v) <= 1, "topk > 1 (tree verify)"),
-    ("disable_radix_cache", lambda v: bool(v), "the radix cache is on (it snapshots the committed state)"),
-    ("enable_linear_replayssm", lambda v: not v, "ReplaySSM owns the state"),
-    ("enable_linear_replayssm_spec", lambda v: not v, "ReplaySSM owns the commit"),
-    ("disaggregation_mode", lambda v: str(v) == "null", "PD disaggregation transfers the committed state"),
-    ("pp_size", lambda v: int(v) == 1, "pipeline parallelism (delayed commit)"),
-    ("enable_dp_attention", lambda v: not v, "DP attention (padded warm-up rows)"),
-    ("enable_two_batch_overlap", lambda v: not v, "two-batch overlap (not analysed)"),
-    ("enable_mixed_chunk", lambda v: not v, "mixed chunked prefill (a decode row inside an extend)"),
-    ("speculative_adaptive", lambda v: not v, "an adaptive draft count"),
-    ("enable_multi_layer_eagle", lambda v: not v, "multi-layer EAGLE (not analysed)"),
+    Rule(("speculative_eagle_topk",), lambda v: v is None or int(v) <= 1, "topk > 1 (tree verify)"),
+    Rule(("disable_radix_cache",), bool, "the radix cache is on (it snapshots the committed state)"),
+    Rule(("enable_linear_replayssm",), lambda v: not v, "ReplaySSM owns the state"),
+    Rule(("enable_linear_replayssm_spec",), lambda v: not v, "ReplaySSM owns the commit"),
+    Rule(("disaggregation_mode",), lambda v: str(v) == "null", "PD disaggregation transfers the committed state"),
+    Rule(("pp_size",), lambda v: int(v) == 1, "pipeline parallelism (delayed commit)"),
+    Rule(("enable_dp_attention",), lambda v: not v, "DP attention (padded warm-up rows)"),
+    Rule(("enable_two_batch_overlap",), lambda v: not v, "two-batch overlap (not analysed)"),
+    Rule(("enable_mixed_chunk",), lambda v: not v, "mixed chunked prefill (a decode row inside an extend)"),
+    Rule(("speculative_adaptive",), _off_or_absent, "an adaptive draft count", absent=True),
+    Rule(("enable_multi_layer_eagle",), _off_or_absent, "multi-layer EAGLE (not analysed)", absent=True),
 )
-#: 0.5.23 options a runtime-context bag may not carry: absent means off (every other name must be found)
-_ABSENT_IS_OFF = ("speculative_adaptive", "enable_multi_layer_eagle")
+
+
+def _names(rules: tuple[Rule, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(n for rule in rules for n in rule.names))
 
 
 def read_settings() -> dict[str, Any]:
-    """The resolved settings :data:`_SETTINGS` names, from SGLang 0.5.23's runtime-context bags (what resolution
-    decided), the operator's record where no bag has the name; a name found nowhere is missing (and refused)."""
-    from sglang.srt import runtime_context as rc
+    """The resolved settings :data:`RULES` read, as this process's published launch has them
+    (:func:`sglang_mamba_dedup.resolved.read`: the runtime-context bags, where resolution decided them)."""
+    return resolved.read(names=_names(RULES))
 
-    sources = []
-    for getter in ("get_spec", "get_memory", "get_disagg", "get_schedule", "get_exec", "get_server_args"):
+
+def settings_problem(settings: Mapping[str, Any], rules: tuple[Rule, ...] = RULES) -> str | None:
+    """Why these settings keep today's commit (the first of ``rules`` not met), or None; pure."""
+    for rule in rules:
+        values = tuple(settings.get(n, ABSENT) for n in rule.names)
+        missing = [n for n, v in zip(rule.names, values, strict=True) if v is ABSENT]
+        if missing and not rule.absent:
+            return f"cannot read SGLang's setting {missing[0]}"
+        shown = ", ".join(f"{n}={v!r}" for n, v in zip(rule.names, values, strict=True))
         try:
-            sources.append(getattr(rc, getter)())
-        except Exception:  # noqa: BLE001 - a bag not published in this process: the next source answers
-            continue
-    mamba = [m for m in (getattr(s, "mamba", None) for s in sources) if m is not None][:1]
-    found: dict[str, Any] = {}
-    for name, _ok, _why in _SETTINGS:
-        for source in (mamba if name.startswith("enable_linear_replayssm") else []) + sources:
-            value = getattr(source, name, _MISSING)
-            if value is not _MISSING:
-                found[name] = value
-                break
-    return found
-
-
-def settings_problem(settings: dict[str, Any]) -> str | None:
-    """Why these settings keep today's commit (the first excluded case met), or None; pure."""
-    for name, ok, why in _SETTINGS:
-        value = settings.get(name, _MISSING)
-        if value is _MISSING:
-            if name in _ABSENT_IS_OFF:
-                continue
-            return f"cannot read SGLang's setting {name}"
-        try:
-            if not ok(value):
-                return f"{why} ({name}={value!r})"
+            if not rule.ok(*values):
+                return f"{rule.why} ({shown})"
         except (TypeError, ValueError):
-            return f"{name}={value!r} is not understood"
+            return f"{shown} is not understood"
     if os.environ.get("SGLANG_ENABLE_PP_SPEC", "").strip().lower() in ("1", "true", "yes", "on"):
         return "SGLANG_ENABLE_PP_SPEC is set (pipeline stable rows)"
     return None
@@ -97,7 +105,7 @@ def _verify_kernel_problem(backend) -> str | None:
 def backend_problem(backend) -> str | None:
     """Why this GDN or Mamba2 backend's pool keeps today's commit (pool, scratch, layers, verify kernel, side states)."""
     rtp = getattr(backend, "req_to_token_pool", None)
-    pool = getattr(rtp, "mamba_pool", None)
+    pool = pool_of(backend)
     ps = state.pool_state_of(pool)
     if pool is None or ps is None or not ps.commit_ok:
         return "the plugin's commit does not serve this pool"
@@ -150,17 +158,17 @@ def _capturing() -> bool:
 def decide(backend):
     """This backend's pool's :class:`~.bookkeeping.ZeroCopy`, or None: decided once per pool (one log line either
     way; strict stops)."""
-    rtp = getattr(backend, "req_to_token_pool", None)
-    pool = getattr(rtp, "mamba_pool", None)
+    pool = pool_of(backend)
     if pool is None:
         return None
+    rtp = getattr(backend, "req_to_token_pool", None)
     ps = state.pool_state(pool)
     if getattr(backend, "is_draft_worker", False) and ps.zero_copy is not None:
         return _draft_on_a_zero_copy_pool()
     if ps.zero_copy_decided:
         return ps.zero_copy
     if not asked():  # not asked for (a test that applied every feature): stock, silently
-        ps.zero_copy_decided, ps.zero_copy = True, None
+        ps.zero_copy_decided, ps.zero_copy, ps.zero_copy_reason = True, None, None
         return None
     reason = _DRAFT if getattr(backend, "is_draft_worker", False) else backend_problem(backend)
     if reason is None and ps.accepted is None and _capturing():
@@ -175,9 +183,9 @@ def decide(backend):
         from .bookkeeping import ZeroCopy
 
         zc = ZeroCopy(pool, layers=(min(rtp.mamba_map), max(rtp.mamba_map)))
-    ps.zero_copy_decided, ps.zero_copy = True, zc
+    ps.zero_copy_decided, ps.zero_copy, ps.zero_copy_reason = True, zc, reason
     if zc is None:
-        report.record_zero_copy(f"off: {reason}")
+        report.record_zero_copy(f"off: {reason}")  # a log line; the pool's reason is the one /get_server_info says
         if state.is_strict():
             raise RuntimeError(f"sglang-mamba-dedup strict mode: {env.ZERO_COPY} asked for, but {reason}")
         logger.warning("sglang-mamba-dedup: zero-copy commit asked for, stays off for this pool: %s", reason)

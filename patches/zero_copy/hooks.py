@@ -11,15 +11,17 @@ from typing import Any
 
 from sglang_mamba_dedup import report, state
 
+from . import pool_of
 from .eligibility import decide
 
 #: this verify forward's VerifyTables while a zero-copy backend runs a target-verify layer
 _ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("smd_zero_copy", default=None)
 
 
-def _decided(req_to_token_pool) -> Any:
-    """The zero-copy bookkeeping of the mamba pool behind ``req_to_token_pool`` where its gate passed, else None."""
-    ps = state.pool_state_of(getattr(req_to_token_pool, "mamba_pool", None))
+def _decided(obj) -> Any:
+    """The zero-copy bookkeeping of the mamba pool behind ``obj`` (:func:`.pool_of`) where its gate passed, else
+    None."""
+    ps = state.pool_state_of(pool_of(obj))
     return ps.zero_copy if ps is not None else None
 
 
@@ -130,7 +132,7 @@ def mamba2_ssm(wrapped, instance, args, kwargs):
 def session_kept(wrapped, instance, args, kwargs):
     """Z6: a streaming session keeps a finished turn's row and slot, and its next turn extends from
     ``temporal[slot]``: queue the live state to be materialized there before the next extend forward."""
-    zc = _decided(getattr(getattr(instance, "cache", None), "req_to_token_pool", None))  # the session's radix cache's
+    zc = _decided(instance)  # the pool of the session's radix cache
     req = args[0] if args else kwargs.get("req")
     kv = getattr(req, "kv", None)  # 0.5.23: the row and slot are the request's KV record's (``ReqKvInfo``)
     row, slot = getattr(kv, "req_pool_idx", None), getattr(kv, "mamba_pool_idx", None)
@@ -143,7 +145,7 @@ def session_kept(wrapped, instance, args, kwargs):
 def before_extend(wrapped, instance, args, kwargs):
     """Z6: the queued hand-offs are materialized on the forward stream, before an extend's layers read the pool
     (where SGLang runs its own deferred copy-on-write)."""
-    zc = None if getattr(instance, "is_draft_worker", False) else _decided(getattr(instance, "req_to_token_pool", None))
+    zc = None if getattr(instance, "is_draft_worker", False) else _decided(instance)
     if zc is not None and zc.handoffs:
         mode = (args[0] if args else kwargs["forward_batch"]).forward_mode
         if mode.is_extend() and not mode.is_target_verify():

@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from .. import activation, env, installed, versions
+from .. import activation, env, installed, resolved, versions
 from ..patches import ASKED_FOR, PATCHES, faults
 from ..patches import commit as commit_patch
 from ..patches import zero_copy as zero_copy_patch
@@ -115,6 +115,7 @@ def collect() -> dict[str, Any]:
             elif reason:
                 info["problems"].append(reason)
         info["features"] = features
+        info["settings"] = _settings()
         kernel = commit_patch.kernel_problem()  # the import the decode path would make, tried here too
         info["commit_kernel"] = "imports" if kernel is None else f"does not import: {kernel}"
         if kernel:
@@ -126,6 +127,16 @@ def collect() -> dict[str, Any]:
             "no CUDA device: the dedup layout and our commit are CUDA-only, SGLang keeps its stock path here"
         )
     return info
+
+
+def _settings() -> dict[str, Any]:
+    """Where this release keeps each of SGLang's resolved settings the plugin reads (:mod:`..resolved`), and the ones
+    it does not have (they read as absent: each reader says what that means)."""
+    try:
+        where = resolved.where()
+    except Exception as exc:  # noqa: BLE001 - SGLang's ServerArgs would not import: the verdict says why elsewhere
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"where": where, "absent": [name for name, at in where.items() if at is None]}
 
 
 def _zero_copy(version: str | None, mode: str | None) -> dict[str, Any]:
@@ -195,6 +206,15 @@ def render(info: dict[str, Any]) -> str:
         say(f"  tested      CPU CI: {t['cpu_ci']}; H200: {t['h200']}" + (f"; {t['notes']}" if t["notes"] else ""))
     if "commit_kernel" in info:
         say(f"  commit kernel (Triton) {info['commit_kernel']}")
+    settings = info.get("settings") or {}
+    if "where" in settings:
+        bags = sum(1 for at in settings["where"].values() if at and at.endswith(" bag"))
+        say(
+            f"  settings    {len(settings['where'])} of SGLang's resolved settings read ({bags} from its runtime-context "
+            f"bags); absent on this release: {', '.join(settings['absent']) or 'none'}"
+        )
+    elif settings:
+        say(f"  settings    cannot be located: {settings['error']}")
     if "upstream_dedup" in info:
         say(f"  upstream conv-window dedup in this release: {'yes' if info['upstream_dedup'] else 'no'}")
     if info.get("release_description"):

@@ -43,8 +43,6 @@ from .reports import read_reports
 from .stats import fmt_rate, fmt_ratio, pair_order, pair_schedule, pair_stats
 from .workload import Generate, first_difference, md5_of_ids, output_problem, split_batches, timed
 
-#: The phases of the paired measurement, in the order of their tables.
-PHASES = ("batch1", "full")
 #: Seconds kept free at the end of ``--time-budget`` for stopping both servers.
 STOP_RESERVE_S = 30.0
 

@@ -118,10 +118,6 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
-def _given(args) -> list[str]:
-    return [f for f in SIZING_FLAGS if getattr(args, f, None) is not None]
-
-
 def _value(args, name: str) -> Any:
     value = getattr(args, name, None)
     return DEFAULTS.get(name) if value is None else value

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .. import resolved
 from ..sizing import GIB
 
 
@@ -253,28 +254,6 @@ def publish(sa: Any) -> None:
         setter(sa)
 
 
-def _read(sa: Any, bag: str, name: str, default: Any = None) -> Any:
-    """A resolved setting: from the published runtime-context bag ``bag`` (0.5.16+), else from ``server_args``
-    (resolved in place by older releases)."""
-    try:
-        from sglang.srt import runtime_context
-
-        getter = getattr(runtime_context, bag, None)
-        if getter is not None:
-            src = getter()
-            if bag == "get_exec" and name.startswith("mamba."):
-                src, name = src.mamba, name.split(".", 1)[1]
-            value = getattr(src, name, _MISSING)
-            if value is not _MISSING:
-                return value
-    except (ImportError, RuntimeError, AttributeError):
-        pass
-    return getattr(sa, name.split(".")[-1], default)
-
-
-_MISSING = object()
-
-
 def attn_dp_size(sa: Any) -> int:
     """The attention-DP replicas: each rank's pools are sized for ``max_running_requests // attn_dp_size``
     (SGLang's ``deployment_attn_dp_size``). 0.5.23 spells it ``--attn-dp-size N``; every release still takes
@@ -297,38 +276,39 @@ def skip_decode_lock() -> bool | None:
 
 
 def settings_of(sa: Any) -> dict[str, Any]:
-    """The resolved decisions the mamba sizing depends on, as the server will read them."""
-    replay = _read(sa, "get_exec", "mamba.enable_linear_replayssm_spec")
-    if replay is None:
-        replay = bool(getattr(sa, "enable_gdn_replayssm_spec", False))
-    strategy = _read(sa, "get_memory", "mamba_radix_cache_strategy") or getattr(sa, "mamba_scheduler_strategy", None)
-    extra = _read(sa, "get_exec", "mamba.enable_mamba_extra_buffer")
-    if extra is None:
-        value = getattr(sa, "enable_mamba_extra_buffer", False)
-        extra = value() if callable(value) else value
+    """The resolved decisions the mamba sizing depends on, as the server will read them
+    (:func:`sglang_mamba_dedup.resolved.read`; ``sa`` published first where the release has a runtime context). A
+    setting the release does not have is off here (ReplaySSM, the lazy extra buffer), or 1 / ``null`` (TP, PP, PD)."""
+    r = resolved.read(sa)
+
+    def got(name: str, default: Any = None) -> Any:
+        return resolved.value_or(r, name, default)
+
+    strategy = got("mamba_radix_cache_strategy")
+    lazy = r["enable_mamba_extra_buffer_lazy"]
     return {
-        "device": getattr(sa, "device", None),
-        "radix_cache": not bool(_read(sa, "get_memory", "disable_radix_cache")),
-        "overlap_schedule": not bool(_read(sa, "get_schedule", "disable_overlap_schedule")),
+        "device": got("device"),
+        "radix_cache": not bool(got("disable_radix_cache", False)),
+        "overlap_schedule": not bool(got("disable_overlap_schedule", False)),
         "mamba_strategy": strategy,
-        "mamba_extra_buffer": bool(extra),
-        "mamba_extra_buffer_lazy": bool(_read(sa, "get_exec", "mamba.enable_mamba_extra_buffer_lazy"))
-        or strategy == "extra_buffer_lazy",
+        "mamba_extra_buffer": bool(got("enable_mamba_extra_buffer", False)),
+        # 0.5.12 has neither the lazy strategy nor its answer
+        "mamba_extra_buffer_lazy": strategy == "extra_buffer_lazy" if lazy is resolved.ABSENT else bool(lazy),
         "skip_decode_lock": skip_decode_lock(),
-        "replayssm": bool(replay),
-        "speculative_algorithm": _read(sa, "get_spec", "speculative_algorithm"),
-        "speculative_num_draft_tokens": _read(sa, "get_spec", "speculative_num_draft_tokens"),
-        "speculative_num_steps": _read(sa, "get_spec", "speculative_num_steps"),
-        "speculative_eagle_topk": _read(sa, "get_spec", "speculative_eagle_topk"),
-        "max_running_requests": _read(sa, "get_schedule", "max_running_requests"),
-        "max_mamba_cache_size": _read(sa, "get_schedule", "max_mamba_cache_size"),
-        "mem_fraction_static": _read(sa, "get_schedule", "mem_fraction_static"),
-        "mamba_full_memory_ratio": _read(sa, "get_schedule", "mamba_full_memory_ratio"),
-        "page_size": _read(sa, "get_schedule", "page_size"),
-        "tp_size": getattr(sa, "tp_size", 1),
-        "pp_size": getattr(sa, "pp_size", 1),
+        "replayssm": bool(got("enable_linear_replayssm_spec", False)),
+        "speculative_algorithm": got("speculative_algorithm"),
+        "speculative_num_draft_tokens": got("speculative_num_draft_tokens"),
+        "speculative_num_steps": got("speculative_num_steps"),
+        "speculative_eagle_topk": got("speculative_eagle_topk"),
+        "max_running_requests": got("max_running_requests"),
+        "max_mamba_cache_size": got("max_mamba_cache_size"),
+        "mem_fraction_static": got("mem_fraction_static"),
+        "mamba_full_memory_ratio": got("mamba_full_memory_ratio"),
+        "page_size": got("page_size"),
+        "tp_size": got("tp_size", 1),
+        "pp_size": got("pp_size", 1),
         "attn_dp_size": attn_dp_size(sa),
-        "disaggregation_mode": _read(sa, "get_disagg", "disaggregation_mode", "null"),
+        "disaggregation_mode": got("disaggregation_mode", "null"),
     }
 
 

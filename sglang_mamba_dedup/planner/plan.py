@@ -32,6 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from packaging.specifiers import SpecifierSet
+
 from .. import env, versions
 from ..cli._args import environ, switched
 from ..offline.shapes import MODELS
@@ -458,7 +460,7 @@ def kv_running_cap(tokens: int, context_len: int | None) -> int:
     """The running requests SGLang's KV pool of ``tokens`` admits per worker, before the mamba pool's cap (the
     release's ``resolve_max_num_reqs``, ``_resolve_max_num_reqs`` before 0.5.16): half the tokens from 0.5.14 on;
     before, the pool-size estimate ``max(min(tokens / context x 512, 4096), 2048)``."""
-    if versions.parse(versions.installed_sglang_version() or "0") >= versions.parse("0.5.14"):
+    if versions.in_range(versions.installed_sglang_version(), SpecifierSet(">=0.5.14")):
         return tokens // 2
     return max(min(int(tokens / (context_len or 4096) * 512), 4096), 2048)
 

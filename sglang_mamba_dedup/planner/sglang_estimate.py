@@ -13,7 +13,7 @@ import importlib
 import types
 from typing import Any
 
-from .. import versions
+from .. import resolved, versions
 from .launch_config import attn_dp_size
 
 #: NEXTN is an alias of EAGLE; 0.5.19's runtime context only knows the canonical name.
@@ -282,9 +282,10 @@ def kv_pool(launch: Any, gpu_memory_gb: float) -> KVPool:
 
     sa, mc = launch.server_args, launch.model_config
     launch_config.publish(sa)
-    kv_flag = str(launch_config._read(sa, "get_model", "kv_cache_dtype", "auto") or "auto")
-    page = int(launch_config._read(sa, "get_schedule", "page_size", 1) or 1)
-    cap = launch_config._read(sa, "get_schedule", "max_total_tokens")
+    got = resolved.read(sa, ("kv_cache_dtype", "page_size", "max_total_tokens"))
+    kv_flag = str(resolved.value_or(got, "kv_cache_dtype", "auto") or "auto")
+    page = int(resolved.value_or(got, "page_size", 1) or 1)
+    cap = resolved.value_or(got, "max_total_tokens", None)
     model_dtype = getattr(mc, "dtype", torch.bfloat16)
     quant = getattr(getattr(mc, "quantization_config", None), "kv_cache_quant_algo", None)
     not_priced = _not_priced(sa)

@@ -246,3 +246,21 @@ def test_doctor_release_marks_the_opt_in_targets(capsys):
     patches = json.loads(capsys.readouterr().out)["patches"]
     assert {p["feature"]: p["opt_in"] for p in patches}["zero_copy"] is True
     assert {p["feature"]: p["opt_in"] for p in patches}["commit"] is False
+
+
+def test_doctor_says_once_which_resolved_settings_this_release_lacks(capsys):
+    """Design review D10: ``doctor`` reads the settings table of :mod:`sglang_mamba_dedup.resolved`: where this
+    release keeps each setting the plugin reads, and one line naming those it does not have (they read as absent)."""
+    from sglang_mamba_dedup import resolved
+
+    info = doctor.collect()
+    settings = info["settings"]
+    assert set(settings["where"]) == set(resolved.ROWS)
+    assert settings["absent"] == [name for name, at in settings["where"].items() if at is None]
+    version = versions.installed_sglang_version()
+    if versions.in_range(version, versions.ZERO_COPY):
+        assert settings["absent"] == [] and all(at.endswith(" bag") for at in settings["where"].values())
+    if version in ("0.5.12", "0.5.12.post1", "0.5.13", "0.5.13.post1", "0.5.14", "0.5.15", "0.5.15.post1"):
+        assert "enable_flexkv" in settings["absent"]  # FlexKV arrived in 0.5.16
+    line = [ln for ln in doctor.render(info).splitlines() if ln.lstrip().startswith("settings")]
+    assert len(line) == 1 and line[0].endswith("absent on this release: " + (", ".join(settings["absent"]) or "none"))

@@ -501,7 +501,7 @@ def test_zero_copy_accepted_table_is_reserved_and_in_the_ledger(monkeypatch):
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ZERO_COPY", "1")
     _cp, est, doc, decision = _estimate_then_pool("no-radix", on=True)
     table = 4 * (est.running + 1)  # rows 0..S
-    assert doc["buffers"][ledger.ACCEPTED] == {"logical": table, "physical": table}, doc["buffers"]
+    assert doc["buffers"][ledger.ACCEPTED_BUFFER] == {"logical": table, "physical": table}, doc["buffers"]
     assert doc["bookkeeping_bytes"] == base["bookkeeping_bytes"]  # priced, so not in the ledger's tolerance
     assert (est.running, est.slots) == (base_est.running, base_est.slots)
     assert doc["allocated_bytes"] - base["allocated_bytes"] == table

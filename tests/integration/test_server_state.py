@@ -137,19 +137,32 @@ def test_numpy_and_tensor_integers_are_numbers_and_huge_ones_are_null():
 
 
 def test_the_zero_copy_decision_is_this_schedulers_pool():
-    """The process-wide event is the last pool decided; a second pool deciding off after the scheduler's own pool
-    took zero-copy made the block say off beside a growing zc_commit_calls."""
+    """Design review 2026-12-04 D3: the decision and its reason are each pool's (``PoolState``); the process-wide
+    event is a log of the last pool decided and is never read back. Two pools refused for different reasons each
+    report their own, a pool that took zero-copy says on, and an undecided pool says nothing, whatever that event
+    says."""
     from sglang_mamba_dedup import report, state
 
-    pool = _odd(size=8)
-    sched = _odd(max_running_requests=4, req_to_token_pool=_odd(mamba_pool=pool))
-    ps = state.pool_state(pool)
-    ps.zero_copy_decided, ps.zero_copy = True, object()
-    report.record_zero_copy("on")
-    report.record_zero_copy("off: no per-step SSM scratch (a draft's pool, or ReplaySSM)")
+    scheds = {}
+    for name, zero_copy, reason in (
+        ("on", object(), None),
+        ("a", None, "no per-step SSM scratch (a draft's pool, or ReplaySSM)"),
+        ("b", None, "the radix cache is on (it snapshots the committed state) (disable_radix_cache=False)"),
+    ):
+        pool = _odd(size=8)
+        ps = state.pool_state(pool)
+        ps.zero_copy_decided, ps.zero_copy, ps.zero_copy_reason = True, zero_copy, reason
+        scheds[name] = _odd(max_running_requests=4, req_to_token_pool=_odd(mamba_pool=pool))
+    undecided = _odd(max_running_requests=4, req_to_token_pool=_odd(mamba_pool=_odd(size=8)))
+    report.record_zero_copy("off: the last pool decided")  # a log line only
     try:
-        assert server_state.scheduler_state(sched)["zero_copy"]["decision"] == "on"
-        ps.zero_copy = None
-        assert server_state.scheduler_state(sched)["zero_copy"]["decision"].startswith("off")
+        got = {k: server_state.scheduler_state(s)["zero_copy"]["decision"] for k, s in scheds.items()}
+        assert got == {
+            "on": "on",
+            "a": "off: no per-step SSM scratch (a draft's pool, or ReplaySSM)",
+            "b": "off: the radix cache is on (it snapshots the committed state) (disable_radix_cache=False)",
+        }
+        assert server_state.scheduler_state(undecided)["zero_copy"] is None
+        assert report.events()["zero_copy"] == "off: the last pool decided"
     finally:
         report.clear_events()

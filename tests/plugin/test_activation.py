@@ -339,3 +339,41 @@ def test_strict_mode_cuts_a_long_fault_value(monkeypatch):
     with pytest.raises(SystemExit) as exc:
         activation.register()
     assert len(str(exc.value)) < 1_000 and "(100000 characters)" in str(exc.value)
+
+
+def test_flags_in_argv_asks_and_export_flags_acts(monkeypatch):
+    """Design review D7: the question (which flags) writes nothing; the one translation of the flags into the
+    environment (``env.export_flags``) is the activation's and SGLang's ``from_cli_args``'s."""
+    import ast
+    import inspect
+
+    from sglang_mamba_dedup.patches import launch_flag
+
+    monkeypatch.delenv(env.ZERO_COPY, raising=False)
+    monkeypatch.delenv(env.SWITCH, raising=False)
+    monkeypatch.setattr("sys.argv", ["sglang.launch_server", env.ZERO_COPY_FLAG, "--model-path", "m", env.FLAG])
+    assert activation.flags_in_argv() == (env.FLAG, env.ZERO_COPY_FLAG)
+    assert env.ZERO_COPY not in os.environ and env.SWITCH not in os.environ  # a question only
+    cases = {None: ("1", ""), "0": ("1", "0"), "off": ("1", "off"), "on": ("on", None), "strict": ("strict", None)}
+    cases["maybe"] = ("maybe", None)  # not understood: the variable wins, the plugin stays off everywhere
+    for before, (after, replaced) in cases.items():
+        if before is None:
+            monkeypatch.delenv(env.SWITCH, raising=False)
+        else:
+            monkeypatch.setenv(env.SWITCH, before)
+        monkeypatch.delenv(env.ZERO_COPY, raising=False)
+        assert env.export_flags((env.ZERO_COPY_FLAG,)) == replaced, before
+        assert (os.environ.get(env.SWITCH), os.environ[env.ZERO_COPY]) == (after, "1"), before
+    monkeypatch.delenv(env.SWITCH)
+    monkeypatch.delenv(env.ZERO_COPY)
+    assert env.export_flags((env.FLAG,), switch=False) is None and env.SWITCH not in os.environ
+    assert env.export_flags(()) is None and env.SWITCH not in os.environ and env.ZERO_COPY not in os.environ
+    for fn in (activation, launch_flag):  # neither writes the two variables itself
+        writes = [
+            ast.unparse(t)
+            for node in ast.walk(ast.parse(inspect.getsource(fn)))
+            if isinstance(node, ast.Assign)
+            for t in node.targets
+            if isinstance(t, ast.Subscript) and "environ" in ast.unparse(t.value)
+        ]
+        assert not writes, (fn.__name__, writes)

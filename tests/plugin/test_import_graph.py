@@ -233,7 +233,8 @@ def test_zero_copy_state_has_one_home_per_pool():
 
     fields = {f.name for f in dataclasses.fields(state.ProcessState)}
     assert not fields & {"zero_copy", "kernel", "kernel_error", "accepted"}, fields
-    assert {"zero_copy", "zero_copy_decided", "accepted"} <= {f.name for f in dataclasses.fields(state.PoolState)}
+    pool_fields = {f.name for f in dataclasses.fields(state.PoolState)}
+    assert {"zero_copy", "zero_copy_decided", "zero_copy_reason", "accepted"} <= pool_fields
 
 
 def test_no_module_file_name_is_used_twice():
@@ -242,3 +243,13 @@ def test_no_module_file_name_is_used_twice():
         if path.name not in ("__init__.py", "__main__.py"):
             names.setdefault(path.name, []).append(name)
     assert not {k: v for k, v in names.items() if len(v) > 1}
+
+
+def test_one_reader_of_sglangs_resolved_settings():
+    """Design review D10: the zero-copy gate, the planner and ``doctor`` read SGLang's resolved settings through the
+    serving core's :mod:`resolved`, which imports nothing of ours (so never the planner)."""
+    _, graph = _graph()
+    reader = f"{PKG}.resolved"
+    for user in ("patches.zero_copy.eligibility", "planner.launch_config", "cli.doctor"):
+        assert reader in graph[f"{PKG}.{user}"], user
+    assert graph[reader] == set()

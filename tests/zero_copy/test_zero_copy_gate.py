@@ -149,6 +149,63 @@ def test_the_accepted_table_comes_from_pool_build_and_never_from_a_capture(monke
     assert "inside a CUDA-graph capture" in report.events()["zero_copy"]
 
 
+def test_each_pool_keeps_its_own_decision_and_reason(monkeypatch):
+    """Design review 2026-12-04 D3: two pools refused for different reasons keep their own reason on their
+    ``PoolState`` (the status report's event is the last pool's, a log line); a pool that passed has none."""
+    from sglang_mamba_dedup.patches import server_state
+
+    monkeypatch.setenv(env.ZERO_COPY, "1")
+    monkeypatch.setattr(eligibility, "read_settings", lambda: dict(SAFE, disable_radix_cache=False))
+    radix = _backend()
+    assert eligibility.decide(radix) is None
+    monkeypatch.setattr(eligibility, "read_settings", lambda: dict(SAFE))
+    rows, on = _backend(scratch_rows=6), _backend()
+    assert eligibility.decide(rows) is None and eligibility.decide(on) is not None
+    states = [state.pool_state_of(zero_copy.pool_of(b)) for b in (radix, rows, on)]
+    assert states[0].zero_copy_reason.startswith("the radix cache is on")
+    assert states[1].zero_copy_reason.startswith("6 scratch rows for 6 request rows")
+    assert states[2].zero_copy_reason is None and states[2].zero_copy is not None
+    assert [server_state.zero_copy_decision(ps) for ps in states] == [
+        f"off: {states[0].zero_copy_reason}",
+        f"off: {states[1].zero_copy_reason}",
+        "on",
+    ]
+    assert report.events()["zero_copy"] == "on"  # the last pool decided: a log, not what each pool says
+
+
+def test_pool_of_finds_the_pool_from_every_hooked_object():
+    """Design review D12: one helper knows the ways from a hooked object to its mamba pool: a backend or a model
+    runner (``req_to_token_pool``), a streaming session or a radix-cache component (``cache.req_to_token_pool``),
+    the request-to-token pool itself."""
+    pool = types.SimpleNamespace(size=4)
+    rtp = types.SimpleNamespace(mamba_pool=pool)
+    backend = types.SimpleNamespace(req_to_token_pool=rtp, is_draft_worker=False)
+    session = types.SimpleNamespace(cache=types.SimpleNamespace(req_to_token_pool=rtp))
+    assert [zero_copy.pool_of(obj) for obj in (backend, session, rtp)] == [pool, pool, pool]
+    assert zero_copy.pool_of(None) is None and zero_copy.pool_of(types.SimpleNamespace(cache=None)) is None
+
+
+def test_a_rule_over_several_settings_is_one_row():
+    """Design review D10: a rule may read several settings (the radix gate's "radix on only with the extra buffer");
+    the refusal names them all, and a setting the release does not have refuses unless the rule says what it means.
+    Today's rules are unchanged: the radix cache on is refused whatever the buffer."""
+    rule = eligibility.Rule(
+        ("disable_radix_cache", "enable_mamba_extra_buffer"),
+        lambda radix_off, extra: radix_off or extra,
+        "the radix cache is on without the extra buffer",
+    )
+    rules = (rule,)
+    on_no_buffer = dict(SAFE, disable_radix_cache=False, enable_mamba_extra_buffer=False)
+    assert eligibility.settings_problem(on_no_buffer, rules) == (
+        "the radix cache is on without the extra buffer (disable_radix_cache=False, enable_mamba_extra_buffer=False)"
+    )
+    assert eligibility.settings_problem(dict(on_no_buffer, enable_mamba_extra_buffer=True), rules) is None
+    assert eligibility.settings_problem(dict(SAFE, disable_radix_cache=True), rules) == (
+        "cannot read SGLang's setting enable_mamba_extra_buffer"
+    )
+    assert "radix cache is on" in eligibility.settings_problem(dict(on_no_buffer, enable_mamba_extra_buffer=True))
+
+
 # the second audit's zero-copy cases (issue 36: m-Z1, m-Z2, m-Z5), each failing on the code before the fix ----------
 def test_an_untested_release_never_gets_zero_copy_even_when_allowed(monkeypatch):
     """m-Z1: ``ALLOW_UNTESTED`` maps 0.5.24 onto 0.5.23 for the plugin's other features, never for zero-copy."""
