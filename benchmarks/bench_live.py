@@ -618,6 +618,21 @@ def _history_key(row: dict) -> tuple:
     return tuple(sorted((str(k), str(v)) for k, v in row.items()))
 
 
+def _check_generate_row(r: Mapping, where: str) -> None:
+    """A generate row the statistics can read: wall_s positive finite seconds, batch and Engine whole numbers."""
+    try:
+        wall = float(r.get("wall_s") or "")
+    except (TypeError, ValueError):
+        wall = math.nan
+    if not (math.isfinite(wall) and wall > 0):
+        raise Refused(f"{where}: wall_s {r.get('wall_s')!r} is not a positive number of seconds")
+    for col, default in (("batch", None), ("engine", "1")):
+        try:
+            int(r.get(col) or default)
+        except (TypeError, ValueError):
+            raise Refused(f"{where}: {col} {r.get(col)!r} is not a whole number") from None
+
+
 def combine_files(
     paths: Sequence[Path], out: Path | None, runs: Sequence[str] | None = None
 ) -> tuple[list[dict], Path | None]:
@@ -626,10 +641,20 @@ def combine_files(
     ``<out>/latest/cycle_live_combined-<gpu>.csv`` when ``out``."""
     rows: list[dict] = []
     seen: dict[tuple, str] = {}
+    contents: dict[bytes, str] = {}  # a file's bytes -> its path: one file's rows (or a copy's) count once
     for i, p in enumerate(paths):
-        mine = read_csv(Path(p))
+        try:
+            data = Path(p).read_bytes()
+            mine = read_csv(Path(p))
+        except (OSError, UnicodeDecodeError, csv.Error) as e:
+            raise Refused(f"--combine: {p} is not a readable CSV ({type(e).__name__}: {e})") from None
+        if data in contents:
+            raise Refused(f"--combine: {p} holds the same rows as {contents[data]} (its pairs would count twice)")
+        contents[data] = str(p)
         if not mine or "wall_s" not in mine[0]:
             raise Refused(f"--combine: {p} holds no generate rows (a {GEN_STEM}-<gpu>.csv)")
+        for n, r in enumerate(mine, start=2):
+            _check_generate_row(r, f"--combine: {p} line {n}")
         for r in mine:
             r["run"] = r.get("run") or f"{Path(p).stem}#{i + 1}"
         if runs:

@@ -433,7 +433,7 @@ def test_two_runs_combined_give_one_verdict_over_their_pairs(tmp_path, capsys):
     assert float(z["ratio"]) < 0.8 and "| 16 | zero-copy | A;B | 4 | 6 |" in text
     # the same run twice is refused, and so is a file without generate rows
     assert live.main(["--combine", str(a), str(a), "--out", str(tmp_path / "c")]) == 2
-    assert "in both" in capsys.readouterr().err
+    assert "the same rows" in capsys.readouterr().err
     assert live.main(["--combine", str(tmp_path / "nope.csv")]) == 2
     # --runs keeps the named runs only: one run's two pairs
     assert live.main(["--combine", str(a), str(b), "--runs", "B", "--out", str(tmp_path / "d")]) == 0
@@ -821,3 +821,41 @@ def test_merge_keys_tolerate_ragged_history_rows():
     keys = {live._history_key(ragged), live._history_key(plain)}
     assert len(keys) == 2
     assert live._history_key(dict(reversed(list(plain.items())))) == live._history_key(plain)
+
+
+def test_combine_refuses_one_files_rows_twice_and_walls_that_are_not_times(tmp_path, capsys):
+    """A file without a run column names its rows after the file: the same file given twice (or a copy of it) would
+    count every Engine pair twice, a narrower interval from no new data (the audit of 2026-12-04 evening: df 1 -> 3,
+    [0.92, 1.09] -> [0.99, 1.01]). Refused, as are walls that are not positive finite seconds, a batch or an Engine
+    that is not a whole number (a math domain error or a traceback before), each in one line naming the file."""
+    w = {("stock", 1): _samples(1.0, 8, 1), ("stock", 2): _samples(1.0, 8, 2)}
+    w.update({("zero-copy", 1): _samples(0.99, 8, 3), ("zero-copy", 2): _samples(1.01, 8, 4)})
+    rows = _rows(w)
+    fields = [k for k in rows[0] if k != "run"]
+    path = tmp_path / "norun.csv"
+    live.write_csv(path, rows, fields)
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(path.read_bytes())
+    out = ["--out", str(tmp_path / "o")]
+    assert live.main(["--combine", str(path), *out]) == 0
+    capsys.readouterr()
+    for twice in ([path, path], [path, copy]):
+        assert live.main(["--combine", *map(str, twice), *out]) == 2
+        err = capsys.readouterr().err
+        assert "the same rows" in err and len(err.splitlines()) == 1, err
+    for col, value, what in (
+        ("wall_s", "0", "wall_s"),
+        ("wall_s", "-1", "wall_s"),
+        ("wall_s", "nan", "wall_s"),
+        ("wall_s", "inf", "wall_s"),
+        ("wall_s", "", "wall_s"),
+        ("batch", "x", "batch"),
+        ("engine", "1.5", "engine"),
+    ):
+        bad = [dict(r) for r in rows]
+        bad[3][col] = value
+        p = tmp_path / f"bad-{col}-{value or 'empty'}.csv"
+        live.write_csv(p, bad, list(rows[0]))
+        assert live.main(["--combine", str(p), *out]) == 2, (col, value)
+        err = capsys.readouterr().err
+        assert what in err and str(p) in err and len(err.splitlines()) == 1, err
