@@ -1410,8 +1410,12 @@ def _check(args, p: argparse.ArgumentParser) -> None:
         p.error(f"--bootstrap must be >= 1 resample (got {args.bootstrap})")
     if args.max_new_tokens < 1:
         p.error(f"--max-new-tokens must be >= 1 (got {args.max_new_tokens})")
-    if args.stop_reserve_s < 0:
-        p.error(f"--stop-reserve-s must be >= 0 (got {args.stop_reserve_s})")
+    for name in ("budget_s", "stop_reserve_s", "min_timed_s", "stop_timeout", "engine_timeout", "generate_timeout"):
+        v, flag = getattr(args, name), "--" + name.replace("_", "-")
+        if not math.isfinite(v) or v < 0 or (v == 0 and name.endswith("timeout")):
+            p.error(
+                f"{flag} must be a finite number of seconds, {'> 0' if name.endswith('timeout') else '>= 0'} (got {v:g})"
+            )
     if args.budget_s < 0 or (args.budget_s and args.budget_s <= args.stop_reserve_s):
         p.error(
             f"--budget-s {args.budget_s:g} leaves nothing to time after --stop-reserve-s {args.stop_reserve_s:g} "

@@ -607,6 +607,13 @@ def _refused(tmp_path, capsys, argv):
         (["--modes", "zero-copy"], "--modes"),
         (["--modes", "stock,nonsense"], "--modes"),
         (["--engines-per-mode", "0"], "--engines-per-mode"),
+        (["--budget-s", "nan"], "--budget-s"),
+        (["--budget-s", "inf"], "--budget-s"),
+        (["--stop-reserve-s", "nan"], "--stop-reserve-s"),
+        (["--generate-timeout", "-1"], "--generate-timeout"),
+        (["--engine-timeout", "0"], "--engine-timeout"),
+        (["--stop-timeout", "nan"], "--stop-timeout"),
+        (["--min-timed-s", "-1"], "--min-timed-s"),
     ],
 )
 def test_bad_input_is_refused_at_the_start(tmp_path, capsys, argv, says):
