@@ -56,6 +56,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections import Counter
@@ -909,6 +910,23 @@ def _send(conn: Connection, msg: Mapping) -> None:
     conn.send_bytes(json.dumps(msg, default=str).encode())  # default: an odd type in SGLang's server info
 
 
+def _watch_driver(driver: int) -> threading.Event:
+    """While the Engine starts (minutes; nothing is read from the driver then), a thread checks 10 times a second that
+    the driver is still this process's parent; when it is gone (a SIGKILL it could not handle), this worker's whole
+    session goes (the Engine's processes with it). Set the returned event to stop watching (the Engine is up: from
+    then on the driver's socket tells its end). Compared with the driver's pid from the spec, so a driver killed
+    before the thread starts is seen too."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while driver and not done.wait(0.1):
+            if os.getppid() != driver:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="watch-driver", daemon=True).start()
+    return done
+
+
 def serve(spec_path: str, fd: int) -> int:
     """The worker: build the Engine, then answer ``generate`` and ``freeze`` requests until ``stop`` (or the driver
     is gone). ``freeze``: ``gc.collect()`` here, then ``Engine.freeze_gc()`` (this process's tokenizer manager, the
@@ -917,12 +935,15 @@ def serve(spec_path: str, fd: int) -> int:
     os.set_inheritable(fd, False)  # not into SGLang's subprocesses: the driver sees EOF when this process ends
     spec = json.loads(Path(spec_path).read_text())
     probe = GcProbe()
+    starting = _watch_driver(int(spec.get("driver_pid") or 0))
     try:
         engine, info = _make_engine(spec)
     except BaseException:  # noqa: BLE001 - told to the driver
         traceback.print_exc()
         _send(conn, {"error": traceback.format_exc()[-4000:]})
         return 1
+    finally:
+        starting.set()
     _send(conn, {"ready": True, **info})
     sched = info["pids"]["scheduler"]
     sampling = {"temperature": 0.0, "max_new_tokens": spec["max_new_tokens"], "ignore_eos": True}
@@ -989,7 +1010,9 @@ class Worker:
         self.report_dir = work / f"reports-{self.name}"
         shutil.rmtree(self.report_dir, ignore_errors=True)  # an earlier run's reports would count as this one's
         spec_path = work / f"{self.name}.spec.json"
-        spec_path.write_text(json.dumps(dict(spec, mode=mode, engine=engine, omp_threads=omp_threads)))
+        spec_path.write_text(
+            json.dumps(dict(spec, mode=mode, engine=engine, omp_threads=omp_threads, driver_pid=os.getpid()))
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_MAMBA_DEDUP")}
         env.update(MODES[mode], SGLANG_MAMBA_DEDUP_REPORT_DIR=str(self.report_dir), PYTHONUNBUFFERED="1")
         if omp_threads:  # before Python starts: torch and the BLAS libraries read them at import

@@ -866,3 +866,59 @@ def test_combine_refuses_one_files_rows_twice_and_walls_that_are_not_times(tmp_p
         assert live.main(["--combine", str(p), *out]) == 2, (col, value)
         err = capsys.readouterr().err
         assert what in err and str(p) in err and len(err.splitlines()) == 1, err
+
+
+def _descendants(pid: int) -> set[int]:
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            kids = [int(k) for k in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            kids = []
+        out.update(kids)
+        todo += kids
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_a_sigkill_of_the_driver_while_an_engine_starts_leaves_nothing(tmp_path):
+    """SIGKILL (the device's hard wall, the OOM killer) cannot be handled by the driver; its workers run in their own
+    sessions, and one still building its Engine reads nothing from the driver, so it lived on to the end of the start
+    (minutes with a real Engine, holding GPU memory; the audit of 2026-12-04 evening saw 5 of 6 tries leave the
+    worker and its scheduler). A worker watches its driver while its Engine starts: its whole session goes."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    argv = [sys.executable, str(ROOT / "benchmarks/bench_live.py"), "--dry-run", "--out", str(tmp_path / "o")]
+    argv += ["--work", str(tmp_path / "w"), "--batches", "1", "--reps", "2", "--fake", '{"start_s": 30}']
+    p = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=str(ROOT))
+    )
+    seen: set[int] = set()
+    deadline = time.time() + 30
+    while time.time() < deadline and len(seen) < 2:  # the worker and its stand-in scheduler
+        seen |= _descendants(p.pid)
+        time.sleep(0.02)
+    try:
+        assert len(seen) >= 2, "no worker started"
+        p.kill()
+        p.wait(10)
+        deadline = time.time() + 5
+        while time.time() < deadline and any(_alive(q) for q in seen):
+            time.sleep(0.05)
+        left = [q for q in seen if _alive(q)]
+        assert not left, f"left after the driver's SIGKILL: {left}"
+    finally:
+        for q in seen:
+            if _alive(q):
+                os.kill(q, signal.SIGKILL)
