@@ -579,7 +579,8 @@ def merge_outputs(sources: Sequence[Path], out: Path) -> list[Path]:
         raise Refused(
             f"--merge: nothing of this benchmark in {', '.join(map(str, sources))} (no latest/{GEN_STEM}-*.csv)"
         )
-    written = []
+    # everything read and checked first: a bad source refused before anything of --out is written
+    csvs, runs_files, histories = [], [], []
     for stem, key, fields in (
         (GEN_STEM, GEN_KEY, GEN_FIELDS),
         (SUMMARY_STEM, SUMMARY_KEY, SUMMARY_FIELDS),
@@ -587,30 +588,50 @@ def merge_outputs(sources: Sequence[Path], out: Path) -> list[Path]:
     ):
         for src in sources:
             for path in sorted((Path(src) / "latest").glob(f"{stem}-*.csv")):
-                rows = read_csv(path)
-                assert_unique(rows, key, str(path))
-                dest = Path(out) / "latest" / path.name
-                merged = merge_rows(read_csv(dest), rows, {_unit(r, key) for r in rows}, key)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                write_csv(dest, merged, fields)
-                written.append(dest)
+                rows = _read_source(path, read_csv)
+                try:
+                    assert_unique(rows, key, str(path))
+                except ValueError as e:
+                    raise Refused(f"--merge: {e}") from None
+                csvs.append((path, key, fields, rows))
     for src in sources:
         for path in sorted((Path(src) / "latest").glob(f"{RUNS_STEM}-*.json")):
-            dest = Path(out) / "latest" / path.name
-            have = json.loads(dest.read_text()) if dest.exists() else {}
-            have.update(json.loads(path.read_text()))
-            dest.write_text(json.dumps(have, indent=1, sort_keys=True))
-            written.append(dest)
+            runs = _read_source(path, lambda p: json.loads(p.read_text()))
+            if not isinstance(runs, dict):
+                raise Refused(f"--merge: {path} is not a JSON object of runs")
+            runs_files.append((path, runs))
+        histories.append(_read_source(Path(src) / "history.csv", read_csv))
+    written = []
+    for path, key, fields, rows in csvs:
+        dest = Path(out) / "latest" / path.name
+        merged = merge_rows(read_csv(dest), rows, {_unit(r, key) for r in rows}, key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        write_csv(dest, merged, fields)
+        written.append(dest)
+    for path, runs in runs_files:
+        dest = Path(out) / "latest" / path.name
+        have = json.loads(dest.read_text()) if dest.exists() else {}
+        have.update(runs)
+        dest.write_text(json.dumps(have, indent=1, sort_keys=True))
+        written.append(dest)
     hist = Path(out) / "history.csv"
     have_rows = {_history_key(r) for r in read_csv(hist)}
-    for src in sources:
-        new = [r for r in read_csv(Path(src) / "history.csv") if r.get("benchmark") == SUMMARY_STEM]
+    for src_rows in histories:
+        new = [r for r in src_rows if r.get("benchmark") == SUMMARY_STEM]
         new = [r for r in new if _history_key(r) not in have_rows]
         if new:
             append_history(hist, new)
             have_rows |= {_history_key(r) for r in new}
             written.append(hist)
     return sorted(set(written))
+
+
+def _read_source(path: Path, read):
+    """``read(path)`` for ``--merge``; a file that is not readable text, CSV or JSON: :class:`Refused`, one line."""
+    try:
+        return read(path)
+    except (OSError, UnicodeDecodeError, csv.Error, ValueError) as e:
+        raise Refused(f"--merge: {path} is unreadable ({type(e).__name__}: {str(e)[:120]})") from None
 
 
 def _history_key(row: dict) -> tuple:

@@ -18,6 +18,7 @@ import math
 import os
 import random
 import re
+import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -922,3 +923,30 @@ def test_a_sigkill_of_the_driver_while_an_engine_starts_leaves_nothing(tmp_path)
         for q in seen:
             if _alive(q):
                 os.kill(q, signal.SIGKILL)
+
+
+def test_merge_refuses_a_bad_source_in_one_line_and_writes_nothing(tmp_path, capsys):
+    """A source with a broken runs JSON, duplicated rows or a CSV that is not text: a traceback before, after the
+    CSVs of the good part were already merged into --out (half a merge). Now one line, and --out untouched."""
+    fake = {"delay_s": 0.002}
+    assert _run(tmp_path, "--engines-per-mode", "1", "--batches", "1", "--reps", "2", fake=fake, out="good")[0] == 0
+    good = tmp_path / "good"
+    capsys.readouterr()
+    breaks = {
+        "json": lambda d: (d / "latest" / "cycle_live_runs-cpu.json").write_text("{broken"),
+        "rows": lambda d: (
+            (d / "latest" / "cycle_generates-cpu.csv")
+            .open("a")
+            .write((d / "latest" / "cycle_generates-cpu.csv").read_text().splitlines()[-1] + "\n")
+        ),
+        "binary": lambda d: (d / "latest" / "cycle_live-cpu.csv").write_bytes(b"\xff\xfe\x00"),
+    }
+    for name, brk in breaks.items():
+        src = tmp_path / f"src-{name}"
+        shutil.copytree(good, src)
+        brk(src)
+        out = tmp_path / f"out-{name}"
+        assert live.main(["--merge", str(good), str(src), "--out", str(out)]) == 2, name
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and str(src) in err and "Traceback" not in err, (name, err)
+        assert not out.exists(), f"{name}: something was merged"
