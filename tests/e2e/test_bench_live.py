@@ -950,3 +950,72 @@ def test_merge_refuses_a_bad_source_in_one_line_and_writes_nothing(tmp_path, cap
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and str(src) in err and "Traceback" not in err, (name, err)
         assert not out.exists(), f"{name}: something was merged"
+
+
+def _runner_tree(tmp_path):
+    """tools/gpu-engine/run_cycle_live.sh in a copy of the tree whose _setup.sh turns every run into a --dry-run
+    (as in test_the_device_runner_does_prime_then_a_then_b_and_combines); returns a function running it."""
+    import subprocess
+
+    tree = tmp_path / "tree"
+    (tree / "tools/gpu-engine").mkdir(parents=True)
+    shutil.copytree(ROOT / "benchmarks", tree / "benchmarks", ignore=shutil.ignore_patterns("results"))
+    shutil.copy(ROOT / "tools/gpu-engine/run_cycle_live.sh", tree / "tools/gpu-engine/")
+    (tree / "tools/gpu-engine/_setup.sh").write_text(
+        'echo stub > "$OUT/env.txt"\n'
+        "standin_engine_args=(--dry-run --fake '{\"delay_s\": 0.002}')\n"
+        'collect_outputs() { echo > "$3"; echo "{}" > "$4"; }\n'
+        "nvidia-smi() { echo none; }\n"
+    )
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "python3").symlink_to(sys.executable)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PATH=f"{bin_}:{os.environ['PATH']}", CYCLE_WORK=str(tmp_path / "w"))
+    calls = iter(range(100))
+
+    def run(preset, *args, **extra_env):
+        out = tmp_path / f"out{next(calls)}"
+        out.mkdir()
+        p = subprocess.run(
+            ["bash", "tools/gpu-engine/run_cycle_live.sh", preset, "--batches", "1", "--reps", "2", "--warmups", "0"]
+            + list(args),
+            cwd=tree,
+            env=dict(env, OUT=str(out), **extra_env),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return p.returncode, p.stdout + p.stderr, out
+
+    return run
+
+
+def test_the_device_runner_refuses_odd_steps_and_reverses_modes_given_with_an_equals_sign(tmp_path):
+    """The audit of 2026-12-04 evening: ``--modes=stock,plugin`` (one word) was not seen, so run B timed zero-copy
+    instead of plugin and the "combined" verdict mixed two arms; step B with A's files gone combined run B alone
+    (exit 0); ``LIVE_B=foo`` ran alive silently; a preset ``../x`` made the runner ``rm -rf /tmp/x``; a wall that is
+    not a number stopped on an unbound variable. Each now refused in one line, exit 2, or reversed as meant."""
+    run = _runner_tree(tmp_path)
+    preset = f"test-{os.getpid()}"
+    state = Path("/tmp/cycle-live-state") / preset
+    victim = Path("/tmp") / f"victim-{os.getpid()}"
+    victim.mkdir()
+    try:
+        rc, log, _ = run(f"../{victim.name}", LIVE_STEP="prime")
+        assert rc == 2 and "preset" in log and victim.exists(), log[-1500:]
+        rc, log, _ = run(preset, LIVE_WALL_S="abc")
+        assert rc == 2 and "LIVE_WALL_S" in log and "unbound" not in log, log[-1500:]
+        assert run(preset, "--modes=stock,plugin", LIVE_STEP="A")[0] == 0
+        rc, log, out = run(preset, "--modes=stock,plugin", LIVE_STEP="B", LIVE_B="alive")
+        assert rc == 0, log[-2000:]
+        modes = {(r["run"][-1], r["mode"]) for r in live.read_csv(out / "latest" / "cycle_generates-cpu.csv")}
+        assert modes == {("A", "stock"), ("A", "plugin"), ("B", "stock"), ("B", "plugin")}, modes
+        rc, log, _ = run(preset, LIVE_STEP="B", LIVE_B="foo")
+        assert rc == 2 and "LIVE_B" in log, log[-1500:]
+        shutil.rmtree(state / "A")
+        rc, log, _ = run(preset, LIVE_STEP="B")
+        assert rc == 2 and "run A's files" in log, log[-1500:]
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(victim, ignore_errors=True)
+        shutil.rmtree(Path("/tmp/bench-live") / preset, ignore_errors=True)
