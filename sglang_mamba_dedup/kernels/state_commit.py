@@ -287,10 +287,16 @@ def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> 
                track=(steps_to_track, track_slots), src_rows=req_pool_indices)
     """
     _check_ssm_pair(plan, ssm)
-    accept_steps, accept_slots = accept
+    try:
+        accept_steps, accept_slots = accept
+    except (TypeError, ValueError):
+        raise ValueError(f"accept must be a (steps, slots) pair, got {type(accept).__name__}") from None
     max_rows = plan.n_rows_src if src_rows is None else _INT32_MAX
     n_acc = check_index_pair("accept_steps", accept_steps, "accept_slots", accept_slots, plan.device, max_rows)
-    track_steps, track_slots = (None, None) if track is None else track
+    try:
+        track_steps, track_slots = (None, None) if track is None else track
+    except (TypeError, ValueError):
+        raise ValueError(f"track must be a (steps, slots) pair or None, got {type(track).__name__}") from None
     if track_steps is None and track_slots is None:
         n_trk = 0
         track_steps, track_slots = accept_steps, accept_slots  # not read

@@ -299,3 +299,25 @@ def test_launch_refuses_an_ssm_pair_on_a_plan_without_one():
     with pytest.raises(ValueError, match="has no SSM pair"):
         state_commit.launch(plan, ssm=(ssm_src, ssm_dst), accept=(_index(2), _index(2)))
     assert state_commit.launch(plan, ssm=(None, None), accept=(_index(2), _index(2))) == "triton"
+
+
+def test_odd_index_pairs_and_a_tail_plan_with_an_accepted_table_are_refused_in_one_line():
+    """``accept`` / ``track`` that are not ``(steps, slots)`` pairs said "cannot unpack non-iterable NoneType" or "too
+    many values to unpack"; a tail-mode plan (steps are column shifts) took an ``accepted`` table and stored shift + 1
+    in it. Each refused naming what is wrong."""
+    g, _ = new_generator()
+    state_commit, plan, src, dst = _zero_copy_plan(g)
+    two = (_index(2), _index(2))
+    for kw, match in (
+        (dict(accept=None), "accept must be a"),
+        (dict(accept=(_index(2),)), "accept must be a"),
+        (dict(accept=two, track=(*two, _index(2))), "track must be a"),
+        (dict(accept=two, track=_index(3)), "track must be a"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            state_commit.launch(plan, ssm=(src, dst), src_rows=_index(2), **kw)
+    conv_dst, conv_src = _conv_pair(g)
+    with pytest.raises(ValueError, match="tail mode takes no accepted table"):
+        state_commit.get_plan(
+            [conv_dst], [conv_src], None, None, tail=True, accepted=torch.zeros(R, dtype=torch.int32, device=DEVICE)
+        )
