@@ -1465,6 +1465,14 @@ def _check(args, p: argparse.ArgumentParser) -> None:
             f"--budget-s {args.budget_s:g} leaves nothing to time after --stop-reserve-s {args.stop_reserve_s:g} "
             "(0: no budget)"
         )
+    plain = [a for a in args.engine_arg if "=" not in a or not a.partition("=")[0].strip()]
+    if plain:
+        p.error(f"--engine-arg expects KEY=VALUE, got {plain[0]!r}")
+    if args.static_gb is not None and not (math.isfinite(args.static_gb) and args.static_gb > 0):
+        p.error(f"--static-gb must be a finite number of GiB > 0 (got {args.static_gb:g})")
+    frac = args.mem_fraction_static
+    if frac is not None and not (0 < frac < 1):
+        p.error(f"--mem-fraction-static must lie between 0 and 1 (got {frac:g})")
     cut = [a for a in args.engine_arg if a.partition("=")[0].strip().replace("-", "_").startswith("cuda_graph_bs")]
     if cut:
         p.error(f"--engine-arg {cut[0]}: the protocol keeps SGLang's own CUDA-graph list (a cut list changes the wall)")

@@ -615,6 +615,10 @@ def _refused(tmp_path, capsys, argv):
         (["--engine-timeout", "0"], "--engine-timeout"),
         (["--stop-timeout", "nan"], "--stop-timeout"),
         (["--min-timed-s", "-1"], "--min-timed-s"),
+        (["--engine-arg", "foo"], "KEY=VALUE"),
+        (["--static-gb", "-1"], "--static-gb"),
+        (["--mem-fraction-static", "2"], "--mem-fraction-static"),
+        (["--mem-fraction-static", "nan"], "--mem-fraction-static"),
     ],
 )
 def test_bad_input_is_refused_at_the_start(tmp_path, capsys, argv, says):
