@@ -693,6 +693,9 @@ def combine_files(
                 raise Refused(f"--combine: run {u[1]!r} of {u[0]} is in both {seen[u]} and {p}")
             seen[u] = str(p)
         rows += mine
+    absent = sorted(set(runs or ()) - {r["run"] for r in rows})
+    if absent:
+        raise Refused(f"--combine --runs: {', '.join(map(repr, absent))} in none of these files")
     table = combine(rows)
     if out is None or not table:
         return table, None

@@ -441,6 +441,9 @@ def test_two_runs_combined_give_one_verdict_over_their_pairs(tmp_path, capsys):
     got = {(r["batch"], r["mode"]): r for r in live.read_csv(tmp_path / "d" / "latest" / "cycle_live_combined-cpu.csv")}
     assert got[("16", "zero-copy")]["runs"] == "B" and got[("16", "zero-copy")]["pairs"] == "2"
     capsys.readouterr()
+    # a run named in --runs but in none of the files: refused, naming it (it was left out silently)
+    assert live.main(["--combine", str(a), str(b), "--runs", "B,Z", "--out", str(tmp_path / "d")]) == 2
+    assert "'Z'" in capsys.readouterr().err
     # merged into one tree, both runs' rows side by side
     assert (
         live.main(
