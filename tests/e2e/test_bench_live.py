@@ -430,8 +430,10 @@ def test_two_runs_combined_give_one_verdict_over_their_pairs(tmp_path, capsys):
     text = capsys.readouterr().out
     got = {(r["batch"], r["mode"]): r for r in live.read_csv(tmp_path / "c" / "latest" / "cycle_live_combined-cpu.csv")}
     z = got[("16", "zero-copy")]
-    assert z["runs"] == "A;B" and z["pairs"] == "4" and z["df"] == "6" and z["verdict"] in live.VERDICTS
-    assert float(z["ratio"]) < 0.8 and "| 16 | zero-copy | A;B | 4 | 6 |" in text
+    assert z["runs"] == "A;B" and z["pairs"] == "4" and z["verdict"] in live.VERDICTS
+    # pooled over both batches (6 df), or each batch its own (3 df) when the CPU's timing noise differs by batch
+    assert (z["sd_from"], z["df"]) in (("pooled", "6"), ("batch", "3")), z
+    assert float(z["ratio"]) < 0.8 and f"| 16 | zero-copy | A;B | 4 | {z['df']} |" in text
     # the same run twice is refused, and so is a file without generate rows
     assert live.main(["--combine", str(a), str(a), "--out", str(tmp_path / "c")]) == 2
     assert "the same rows" in capsys.readouterr().err
