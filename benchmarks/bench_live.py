@@ -56,6 +56,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections import Counter
@@ -578,7 +579,8 @@ def merge_outputs(sources: Sequence[Path], out: Path) -> list[Path]:
         raise Refused(
             f"--merge: nothing of this benchmark in {', '.join(map(str, sources))} (no latest/{GEN_STEM}-*.csv)"
         )
-    written = []
+    # everything read and checked first: a bad source refused before anything of --out is written
+    csvs, runs_files, histories = [], [], []
     for stem, key, fields in (
         (GEN_STEM, GEN_KEY, GEN_FIELDS),
         (SUMMARY_STEM, SUMMARY_KEY, SUMMARY_FIELDS),
@@ -586,24 +588,36 @@ def merge_outputs(sources: Sequence[Path], out: Path) -> list[Path]:
     ):
         for src in sources:
             for path in sorted((Path(src) / "latest").glob(f"{stem}-*.csv")):
-                rows = read_csv(path)
-                assert_unique(rows, key, str(path))
-                dest = Path(out) / "latest" / path.name
-                merged = merge_rows(read_csv(dest), rows, {_unit(r, key) for r in rows}, key)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                write_csv(dest, merged, fields)
-                written.append(dest)
+                rows = _read_source(path, read_csv)
+                try:
+                    assert_unique(rows, key, str(path))
+                except ValueError as e:
+                    raise Refused(f"--merge: {e}") from None
+                csvs.append((path, key, fields, rows))
     for src in sources:
         for path in sorted((Path(src) / "latest").glob(f"{RUNS_STEM}-*.json")):
-            dest = Path(out) / "latest" / path.name
-            have = json.loads(dest.read_text()) if dest.exists() else {}
-            have.update(json.loads(path.read_text()))
-            dest.write_text(json.dumps(have, indent=1, sort_keys=True))
-            written.append(dest)
+            runs = _read_source(path, lambda p: json.loads(p.read_text()))
+            if not isinstance(runs, dict):
+                raise Refused(f"--merge: {path} is not a JSON object of runs")
+            runs_files.append((path, runs))
+        histories.append(_read_source(Path(src) / "history.csv", read_csv))
+    written = []
+    for path, key, fields, rows in csvs:
+        dest = Path(out) / "latest" / path.name
+        merged = merge_rows(read_csv(dest), rows, {_unit(r, key) for r in rows}, key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        write_csv(dest, merged, fields)
+        written.append(dest)
+    for path, runs in runs_files:
+        dest = Path(out) / "latest" / path.name
+        have = json.loads(dest.read_text()) if dest.exists() else {}
+        have.update(runs)
+        dest.write_text(json.dumps(have, indent=1, sort_keys=True))
+        written.append(dest)
     hist = Path(out) / "history.csv"
     have_rows = {_history_key(r) for r in read_csv(hist)}
-    for src in sources:
-        new = [r for r in read_csv(Path(src) / "history.csv") if r.get("benchmark") == SUMMARY_STEM]
+    for src_rows in histories:
+        new = [r for r in src_rows if r.get("benchmark") == SUMMARY_STEM]
         new = [r for r in new if _history_key(r) not in have_rows]
         if new:
             append_history(hist, new)
@@ -612,10 +626,33 @@ def merge_outputs(sources: Sequence[Path], out: Path) -> list[Path]:
     return sorted(set(written))
 
 
+def _read_source(path: Path, read):
+    """``read(path)`` for ``--merge``; a file that is not readable text, CSV or JSON: :class:`Refused`, one line."""
+    try:
+        return read(path)
+    except (OSError, UnicodeDecodeError, csv.Error, ValueError) as e:
+        raise Refused(f"--merge: {path} is unreadable ({type(e).__name__}: {str(e)[:120]})") from None
+
+
 def _history_key(row: dict) -> tuple:
     """A history row as a hashable, orderable key: the shared history.csv holds rows of other benchmarks with more
     fields than its header (``csv.DictReader`` files them under the key None, as a list)."""
     return tuple(sorted((str(k), str(v)) for k, v in row.items()))
+
+
+def _check_generate_row(r: Mapping, where: str) -> None:
+    """A generate row the statistics can read: wall_s positive finite seconds, batch and Engine whole numbers."""
+    try:
+        wall = float(r.get("wall_s") or "")
+    except (TypeError, ValueError):
+        wall = math.nan
+    if not (math.isfinite(wall) and wall > 0):
+        raise Refused(f"{where}: wall_s {r.get('wall_s')!r} is not a positive number of seconds")
+    for col, default in (("batch", None), ("engine", "1")):
+        try:
+            int(r.get(col) or default)
+        except (TypeError, ValueError):
+            raise Refused(f"{where}: {col} {r.get(col)!r} is not a whole number") from None
 
 
 def combine_files(
@@ -626,10 +663,20 @@ def combine_files(
     ``<out>/latest/cycle_live_combined-<gpu>.csv`` when ``out``."""
     rows: list[dict] = []
     seen: dict[tuple, str] = {}
+    contents: dict[bytes, str] = {}  # a file's bytes -> its path: one file's rows (or a copy's) count once
     for i, p in enumerate(paths):
-        mine = read_csv(Path(p))
+        try:
+            data = Path(p).read_bytes()
+            mine = read_csv(Path(p))
+        except (OSError, UnicodeDecodeError, csv.Error) as e:
+            raise Refused(f"--combine: {p} is not a readable CSV ({type(e).__name__}: {e})") from None
+        if data in contents:
+            raise Refused(f"--combine: {p} holds the same rows as {contents[data]} (its pairs would count twice)")
+        contents[data] = str(p)
         if not mine or "wall_s" not in mine[0]:
             raise Refused(f"--combine: {p} holds no generate rows (a {GEN_STEM}-<gpu>.csv)")
+        for n, r in enumerate(mine, start=2):
+            _check_generate_row(r, f"--combine: {p} line {n}")
         for r in mine:
             r["run"] = r.get("run") or f"{Path(p).stem}#{i + 1}"
         if runs:
@@ -646,6 +693,9 @@ def combine_files(
                 raise Refused(f"--combine: run {u[1]!r} of {u[0]} is in both {seen[u]} and {p}")
             seen[u] = str(p)
         rows += mine
+    absent = sorted(set(runs or ()) - {r["run"] for r in rows})
+    if absent:
+        raise Refused(f"--combine --runs: {', '.join(map(repr, absent))} in none of these files")
     table = combine(rows)
     if out is None or not table:
         return table, None
@@ -884,6 +934,23 @@ def _send(conn: Connection, msg: Mapping) -> None:
     conn.send_bytes(json.dumps(msg, default=str).encode())  # default: an odd type in SGLang's server info
 
 
+def _watch_driver(driver: int) -> threading.Event:
+    """While the Engine starts (minutes; nothing is read from the driver then), a thread checks 10 times a second that
+    the driver is still this process's parent; when it is gone (a SIGKILL it could not handle), this worker's whole
+    session goes (the Engine's processes with it). Set the returned event to stop watching (the Engine is up: from
+    then on the driver's socket tells its end). Compared with the driver's pid from the spec, so a driver killed
+    before the thread starts is seen too."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while driver and not done.wait(0.1):
+            if os.getppid() != driver:
+                os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="watch-driver", daemon=True).start()
+    return done
+
+
 def serve(spec_path: str, fd: int) -> int:
     """The worker: build the Engine, then answer ``generate`` and ``freeze`` requests until ``stop`` (or the driver
     is gone). ``freeze``: ``gc.collect()`` here, then ``Engine.freeze_gc()`` (this process's tokenizer manager, the
@@ -892,12 +959,15 @@ def serve(spec_path: str, fd: int) -> int:
     os.set_inheritable(fd, False)  # not into SGLang's subprocesses: the driver sees EOF when this process ends
     spec = json.loads(Path(spec_path).read_text())
     probe = GcProbe()
+    starting = _watch_driver(int(spec.get("driver_pid") or 0))
     try:
         engine, info = _make_engine(spec)
     except BaseException:  # noqa: BLE001 - told to the driver
         traceback.print_exc()
         _send(conn, {"error": traceback.format_exc()[-4000:]})
         return 1
+    finally:
+        starting.set()
     _send(conn, {"ready": True, **info})
     sched = info["pids"]["scheduler"]
     sampling = {"temperature": 0.0, "max_new_tokens": spec["max_new_tokens"], "ignore_eos": True}
@@ -964,7 +1034,9 @@ class Worker:
         self.report_dir = work / f"reports-{self.name}"
         shutil.rmtree(self.report_dir, ignore_errors=True)  # an earlier run's reports would count as this one's
         spec_path = work / f"{self.name}.spec.json"
-        spec_path.write_text(json.dumps(dict(spec, mode=mode, engine=engine, omp_threads=omp_threads)))
+        spec_path.write_text(
+            json.dumps(dict(spec, mode=mode, engine=engine, omp_threads=omp_threads, driver_pid=os.getpid()))
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_MAMBA_DEDUP")}
         env.update(MODES[mode], SGLANG_MAMBA_DEDUP_REPORT_DIR=str(self.report_dir), PYTHONUNBUFFERED="1")
         if omp_threads:  # before Python starts: torch and the BLAS libraries read them at import
@@ -1385,13 +1457,25 @@ def _check(args, p: argparse.ArgumentParser) -> None:
         p.error(f"--bootstrap must be >= 1 resample (got {args.bootstrap})")
     if args.max_new_tokens < 1:
         p.error(f"--max-new-tokens must be >= 1 (got {args.max_new_tokens})")
-    if args.stop_reserve_s < 0:
-        p.error(f"--stop-reserve-s must be >= 0 (got {args.stop_reserve_s})")
+    for name in ("budget_s", "stop_reserve_s", "min_timed_s", "stop_timeout", "engine_timeout", "generate_timeout"):
+        v, flag = getattr(args, name), "--" + name.replace("_", "-")
+        if not math.isfinite(v) or v < 0 or (v == 0 and name.endswith("timeout")):
+            p.error(
+                f"{flag} must be a finite number of seconds, {'> 0' if name.endswith('timeout') else '>= 0'} (got {v:g})"
+            )
     if args.budget_s < 0 or (args.budget_s and args.budget_s <= args.stop_reserve_s):
         p.error(
             f"--budget-s {args.budget_s:g} leaves nothing to time after --stop-reserve-s {args.stop_reserve_s:g} "
             "(0: no budget)"
         )
+    plain = [a for a in args.engine_arg if "=" not in a or not a.partition("=")[0].strip()]
+    if plain:
+        p.error(f"--engine-arg expects KEY=VALUE, got {plain[0]!r}")
+    if args.static_gb is not None and not (math.isfinite(args.static_gb) and args.static_gb > 0):
+        p.error(f"--static-gb must be a finite number of GiB > 0 (got {args.static_gb:g})")
+    frac = args.mem_fraction_static
+    if frac is not None and not (0 < frac < 1):
+        p.error(f"--mem-fraction-static must lie between 0 and 1 (got {frac:g})")
     cut = [a for a in args.engine_arg if a.partition("=")[0].strip().replace("-", "_").startswith("cuda_graph_bs")]
     if cut:
         p.error(f"--engine-arg {cut[0]}: the protocol keeps SGLang's own CUDA-graph list (a cut list changes the wall)")

@@ -98,6 +98,8 @@ def build_plan(
         raise ValueError("nothing to commit (no conv pairs and no SSM pair)")
     if tail and (len(conv_dsts) != 1 or ssm_dst is not None):
         raise ValueError("the tail mode takes one conv pair and no SSM pair")
+    if tail and accepted is not None:  # its steps are column shifts, not draft steps
+        raise ValueError("the tail mode takes no accepted table")
     if ssm_track_only and (ssm_dst is None or not conv_dsts):
         raise ValueError("ssm_track_only takes an SSM pair and at least one conv pair")
 

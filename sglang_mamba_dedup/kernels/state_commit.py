@@ -286,10 +286,17 @@ def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> 
         launch(plan, ssm=(ssm_scratch, temporal), accept=(last_correct, slots),
                track=(steps_to_track, track_slots), src_rows=req_pool_indices)
     """
-    accept_steps, accept_slots = accept
+    _check_ssm_pair(plan, ssm)
+    try:
+        accept_steps, accept_slots = accept
+    except (TypeError, ValueError):
+        raise ValueError(f"accept must be a (steps, slots) pair, got {type(accept).__name__}") from None
     max_rows = plan.n_rows_src if src_rows is None else _INT32_MAX
     n_acc = check_index_pair("accept_steps", accept_steps, "accept_slots", accept_slots, plan.device, max_rows)
-    track_steps, track_slots = (None, None) if track is None else track
+    try:
+        track_steps, track_slots = (None, None) if track is None else track
+    except (TypeError, ValueError):
+        raise ValueError(f"track must be a (steps, slots) pair or None, got {type(track).__name__}") from None
     if track_steps is None and track_slots is None:
         n_trk = 0
         track_steps, track_slots = accept_steps, accept_slots  # not read
@@ -328,6 +335,22 @@ def launch(plan: CommitPlan, *, accept, track=None, ssm=None, src_rows=None) -> 
     if variant not in plan.direct and _CAN_LAUNCH_DIRECTLY and plan.device.type == "cuda" and compiled is not None:
         plan.direct[variant] = DirectLaunch.build(_fused_commit_kernel, compiled, args, kw, len(index))
     return "triton"
+
+
+def _check_ssm_pair(plan: CommitPlan, ssm) -> None:
+    """``ssm`` must be the plan's own ``(src, dst)`` pair (the kernel walks the plan's strides over these tensors; the
+    direct launch uses the plan's addresses): two address reads on the host, no device work."""
+    if plan.ssm_int_dtype is None:
+        if ssm is not None and any(t is not None for t in ssm):
+            raise ValueError("ssm was given, but this plan has no SSM pair (build the plan with it)")
+        return
+    try:
+        src, dst = ssm
+        same = (src.data_ptr(), dst.data_ptr()) == plan.ssm_ptrs
+    except (TypeError, ValueError, AttributeError):
+        same = False
+    if not same:
+        raise ValueError("ssm must be the plan's SSM pair (src, dst), the tensors the plan was built with")
 
 
 def fused_commit(

@@ -248,3 +248,76 @@ def test_every_case_starts_from_valid_arguments():
     """Each function's valid arguments run: every failure above comes from the one change its case made."""
     for fn in FUNCTIONS:
         getattr(kernels, fn)(**Args(fn).kw)
+
+
+# ---------------------------------------------------------------- launch(plan, ssm=...) against the plan's pair
+
+
+def _zero_copy_plan(g):
+    """A zero-copy plan with a track set (``accepted``, ``ssm_track_only``) and its states."""
+    from sglang_mamba_dedup.kernels import state_commit
+
+    conv_dst, conv_src = _conv_pair(g)
+    ssm_dst, ssm_src = _ssm_pair(g)
+    accepted = torch.zeros(R, dtype=torch.int32, device=DEVICE)
+    plan = state_commit.get_plan([conv_dst], [conv_src], ssm_dst, ssm_src, accepted=accepted, ssm_track_only=True)
+    return state_commit, plan, ssm_src, ssm_dst
+
+
+@pytest.mark.parametrize(
+    "pair",
+    ["swapped", "other_pool", "other_dtype", "missing", "none_pair", "three"],
+)
+def test_launch_refuses_an_ssm_pair_that_is_not_the_plans(pair):
+    """The plan holds the SSM pair's addresses and strides, the launch takes the tensors again: a pair that is not
+    the plan's (swapped: the scratch overwritten from the pool; another pool or dtype: writes past its end, seen as
+    a heap corruption that aborted the process) is refused in one line before anything runs."""
+    g, _ = new_generator()
+    state_commit, plan, src, dst = _zero_copy_plan(g)
+    ssm = {
+        "swapped": (dst, src),
+        "other_pool": (src.clone(), torch.zeros((1, 2, *SSM_SHAPE), device=DEVICE)),
+        "other_dtype": (src.double(), dst.double()),
+        "missing": None,
+        "none_pair": (None, None),
+        "three": (src, dst, dst),
+    }[pair]
+    before = src.clone(), dst.clone()
+    steps, slots = _index(2), torch.tensor([1, 2], dtype=torch.int64, device=DEVICE)
+    with pytest.raises(ValueError, match="the plan's SSM pair"):
+        state_commit.launch(plan, ssm=ssm, accept=(steps, slots), track=(steps, slots + 2), src_rows=_index(2) + 1)
+    assert torch.equal(src, before[0]) and torch.equal(dst, before[1])
+
+
+def test_launch_refuses_an_ssm_pair_on_a_plan_without_one():
+    g, _ = new_generator()
+    from sglang_mamba_dedup.kernels import state_commit
+
+    conv_dst, conv_src = _conv_pair(g)
+    ssm_dst, ssm_src = _ssm_pair(g)
+    plan = state_commit.get_plan([conv_dst], [conv_src], None, None)
+    with pytest.raises(ValueError, match="has no SSM pair"):
+        state_commit.launch(plan, ssm=(ssm_src, ssm_dst), accept=(_index(2), _index(2)))
+    assert state_commit.launch(plan, ssm=(None, None), accept=(_index(2), _index(2))) == "triton"
+
+
+def test_odd_index_pairs_and_a_tail_plan_with_an_accepted_table_are_refused_in_one_line():
+    """``accept`` / ``track`` that are not ``(steps, slots)`` pairs said "cannot unpack non-iterable NoneType" or "too
+    many values to unpack"; a tail-mode plan (steps are column shifts) took an ``accepted`` table and stored shift + 1
+    in it. Each refused naming what is wrong."""
+    g, _ = new_generator()
+    state_commit, plan, src, dst = _zero_copy_plan(g)
+    two = (_index(2), _index(2))
+    for kw, match in (
+        (dict(accept=None), "accept must be a"),
+        (dict(accept=(_index(2),)), "accept must be a"),
+        (dict(accept=two, track=(*two, _index(2))), "track must be a"),
+        (dict(accept=two, track=_index(3)), "track must be a"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            state_commit.launch(plan, ssm=(src, dst), src_rows=_index(2), **kw)
+    conv_dst, conv_src = _conv_pair(g)
+    with pytest.raises(ValueError, match="tail mode takes no accepted table"):
+        state_commit.get_plan(
+            [conv_dst], [conv_src], None, None, tail=True, accepted=torch.zeros(R, dtype=torch.int32, device=DEVICE)
+        )

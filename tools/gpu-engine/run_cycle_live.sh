@@ -44,6 +44,10 @@ shift || true
 T0=$(date +%s)
 WALL=${LIVE_WALL_S:-580}
 stamp() { echo "[run_cycle_live +$(( $(date +%s) - T0 ))s] $*"; }
+# the preset names folders that are emptied (rm -rf): a plain name only
+case "$PRESET" in .*|*/*|"") stamp "the preset must be a plain name (got '$PRESET')"; exit 2 ;; esac
+case "$WALL" in ''|*[!0-9]*) stamp "LIVE_WALL_S must be whole seconds (got '$WALL')"; exit 2 ;; esac
+case "${LIVE_B:-auto}" in auto|alive|sequential) ;; *) stamp "LIVE_B must be auto, alive or sequential (got '$LIVE_B')"; exit 2 ;; esac
 STATE=/tmp/cycle-live-state/$PRESET  # survives between calls while the machine stays warm
 STEP=${LIVE_STEP:-single}
 if [ "$STEP" = next ]; then
@@ -53,7 +57,7 @@ if [ "$STEP" = next ]; then
   else stamp "prime, A and B are done on this machine ($STATE): nothing to run (LIVE_STEP=A starts again)"; exit 4; fi
 fi
 case "$STEP" in single|prime|A|B) ;; *) stamp "LIVE_STEP must be next, prime, A or B (got $STEP)"; exit 2 ;; esac
-if [ "$STEP" = B ] && [ ! -f "$STATE/A.done" ]; then
+if [ "$STEP" = B ] && { [ ! -f "$STATE/A.done" ] || ! ls "$STATE"/A/latest/cycle_generates-*.csv >/dev/null 2>&1; }; then
   stamp "step B needs run A's files from this machine ($STATE/A): the machine went back? run LIVE_STEP=next again"; exit 2
 fi
 stamp "step $STEP ($PRESET)"
@@ -65,7 +69,7 @@ rm -rf "$WORK/$PRESET"
 run_id=$(date -u +%Y%m%dT%H%MZ)
 step_args=()
 modes_given=""
-for a in "$@"; do [ "$a" = --modes ] && modes_given=1; done  # give it as "--modes a,b" (B reverses it)
+for a in "$@"; do case "$a" in --modes|--modes=*) modes_given=1 ;; esac; done  # "--modes a,b" or "--modes=a,b"
 case "$STEP" in
   prime) step_args=(--modes stock --engines-per-mode 1 --reps 2 --warmups 3 --run "$run_id-prime") ;;
   A) step_args=(--run "$run_id-A") ;;
@@ -94,7 +98,10 @@ PY
     if [ -z "$modes_given" ]; then step_args+=(--modes zero-copy,stock)
     else  # the given modes reversed
       for ((i = 1; i <= $#; i++)); do
-        if [ "${!i}" = --modes ]; then j=$((i + 1)); rev=$(echo "${!j}" | tr ',' '\n' | tac | paste -sd,); fi
+        case "${!i}" in
+          --modes) j=$((i + 1)); rev=$(echo "${!j}" | tr ',' '\n' | tac | paste -sd,) ;;
+          --modes=*) given=${!i}; rev=$(echo "${given#--modes=}" | tr ',' '\n' | tac | paste -sd,) ;;
+        esac
       done
       step_args+=(--modes "$rev")
     fi
