@@ -66,7 +66,7 @@ from ..cli._args import number
 from ..patches import faults
 from . import console, driver, interrupts, verdict
 from .engine import Runner
-from .settings import DEFAULT_MODEL
+from .settings import DEFAULT_MODEL, parse_engine_args, radix_problem
 from .workload import load_prompts
 
 #: Run modes: the plugin off, on, and on with the negative control's fault (:mod:`sglang_mamba_dedup.patches.faults`)
@@ -244,6 +244,26 @@ def _build_parser() -> argparse.ArgumentParser:
         help="radix (prefix) cache off (disable_radix_cache=true): no track slots, round 2 reads nothing back",
     )
     e.add_argument(
+        "--mamba-radix-cache-strategy",
+        choices=["auto", "no_buffer", "extra_buffer", "extra_buffer_lazy"],
+        default=None,
+        help="SGLang's mamba radix-cache strategy, the same in every run (default: SGLang's, auto). "
+        "extra_buffer_lazy needs overlap scheduling; --zero-copy with --disable-overlap-schedule needs extra_buffer",
+    )
+    e.add_argument(
+        "--mamba-track-interval",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="SGLang's mamba_track_interval (default its own, 256): lower it (e.g. 64 for Gated DeltaNet; Nemotron-H "
+        "needs >= its mamba_chunk_size) so that decode crosses track boundaries often; the same in every run",
+    )
+    e.add_argument(
+        "--disable-overlap-schedule",
+        action="store_true",
+        help="overlap scheduling off in every run (disable_overlap_schedule=true)",
+    )
+    e.add_argument(
         "--engine-arg",
         action="append",
         default=[],
@@ -283,8 +303,11 @@ def _build_parser() -> argparse.ArgumentParser:
         "--zero-copy",
         action="store_true",
         help="the zero-copy commit: SGLANG_MAMBA_DEDUP_ZERO_COPY=1 in the on and fault runs (never in the off "
-        "run), the radix cache off in every run (as --no-radix-cache); their schedulers must report it on and "
-        "commits served zero-copy, else exit 8. Without it the variable is removed from every run",
+        "run); their schedulers must report it on and commits served zero-copy, else exit 8. With the radix cache "
+        "on (the default) those runs also get SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX=1 and must show commits with a "
+        "track set served zero-copy (zc_track_commits > 0), and every run's round 2 must read cached tokens, else "
+        "exit 8; with --no-radix-cache the radix cache is off in every run. Without it the variables are removed "
+        "from every run",
     )
     r.add_argument(
         "--streaming-sessions",
@@ -387,6 +410,8 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--fault {args.fault} breaks the zero-copy commit: it needs --zero-copy")
     if args.zero_copy and args.base_url_off:
         parser.error("--zero-copy sets the runs' environment: not with --base-url-off/--base-url-on")
+    if problem := radix_problem(_radix_keywords(args), args.zero_copy):
+        parser.error(problem)
     if args.streaming_sessions and (args.server or args.base_url_off or args.throughput):
         parser.error("--streaming-sessions runs on the Engine route: not with --server, --base-url-* or --throughput")
     if args.throughput:
@@ -443,6 +468,22 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     problem = _uncreatable(Path(args.workdir)) if args.workdir is not None else None
     if problem:
         parser.error(f"--workdir {args.workdir!r}: cannot be created or written ({problem})")
+
+
+def _radix_keywords(args: argparse.Namespace) -> dict[str, object]:
+    """The engine keywords :func:`.settings.radix_problem` judges, as the options and ``--engine-arg`` give them
+    (an ``--engine-arg`` wins, as in the runs)."""
+    kw: dict[str, object] = {
+        "disable_radix_cache": args.no_radix_cache,
+        "mamba_radix_cache_strategy": args.mamba_radix_cache_strategy,
+        "mamba_track_interval": args.mamba_track_interval,
+        "disable_overlap_schedule": args.disable_overlap_schedule,
+    }
+    try:
+        kw.update(parse_engine_args(args.engine_arg))
+    except ValueError:  # argparse's type of --engine-arg already refused it
+        pass
+    return kw
 
 
 def _server_of(url: str) -> tuple[str, str, int, str] | None:

@@ -19,6 +19,7 @@ from typing import Any
 from ..env import FAULT, FLAG, SWITCH, ZERO_COPY
 from ..patches import faults
 from .context import RunContext, RunResult
+from .engine import ZERO_COPY_RADIX
 from .reports import commit_counts, describe_report
 from .server import describe_command
 from .settings import describe_settings
@@ -117,7 +118,7 @@ def header(ctx: RunContext, spec: Mapping[str, Any], model_path: str, random_inf
     say("settings: " + describe_settings(kw))
     say(
         "plugin: zero-copy commit "
-        + (f"on ({ZERO_COPY}=1 in the on and fault runs; radix cache off)" if args.zero_copy else "off")
+        + (_zero_copy_words(spec) if args.zero_copy else "off")
         + f"; fault of the fault runs: {args.fault} ({faults.FAULTS[args.fault].breaks})"
     )
     if ctx.dropped_defaults:
@@ -144,6 +145,16 @@ def header(ctx: RunContext, spec: Mapping[str, Any], model_path: str, random_inf
     say(f"workdir: {work}")
 
 
+def _zero_copy_words(spec: Mapping[str, Any]) -> str:
+    """The header's words for ``--zero-copy``: which variables the on and fault runs get, radix cache on or off."""
+    if (spec.get("plugin") or {}).get("zero_copy_radix"):
+        return (
+            f"on with the radix cache on ({ZERO_COPY}=1 and {ZERO_COPY_RADIX}=1 in the on and fault runs; they "
+            "must show commits with a track set served zero-copy and round 2 must read cached tokens)"
+        )
+    return f"on ({ZERO_COPY}=1 in the on and fault runs; radix cache off)"
+
+
 # ----------------------------------------------------------------------------- each run (md5 route)
 def run_start(ctx: RunContext, i: int, mode: str) -> None:
     args = ctx.args
@@ -155,6 +166,8 @@ def run_start(ctx: RunContext, i: int, mode: str) -> None:
         what = f"{SWITCH}={'0' if mode == 'off' else '1'} (fresh process)"
     if args.zero_copy and mode != "off":
         what += f" + {ZERO_COPY}=1"
+        if ctx.zero_copy_radix:
+            what += f" + {ZERO_COPY_RADIX}=1"
     if mode == "fault":
         what += f" + {FAULT}={args.fault} (negative control: {faults.FAULTS[args.fault].breaks})"
     say(f"-- run {i + 1}/{len(ctx.modes)}: {what} ...")

@@ -125,6 +125,7 @@ def _run(ctx: RunContext, work: Path, runner: Runner | None, temp_model: Path | 
         verbose=ctx.args.verbose,
         fault=ctx.args.fault,
         zero_copy=ctx.args.zero_copy,
+        zero_copy_radix=ctx.zero_copy_radix,
     )
     console.md5s(verdict, results)
     if verdict.negative_control:
@@ -155,6 +156,7 @@ def _run_paired(
         no_reports=ctx.no_reports,
         verbose=ctx.args.verbose,
         zero_copy=ctx.args.zero_copy,
+        zero_copy_radix=ctx.zero_copy_radix,
     )
     if data is not None and all(r.ok for r in results):
         n = len(spec["prompts"])
@@ -250,9 +252,16 @@ def _prepare(ctx: RunContext, work: Path, temp_model: Path | None) -> int | tupl
         "warmup_tokens": args.warmup_tokens,
         "round2_suffixes": round2_suffixes(len(prompts), fmt, vocab),
         "batch1": {"prompt_index": 0, "max_new_tokens": ctx.batch1_tokens} if args.throughput else None,
-        "plugin": {"fault": args.fault, "zero_copy": args.zero_copy},  # the runs' variables: .engine.run_env
+        # the runs' variables (.engine.run_env); zero-copy with the radix cache on also sets the plugin's
+        # experimental switch that lets the gate accept it (with SGLang's extra buffer)
+        "plugin": {
+            "fault": args.fault,
+            "zero_copy": args.zero_copy,
+            "zero_copy_radix": bool(args.zero_copy and not kw.get("disable_radix_cache")),
+        },
         "streaming_sessions": args.streaming_sessions,
     }
+    ctx.zero_copy_radix = spec["plugin"]["zero_copy_radix"]
     ctx.workload = workload_md5(spec)
     return spec, model_path, random_info
 

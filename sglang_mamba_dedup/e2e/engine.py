@@ -36,16 +36,28 @@ from .workload import Sessions, flush_with_retry, run_plan
 Runner = Callable[[dict[str, Any], str, Path, Path], dict[str, Any]]
 
 
+#: The plugin's experimental switch that lets its gate accept zero-copy with the radix cache on (SGLang's extra
+#: buffer); declared by the plugin (issue 50), set here only in the servers' environment.
+ZERO_COPY_RADIX = "SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX"
+
+
 def run_env(
-    env: dict[str, str], mode: str, fault: str = faults.COMMIT_STEP0, zero_copy: bool = False
+    env: dict[str, str],
+    mode: str,
+    fault: str = faults.COMMIT_STEP0,
+    zero_copy: bool = False,
+    zero_copy_radix: bool = False,
 ) -> dict[str, str]:
     """A run's plugin variables (the spec's ``plugin``): the fault ``fault`` in a "fault" run, ``ZERO_COPY=1`` in
-    the "on" and "fault" runs with ``zero_copy``; each removed where not asked for (also when the parent has it)."""
+    the "on" and "fault" runs with ``zero_copy``, and :data:`ZERO_COPY_RADIX` ``=1`` there too with
+    ``zero_copy_radix`` (zero-copy with the radix cache on); each removed where not asked for (also when the
+    parent has it)."""
     faults.set_env(env, mode == "fault", fault)
-    if zero_copy and mode != "off":
-        env[ZERO_COPY] = "1"
-    else:
-        env.pop(ZERO_COPY, None)
+    for name, wanted in ((ZERO_COPY, zero_copy), (ZERO_COPY_RADIX, zero_copy and zero_copy_radix)):
+        if wanted and mode != "off":
+            env[name] = "1"
+        else:
+            env.pop(name, None)
     return env
 
 

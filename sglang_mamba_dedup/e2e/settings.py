@@ -114,13 +114,61 @@ def deployment_defaults(
 
 
 def defaults_of(args: argparse.Namespace, fields: Collection[str] | None) -> tuple[dict[str, Any], list[str]]:
-    """:func:`deployment_defaults` as the options ask (``--zero-copy`` implies ``--no-radix-cache``;
-    ``--streaming-sessions`` adds ``enable_streaming_session``) for the installed SGLang."""
-    radix_cache = not (args.no_radix_cache or args.zero_copy)
+    """:func:`deployment_defaults` as the options ask for the installed SGLang: ``--no-radix-cache`` turns the
+    radix cache off (``--zero-copy`` leaves it as asked: on by default); ``--mamba-radix-cache-strategy``,
+    ``--mamba-track-interval`` and ``--disable-overlap-schedule`` add their keywords (identical in every run);
+    ``--streaming-sessions`` adds ``enable_streaming_session``."""
+    radix_cache = not args.no_radix_cache
     kw, notes = deployment_defaults(not args.no_cuda_graph, radix_cache, fields, versions.installed_sglang_version())
+    if getattr(args, "mamba_radix_cache_strategy", None):
+        kw["mamba_radix_cache_strategy"] = args.mamba_radix_cache_strategy
+    if getattr(args, "mamba_track_interval", None):
+        kw["mamba_track_interval"] = args.mamba_track_interval
+    if getattr(args, "disable_overlap_schedule", False):
+        kw["disable_overlap_schedule"] = True
     if getattr(args, "streaming_sessions", False):
         kw["enable_streaming_session"] = True  # a release without it refuses the keyword: the run fails, and says so
     return kw, notes
+
+
+def radix_problem(kw: Mapping[str, Any], zero_copy: bool) -> str | None:
+    """Why these engine keywords cannot give a meaningful run with the radix cache on, or None (R2 of the radix
+    zero-copy review, ``reports/radix-zero-copy-review-2026-12-04.md``; SGLang 0.5.23):
+
+    * ``extra_buffer_lazy`` without overlap scheduling: SGLang asserts at start
+      (``mem_cache/kv_cache_configurator.py:3071-3075``);
+    * with ``zero_copy``: overlap scheduling off and the strategy left at ``auto`` resolves to ``no_buffer``
+      (``arg_groups/overrides.py:478-486``), which the gate refuses: zero-copy never serves and off == on proves
+      nothing; ``--mamba-radix-cache-strategy extra_buffer`` is what that run needs; a strategy ``no_buffer``
+      asked for is refused by the gate the same way.
+
+    With the radix cache off no strategy or track interval means anything: naming one is refused too.
+    """
+    radix = not kw.get("disable_radix_cache")
+    strategy = kw.get("mamba_radix_cache_strategy") or "auto"
+    no_overlap = bool(kw.get("disable_overlap_schedule"))
+    if not radix:
+        given = [k for k in ("mamba_radix_cache_strategy", "mamba_track_interval") if kw.get(k) is not None]
+        if given:
+            return f"{' and '.join(given)} mean nothing with the radix cache off (--no-radix-cache)"
+        return None
+    if strategy == "extra_buffer_lazy" and no_overlap:
+        return (
+            "mamba_radix_cache_strategy extra_buffer_lazy needs overlap scheduling (SGLang asserts without it): "
+            "drop disable_overlap_schedule, or use extra_buffer"
+        )
+    if zero_copy and strategy == "auto" and no_overlap and int(kw.get("page_size") or 1) <= 1:
+        return (
+            "--zero-copy with the radix cache on and overlap scheduling off needs --mamba-radix-cache-strategy "
+            "extra_buffer (at auto SGLang resolves to no_buffer, the gate refuses zero-copy and off == on proves "
+            "nothing)"
+        )
+    if zero_copy and strategy == "no_buffer":
+        return (
+            "--zero-copy with the radix cache on and mamba_radix_cache_strategy no_buffer: the gate refuses "
+            "zero-copy there, off == on would prove nothing; use extra_buffer or extra_buffer_lazy"
+        )
+    return None
 
 
 def sessions_cap_problem(kw: Mapping[str, Any], sessions: int) -> str | None:
@@ -157,6 +205,9 @@ def describe_settings(kw: Mapping[str, Any]) -> str:
     else:
         prefill = "off" if pre == "disabled" else f"on ({pre})"
     radix = "off" if kw.get("disable_radix_cache") else "on"
+    if radix == "on":
+        radix += f" (mamba strategy {kw.get('mamba_radix_cache_strategy') or 'auto'}"
+        radix += f", track interval {kw.get('mamba_track_interval') or 'SGLang default'})"
     overlap = "off" if kw.get("disable_overlap_schedule") else "SGLang's default"
     return (
         f"decode CUDA graphs {decode}; prefill CUDA graphs {prefill}; radix cache {radix}; overlap scheduling {overlap}"

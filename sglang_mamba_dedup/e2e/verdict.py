@@ -126,9 +126,12 @@ def judge_runs(
     verbose: bool = False,
     fault: str = faults.COMMIT_STEP0,
     zero_copy: bool = False,
+    zero_copy_radix: bool = False,
 ) -> Verdict:
     """The md5 route: every run went through, then run 1 against every later run, then the plugin (``fault``: the
-    fault of the "fault" runs; ``zero_copy``: the "on" and "fault" runs must show the zero-copy commit)."""
+    fault of the "fault" runs; ``zero_copy``: the "on" and "fault" runs must show the zero-copy commit;
+    ``zero_copy_radix``: with the radix cache on, also commits with a track set served zero-copy, and every run's
+    round 2 must have read cached prompt tokens back, :func:`cached_problems`)."""
     failures: list[Failure] = []
     checks: list[Md5Check] = []
     compared = False
@@ -140,8 +143,20 @@ def judge_runs(
         compared = True
         checks = _md5_checks(results, len(spec["prompts"]))
         failures += _md5_failures(results, checks, fault)
+        if zero_copy and zero_copy_radix:
+            failures += [(EXIT_NOT_ENGAGED, p) for p in cached_problems(results)]
     return _with_plugin(
-        results, failures, compared, checks, planned, spec, track_expected, no_reports, fault, zero_copy
+        results,
+        failures,
+        compared,
+        checks,
+        planned,
+        spec,
+        track_expected,
+        no_reports,
+        fault,
+        zero_copy,
+        zero_copy_radix,
     )
 
 
@@ -154,6 +169,7 @@ def judge_pairs(
     no_reports: bool,
     verbose: bool = False,
     zero_copy: bool = False,
+    zero_copy_radix: bool = False,
 ) -> Verdict:
     """``--throughput``: both servers went through, the pairs (:func:`.paired.run_pairs`), then the plugin."""
     failures: list[Failure] = []
@@ -171,7 +187,17 @@ def judge_pairs(
             n = len(data["mismatches"])
             failures.append((EXIT_MD5_DIFFER, f"{n} requests differ: {data['mismatches'][0]}"))
     return _with_plugin(
-        results, failures, False, [], ("off", "on"), spec, track_expected, no_reports, faults.COMMIT_STEP0, zero_copy
+        results,
+        failures,
+        False,
+        [],
+        ("off", "on"),
+        spec,
+        track_expected,
+        no_reports,
+        faults.COMMIT_STEP0,
+        zero_copy,
+        zero_copy_radix,
     )
 
 
@@ -186,10 +212,13 @@ def _with_plugin(
     no_reports: bool,
     fault: str,
     zero_copy: bool,
+    zero_copy_radix: bool = False,
 ) -> Verdict:
     ranks = expected_ranks(spec.get("engine_kwargs"))
     sessions = bool(spec.get("streaming_sessions"))
-    plugin = [] if no_reports else plugin_checks(results, track_expected, ranks, fault, zero_copy, sessions)
+    plugin = (
+        [] if no_reports else plugin_checks(results, track_expected, ranks, fault, zero_copy, sessions, zero_copy_radix)
+    )
     for c in plugin:
         if c.ok is False and c.judged == "engaged":
             failures.append((EXIT_NOT_ENGAGED, "plugin not engaged: " + "; ".join(c.reasons)))
@@ -239,6 +268,7 @@ def plugin_checks(
     fault: str = faults.COMMIT_STEP0,
     zero_copy: bool = False,
     sessions: bool = False,
+    radix: bool = False,
 ) -> list[PluginCheck]:
     """Per run: an "on" or "fault" run engaged (a fault run also shows ``fault`` installed; with ``zero_copy`` both
     show the zero-copy commit serving commits, and with ``sessions`` kept states materialized), an "off" run
@@ -254,7 +284,7 @@ def plugin_checks(
             if r.mode == "fault" and not any((s.get("events") or {}).get("fault") == fault for s in sched):
                 reasons = [*reasons, f"no scheduler report shows the fault {fault} installed"]
             if zero_copy:
-                reasons = [*reasons, *zero_copy_problems([*sched, *server_state_reports(r)], sessions)]
+                reasons = [*reasons, *zero_copy_problems([*sched, *server_state_reports(r)], sessions, radix)]
             ok = not reasons
             track = None
             if ok and track_expected:
@@ -280,17 +310,29 @@ def server_state_reports(r: RunResult) -> list[dict[str, Any]]:
     return out
 
 
-def zero_copy_problems(sched: Sequence[Mapping[str, Any]], sessions: bool = False) -> list[str]:
+def zero_copy_problems(sched: Sequence[Mapping[str, Any]], sessions: bool = False, radix: bool = False) -> list[str]:
     """Why no scheduler report shows the zero-copy commit on (``events.zero_copy``) and serving commits
-    (``events.zc_commit_calls`` > 0), and with ``sessions`` (streaming sessions ran) states the sessions kept
-    materialized (``events.zc_materialize_calls`` > 0); empty when one does. ``sched``: report files and
-    :func:`server_state_reports` alike."""
+    (``events.zc_commit_calls`` > 0), with ``sessions`` (streaming sessions ran) states the sessions kept
+    materialized (``events.zc_materialize_calls`` > 0), and with ``radix`` (the radix cache on) commits with a
+    track set served zero-copy (``events.zc_track_commits`` > 0: a counter not recorded fails too); empty when
+    one does. A gate that refused zero-copy (``off: <reason>``) fails with its refusal line. ``sched``: report
+    files and :func:`server_state_reports` alike."""
     events = [s.get("events") or {} for s in sched]
     on = [e for e in events if e.get("zero_copy") == "on"]
     if not on:
         seen = "; ".join(dict.fromkeys(str(e.get("zero_copy", "not recorded")) for e in events)) or "no report"
+        refused = [str(d) for e in events if isinstance(d := e.get("zero_copy"), str) and d.startswith("off")]
+        if refused:
+            return [f"the gate refused zero-copy: {'; '.join(dict.fromkeys(refused))}"]
         return [f"zero-copy asked for but no scheduler report shows it on (events.zero_copy: {seen})"]
     needed = [("zc_commit_calls", "zero-copy on but no commit was served zero-copy")]
+    if radix:
+        needed.append(
+            (
+                "zc_track_commits",
+                "zero-copy on with the radix cache but no commit with a track set was served zero-copy",
+            )
+        )
     if sessions:
         needed.append(("zc_materialize_calls", "streaming sessions ran but no kept state was materialized"))
     for key, problem in needed:
@@ -298,6 +340,23 @@ def zero_copy_problems(sched: Sequence[Mapping[str, Any]], sessions: bool = Fals
             counts = ", ".join(str(e.get(key, "not recorded")) for e in on)
             return [f"{problem} (events.{key}: {counts})"]
     return []
+
+
+def cached_problems(results: Sequence[RunResult]) -> list[str]:
+    """Per run, why its round 2 proves nothing about states read back from the radix cache: SGLang's
+    ``cached_tokens`` (meta_info) of round 2 not reported, or 0 (R3 of the radix zero-copy review: round 2 extends
+    the whole round-1 text, so it must read decode-tracked states back)."""
+    problems = []
+    for k, r in enumerate(results, start=1):
+        rounds = (r.stats or {}).get("rounds") or []
+        cached = rounds[1].get("cached_tokens") if len(rounds) > 1 else None
+        if not (isinstance(cached, int) and cached > 0):
+            what = "not reported" if cached is None else str(cached)
+            problems.append(
+                f"run {k} ({r.mode}): round 2 read no prompt tokens from the radix cache (cached_tokens {what}): "
+                "no state tracked in round 1 was read back"
+            )
+    return problems
 
 
 def output_problems(results: Sequence[RunResult], spec: Mapping[str, Any]) -> list[str]:

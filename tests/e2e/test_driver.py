@@ -28,7 +28,7 @@ def test_main_pass_when_equal_and_engaged(workdir, tmp_path, capsys):
     assert "track slots: required in the on run (radix cache on" in out
     assert "rounds: 2 per run" in out
     assert "plugin: zero-copy commit off; fault of the fault runs: commit_step0" in out
-    assert spec_off["plugin"] == {"fault": "commit_step0", "zero_copy": False}
+    assert spec_off["plugin"] == {"fault": "commit_step0", "zero_copy": False, "zero_copy_radix": False}
     assert "-> EQUAL" in out and "engaged: YES (track slots required: 10 commits" in out and "RESULT: PASS" in out
     assert "with track slots 10/10" in out
     assert "read from the prefix cache: round 1 0 of " in out
@@ -80,11 +80,11 @@ def test_main_zero_copy_and_the_chosen_fault(workdir, tmp_path, capsys):
     reports = {"off": ON_REPORTS["off"], "on": _zc(ON_REPORTS["on"]), "fault": _zc(zc_fault)}
     runs = FakeRuns(reports, differ={"fault": 1}, rates={"off": [1.0], "on": [1.0], "fault": [1.0]})
     argv = ["--modes", "off,on,fault", "--zero-copy", "--fault", "zc_no_stage_in", "--json-out", str(tmp_path / "s")]
-    code = cli.main(ARGS + workdir + argv, runner=runs)
+    code = cli.main(ARGS + workdir + argv + ["--no-radix-cache"], runner=runs)
     out = capsys.readouterr().out
     assert code == verdict.EXIT_OK, out
     for _, spec in runs.calls:  # every run the same settings: the radix cache off in the off run too
-        assert spec["plugin"] == {"fault": "zc_no_stage_in", "zero_copy": True}
+        assert spec["plugin"] == {"fault": "zc_no_stage_in", "zero_copy": True, "zero_copy_radix": False}
         assert spec["engine_kwargs"]["disable_radix_cache"] is True
     assert "radix cache off" in out and "track slots: not required" in out
     assert "plugin: zero-copy commit on (SGLANG_MAMBA_DEDUP_ZERO_COPY=1 in the on and fault runs" in out
@@ -102,8 +102,45 @@ def test_main_zero_copy_not_shown_is_not_engaged(workdir, capsys):
     code = cli.main(ARGS + workdir + ["--zero-copy"], runner=FakeRuns(reports))
     result = capsys.readouterr().out.splitlines()[-1]
     assert code == verdict.EXIT_NOT_ENGAGED, result
-    assert "RESULT: FAIL -- plugin not engaged: zero-copy asked for but no scheduler report shows it on " in result
-    assert "(events.zero_copy: off: radix cache on)" in result
+    assert "RESULT: FAIL -- plugin not engaged: the gate refused zero-copy: off: radix cache on" in result
+    reports = {**ON_REPORTS, "on": [dict(d, events=dict(d["events"], zc_commit_calls=5)) for d in ON_REPORTS["on"]]}
+    code = cli.main(ARGS + workdir + ["--zero-copy"], runner=FakeRuns(reports))
+    result = capsys.readouterr().out.splitlines()[-1]
+    assert code == verdict.EXIT_NOT_ENGAGED, result
+    assert "zero-copy asked for but no scheduler report shows it on (events.zero_copy: not recorded)" in result
+
+
+def test_main_zero_copy_with_the_radix_cache_on(workdir, tmp_path, capsys):
+    """--zero-copy keeps the radix cache on (no longer turned off silently): the on and fault runs get the radix
+    switch, the header says so, and the verdict asks for commits with a track set served zero-copy."""
+    zc_fault = [status_report(0, fault="zc_no_stage_in")]
+    track = {"zc_track_commits": 3}
+    reports = {
+        "off": ON_REPORTS["off"],
+        "on": [dict(d, events={**d["events"], **track}) for d in _zc(ON_REPORTS["on"])],
+        "fault": [dict(d, events={**d["events"], **track}) for d in _zc(zc_fault)],
+    }
+    runs = FakeRuns(reports, differ={"fault": 1}, rates={"off": [1.0], "on": [1.0], "fault": [1.0]})
+    argv = ["--modes", "off,on,fault", "--zero-copy", "--fault", "zc_no_stage_in", "--mamba-track-interval", "64"]
+    code = cli.main(ARGS + workdir + argv, runner=runs)
+    out = capsys.readouterr().out
+    assert code == verdict.EXIT_OK, out
+    for _, spec in runs.calls:
+        assert spec["plugin"] == {"fault": "zc_no_stage_in", "zero_copy": True, "zero_copy_radix": True}
+        assert spec["engine_kwargs"]["disable_radix_cache"] is False
+        assert spec["engine_kwargs"]["mamba_track_interval"] == 64
+    assert "radix cache on (mamba strategy auto, track interval 64)" in out
+    assert "plugin: zero-copy commit on with the radix cache on (SGLANG_MAMBA_DEDUP_ZERO_COPY=1 and " in out
+    starts = [ln for ln in out.splitlines() if ln.startswith("-- run ")]
+    assert ["SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX=1" in ln for ln in starts] == [False, True, True]
+    # the same runs without the track counter in the reports: not a pass
+    for mode in ("on", "fault"):
+        reports[mode] = [
+            dict(d, events={k: v for k, v in d["events"].items() if k != "zc_track_commits"}) for d in reports[mode]
+        ]
+    runs = FakeRuns(reports, differ={"fault": 1}, rates={"off": [1.0], "on": [1.0], "fault": [1.0]})
+    assert cli.main(ARGS + workdir + argv, runner=runs) == verdict.EXIT_NOT_ENGAGED
+    assert "(events.zc_track_commits: not recorded)" in capsys.readouterr().out.splitlines()[-1]
 
 
 def test_main_md5_differ(workdir, capsys):

@@ -34,12 +34,15 @@ def _judge(*results, planned=None, track=True, no_reports=False, **plugin):
     return verdict.judge_runs(list(results), SPEC, modes, track_expected=track, no_reports=no_reports, **plugin)
 
 
-def _zc(docs, zero_copy="on", calls=5, materialized=None):
+def _zc(docs, zero_copy="on", calls=5, materialized=None, track=None):
     """``docs`` with the zero-copy events (``zero_copy`` None: not recorded; ``materialized``: the count of
-    materialized session states, not recorded when None)."""
+    materialized session states, ``track``: of commits with a track set served zero-copy; each not recorded when
+    None)."""
     extra = {"zc_commit_calls": calls, "zc_stage_in_calls": 2}
     if materialized is not None:
         extra["zc_materialize_calls"] = materialized
+    if track is not None:
+        extra["zc_track_commits"] = track
     if zero_copy is not None:
         extra["zero_copy"] = zero_copy
     return [dict(d, events={**d["events"], **extra}) for d in docs]
@@ -140,7 +143,7 @@ def test_the_negative_control_caught_passes_and_points_at_the_difference():
         (
             _zc(ON, "off: radix cache on"),
             _zc(FAULT),
-            "zero-copy asked for but no scheduler report shows it on (events.zero_copy: off: radix cache on)",
+            "the gate refused zero-copy: off: radix cache on",
         ),
         (
             ON,
@@ -149,7 +152,7 @@ def test_the_negative_control_caught_passes_and_points_at_the_difference():
         ),
         (_zc(ON, calls=0), _zc(FAULT), "zero-copy on but no commit was served zero-copy (events.zc_commit_calls: 0)"),
         (_zc(ON), _zc(FAULT, calls=0), "zero-copy on but no commit was served zero-copy (events.zc_commit_calls: 0)"),
-        (_zc(ON), _zc(FAULT, "off: not GDN"), "(events.zero_copy: off: not GDN)"),
+        (_zc(ON), _zc(FAULT, "off: not GDN"), "the gate refused zero-copy: off: not GDN"),
     ],
     ids=["off-with-reason", "not-recorded", "on-no-zc-commit", "fault-no-zc-commit", "fault-off"],
 )
@@ -168,6 +171,52 @@ def test_zero_copy_shown_on_with_commits_passes():
     # one scheduler report of several showing it is enough (the brief: at least one)
     two = [*_zc(ON, "off: no pool"), *_zc(ON)]
     assert _judge(_run("off", OFF), _run("on", two), zero_copy=True).code == verdict.EXIT_OK
+
+
+@pytest.mark.parametrize(
+    "on, fault, needle",
+    [
+        (_zc(ON), _zc(FAULT, track=3), "(events.zc_track_commits: not recorded)"),
+        (_zc(ON, track=0), _zc(FAULT, track=3), "(events.zc_track_commits: 0)"),
+        (_zc(ON, track=4), _zc(FAULT, track=0), "(events.zc_track_commits: 0)"),
+        (
+            _zc(ON, "off: strategy no_buffer"),
+            _zc(FAULT, track=3),
+            "the gate refused zero-copy: off: strategy no_buffer",
+        ),
+    ],
+    ids=["on-not-recorded", "on-zero", "fault-zero", "refused"],
+)
+def test_zero_copy_with_the_radix_cache_needs_track_commits_served_zero_copy(on, fault, needle):
+    """Radix on: commits with a track set served zero-copy > 0 in the on and the fault run (R2); the counter absent
+    fails, never passes; a gate that refused fails with its refusal line."""
+    results = [_run("off", OFF), _run("on", on), _run("fault", fault, differ=1)]
+    v = _judge(*results, zero_copy=True, zero_copy_radix=True)
+    assert [c for c, _ in v.failures] == [verdict.EXIT_NOT_ENGAGED], v.failures
+    assert needle in v.failures[0][1], v.failures
+    if "refused" not in needle:
+        assert "no commit with a track set was served zero-copy" in v.failures[0][1]
+    # radix off: the track counter is not asked for (a refusal fails either way)
+    assert (_judge(*results, zero_copy=True).code == verdict.EXIT_OK) is ("refused" not in needle)
+
+
+def test_zero_copy_with_the_radix_cache_passes_with_track_commits_and_cached_tokens():
+    results = [_run("off", OFF), _run("on", _zc(ON, track=4)), _run("fault", _zc(FAULT, track=2), differ=1)]
+    v = _judge(*results, zero_copy=True, zero_copy_radix=True)
+    assert (v.code, v.failures) == (verdict.EXIT_OK, [])
+    assert all(r.stats["rounds"][1]["cached_tokens"] > 0 for r in results)
+
+
+@pytest.mark.parametrize("cached", [0, None], ids=["zero", "not-reported"])
+def test_zero_copy_with_the_radix_cache_needs_round_2_to_read_cached_tokens(cached):
+    """R3: a run whose round 2 read no prompt token from the cache proves nothing about tracked states: it fails."""
+    results = [_run("off", OFF), _run("on", _zc(ON, track=4)), _run("fault", _zc(FAULT, track=2), differ=1)]
+    results[1].stats["rounds"][1]["cached_tokens"] = cached
+    v = _judge(*results, zero_copy=True, zero_copy_radix=True)
+    assert [c for c, _ in v.failures] == [verdict.EXIT_NOT_ENGAGED], v.failures
+    what = "not reported" if cached is None else "0"
+    assert f"run 2 (on): round 2 read no prompt tokens from the radix cache (cached_tokens {what})" in v.failures[0][1]
+    assert _judge(*results, zero_copy=True).code == verdict.EXIT_OK  # radix off: not asked for
 
 
 def test_streaming_sessions_under_zero_copy_must_materialize_the_kept_states():
