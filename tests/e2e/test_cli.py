@@ -88,6 +88,37 @@ def test_example_wrapper_calls_main(monkeypatch):
             "--zero-copy sets the runs' environment: not with --base-url-off",
         ),
         (["--streaming-sessions", "--server"], "--streaming-sessions runs on the Engine route"),
+        (
+            ["--mamba-radix-cache-strategy", "extra_buffer_lazy", "--disable-overlap-schedule"],
+            "mamba_radix_cache_strategy extra_buffer_lazy needs overlap scheduling",
+        ),
+        (
+            ["--mamba-radix-cache-strategy", "extra_buffer_lazy", "--engine-arg", "disable_overlap_schedule=true"],
+            "mamba_radix_cache_strategy extra_buffer_lazy needs overlap scheduling",
+        ),
+        (
+            ["--zero-copy", "--disable-overlap-schedule"],
+            "--zero-copy with the radix cache on and overlap scheduling off needs --mamba-radix-cache-strategy "
+            "extra_buffer",
+        ),
+        (
+            ["--zero-copy", "--engine-arg", "disable_overlap_schedule=true"],
+            "needs --mamba-radix-cache-strategy extra_buffer",
+        ),
+        (
+            ["--zero-copy", "--mamba-radix-cache-strategy", "no_buffer"],
+            "mamba_radix_cache_strategy no_buffer: the gate refuses zero-copy there",
+        ),
+        (
+            ["--no-radix-cache", "--mamba-track-interval", "64"],
+            "mamba_track_interval mean nothing with the radix cache off",
+        ),
+        (
+            ["--engine-arg", "disable_radix_cache=true", "--mamba-radix-cache-strategy", "extra_buffer"],
+            "mamba_radix_cache_strategy mean nothing with the radix cache off",
+        ),
+        (["--mamba-track-interval", "0"], "--mamba-track-interval"),
+        (["--mamba-radix-cache-strategy", "eager"], "invalid choice: 'eager'"),
     ],
     ids=[
         "preset",
@@ -122,6 +153,15 @@ def test_example_wrapper_calls_main(monkeypatch):
         "fault-zc-without-zero-copy",
         "zero-copy-base-urls",
         "streaming-sessions-server",
+        "lazy-without-overlap",
+        "lazy-without-overlap-engine-arg",
+        "zero-copy-no-overlap-auto",
+        "zero-copy-no-overlap-auto-engine-arg",
+        "zero-copy-no-buffer",
+        "track-interval-radix-off",
+        "strategy-radix-off-engine-arg",
+        "track-interval-0",
+        "strategy-unknown",
     ],
 )
 def test_usage_errors_exit_2_before_anything_runs(extra, needle, tmp_path, no_build, capsys):
@@ -145,6 +185,18 @@ def test_usage_errors_exit_2_before_anything_runs(extra, needle, tmp_path, no_bu
         (["--zero-copy"], "commit_step0", True),
         (["--zero-copy", "--fault", "zc_no_stage_in"], "zc_no_stage_in", True),
         (["--fault", "commit_step0", "--modes", "off,on,fault"], "commit_step0", False),
+        (
+            ["--zero-copy", "--disable-overlap-schedule", "--mamba-radix-cache-strategy", "extra_buffer"],
+            "commit_step0",
+            True,
+        ),
+        (
+            ["--zero-copy", "--mamba-radix-cache-strategy", "extra_buffer_lazy", "--mamba-track-interval", "64"],
+            "commit_step0",
+            True,
+        ),
+        (["--zero-copy", "--no-radix-cache", "--disable-overlap-schedule"], "commit_step0", True),
+        (["--disable-overlap-schedule"], "commit_step0", False),
     ],
 )
 def test_zero_copy_and_fault_accepted(argv, fault, zero_copy):
