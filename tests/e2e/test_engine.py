@@ -7,6 +7,7 @@ import pytest
 from sglang_mamba_dedup.e2e import engine
 
 FAULT, ZC = "SGLANG_MAMBA_DEDUP_FAULT", "SGLANG_MAMBA_DEDUP_ZERO_COPY"
+ZCR = "SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX"
 
 
 @pytest.mark.parametrize(
@@ -18,11 +19,17 @@ FAULT, ZC = "SGLANG_MAMBA_DEDUP_FAULT", "SGLANG_MAMBA_DEDUP_ZERO_COPY"
         ("off", {"zero_copy": True, "fault": "zc_no_stage_in"}, {}),
         ("on", {"zero_copy": True, "fault": "zc_no_stage_in"}, {ZC: "1"}),
         ("fault", {"zero_copy": True, "fault": "zc_no_stage_in"}, {FAULT: "zc_no_stage_in", ZC: "1"}),
+        ("off", {"zero_copy": True, "zero_copy_radix": True}, {}),
+        ("on", {"zero_copy": True, "zero_copy_radix": True}, {ZC: "1", ZCR: "1"}),
+        ("fault", {"zero_copy": True, "zero_copy_radix": True}, {FAULT: "commit_step0", ZC: "1", ZCR: "1"}),
+        ("on", {"zero_copy": False, "zero_copy_radix": True}, {}),
     ],
 )
 def test_run_env_sets_the_fault_and_zero_copy_per_mode(mode, plugin, want):
     """The parent's own values never reach a run: each variable is set where asked for, removed elsewhere."""
-    assert engine.run_env({FAULT: "stale", ZC: "1", "KEEP": "x"}, mode, **plugin) == {**want, "KEEP": "x"}
+    parent = {FAULT: "stale", ZC: "1", ZCR: "1", "KEEP": "x"}
+    assert engine.run_env(parent, mode, **plugin) == {**want, "KEEP": "x"}
+    assert engine.ZERO_COPY_RADIX == ZCR
 
 
 def test_run_in_subprocess_passes_the_spec_plugin_variables(tmp_path, monkeypatch):

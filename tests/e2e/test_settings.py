@@ -144,6 +144,45 @@ def test_engine_arg_wins_over_the_defaults():
     assert kw.get("cuda_graph_backend_decode", "disabled") == "disabled"
 
 
+def test_radix_options_reach_every_run_and_the_server_command():
+    """--zero-copy no longer turns the radix cache off; the strategy, the track interval and no-overlap are engine
+    keywords (so the same in every run, Engine or launch_server) and spelled as SGLang's own options."""
+    from sglang_mamba_dedup.e2e import server
+
+    argv = ["--zero-copy", "--mamba-radix-cache-strategy", "extra_buffer", "--mamba-track-interval", "64"]
+    kw = settings.defaults_of(cli._build_parser().parse_args([*argv, "--disable-overlap-schedule"]), NEW_FIELDS)[0]
+    assert kw["disable_radix_cache"] is False and kw["disable_overlap_schedule"] is True
+    assert (kw["mamba_radix_cache_strategy"], kw["mamba_track_interval"]) == ("extra_buffer", 64)
+    cmd = server.server_command(kw, 1234, flag=True)
+    for opt in (["--mamba-radix-cache-strategy", "extra_buffer"], ["--mamba-track-interval", "64"]):
+        i = cmd.index(opt[0])
+        assert cmd[i : i + 2] == opt
+    assert "--disable-overlap-schedule" in cmd and "--disable-radix-cache" not in cmd
+    kw = settings.defaults_of(cli._build_parser().parse_args(["--zero-copy", "--no-radix-cache"]), NEW_FIELDS)[0]
+    assert kw["disable_radix_cache"] is True and "mamba_radix_cache_strategy" not in kw
+    kw = settings.defaults_of(cli._build_parser().parse_args([]), NEW_FIELDS)[0]
+    assert not {"mamba_radix_cache_strategy", "mamba_track_interval", "disable_overlap_schedule"} & set(kw)
+
+
+def test_radix_problem():
+    """R2 of the radix zero-copy review, judged on the engine keywords."""
+    on = {"disable_radix_cache": False}
+    assert settings.radix_problem(on, zero_copy=True) is None
+    assert settings.radix_problem(dict(on, disable_overlap_schedule=True), zero_copy=False) is None
+    assert "needs --mamba-radix-cache-strategy extra_buffer" in settings.radix_problem(
+        dict(on, disable_overlap_schedule=True), zero_copy=True
+    )
+    eb = dict(on, disable_overlap_schedule=True, mamba_radix_cache_strategy="extra_buffer")
+    assert settings.radix_problem(eb, zero_copy=True) is None
+    # page size > 1 resolves auto to extra_buffer even without overlap
+    assert settings.radix_problem(dict(on, disable_overlap_schedule=True, page_size=64), zero_copy=True) is None
+    lazy = dict(on, disable_overlap_schedule=True, mamba_radix_cache_strategy="extra_buffer_lazy")
+    for zc in (False, True):
+        assert "extra_buffer_lazy needs overlap scheduling" in settings.radix_problem(lazy, zero_copy=zc)
+    assert settings.radix_problem(dict(on, mamba_radix_cache_strategy="extra_buffer_lazy"), zero_copy=True) is None
+    assert settings.radix_problem({"disable_radix_cache": True, "disable_overlap_schedule": True}, True) is None
+
+
 def test_streaming_sessions_switch_on_sglang_streaming_sessions():
     on = cli._build_parser().parse_args(["--streaming-sessions"])
     assert settings.defaults_of(on, NEW_FIELDS)[0]["enable_streaming_session"] is True
