@@ -237,11 +237,29 @@ def server_state_text(states: Sequence[Any]) -> str:
         zc = st.get("zero_copy")
         if isinstance(zc, Mapping):
             text += (
-                f", zero-copy {zc.get('decision')} (commits {zc.get('zc_commit_calls', 0)}, stage-ins "
+                f", zero-copy {zc.get('decision')} (commits {zc.get('zc_commit_calls', 0)}, with a track set "
+                f"{zc.get('zc_track_commits', 'not recorded')}, stage-ins "
                 f"{zc.get('zc_stage_in_calls', 0)}, session states materialized {zc.get('zc_materialize_calls', 0)})"
             )
         parts.append(text)
     return "; ".join(parts) or "no schedulers"
+
+
+def round2_cached(results: Sequence[RunResult]) -> list[dict[str, Any]]:
+    """Per run: round 2's prompt tokens and those SGLang read from the radix cache (None where not reported)."""
+    out = []
+    for k, r in enumerate(results, start=1):
+        rounds = (r.stats or {}).get("rounds") or []
+        second = rounds[1] if len(rounds) > 1 else {}
+        out.append(
+            {
+                "run": k,
+                "mode": r.mode,
+                "cached_tokens": second.get("cached_tokens"),
+                "prompt_tokens": second.get("prompt_tokens"),
+            }
+        )
+    return out
 
 
 def _fmt_tokens(x: int | None) -> str:
@@ -287,6 +305,14 @@ def md5s(verdict: Verdict, results: Sequence[RunResult]) -> None:
         + ", ".join(
             f"run {k} {r.mode} " + " / ".join(fmt_rate(x["tokens_per_s"]) for x in (r.stats or {})["rounds"])
             for k, r in enumerate(results, start=1)
+        )
+    )
+    say(
+        "round 2 prompt tokens read from the radix cache (SGLang's cached_tokens; round 2 extends the whole round-1 "
+        "text, so it reads states tracked in round 1's decode back): "
+        + ", ".join(
+            f"run {e['run']} {e['mode']} {_fmt_tokens(e['cached_tokens'])} of {_fmt_tokens(e['prompt_tokens'])}"
+            for e in round2_cached(results)
         )
     )
     say("throughput: not compared (single runs say nothing about a speed-up; --server --throughput measures it)")

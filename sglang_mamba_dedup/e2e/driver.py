@@ -130,6 +130,7 @@ def _run(ctx: RunContext, work: Path, runner: Runner | None, temp_model: Path | 
     console.md5s(verdict, results)
     if verdict.negative_control:
         summary["negative_control"] = verdict.negative_control
+    summary["round2_cached_tokens"] = console.round2_cached(results)
     if verdict.compared:
         summary["ids_md5"] = [r.stats["ids_md5"] for r in results if r.stats]
         summary["text_md5"] = [r.stats["text_md5"] for r in results if r.stats]

@@ -186,7 +186,8 @@ def describe_report(report: dict | None) -> str:
     ev = report.get("events") or {}
     if "zero_copy" in ev:
         parts.append(
-            f"zero-copy: {ev['zero_copy']}; commits served zero-copy {ev.get('zc_commit_calls', 0)}, "
+            f"zero-copy: {ev['zero_copy']}; commits served zero-copy {ev.get('zc_commit_calls', 0)} (with a track set "
+            f"{ev.get('zc_track_commits', 'not recorded')}), "
             f"stage-ins {ev.get('zc_stage_in_calls', 0)}, session states materialized {ev.get('zc_materialize_calls', 0)}"
         )
     patches = report.get("patches") or {}

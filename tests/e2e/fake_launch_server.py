@@ -5,7 +5,9 @@ ids, the same with and without the flag unless FAKE_SERVER_DIFFER=1; ``cached_to
 of an earlier sequence since the last flush), prints an activation line like the plugin's when
 ``--enable-mamba-conv-dedup`` is given, and spawns a child "scheduler" process that writes a status report
 into SGLANG_MAMBA_DEDUP_REPORT_DIR, so the driver's stop must take the whole process group down (with the flag
-and SGLANG_MAMBA_DEDUP_ZERO_COPY=1 the report shows the zero-copy commit on, or FAKE_SERVER_ZERO_COPY's decision).
+and SGLANG_MAMBA_DEDUP_ZERO_COPY=1 the report shows the zero-copy commit on, or FAKE_SERVER_ZERO_COPY's decision;
+with the radix cache on, as the plugin's gate, "off: radix cache on" unless SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX=1, and
+then ``zc_track_commits`` FAKE_SERVER_ZC_TRACK, default 5, ``absent``: not recorded).
 FAKE_SERVER_FAIL=1 exits before it is healthy (FAKE_SERVER_FAIL=on: only with the flag); FAKE_SERVER_NO_TRACK=1
 reports no commit with track slots; FAKE_SERVER_LOG=path appends "off|on PATH" of every request there;
 FAKE_SERVER_CHILD_PID_FILE=path appends the child's pid there (FAKE_SERVER_CHILD_SLOW=seconds: at once, then the
@@ -45,7 +47,14 @@ if d:
     if flag:
         ev["dedup_layout"] = {"state": "upstream", "reason": None, "dense_bytes": 200, "physical_bytes": 100}
     if flag and os.environ.get("SGLANG_MAMBA_DEDUP_ZERO_COPY") == "1":
-        ev.update(zero_copy=os.environ.get("FAKE_SERVER_ZERO_COPY", "on"), zc_commit_calls=8)
+        radix = sys.argv[3] == "1"
+        if radix and os.environ.get("SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX") != "1":
+            ev.update(zero_copy="off: radix cache on", zc_commit_calls=0)
+        else:
+            ev.update(zero_copy=os.environ.get("FAKE_SERVER_ZERO_COPY", "on"), zc_commit_calls=8)
+            zc_track = os.environ.get("FAKE_SERVER_ZC_TRACK", "5")
+            if radix and zc_track != "absent":
+                ev["zc_track_commits"] = int(zc_track)
     doc = {"pid": os.getpid(), "mode": "on" if flag else "off", "sglang": "fake", "events": ev, "patches": {}}
     Path(d, f"status-{os.getpid()}.json").write_text(json.dumps(doc))
 if not slow:
@@ -74,6 +83,7 @@ def main():
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--enable-mamba-conv-dedup", action="store_true")
+    ap.add_argument("--disable-radix-cache", action="store_true")
     args, _ = ap.parse_known_args()
     fail = os.environ.get("FAKE_SERVER_FAIL")
     if fail == "1" or (fail == "on" and args.enable_mamba_conv_dedup):
@@ -100,7 +110,8 @@ def main():
         with open(os.environ["FAKE_SERVER_PID_FILE"], "a") as f:
             f.write(f"{os.getpid()}\n")
     pid_file = os.environ.get("FAKE_SERVER_CHILD_PID_FILE", "/dev/null")
-    subprocess.Popen([sys.executable, "-c", CHILD, "1" if flag else "0", pid_file])
+    radix = "0" if args.disable_radix_cache else "1"
+    subprocess.Popen([sys.executable, "-c", CHILD, "1" if flag else "0", pid_file, radix])
     shift = 1 if (flag and os.environ.get("FAKE_SERVER_DIFFER") == "1") else 0
     seen = []  # the sequences (prompt + output) served since the last flush: the "prefix cache"
     request_log = os.environ.get("FAKE_SERVER_LOG")

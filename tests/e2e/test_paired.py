@@ -265,10 +265,26 @@ def test_throughput_zero_copy_reaches_the_on_server(tmp_path, fake_servers, monk
     runs = json.loads((tmp_path / "s.json").read_text())["runs"]
     assert "zero_copy" not in runs[0]["scheduler_report"]["events"]
     assert runs[1]["scheduler_report"]["events"]["zero_copy"] == "on"
+    assert "zero-copy: on; commits served zero-copy 8 (with a track set 5)" in out  # the radix cache on
     monkeypatch.setenv("FAKE_SERVER_ZERO_COPY", "off: not GDN")  # the on server refused it
     code = cli.main(_args(tmp_path, "--zero-copy"))
     out = capsys.readouterr().out
-    assert code == verdict.EXIT_NOT_ENGAGED and "(events.zero_copy: off: not GDN)" in out, out
+    assert code == verdict.EXIT_NOT_ENGAGED and "the gate refused zero-copy: off: not GDN" in out, out
+
+
+@pytest.mark.parametrize("zc_track, needle", [("0", "(events.zc_track_commits: 0)"), ("absent", "not recorded")])
+def test_throughput_zero_copy_with_the_radix_cache_needs_track_commits(
+    tmp_path, fake_servers, monkeypatch, capsys, zc_track, needle
+):
+    """The on server's report without commits with a track set served zero-copy (none, or the counter absent):
+    not a pass; with --no-radix-cache the counter is not asked for (and the radix switch not set)."""
+    monkeypatch.setenv("FAKE_SERVER_ZC_TRACK", zc_track)
+    code = cli.main(_args(tmp_path, "--zero-copy"))
+    out = capsys.readouterr().out
+    assert code == verdict.EXIT_NOT_ENGAGED and needle in out.splitlines()[-1], out
+    code = cli.main(_args(tmp_path, "--zero-copy", "--no-radix-cache"))
+    out = capsys.readouterr().out
+    assert code == verdict.EXIT_OK, out
 
 
 def test_throughput_md5_mismatch_exits_1(tmp_path, fake_servers, monkeypatch, capsys):
