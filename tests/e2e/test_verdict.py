@@ -217,6 +217,19 @@ def test_zero_copy_with_the_radix_cache_needs_round_2_to_read_cached_tokens(cach
     what = "not reported" if cached is None else "0"
     assert f"run 2 (on): round 2 read no prompt tokens from the radix cache (cached_tokens {what})" in v.failures[0][1]
     assert _judge(*results, zero_copy=True).code == verdict.EXIT_OK  # radix off: not asked for
+    sessions = dict(SPEC, streaming_sessions=True)  # round 2 continues from the session's state, not the tree
+    for r in results[1:]:
+        r.reports = [dict(d, events=dict(d["events"], zc_materialize_calls=1)) for d in r.reports]
+    v = verdict.judge_runs(
+        results,
+        sessions,
+        ["off", "on", "fault"],
+        track_expected=True,
+        no_reports=False,
+        zero_copy=True,
+        zero_copy_radix=True,
+    )
+    assert v.code == verdict.EXIT_OK, v.failures
 
 
 def test_streaming_sessions_under_zero_copy_must_materialize_the_kept_states():

@@ -23,6 +23,22 @@
 #      built once per preset into /tmp/smd-model-<preset>. E2E_SERVER_TOO=1 runs the launch_server route
 #      (off,on) after the offline runs, with the same options; the exit status is the first nonzero.
 #      E2E_KEEP_WORK=1 keeps the workdirs ($OUT/work*, whole logs and status reports) for the caller.
+#
+# Proofs of issue 50 item 4 (zero-copy with the radix cache on; docs/e2e.md, "Zero-copy with the radix cache on"):
+# E2E_PROOF=<name> adds that proof's options (MODES stays off,on,fault), one 10-minute device call each; with
+# E2E_PRESET=nemotron-h-mini the same proof on Nemotron-H (Mamba2):
+#   radix-default     --zero-copy, SGLang's default strategy (auto -> extra_buffer with overlap)
+#   radix-lazy        ... --mamba-radix-cache-strategy extra_buffer_lazy
+#   radix-no-overlap  ... --disable-overlap-schedule --mamba-radix-cache-strategy extra_buffer
+#   radix-interval    ... --mamba-track-interval 64 (Nemotron-H: 128, its mamba_chunk_size; E2E_TRACK_INTERVAL)
+#   radix-pressure    ... the interval lowered, --max-running-requests 16 and a small mamba pool
+#                     (max_mamba_cache_size E2E_MAMBA_CACHE, default 96): tree states are evicted to admit requests
+#   radix-retract     ... the interval lowered, SGLANG_TEST_RETRACT=1 (SGLang's test switch: a decode retraction
+#                     every 3 forward steps); the call fails when no run log shows "#retracted_reqs: N" with N > 0
+#   radix-sessions    ... --streaming-sessions (a streaming session with the radix cache on)
+# The negative control of every proof is E2E_FAULT (default zc_no_track where the plugin has it, else
+# zc_no_stage_in). A proof's e2e verdict requires off == on, the fault run different, zero-copy engaged,
+# commits with a track set served zero-copy > 0 (zc_track_commits) and round 2 cached tokens > 0 in every run.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -33,12 +49,34 @@ shift || true
 T0=$(date +%s)
 stamp() { echo "[run_e2e +$(( $(date +%s) - T0 ))s] $*"; }
 
+PROOFS="radix-default radix-lazy radix-no-overlap radix-interval radix-pressure radix-retract radix-sessions"
+if [ -n "${E2E_PROOF:-}" ] && [[ " $PROOFS " != *" $E2E_PROOF "* ]]; then  # before minutes of setup
+  echo "run_e2e.sh: E2E_PROOF=$E2E_PROOF is not one of: $PROOFS" >&2
+  exit 2
+fi
 # the CUDA-graph replays the runs made, padded or not (standins/probes.py; one line per new combination)
 export SMD_PROBE_PAD=${SMD_PROBE_PAD:-1}
 source tools/gpu-engine/_setup.sh  # wheels, the plugin, the stand-ins, $OUT/env.txt, standin_engine_args
 stamp "environment ready; running e2e (modes $MODES)"
 
 PRESET=${E2E_PRESET:-qwen3.5-0.8b}
+proof_args=()
+if [ -n "${E2E_PROOF:-}" ]; then
+  fault=${E2E_FAULT:-$(python3 -P -c 'from sglang_mamba_dedup.patches import faults; print("zc_no_track" if "zc_no_track" in faults.FAULTS else "zc_no_stage_in")')}
+  case "$PRESET" in nemotron-h*) interval=${E2E_TRACK_INTERVAL:-128} ;; *) interval=${E2E_TRACK_INTERVAL:-64} ;; esac
+  proof_args=(--zero-copy --fault "$fault" --time-budget "${E2E_TIME_BUDGET:-420}")
+  case "$E2E_PROOF" in
+    radix-default) ;;
+    radix-lazy) proof_args+=(--mamba-radix-cache-strategy extra_buffer_lazy) ;;
+    radix-no-overlap) proof_args+=(--disable-overlap-schedule --mamba-radix-cache-strategy extra_buffer) ;;
+    radix-interval) proof_args+=(--mamba-track-interval "$interval") ;;
+    radix-pressure) proof_args+=(--mamba-track-interval "$interval" --max-running-requests 16
+                                 --engine-arg "max_mamba_cache_size=${E2E_MAMBA_CACHE:-96}") ;;
+    radix-retract) proof_args+=(--mamba-track-interval "$interval"); export SGLANG_TEST_RETRACT=1 ;;
+    radix-sessions) proof_args+=(--streaming-sessions) ;;
+  esac
+  stamp "proof $E2E_PROOF on $PRESET: ${proof_args[*]}"
+fi
 preset_args=()
 # Nemotron-H: SGLang 0.5.23 runs flashinfer's autotune in the warm-up for it (flashinfer is absent here)
 case "$PRESET" in nemotron-h*) preset_args+=(--engine-arg disable_flashinfer_autotune=true) ;; esac
@@ -51,6 +89,7 @@ python3 -P -m sglang_mamba_dedup.e2e \
   --workdir "$WD" \
   "${standin_engine_args[@]}" \
   ${preset_args[@]+"${preset_args[@]}"} \
+  ${proof_args[@]+"${proof_args[@]}"} \
   "$@"
 }
 WD=$OUT/work e2e --modes "$MODES" --json-out "$OUT/summary.json" "$@" 2>&1 | tee "$OUT/e2e.txt"
@@ -60,6 +99,16 @@ if [ "${E2E_SERVER_TOO:-0}" = 1 ]; then
   WD=$OUT/work-server e2e --server --modes off,on --json-out "$OUT/summary-server.json" "$@" 2>&1 | tee "$OUT/e2e-server.txt"
   src=${PIPESTATUS[0]}
   [ "$rc" = 0 ] && rc=$src
+fi
+if [ "${E2E_PROOF:-}" = radix-retract ]; then
+  # SGLang logs every retraction as a warning: "... #retracted_reqs: N, ..."; no retraction: the proof proves nothing
+  retracted=$(cat "$OUT"/work/run-*.log 2>/dev/null | grep -o '#retracted_reqs: [0-9]*' | awk '{s += $2} END {print s + 0}')
+  stamp "retracted requests over all runs (SGLANG_TEST_RETRACT=1): $retracted" | tee -a "$OUT/e2e.txt"
+  if [ "$retracted" = 0 ] && [ "$rc" = 0 ]; then
+    echo "RESULT: FAIL -- no run log shows a retraction (#retracted_reqs > 0): the retraction proof proves nothing" \
+      | tee -a "$OUT/e2e.txt"
+    rc=10
+  fi
 fi
 # keep what comes back small (at most 8 files): one log of all runs, one JSON of all status reports
 collect_outputs "$OUT/work" 'run-*.log' "$OUT/runs.log" "$OUT/reports.json"
