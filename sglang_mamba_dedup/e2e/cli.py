@@ -35,9 +35,13 @@ The offline Engine runs in :mod:`.engine` (why it is the default: see there), th
 :mod:`.server`. This module is the command line: the parser, the usage checks that involve several options,
 and :func:`main`, which hands the checked options to :func:`.driver.run`.
 
-``--zero-copy`` adds ``SGLANG_MAMBA_DEDUP_ZERO_COPY=1`` to the "on" and "fault" runs (the radix cache off in
-every run) and requires their schedulers to serve commits zero-copy; without it the variable is removed from
-every run. ``--fault`` picks the negative control's fault (:data:`sglang_mamba_dedup.patches.faults.FAULTS`).
+``--zero-copy`` adds ``SGLANG_MAMBA_DEDUP_ZERO_COPY=1`` to the "on" and "fault" runs and requires their schedulers
+to serve commits zero-copy; with the radix cache on (the default; ``--no-radix-cache`` keeps it off) those runs
+also get ``SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX=1`` and must serve commits with a track set zero-copy, and every run's
+round 2 must read cached tokens back (:func:`.verdict.judge_runs`); without it the variables are removed from every
+run. ``--mamba-radix-cache-strategy``, ``--mamba-track-interval`` and ``--disable-overlap-schedule`` are SGLang's
+options, the same in every run; the combinations that prove nothing or that SGLang refuses are usage errors
+(:func:`.settings.radix_problem`). ``--fault`` picks the negative control's fault (:data:`sglang_mamba_dedup.patches.faults.FAULTS`).
 ``--streaming-sessions`` runs rounds 1 and 2 as two turns of a streaming session per prompt (the Engine route);
 with ``--zero-copy`` the on runs must also materialize the states the sessions kept.
 

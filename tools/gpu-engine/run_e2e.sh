@@ -34,7 +34,7 @@
 #   radix-pressure    ... the interval lowered, --max-running-requests 16 and a small mamba pool
 #                     (max_mamba_cache_size E2E_MAMBA_CACHE, default 96): tree states are evicted to admit requests
 #   radix-retract     ... the interval lowered, SGLANG_TEST_RETRACT=1 (SGLang's test switch: a decode retraction
-#                     every 3 forward steps); the call fails when no run log shows "#retracted_reqs: N" with N > 0
+#                     every 3 forward steps); the call exits 10 when no run log shows "#retracted_reqs: N", N > 0
 #   radix-sessions    ... --streaming-sessions (a streaming session with the radix cache on)
 # The negative control of every proof is E2E_FAULT (default zc_no_track where the plugin has it, else
 # zc_no_stage_in). A proof's e2e verdict requires off == on, the fault run different, zero-copy engaged,
