@@ -4,10 +4,9 @@
 its host state, its gc timing and its placement, so they are not independent replicates of a mode. Per Engine and
 batch: ``m`` = the median of log(wall) over its timed generates. Per Engine pair (Engine ``e`` of a mode and Engine
 ``e`` of stock, started and interleaved together, in one run): ``d = m_mode - m_stock``. The ratio is ``exp(mean d)``
-over the pairs, its 95 % interval ``mean d +- t * s / sqrt(n)``, ``s`` pooled over the batches of the mode (the
-degrees of freedom of every batch together) unless every batch has 3 or more pairs and one batch's SD is more than
-:data:`POOL_SD_FACTOR` times from the pooled one (then each batch's own). The verdict is exactly one of
-:data:`VERDICTS`. The interval over generates (:func:`bootstrap_ratio`) and the hierarchical one over Engines
+over the pairs, its 95 % interval ``mean d +- t(n-1) * s / sqrt(n)`` with ``s`` the SD of that batch's own ``n``
+pairs (never pooled over batches; one pair: no interval, inconclusive). The verdict is exactly one of
+:data:`VERDICTS`; "equal" needs the interval and every pair of the batch within ``1 +- 1 %``. The interval over generates (:func:`bootstrap_ratio`) and the hierarchical one over Engines
 (:func:`hier_bootstrap_ratio`) stay as descriptive columns: the first is conditional on the Engines drawn, the
 second under-covers with 2-3 Engines per mode (the review's simulation: 66-83 % for a nominal 95 %).
 
@@ -32,8 +31,6 @@ VERDICTS = (FASTER, SLOWER, EQUAL, INCONCLUSIVE)
 CV_MAX = 0.015
 ENGINES_AGREE = 0.015
 SWITCH_MAX = 1.10
-#: per-batch SDs farther than this factor from the pooled SD: each batch's own SD instead
-POOL_SD_FACTOR = 2.5
 #: two-sided 95 % quantiles of Student's t, by degrees of freedom
 _T975 = (
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -169,36 +166,45 @@ def pair_diffs(stats: Mapping[tuple, Mapping], base: str = "stock") -> dict[tupl
     return out
 
 
-def pair_intervals(diffs: Mapping[int, Sequence[float]]) -> dict[int, dict]:
-    """One mode's pair differences per batch -> per batch: ratio, lo, hi, pairs, df, sd_from ("pooled" over the
-    batches, or "batch"). No degrees of freedom at all: lo and hi are None (the verdict is inconclusive)."""
-    stats = {}
+def pair_intervals(diffs: Mapping[int, Sequence[float]], margin: float = EQUAL_MARGIN) -> dict[int, dict]:
+    """One mode's pair differences per batch -> per batch: ratio, lo, hi, pairs, df, sd_from, verdict, why. A
+    batch rests on its own pairs only: its interval is ``mean d +- t(n-1) * s / sqrt(n)`` with ``s`` the SD of
+    that batch's ``n`` pairs (never pooled over batches: another batch's quiet pairs must not narrow it). One pair
+    gives no interval: inconclusive. "Equal" needs the interval within ``1 +- margin`` and every pair of the batch
+    within it too (a batch whose pairs sit 3 % either side of 1 is not "equal"). ``why`` says why a verdict is
+    inconclusive (empty otherwise)."""
+    out = {}
     for b, ds in diffs.items():
         n = len(ds)
-        mean = statistics.fmean(ds) if ds else math.nan
-        var = statistics.variance(ds) if n >= 2 else None
-        stats[b] = (n, mean, var)
-    df_pool = sum(n - 1 for n, _, var in stats.values() if var is not None)
-    pooled = sum((n - 1) * var for n, _, var in stats.values() if var is not None) / df_pool if df_pool else None
-    per_batch = (
-        pooled is not None
-        and all(n >= 3 for n, _, _ in stats.values())
-        and any(not (pooled / POOL_SD_FACTOR**2 <= var <= pooled * POOL_SD_FACTOR**2) for _, _, var in stats.values())
-    )
-    out = {}
-    for b, (n, mean, var) in stats.items():
+        mean = statistics.fmean(ds) if n else math.nan
         res = {"ratio": math.exp(mean) if n else None, "lo": None, "hi": None, "pairs": n, "df": 0, "sd_from": ""}
-        sd_var, df, src = (var, n - 1, "batch") if per_batch else (pooled, df_pool, "pooled")
-        if n and sd_var is not None and df >= 1:
-            half = t975(df) * math.sqrt(sd_var / n)
-            res.update(lo=math.exp(mean - half), hi=math.exp(mean + half), df=df, sd_from=src)
+        if n >= 2:
+            half = t975(n - 1) * math.sqrt(statistics.variance(ds) / n)
+            res.update(lo=math.exp(mean - half), hi=math.exp(mean + half), df=n - 1, sd_from="batch")
+        v = verdict(res["lo"], res["hi"], margin)
+        why = ""
+        outside = [math.exp(d) for d in ds if not (1 - margin <= math.exp(d) <= 1 + margin)]
+        if n < 2:
+            why = f"{'one pair' if n else 'no pair'}: an interval needs 2 or more pairs of this batch"
+        elif v.startswith("equal") and outside:
+            v = INCONCLUSIVE
+            why = f"interval within 1 +- {margin * 100:g} % but pair(s) outside: " + ", ".join(
+                f"{x:.4f}" for x in outside
+            )
+        elif v == INCONCLUSIVE:
+            why = (
+                f"interval [{res['lo']:.4f}, {res['hi']:.4f}] through 1 and beyond 1 +- {margin * 100:g} %"
+                if res["lo"] is not None and math.isfinite(res["lo"]) and math.isfinite(res["hi"])
+                else "no finite interval"
+            )
+        res.update(verdict=v, why=why)
         out[b] = res
     return out
 
 
 def analyse(rows: Sequence[Mapping], base: str = "stock") -> dict[tuple, dict]:
     """(model, batch, mode) -> the pair analysis over every run in ``rows``: ratio, lo, hi, pairs, df, sd_from,
-    verdict, per-pair ratios, per-run ratios."""
+    verdict, why, per-pair ratios, per-run ratios."""
     stats = engine_stats(rows)
     diffs = pair_diffs(stats, base)
     by_mode: dict[tuple[str, str], dict[int, list]] = {}
@@ -215,7 +221,6 @@ def analyse(rows: Sequence[Mapping], base: str = "stock") -> dict[tuple, dict]:
             tag = len(runs) > 1  # the run in each pair's name only when there are several
             out[(model, b, mode)] = {
                 **iv,
-                "verdict": verdict(iv["lo"], iv["hi"]),
                 "pair_ratios": ";".join(f"{run + '/' if tag else ''}{e}:{math.exp(d):.4f}" for run, e, d in ds),
                 "run_ratios": {run: math.exp(statistics.fmean(v)) for run, v in runs.items()},
                 "pair_spread": math.exp(max(d for *_, d in ds) - min(d for *_, d in ds)),

@@ -179,6 +179,7 @@ SUMMARY_FIELDS = [
     "df",
     "sd_from",
     "verdict",
+    "why",
     "pair_ratios",
     "pair_spread",
     "engine_medians",
@@ -213,6 +214,7 @@ COMBINED_FIELDS = [
     "ci_lo",
     "ci_hi",
     "verdict",
+    "why",
     "run_ratios",
     "runs_agree",
     "pair_ratios",
@@ -373,14 +375,14 @@ def summarize(
         s["gc_ms"] = round(sum(float(r.get("gc_ms") or 0) for r in group), 2)
         for k in PROBE_MEDIANS:
             s[f"{k}_med"] = _median_of(group, k)
-        empty = dict.fromkeys(("ci_lo", "ci_hi", "df", "sd_from", "pair_ratios", "pair_spread", "pairs"), "")
+        empty = dict.fromkeys(("ci_lo", "ci_hi", "df", "sd_from", "why", "pair_ratios", "pair_spread", "pairs"), "")
         s.update(empty, gen_ratio="", gen_ci_lo="", gen_ci_hi="", eng_ci_lo="", eng_ci_hi="")
         if mode == base:
             s.update(ratio=1.0, verdict="base")
         elif ref:
             a = pairs.get((model, run, batch, mode))
             if a is None:  # no Engine of this mode has a stock partner of the same number
-                s.update(ratio="", verdict=INCONCLUSIVE)
+                s.update(ratio="", verdict=INCONCLUSIVE, why="no Engine of this mode has a stock partner")
             else:
                 s.update(
                     ratio=_fmt(a["ratio"]),
@@ -390,6 +392,7 @@ def summarize(
                     df=a["df"],
                     sd_from=a["sd_from"],
                     verdict=a["verdict"],
+                    why=a["why"],
                     pair_ratios=a["pair_ratios"],
                     pair_spread=_fmt(a["pair_spread"]),
                 )
@@ -447,6 +450,7 @@ def combine(rows: Sequence[Mapping], base: str = "stock") -> list[dict]:
                 "ci_lo": _fmt(a["lo"]),
                 "ci_hi": _fmt(a["hi"]),
                 "verdict": a["verdict"],
+                "why": a["why"],
                 "run_ratios": ";".join(f"{run}:{rr[run]:.4f}" for run in runs),
                 "runs_agree": _fmt(max(rr.values()) / min(rr.values())) if len(rr) > 1 else "",
                 "pair_ratios": a["pair_ratios"],

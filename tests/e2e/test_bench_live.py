@@ -103,25 +103,42 @@ def _rows(walls: dict, run: str = "", model: str = "m", extra: dict | None = Non
     return out
 
 
-def test_the_pair_interval_pools_the_sd_over_batches():
-    # two pairs per batch at 4 batches: d = log(0.95) +- 0.005; the SD pooled over the batches has 4 df
+def test_a_batch_rests_on_its_own_pairs():
+    # two pairs per batch at 4 batches: d = log(0.95) +- 0.005; each batch its own SD, 1 df (never pooled: b24)
     d = {b: [math.log(0.95) + 0.005, math.log(0.95) - 0.005] for b in (1, 16, 64, 128)}
     iv = stats.pair_intervals(d)
     for b in d:
-        assert iv[b]["df"] == 4 and iv[b]["sd_from"] == "pooled" and iv[b]["pairs"] == 2
-        assert iv[b]["lo"] < 0.95 < iv[b]["hi"] < 1 and abs(iv[b]["ratio"] - 0.95) < 1e-9
-        half = stats.t975(4) * math.sqrt(2 * 0.005**2 / 2)  # pooled variance of +-0.005 pairs: 2 x 0.005^2 / 1
+        assert iv[b]["df"] == 1 and iv[b]["sd_from"] == "batch" and iv[b]["pairs"] == 2
+        assert iv[b]["lo"] < 0.95 < iv[b]["hi"] and abs(iv[b]["ratio"] - 0.95) < 1e-9
+        half = stats.t975(1) * math.sqrt(0.005**2 * 2 / 2)  # the batch's own variance of +-0.005: 2 x 0.005^2 / 1
         assert abs(math.log(iv[b]["hi"]) - math.log(0.95) - half) < 1e-9
-    one = stats.pair_intervals({16: [math.log(0.9)]})  # one pair, no df anywhere: no interval
-    assert one[16]["lo"] is None and stats.verdict(one[16]["lo"], one[16]["hi"]) == "inconclusive"
-    # four pairs a batch (two runs), one batch far noisier: each batch its own SD (3 df)
+    # one pair: no interval from other batches' SD (b25), inconclusive and said why
+    one = stats.pair_intervals({16: [math.log(0.9)], 64: [math.log(0.9) + x for x in (-1e-4, 0, 1e-4)]})
+    assert one[16]["lo"] is None and one[16]["df"] == 0 and one[16]["verdict"] == "inconclusive"
+    assert "one pair" in one[16]["why"]
+    assert one[64]["verdict"] == "faster" and one[64]["df"] == 2 and one[64]["why"] == ""
+    # four pairs a batch (two runs), one batch far noisier: it alone is inconclusive
     rng = random.Random(1)
     d4 = {b: [math.log(0.97) + rng.gauss(0, 0.002) for _ in range(4)] for b in (1, 16, 64)}
     d4[128] = [math.log(0.97) + x for x in (-0.05, 0.05, -0.04, 0.04)]
     iv4 = stats.pair_intervals(d4)
     assert all(v["sd_from"] == "batch" and v["df"] == 3 for v in iv4.values())
-    assert stats.verdict(iv4[1]["lo"], iv4[1]["hi"]) == "faster"
-    assert stats.verdict(iv4[128]["lo"], iv4[128]["hi"]) == "inconclusive"
+    assert iv4[1]["verdict"] == "faster" and iv4[128]["verdict"] == "inconclusive"
+    assert "through 1" in iv4[128]["why"]
+
+
+def test_equal_needs_every_pair_of_the_batch_within_the_band():
+    # b24: a batch whose two pairs sit 3 % either side of 1, with many quiet batches, once read "equal within +-1 %"
+    quiet = {b: [x * 1e-4 for x in (-1, 1, -1, 1)] for b in range(2, 12)}
+    iv = stats.pair_intervals({1: [math.log(1.03), math.log(1 / 1.03)], **quiet})
+    assert iv[1]["verdict"] == "inconclusive" and iv[2]["verdict"] == stats.EQUAL
+    # many pairs: the interval within the band, one pair outside: not equal, and said which
+    ds = [0.0] * 40 + [math.log(1.02)]
+    iv = stats.pair_intervals({1: ds})
+    assert iv[1]["lo"] >= 0.99 and iv[1]["hi"] <= 1.01
+    assert iv[1]["verdict"] == "inconclusive" and "outside" in iv[1]["why"] and "1.0200" in iv[1]["why"]
+    iv = stats.pair_intervals({1: [0.0] * 40 + [math.log(1.005)]})
+    assert iv[1]["verdict"] == stats.EQUAL
 
 
 def test_engines_are_the_unit_one_slow_engine_makes_it_inconclusive():
@@ -137,7 +154,7 @@ def test_engines_are_the_unit_one_slow_engine_makes_it_inconclusive():
     good += _rows({(m, e, 16): _samples(c, 16, 10 + e) for (m, e), c in {("stock", 1): 1, ("stock", 2): 1,
                    ("zero-copy", 1): 0.9, ("zero-copy", 2): 0.9}.items()})  # fmt: skip
     a = stats.analyse(good)
-    assert a[("m", 1, "zero-copy")]["verdict"] == "faster" and a[("m", 1, "zero-copy")]["df"] == 2
+    assert a[("m", 1, "zero-copy")]["verdict"] == "faster" and a[("m", 1, "zero-copy")]["df"] == 1
 
 
 def test_two_runs_combine_their_pairs():
@@ -149,12 +166,12 @@ def test_two_runs_combine_their_pairs():
     rows = run("A", 0.95) + run("B", 0.95)
     table = {(r["batch"], r["mode"]): r for r in live.combine(rows)}
     z = table[(64, "zero-copy")]
-    assert z["runs"] == "A;B" and z["pairs"] == 4 and z["df"] == 6 and z["verdict"] == "faster"
+    assert z["runs"] == "A;B" and z["pairs"] == 4 and z["df"] == 3 and z["verdict"] == "faster"
     assert float(z["ci_lo"]) < 0.95 < float(z["ci_hi"]) < 1
     assert set(dict(x.split(":") for x in z["run_ratios"].split(";"))) == {"A", "B"}
     assert 1 <= z["runs_agree"] < 1.03 and z["health"] != ""
     assert "A/1:" in z["pair_ratios"] and "B/2:" in z["pair_ratios"]
-    assert "| 64 | zero-copy | A;B | 4 | 6 |" in live.combined_table(live.combine(rows))
+    assert "| 64 | zero-copy | A;B | 4 | 3 |" in live.combined_table(live.combine(rows))
 
 
 def test_health_checks_name_what_failed():
@@ -358,7 +375,7 @@ def test_the_protocol_by_default(tmp_path, capsys):
     # the per-run verdict over the Engine pairs; the health checks printed and written
     s = {(r["batch"], r["mode"]): r for r in live.read_csv(summary)}
     z = s[("16", "zero-copy")]
-    assert z["pairs"] == "2" and z["df"] == "2" and z["verdict"] in live.VERDICTS and z["health"]
+    assert z["pairs"] == "2" and z["df"] == "1" and z["verdict"] in live.VERDICTS and z["health"]
     assert set(dict(x.split(":") for x in z["pair_ratios"].split(";"))) == {"1", "2"}
     assert "HEALTH: " in text and "EQUAL outputs" in text
 
@@ -431,8 +448,8 @@ def test_two_runs_combined_give_one_verdict_over_their_pairs(tmp_path, capsys):
     got = {(r["batch"], r["mode"]): r for r in live.read_csv(tmp_path / "c" / "latest" / "cycle_live_combined-cpu.csv")}
     z = got[("16", "zero-copy")]
     assert z["runs"] == "A;B" and z["pairs"] == "4" and z["verdict"] in live.VERDICTS
-    # pooled over both batches (6 df), or each batch its own (3 df) when the CPU's timing noise differs by batch
-    assert (z["sd_from"], z["df"]) in (("pooled", "6"), ("batch", "3")), z
+    # each batch its own SD over its 4 pairs (3 df), never pooled over the batches
+    assert (z["sd_from"], z["df"]) == ("batch", "3"), z
     assert float(z["ratio"]) < 0.8 and f"| 16 | zero-copy | A;B | 4 | {z['df']} |" in text
     # the same run twice is refused, and so is a file without generate rows
     assert live.main(["--combine", str(a), str(a), "--out", str(tmp_path / "c")]) == 2
