@@ -31,6 +31,14 @@ VERDICTS = (FASTER, SLOWER, EQUAL, INCONCLUSIVE)
 CV_MAX = 0.015
 ENGINES_AGREE = 0.015
 SWITCH_MAX = 1.10
+#: the whole-Engine slow-state rule: an Engine this far off its mode's other Engines at every batch is flagged
+ENGINE_OFF = 0.05
+#: the probe columns compared between a flagged Engine and its mode's others (medians per batch; CPUs as sets)
+SLOW_PROBES = (
+    "sched_cpu_ms", "sched_wait_ms", "sched_slices", "sched_nvcsw", "worker_cpu_ms", "worker_wait_ms",
+    "steal_ms", "steal_sched_cpu_ms", "cpu_busy_pct", "energy_j", "sm_mhz", "mem_mhz", "power_w", "temp_c",
+)  # fmt: skip
+SLOW_CPUS = ("sched_cpu_last", "worker_cpu_last")
 #: two-sided 95 % quantiles of Student's t, by degrees of freedom
 _T975 = (
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -154,13 +162,17 @@ def engine_stats(rows: Iterable[Mapping]) -> dict[tuple, dict]:
     return out
 
 
-def pair_diffs(stats: Mapping[tuple, Mapping], base: str = "stock") -> dict[tuple, list[tuple[str, int, float]]]:
+def pair_diffs(
+    stats: Mapping[tuple, Mapping], base: str = "stock", exclude: Iterable[tuple] = ()
+) -> dict[tuple, list[tuple[str, int, float]]]:
     """(model, batch, mode) -> [(run, engine, d)] for every Engine of a mode whose stock partner (same run, same
-    Engine number) was timed at that batch: ``d = m_mode - m_stock``."""
+    Engine number) was timed at that batch: ``d = m_mode - m_stock``; a pair with an Engine in ``exclude``
+    ((model, run, mode, engine)) left out."""
     out: dict[tuple, list[tuple[str, int, float]]] = {}
+    exclude = set(exclude)
     for (model, run, batch, mode, eng), s in sorted(stats.items()):
         ref = stats.get((model, run, batch, base, eng))
-        if mode == base or ref is None:
+        if mode == base or ref is None or {(model, run, mode, eng), (model, run, base, eng)} & exclude:
             continue
         out.setdefault((model, batch, mode), []).append((run, eng, s["m"] - ref["m"]))
     return out
@@ -202,11 +214,11 @@ def pair_intervals(diffs: Mapping[int, Sequence[float]], margin: float = EQUAL_M
     return out
 
 
-def analyse(rows: Sequence[Mapping], base: str = "stock") -> dict[tuple, dict]:
+def analyse(rows: Sequence[Mapping], base: str = "stock", exclude: Iterable[tuple] = ()) -> dict[tuple, dict]:
     """(model, batch, mode) -> the pair analysis over every run in ``rows``: ratio, lo, hi, pairs, df, sd_from,
     verdict, why, per-pair ratios, per-run ratios."""
     stats = engine_stats(rows)
-    diffs = pair_diffs(stats, base)
+    diffs = pair_diffs(stats, base, exclude)
     by_mode: dict[tuple[str, str], dict[int, list]] = {}
     for (model, batch, mode), ds in diffs.items():
         by_mode.setdefault((model, mode), {})[batch] = ds
@@ -226,6 +238,101 @@ def analyse(rows: Sequence[Mapping], base: str = "stock") -> dict[tuple, dict]:
                 "pair_spread": math.exp(max(d for *_, d in ds) - min(d for *_, d in ds)),
             }
     return out
+
+
+def _probe_median(group: Sequence[Mapping], col: str) -> float | None:
+    vals = []
+    for r in group:
+        try:
+            v = float(r.get(col))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(v):
+            vals.append(v)
+    return statistics.median(vals) if vals else None
+
+
+def _what_differed(groups: Mapping[tuple, list], key: tuple, others: Sequence[tuple], off: float) -> str:
+    """The probe columns of Engine ``key`` that differ from its mode's other Engines (in the same direction by more
+    than :data:`ENGINE_OFF` at every batch; CPUs: the ones only it ran on), e.g. ``sched_cpu_ms x1.14, sched_cpu_last 15 (others 0)``."""
+    model, run, mode, eng = key
+    batches = sorted({b for (mo, ru, b, md, e) in groups if (mo, ru, md, e) == key})
+    said = []
+    for col in SLOW_PROBES:
+        ratios = []
+        for b in batches:
+            mine = _probe_median(groups[(model, run, b, mode, eng)], col)
+            theirs = [
+                _probe_median(groups[(model, run, b, mode, o)], col)
+                for o in others
+                if (model, run, b, mode, o) in groups
+            ]
+            theirs = [t for t in theirs if t is not None]
+            if mine is None or not theirs:
+                break
+            ref = statistics.median(theirs)
+            ratios.append(mine / ref if ref else (1.0 if mine == ref else math.inf))
+        else:
+            if ratios and (all(x > 1 + ENGINE_OFF for x in ratios) or all(x < 1 - ENGINE_OFF for x in ratios)):
+                said.append(f"{col} x{statistics.median(ratios):.3g}")
+
+    def cpus(engs: Sequence[int], col: str) -> set[str]:
+        seen = {str(r.get(col)) for e in engs for b in batches for r in groups.get((model, run, b, mode, e), ())}
+        return seen - {"", "absent", "None"}
+
+    for col in SLOW_CPUS:
+        mine, theirs = cpus([eng], col), cpus(others, col)
+        if mine and theirs and mine - theirs:
+            said.append(
+                f"{col} {','.join(sorted(mine - theirs, key=lambda c: (len(c), c)))} (others {','.join(sorted(theirs, key=lambda c: (len(c), c)))})"
+            )
+    return ", ".join(said) or "no probe differed"
+
+
+def slow_state(rows: Sequence[Mapping], off: float = ENGINE_OFF) -> dict[tuple, dict]:
+    """The whole-Engine slow-state rule: (model, run, mode, engine) -> ``off`` (batch -> its median / the median of
+    its mode's other Engines' medians in that run, less 1), ``probes`` (what differed, :func:`_what_differed`),
+    ``note``, for every Engine more than ``off`` away at every batch it shares with another Engine of its mode, in
+    the same direction; one Engine per run and mode at most, the farthest off (it alone moves its others'
+    reference; with two Engines each is as far off as the other: the slower one)."""
+    stats = engine_stats(rows)
+    groups: dict[tuple, list[Mapping]] = {}
+    for r in rows:
+        key = (str(r["model"]), str(r.get("run", "")), int(r["batch"]), str(r["mode"]), int(r.get("engine") or 1))
+        groups.setdefault(key, []).append(r)
+    engines: dict[tuple, set[int]] = {}
+    for model, run, _, mode, eng in stats:
+        engines.setdefault((model, run, mode), set()).add(eng)
+    out = {}
+    for (model, run, mode), engs in sorted(engines.items()):
+        if len(engs) < 2:
+            continue
+        found = []
+        for eng in sorted(engs):
+            others = sorted(engs - {eng})
+            offs = {}
+            for (mo, ru, b, md, e), s in sorted(stats.items()):
+                if (mo, ru, md, e) != (model, run, mode, eng):
+                    continue
+                theirs = [
+                    stats[(model, run, b, mode, o)]["median_s"] for o in others if (model, run, b, mode, o) in stats
+                ]
+                if theirs:
+                    offs[b] = s["median_s"] / statistics.median(theirs) - 1
+            if offs and (all(x > off for x in offs.values()) or all(x < -off for x in offs.values())):
+                far = round(statistics.fmean(abs(math.log1p(x)) for x in offs.values()), 9)
+                found.append((far, min(offs.values()) > 0, eng, others, offs))
+        if found:  # the farthest one (two Engines: the slower); it alone moves the others' reference
+            _, _, eng, others, offs = max(found, key=lambda f: f[:2])
+            note = f"of {len(engs)} Engines, the slower" if len(engs) == 2 else f"the farthest of {len(engs)} Engines"
+            probes = _what_differed(groups, (model, run, mode, eng), others, off)
+            out[(model, run, mode, eng)] = {"off": offs, "probes": probes, "note": note}
+    return out
+
+
+def flagged_names(flags: Mapping[tuple, Mapping], runs: bool = True) -> str:
+    """``B/zero-copy-e2;...`` (the run only when ``runs``)."""
+    return ";".join(f"{run + '/' if runs else ''}{mode}-e{eng}" for _, run, mode, eng in sorted(flags))
 
 
 def health(rows: Sequence[Mapping]) -> dict[tuple, list[str]]:
@@ -249,4 +356,10 @@ def health(rows: Sequence[Mapping]) -> dict[tuple, list[str]]:
         spread = max(meds) / min(meds) - 1
         if len(meds) > 1 and spread > ENGINES_AGREE:
             bad.append(f"the Engines of {mode} differ by {spread * 100:.1f} % > {ENGINES_AGREE * 100:g} %")
+    for (model, run, mode, eng), f in slow_state(rows).items():
+        for b, x in f["off"].items():
+            out.setdefault((model, run, b, mode), []).append(
+                f"{mode}-e{eng} whole-Engine slow state: {x * 100:+.1f} % vs its mode's other Engines "
+                f"(> {ENGINE_OFF * 100:g} % at every batch, {f['note']}; probes: {f['probes']})"
+            )
     return out

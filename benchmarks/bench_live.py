@@ -87,9 +87,11 @@ from _live_stats import (  # noqa: E402
     analyse,
     bootstrap_ratio,
     engine_stats,
+    flagged_names,
     health,
     hier_bootstrap_ratio,
     robust_cv,
+    slow_state,
     verdict,
 )
 from _timing import RESULTS, append_history, checkout_on_path, git_commit, slug, write_csv  # noqa: E402
@@ -180,6 +182,9 @@ SUMMARY_FIELDS = [
     "sd_from",
     "verdict",
     "why",
+    "flagged",
+    "ratio_wo",
+    "verdict_wo",
     "pair_ratios",
     "pair_spread",
     "engine_medians",
@@ -215,6 +220,13 @@ COMBINED_FIELDS = [
     "ci_hi",
     "verdict",
     "why",
+    "flagged",
+    "pairs_wo",
+    "ratio_wo",
+    "ci_lo_wo",
+    "ci_hi_wo",
+    "verdict_wo",
+    "why_wo",
     "run_ratios",
     "runs_agree",
     "pair_ratios",
@@ -337,9 +349,14 @@ def summarize(
     stats = engine_stats(rows)
     checks = health(rows)
     pairs: dict[tuple, dict] = {}
+    pairs_wo: dict[tuple, dict] = {}
+    flags = slow_state(rows)
     for run in sorted({k[1] for k in groups}):
-        for (model, batch, mode), a in analyse([r for r in rows if str(r.get("run", "")) == run], base).items():
+        mine = [r for r in rows if str(r.get("run", "")) == run]
+        for (model, batch, mode), a in analyse(mine, base).items():
             pairs[(model, run, batch, mode)] = a
+        for (model, batch, mode), a in analyse(mine, base, exclude=flags).items():
+            pairs_wo[(model, run, batch, mode)] = a
     out = []
     for (model, run, batch, mode), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         walls = [float(r["wall_s"]) for r in group]
@@ -376,6 +393,11 @@ def summarize(
         for k in PROBE_MEDIANS:
             s[f"{k}_med"] = _median_of(group, k)
         empty = dict.fromkeys(("ci_lo", "ci_hi", "df", "sd_from", "why", "pair_ratios", "pair_spread", "pairs"), "")
+        empty.update(
+            flagged=flagged_names({k: f for k, f in flags.items() if k[:3] == (model, run, mode)}, runs=False),
+            ratio_wo="",
+            verdict_wo="",
+        )
         s.update(empty, gen_ratio="", gen_ci_lo="", gen_ci_hi="", eng_ci_lo="", eng_ci_hi="")
         if mode == base:
             s.update(ratio=1.0, verdict="base")
@@ -395,6 +417,11 @@ def summarize(
                     why=a["why"],
                     pair_ratios=a["pair_ratios"],
                     pair_spread=_fmt(a["pair_spread"]),
+                )
+                w = pairs_wo.get((model, run, batch, mode))
+                s.update(
+                    ratio_wo=_fmt(w["ratio"]) if w else "",
+                    verdict_wo=w["verdict"] if w else f"{INCONCLUSIVE} (no pair without a flagged Engine)",
                 )
             ref_walls = [float(r["wall_s"]) for r in ref]
             gr, glo, ghi = bootstrap_ratio(walls, ref_walls, resamples=resamples, seed=seed)
@@ -419,8 +446,11 @@ def summarize(
 def combine(rows: Sequence[Mapping], base: str = "stock") -> list[dict]:
     """Per (model, batch, mode): the pair analysis over the Engine pairs of every run in ``rows`` (the verdict of
     the protocol), each run's own ratio, how far the runs are apart (``runs_agree``: max/min of the run ratios),
-    each run's health."""
+    each run's health; the Engines the whole-Engine slow-state rule flags (:func:`slow_state`) and the verdict
+    without their pairs (``*_wo``; the same as with them when none is flagged), both kept."""
     checks = health(rows)
+    flags = slow_state(rows)
+    without = analyse(rows, base, exclude=flags) if flags else None
     meta: dict[tuple, dict[str, set]] = {}
     for r in rows:
         m = meta.setdefault((r["model"], int(r["batch"])), {"commit": set(), "sglang": set(), "gpu": set()})
@@ -437,6 +467,21 @@ def combine(rows: Sequence[Mapping], base: str = "stock") -> list[dict]:
             if checks.get((model, run, batch, m))
         ]
         m = meta.get((model, batch), {})
+        mine = {k: f for k, f in flags.items() if k[0] == model and k[2] in (base, mode)}
+        w = a if without is None else without.get((model, batch, mode))
+        wo = (
+            {"pairs_wo": 0, "ratio_wo": "", "ci_lo_wo": "", "ci_hi_wo": "", "verdict_wo": INCONCLUSIVE}
+            | {"why_wo": "no pair without a flagged Engine"}
+            if w is None
+            else {
+                "pairs_wo": w["pairs"],
+                "ratio_wo": _fmt(w["ratio"]),
+                "ci_lo_wo": _fmt(w["lo"]),
+                "ci_hi_wo": _fmt(w["hi"]),
+                "verdict_wo": w["verdict"],
+                "why_wo": w["why"],
+            }
+        )
         out.append(
             {
                 "model": model,
@@ -451,6 +496,8 @@ def combine(rows: Sequence[Mapping], base: str = "stock") -> list[dict]:
                 "ci_hi": _fmt(a["hi"]),
                 "verdict": a["verdict"],
                 "why": a["why"],
+                "flagged": flagged_names(mine, runs=True),
+                **wo,
                 "run_ratios": ";".join(f"{run}:{rr[run]:.4f}" for run in runs),
                 "runs_agree": _fmt(max(rr.values()) / min(rr.values())) if len(rr) > 1 else "",
                 "pair_ratios": a["pair_ratios"],
@@ -505,7 +552,12 @@ def combined_table(rows: Sequence[Mapping]) -> str:
             run, _, checks = part.partition(": ")
             failed[run] += len(checks.split("; "))
         short = "ok" if not failed else "FAILED " + ", ".join(f"{run} ({n} checks)" for run, n in failed.items())
-        shown.append(dict(r, interval=iv, health=short))
+        wo = (
+            f"{r['ratio_wo']} [{r['ci_lo_wo']}, {r['ci_hi_wo']}] {r['verdict_wo']}"
+            if r["ci_lo_wo"] != ""
+            else f"{r['ratio_wo'] or '-'} [-] {r['verdict_wo']}"
+        )
+        shown.append(dict(r, interval=iv, health=short, flagged=r["flagged"] or "none", **{"without flagged": wo}))
     cols = [
         "model",
         "batch",
@@ -515,6 +567,9 @@ def combined_table(rows: Sequence[Mapping]) -> str:
         "df",
         "interval",
         "verdict",
+        "flagged",
+        "pairs_wo",
+        "without flagged",
         "run_ratios",
         "runs_agree",
         "health",
@@ -1380,6 +1435,7 @@ def _report(args, model, summary, rows, md5s, reports, workers, done, skipped, p
         s["health"] = "ok" if s["health"] == "ok" else "FAIL"
         shown.append(s)
     cols = ["run", "batch", "mode", "n", "median_s", "engine_medians", "ratio [95 % over pairs]", "df", "verdict"]
+    cols += ["flagged", "ratio_wo", "verdict_wo"]
     cols += ["pair_ratios", "cv_max", "engines_spread", "health", "over generates*", "gc_gen2"]
     cols += ["sched_wait_ms_med", "steal_ms_med", "energy_j_med"]
     parts = [

@@ -157,6 +157,65 @@ def test_engines_are_the_unit_one_slow_engine_makes_it_inconclusive():
     assert a[("m", 1, "zero-copy")]["verdict"] == "faster" and a[("m", 1, "zero-copy")]["df"] == 1
 
 
+def _slow_run(name, z2=1.15, engines=2, extra=None):
+    """One run: stock and zero-copy, ``engines`` each, at batches 1 and 64; zero-copy's Engine 2 ``z2`` x slower."""
+    w = {}
+    for e in range(1, engines + 1):
+        for b in (1, 64):
+            w[("stock", e, b)] = _samples(1.0, 16, 3 * e + b)
+            w[("zero-copy", e, b)] = _samples(0.95 * (z2 if e == 2 else 1.0), 16, 5 * e + b)
+    rows = _rows(w, run=name)
+    for r in rows:  # the probes: zero-copy e2's scheduler on another CPU, on-CPU time following its wall
+        slow = r["mode"] == "zero-copy" and r["engine"] == 2
+        r.update(sched_cpu_ms=1000 * r["wall_s"], sched_wait_ms=0.01, steal_ms=0, sm_mhz=1980,
+                 sched_cpu_last=15 if slow else 3, **(extra or {}))  # fmt: skip
+    return rows
+
+
+def test_a_whole_engine_slow_state_is_flagged_with_its_probes():
+    # run B of 12-04: zero-copy e2 > 5 % slower than its mode's other Engine at every batch
+    got = stats.slow_state(_slow_run("B"))
+    assert set(got) == {("m", "B", "zero-copy", 2)}, got  # of two Engines only the slower one
+    f = got[("m", "B", "zero-copy", 2)]
+    assert all(0.13 < off < 0.17 for off in f["off"].values()) and set(f["off"]) == {1, 64}
+    assert "sched_cpu_ms" in f["probes"] and "sched_cpu_last" in f["probes"] and "sm_mhz" not in f["probes"]
+    # 4 % off, or off at one batch only: not flagged
+    assert stats.slow_state(_slow_run("B", z2=1.04)) == {}
+    rows = _slow_run("B")
+    for r in rows:
+        if r["mode"] == "zero-copy" and r["engine"] == 2 and r["batch"] == 64:
+            r["wall_s"] = r["wall_s"] / 1.15
+    assert stats.slow_state(rows) == {}
+    # three Engines: a fast one is flagged too (more than 5 % off either way), the other two not
+    three = _slow_run("C", z2=0.9, engines=3)
+    assert set(stats.slow_state(three)) == {("m", "C", "zero-copy", 2)}
+    # in the health checks of every batch of its run
+    h = stats.health(_slow_run("B"))
+    assert any("zero-copy-e2 whole-Engine slow state" in x for x in h[("m", "B", 64, "zero-copy")])
+
+
+def test_the_verdict_is_given_with_and_without_flagged_engines():
+    rows = _slow_run("A", z2=1.0) + _slow_run("B", z2=1.15)
+    table = {(r["batch"], r["mode"]): r for r in live.combine(rows)}
+    z = table[(64, "zero-copy")]
+    assert z["flagged"] == "B/zero-copy-e2" and z["pairs"] == 4 and z["pairs_wo"] == 3
+    assert float(z["ratio"]) > float(z["ratio_wo"]) and abs(float(z["ratio_wo"]) - 0.95) < 0.01
+    assert z["verdict_wo"] == "faster" and z["verdict"] in live.VERDICTS
+    text = live.combined_table(live.combine(rows))
+    assert "B/zero-copy-e2" in text and "without flagged" in text
+    # each run's own summary: the flagged Engine named on its mode's rows, the run's verdict without its pair
+    summ = {(r["run"], r["batch"], r["mode"]): r for r in live.summarize(rows, resamples=10)}
+    zb, za = summ[("B", 64, "zero-copy")], summ[("A", 64, "zero-copy")]
+    assert zb["flagged"] == "zero-copy-e2" and za["flagged"] == "" and abs(float(zb["ratio_wo"]) - 0.95) < 0.01
+    assert "whole-Engine slow state" in zb["health"] and zb["verdict_wo"].startswith("inconclusive")  # one pair left
+    # nothing flagged: the two verdicts are the same, and said so
+    calm = {(r["batch"], r["mode"]): r for r in live.combine(_slow_run("A", z2=1.0))}
+    assert (
+        calm[(64, "zero-copy")]["flagged"] == ""
+        and calm[(64, "zero-copy")]["verdict_wo"] == calm[(64, "zero-copy")]["verdict"]
+    )
+
+
 def test_two_runs_combine_their_pairs():
     def run(name, c):
         w = {("stock", e, b): _samples(1.0, 16, e + b) for e in (1, 2) for b in (1, 64)}
