@@ -1,20 +1,23 @@
 """The decode cycle's wall time with Engines of several modes alive at the same time (issue 51's protocol): by
-default stock SGLang and the zero-copy commit, **2 Engines per mode**, one ``sglang.Engine`` per worker process, all
-started before the first timed generate, the timed generates in palindromes over every (mode, Engine). Needs a CUDA
+default stock SGLang and the zero-copy commit, **3 Engines per mode, one alive at a time** (``s1 z1 z2 s2 s3 z3``,
+each through every batch, sleep-on-idle off: the 12-04 H200 runs showed Engines alive at once with idle schedulers
+asleep ~30 % slower and noisy), one ``sglang.Engine`` per worker process; ``--alive-at-once`` starts every Engine
+before the first timed generate and times them in palindromes over every (mode, Engine). Needs a CUDA
 GPU and SGLang (the stand-ins of tools/gpu-engine on the lent H200: ``tools/gpu-engine/run_cycle_live.sh``);
 ``--dry-run`` runs the whole driver on the CPU with fake Engines (tests/e2e/test_bench_live.py).
 
 The protocol (docs/benchmarks.md, "The decode cycle, the protocol"; the review
 ``benchmark-review-2026-12-04.md`` section 4):
 
-* Engines start one after the other (each sizes its pools from the memory free when it starts; ``--static-gb`` gives
-  each the same static bytes); a further set of Engines (one per mode) starts only when it and ``--min-timed-s`` fit
-  the budget. Idle schedulers sleep on their sockets (``--sleep-on-idle``, on by default; SGLang's default
-  busy-polls a core per idle Engine). No pinning, SGLang's own CUDA-graph list (``--engine-arg cuda_graph_bs*`` is
-  refused). ``--sequential``: the fallback, one Engine alive at a time (``s1 z1 z2 s2``), each through every batch.
+* ``--sequential`` (the default): one Engine alive at a time, each through every batch, then stopped; the next
+  starts only when its start and batches fit the budget. ``--alive-at-once``: Engines start one after the other
+  (each sizes its pools from the memory free when it starts; ``--static-gb`` gives each the same static bytes), a
+  further set (one per mode) only when it and ``--min-timed-s`` fit the budget; idle schedulers then sleep on their
+  sockets (``--sleep-on-idle``, on by default there, off when sequential; SGLang's default busy-polls a core per idle
+  Engine). No pinning, SGLang's own CUDA-graph list (``--engine-arg cuda_graph_bs*`` is refused).
 * Per batch (in the order given): ``--warmups`` (3) generates per Engine, then in every Engine ``gc.collect()`` and
   ``Engine.freeze_gc()`` (the worker, the scheduler and the detokenizer), then ``--reps`` (16) timed generates per
-  Engine in palindromes (``s1 z1 s2 z2 z2 s2 z1 s1 ...``); the same prompts in every mode (random ids, seeded), greedy,
+  Engine (alive at once: in palindromes, ``s1 z1 s2 z2 z2 s2 z1 s1 ...``); the same prompts in every mode (random ids, seeded), greedy,
   ``ignore_eos``, ``--max-new-tokens`` (128). The wall of a generate is ``time.perf_counter`` around
   ``Engine.generate`` inside its worker; the worker's gc is off during it (``--gc-off``, on by default).
 * Outside that window, per generate: the scheduler's and the worker's on-CPU and run-queue time, timeslices, last CPU
@@ -22,8 +25,10 @@ The protocol (docs/benchmarks.md, "The decode cycle, the protocol"; the review
   once per run a header (kernel, CPU topology, clocks, the GPU's state) and per Engine its pids and CUDA-graph
   configuration; once per batch the GPU's processes. A probe the machine lacks is written "absent".
 * Engines are the unit (``_live_stats.py``): per Engine its median, per Engine pair (Engine e of a mode and of stock)
-  the ratio, the interval over the pairs (Student's t, SD pooled over the batches), the verdict one of faster /
-  slower / equal within +-1 % / inconclusive. ``--combine A.csv B.csv`` does the same over the pairs of two runs.
+  the ratio, the interval over that batch's pairs (Student's t, the batch's own SD; one pair: inconclusive), the
+  verdict one of faster / slower / equal within +-1 % (interval and every pair) / inconclusive. An Engine more than
+  5 % off its mode's other Engines at every batch is flagged (a whole-Engine slow state, with what its probes show);
+  the verdict is given with and without the flagged Engines' pairs. ``--combine A.csv B.csv`` does the same over the pairs of two runs.
   Health checks (printed and written): robust CV <= 1.5 % per Engine and batch, no switch of host state, the Engines
   of one mode within 1.5 %, no gen-2 gc in a timed generate, gc frozen.
 * Every exact mode's output ids must equal stock's at every batch (md5; a mismatch exits 1), the plugin's scheduler
@@ -1571,17 +1576,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--reps", type=int, default=16, help="timed generates per Engine and batch (even: palindromes)")
     p.add_argument("--warmups", type=int, default=3, help="generates per Engine and batch before gc is frozen")
-    p.add_argument("--engines-per-mode", type=int, default=2, help="Engines (workers) per mode; pairs by number")
+    p.add_argument("--engines-per-mode", type=int, default=3, help="Engines (workers) per mode; pairs by number")
     p.add_argument(
         "--sequential",
         action="store_true",
-        help="the fallback: one Engine alive at a time (s1 z1 z2 s2), each through every batch",
+        default=True,
+        help="the default: one Engine alive at a time (s1 z1 z2 s2 s3 z3), each through every batch",
+    )
+    p.add_argument(
+        "--alive-at-once",
+        dest="sequential",
+        action="store_false",
+        help="every Engine alive at once, timed in palindromes (s1 z1 s2 z2 z2 s2 z1 s1 ...)",
     )
     p.add_argument(
         "--sleep-on-idle",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="idle schedulers sleep on their sockets (SGLang's sleep_on_idle; its default busy-polls a core)",
+        default=None,
+        help="idle schedulers sleep on their sockets (SGLang's sleep_on_idle; its default busy-polls a core); "
+        "default: on with --alive-at-once, off when sequential",
     )
     p.add_argument(
         "--gc-off",
@@ -1691,6 +1704,8 @@ def _main(args, p: argparse.ArgumentParser) -> int:
         print(f"[files: {path}]")
         return 0
     _check(args, p)
+    if args.sleep_on_idle is None:
+        args.sleep_on_idle = not args.sequential
     if args.static_gb is None:
         args.static_gb = 24.0 if args.engines_per_mode == 1 else 16.0
     if args.run is None:

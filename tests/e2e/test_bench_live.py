@@ -392,16 +392,18 @@ def _run(tmp_path, *extra, fake=None, out="out"):
     says otherwise (later options win)."""
     out, work = tmp_path / out, tmp_path / "work"
     argv = ["--dry-run", "--out", str(out), "--work", str(work), "--batches", "1,16", "--reps", "4"]
-    argv += ["--modes", ",".join(MODES), "--engines-per-mode", "1", "--warmups", "1"]
+    argv += ["--modes", ",".join(MODES), "--engines-per-mode", "1", "--warmups", "1", "--alive-at-once"]
     argv += ["--fake", json.dumps(fake or {"delay_s": 0.02, "factor": {"zero-copy": 0.5}}), *extra]
     rc = live.main(argv)
     return rc, out / "latest" / "cycle_generates-cpu.csv", out / "latest" / "cycle_live-cpu.csv"
 
 
 def _protocol(tmp_path, *extra, fake=None, out="out"):
-    """A dry run with the protocol's defaults (stock and zero-copy, 2 Engines each, 3 warm-ups, 128 tokens)."""
+    """A dry run with the alive-at-once protocol (stock and zero-copy, 2 Engines each alive at once, 3 warm-ups, 128
+    tokens; the defaults otherwise)."""
     out, work = tmp_path / out, tmp_path / "work"
     argv = ["--dry-run", "--out", str(out), "--work", str(work), "--batches", "1,16", "--reps", "4"]
+    argv += ["--alive-at-once", "--engines-per-mode", "2"]
     argv += ["--fake", json.dumps(fake or {"delay_s": 0.01, "factor": {"zero-copy": 0.5}}), *extra]
     rc = live.main(argv)
     return rc, out / "latest" / "cycle_generates-cpu.csv", out / "latest" / "cycle_live-cpu.csv"
@@ -410,7 +412,22 @@ def _protocol(tmp_path, *extra, fake=None, out="out"):
 UNITS = [(m, e) for e in (1, 2) for m in PROTOCOL]
 
 
-def test_the_protocol_by_default(tmp_path, capsys):
+def test_the_default_is_sequential_three_engines_per_mode_sleep_off(tmp_path, capsys):
+    argv = ["--dry-run", "--out", str(tmp_path / "o"), "--work", str(tmp_path / "w"), "--batches", "1", "--reps", "2"]
+    assert live.main([*argv, "--fake", json.dumps({"delay_s": 0.002})]) == 0
+    text = capsys.readouterr().out
+    opts = json.loads(live.read_csv(tmp_path / "o" / "latest" / "cycle_generates-cpu.csv")[0]["options"])
+    assert opts["sequential"] is True and opts["engines_per_mode"] == 3 and opts["sleep_on_idle"] is False
+    starts = re.findall(r"\[(\S+): starting its Engine", text)
+    assert starts == ["stock-e1", "zero-copy-e1", "zero-copy-e2", "stock-e2", "stock-e3", "zero-copy-e3"]
+    # alive at once keeps sleep-on-idle on by default; either may be set
+    assert live.main([*argv, "--alive-at-once", "--engines-per-mode", "1", "--run", "X"]) == 0
+    rows = [r for r in live.read_csv(tmp_path / "o" / "latest" / "cycle_generates-cpu.csv") if r["run"] == "X"]
+    opts = json.loads(rows[0]["options"])
+    assert opts["sequential"] is False and opts["sleep_on_idle"] is True
+
+
+def test_the_protocol_alive_at_once(tmp_path, capsys):
     rc, gens, summary = _protocol(tmp_path, "--run", "A")
     text = capsys.readouterr().out
     assert rc == 0, text
