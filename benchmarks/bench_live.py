@@ -82,6 +82,7 @@ from _live_probes import (  # noqa: E402
     proc_delta,
     proc_snapshot,
     run_header,
+    start_probe,
 )
 from _live_stats import (  # noqa: E402
     EQUAL,
@@ -902,7 +903,20 @@ def _graph_config(engine) -> dict:
     except Exception as e:  # noqa: BLE001 - informational only
         return {"error": repr(e)[:200]}
     keep = ("max_running_requests", "sleep_on_idle", "disable_radix_cache", "enable_linear_replayssm_spec")
-    return {k: v for k, v in info.items() if "cuda_graph" in k or k in keep}
+    out = {k: v for k, v in info.items() if "cuda_graph" in k or k in keep}
+    out["graph_mem_gb"] = graph_memory(info)
+    return out
+
+
+def graph_memory(info: Mapping) -> dict | str:
+    """The CUDA-graph memory pools (GB per phase, target and draft) from ``get_server_info()``'s internal states
+    (SGLang's scheduler ``memory_usage.graph``, where the release reports it), else absent."""
+    try:
+        states = info.get("internal_states") or []
+        graph = (states[0] if isinstance(states, list) else states)["memory_usage"]["graph"]
+        return {str(k): round(float(v), 4) for k, v in dict(graph).items()}
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return ABSENT
 
 
 def _make_engine(spec: Mapping):
@@ -1221,6 +1235,11 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         workers[(mode, e)] = w = Worker(mode, spec, work, e, args.omp_threads)
         w.info = w.ask(None, args.engine_timeout)
         w.info["ready_after_s"] = round(time.time() - t0, 1)
+        # outside every timed window: what may tell this Engine's scheduler from another's (a whole-Engine slow state)
+        w.info["start_probe"] = sp = start_probe((w.info.get("pids") or {}).get("scheduler", ABSENT))
+        short = {k: v for k, v in sp.items() if k != "py_spy"}
+        py_spy = "absent" if str(sp["py_spy"]).startswith(ABSENT) else f"{len(sp['py_spy'])} chars"
+        print(f"[{w.name}: start probe {json.dumps(short, sort_keys=True)}, py-spy dump {py_spy}]", flush=True)
         if meta["gpu"] == "unknown":
             meta.update(gpu=w.info.get("gpu", "unknown"), sglang=w.info.get("sglang", "-"))
         print(f"[{w.name}: ready in {time.time() - t0:.0f} s: {json.dumps(w.info, sort_keys=True)}]", flush=True)

@@ -321,6 +321,48 @@ def test_the_probes_read_proc_or_say_absent():
 # ---------------------------------------------------------------- one row per key
 
 
+def test_the_start_probe_reads_a_scheduler_or_says_absent(tmp_path, monkeypatch):
+    import subprocess
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], env={**os.environ, "PYTHONHASHSEED": "7"}
+    )
+    try:
+        monkeypatch.setenv("PATH", str(tmp_path))  # no py-spy
+        got = probes.start_probe(child.pid)
+        assert got["py_spy"] == "absent"
+        if Path(f"/proc/{child.pid}/environ").exists():
+            assert got["pythonhashseed"] == "7"
+            assert got["affinity"] == live._span(sorted(os.sched_getaffinity(child.pid)))
+        if (
+            Path(f"/proc/{child.pid}/status").exists()
+            and "Mems_allowed_list" in Path(f"/proc/{child.pid}/status").read_text()
+        ):
+            assert re.fullmatch(r"[0-9,-]+", got["mems_allowed"])
+        spy = tmp_path / "py-spy"  # a stand-in py-spy on PATH: its dump is kept, cut to PYSPY_CHARS
+        spy.write_text(
+            f"#!{sys.executable}\nimport sys\nprint('Thread 1 (active): MainThread', *sys.argv[1:])\nprint('x' * 9000)\n"
+        )
+        spy.chmod(0o755)
+        got = probes.start_probe(child.pid)
+        assert got["py_spy"].startswith(f"Thread 1 (active): MainThread dump --pid {child.pid}")
+        assert len(got["py_spy"]) == probes.PYSPY_CHARS
+    finally:
+        child.kill()
+        child.wait()
+    # no scheduler found, or one gone: every key absent
+    assert set(probes.start_probe("absent").values()) == {"absent"}
+    assert probes.start_probe(child.pid)["pythonhashseed"] == "absent"
+    assert probes.numa_pages("7f00 default anon=3 N0=3 kernelpagesize_kB=4\n7f01 bind:1 N1=2 N0=1") == {
+        "N0": 4,
+        "N1": 2,
+    }
+    # SGLang's graph pools from get_server_info, absent where the release has none
+    info = {"internal_states": [{"memory_usage": {"graph": {"decode": 0.51, "draft_decode": 0.12}}}]}
+    assert live.graph_memory(info) == {"decode": 0.51, "draft_decode": 0.12}
+    assert live.graph_memory({}) == "absent" and live.graph_memory({"internal_states": [{}]}) == "absent"
+
+
 def test_the_old_cycle_wall_csv_had_duplicated_rows_and_the_check_rejects_them():
     path = ROOT / "benchmarks/results/latest/cycle_wall-nvidia-h200.csv"
     if not path.exists():
@@ -473,6 +515,10 @@ def test_every_row_has_its_probes_and_the_run_its_header(tmp_path, capsys):
     assert h["kernel"] and h["nproc"] >= 1 and "lscpu" in h and "cpu_clocks" in h and "nvidia_smi" in h
     engines = runs["P"]["engines"]
     assert set(engines) == {"stock-e1", "zero-copy-e1", "stock-e2", "zero-copy-e2"}
+    for e in engines.values():  # the start probe of each Engine's scheduler (the fake one's child here)
+        assert set(e["start_probe"]) == {"affinity", "mems_allowed", "numa_pages", "pythonhashseed", "py_spy"}
+        if probes.proc_snapshot(os.getpid()):
+            assert e["start_probe"]["affinity"] != "absent" and e["start_probe"]["pythonhashseed"] != "absent"
     for e in engines.values():
         assert isinstance(e["pids"]["worker"], int) and isinstance(e["pids"]["scheduler"], int), e
         assert "graphs" in e
