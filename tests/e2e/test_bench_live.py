@@ -918,7 +918,10 @@ def test_a_real_engine_gets_its_arms_keywords_and_reports_its_graphs_and_pids(mo
             got.update(kw)
 
         def get_server_info(self):
-            return {"cuda_graph_bs_decode": None, "cuda_graph_max_bs_decode": 128, "sleep_on_idle": True, "x": 1}
+            graph = {"memory_usage": {"graph": {"decode": 0.4}}}
+            return {"cuda_graph_bs_decode": None, "cuda_graph_max_bs_decode": 128, "sleep_on_idle": True, "x": 1} | {
+                "internal_states": [graph]
+            }
 
     monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(Engine=Engine, __version__="9.9"))
     monkeypatch.setattr(live, "gpu_query", lambda: ("GPU X", 100.0, 140.0))
@@ -927,7 +930,9 @@ def test_a_real_engine_gets_its_arms_keywords_and_reports_its_graphs_and_pids(mo
     engine, info = live._make_engine(spec)
     assert got == {"model_path": "m", "sleep_on_idle": True, "mem_fraction_static": 0.16}
     assert info["sglang"] == "9.9" and info["gpu"] == "GPU X" and info["mem_fraction_static"] == 0.16
-    assert info["graphs"] == {"cuda_graph_bs_decode": None, "cuda_graph_max_bs_decode": 128, "sleep_on_idle": True}
+    assert info["graphs"] == {"cuda_graph_bs_decode": None, "cuda_graph_max_bs_decode": 128, "sleep_on_idle": True} | {
+        "graph_mem_gb": {"decode": 0.4}
+    }
     assert info["pids"]["worker"] == os.getpid() and info["pids"]["scheduler"] == "absent"  # no SGLang children here
     live._make_engine(dict(spec, mode="replayssm"))
     assert got["enable_linear_replayssm_spec"] is True and got["speculative_algorithm"] == "NEXTN"
