@@ -842,10 +842,10 @@ def test_stock_alone_is_a_census_for_the_prime(tmp_path, capsys):
     assert {r["verdict"] for r in live.read_csv(summary)} == {"base"} and len(live.read_csv(gens)) == 4
 
 
-def test_the_device_runner_does_prime_then_a_then_b_and_combines(tmp_path):
+def test_the_device_runner_does_a_then_b_and_combines(tmp_path):
     """tools/gpu-engine/run_cycle_live.sh's steps on the CPU: its _setup.sh replaced by a stand-in that turns every
-    run into a --dry-run; the same command three times: prime, run A, run B (start order reversed) + the combined
-    verdict, then nothing left."""
+    run into a --dry-run; the same command twice: run A, run B (start order reversed), both sequential with 3
+    Engines per mode, + the combined verdict, then nothing left."""
     import shutil
     import subprocess
 
@@ -867,7 +867,7 @@ def test_the_device_runner_does_prime_then_a_then_b_and_combines(tmp_path):
     env = dict(os.environ, LIVE_STEP="next", PYTHONPATH=str(ROOT), PATH=f"{bin_}:{os.environ['PATH']}")
     seen = []
     try:
-        for call in range(4):
+        for call in range(3):
             out = tmp_path / f"out{call}"
             out.mkdir()
             p = subprocess.run(
@@ -892,18 +892,24 @@ def test_the_device_runner_does_prime_then_a_then_b_and_combines(tmp_path):
     finally:
         shutil.rmtree(state, ignore_errors=True)
         shutil.rmtree(Path("/tmp/bench-live") / preset, ignore_errors=True)  # the runner's --work
-    assert [rc for rc, _, _ in seen] == [0, 0, 0, 4], [s[2][-2000:] for s in seen]
-    assert "step prime" in seen[0][2] and "step A" in seen[1][2] and "step B" in seen[2][2]
-    for _, files, _ in seen[:3]:
+    assert [rc for rc, _, _ in seen] == [0, 0, 4], [s[2][-2000:] for s in seen]
+    assert "step A" in seen[0][2] and "step B" in seen[1][2]
+    for _, files, _ in seen[:2]:
         assert len(files) <= 8 and "env.txt" not in files, files  # what comes back from the device
-    assert f"cycle_live-{preset}-B.txt" in seen[2][1] and "cycle_live_combined-cpu.csv" in seen[2][1]
-    rows = live.read_csv(tmp_path / "out2" / "latest" / "cycle_generates-cpu.csv")
+    assert f"cycle_live-{preset}-B.txt" in seen[1][1] and "cycle_live_combined-cpu.csv" in seen[1][1]
+    rows = live.read_csv(tmp_path / "out1" / "latest" / "cycle_generates-cpu.csv")
     runs = sorted({r["run"] for r in rows})
     assert len(runs) == 2 and runs[0].endswith("-A") and runs[1].endswith("-B")
-    b = [(r["mode"], r["engine"]) for r in rows if r["run"].endswith("-B")]
-    a = [(r["mode"], r["engine"]) for r in rows if r["run"].endswith("-A")]
-    assert a[0] == ("stock", "1") and b[0] == ("zero-copy", "1")  # run B's start order reversed
-    assert "run A and run B combined" in seen[2][2] and "| zero-copy |" in seen[2][2]
+    starts = {}
+    for r in rows:  # each run's Engines in the order they ran (one at a time)
+        starts.setdefault(r["run"][-1], []).append(f"{r['mode'][0]}{r['engine']}")
+    order = {k: list(dict.fromkeys(v)) for k, v in starts.items()}
+    assert order == {"A": ["s1", "z1", "z2", "s2", "s3", "z3"], "B": ["z1", "s1", "s2", "z2", "z3", "s3"]}, order
+    opts = json.loads(rows[0]["options"])
+    assert opts["sequential"] is True and opts["sleep_on_idle"] is False and opts["reps"] == 2  # the user's win
+    assert (
+        "run A and run B combined" in seen[1][2] and "| zero-copy |" in seen[1][2] and "without flagged" in seen[1][2]
+    )
 
 
 def test_a_real_engine_gets_its_arms_keywords_and_reports_its_graphs_and_pids(monkeypatch):
