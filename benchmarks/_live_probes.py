@@ -242,7 +242,7 @@ def gpu_delta(a: Mapping | None, b: Mapping | None) -> dict:
 PYSPY_CHARS = 4000
 
 
-def _cpu_list(cpus: Sequence[int]) -> str:
+def cpu_list(cpus: Sequence[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
     spans: list[list[int]] = []
     for c in sorted(cpus):
@@ -272,7 +272,7 @@ def start_probe(pid: int | str, pyspy: bool = True) -> dict:
         return out
     pid = int(pid)
     try:
-        out["affinity"] = _cpu_list(os.sched_getaffinity(pid))
+        out["affinity"] = cpu_list(os.sched_getaffinity(pid))
     except (OSError, AttributeError):
         pass
     status = _read(f"/proc/{pid}/status") or ""

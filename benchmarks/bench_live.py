@@ -76,6 +76,7 @@ from _live_probes import (  # noqa: E402
     PROBE_FIELDS,
     Gpu,
     cpu_delta,
+    cpu_list,
     cpu_times,
     engine_pids,
     gpu_delta,
@@ -961,15 +962,8 @@ def _make_engine(spec: Mapping):
     return engine, info
 
 
-def _span(cores: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
-    runs: list[list[int]] = []
-    for c in sorted(cores):
-        if runs and runs[-1][1] == c - 1:
-            runs[-1][1] = c
-        else:
-            runs.append([c, c])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+#: ``[0, 1, 2, 5]`` -> ``"0-2,5"`` (the probes' CPU lists)
+_span = cpu_list
 
 
 def _generate(engine, ids, sampling: Mapping, probe: GcProbe, gc_off: bool, sched) -> dict:

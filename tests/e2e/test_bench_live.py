@@ -1,13 +1,15 @@
 """The live-modes decode-cycle benchmark (benchmarks/bench_live.py, _live_stats.py, _live_probes.py) on the CPU.
 
 Pure parts: the palindromes and the sequential order, the statistics with Engines as the unit (per-Engine medians,
-the Engine-pair interval with a pooled t, the verdict words, the health checks), the descriptive bootstrap intervals,
-slow generates, the one-row-per-key files (and the duplicated rows that once reached
-benchmarks/results/latest/cycle_wall-nvidia-h200.csv), the probes degrading to "absent". The whole driver with fake
-Engines in worker processes (issue 51's protocol): 2 Engines per mode, stock and zero-copy, warm-ups then gc frozen in
-every Engine, probes in every row, a run header, the start order reversed, --sequential, two runs combined, the other
-arms; md5 check, plugin engagement, a failing Engine, the budget stop; bad input refused at the start in one line
-with nothing written, a dry run never touching the tracked results, a run that times nothing failing, SIGINT."""
+the Engine-pair interval from each batch's own pairs, "equal" only with every pair in the band, the verdict words,
+the health checks, the whole-Engine slow-state rule and the verdict without flagged Engines), the descriptive
+bootstrap intervals, slow generates, the one-row-per-key files (and the duplicated rows that once reached
+benchmarks/results/latest/cycle_wall-nvidia-h200.csv), the probes and the per-Engine start probe degrading to
+"absent". The whole driver with fake Engines in worker processes (issue 51's protocol): by default 3 Engines per mode
+one alive at a time, or alive at once in palindromes; warm-ups then gc frozen in every Engine, probes in every row, a
+run header, the start order reversed, two runs combined, the other arms; md5 check, plugin engagement, a failing
+Engine, the budget stop; bad input refused at the start in one line with nothing written, a dry run never touching
+the tracked results, a run that times nothing failing, SIGINT; the device runner's two steps."""
 
 from __future__ import annotations
 
