@@ -401,7 +401,9 @@ def summarize(
             s[f"{k}_med"] = _median_of(group, k)
         empty = dict.fromkeys(("ci_lo", "ci_hi", "df", "sd_from", "why", "pair_ratios", "pair_spread", "pairs"), "")
         empty.update(
-            flagged=flagged_names({k: f for k, f in flags.items() if k[:3] == (model, run, mode)}, runs=False),
+            flagged=flagged_names(
+                {k: f for k, f in flags.items() if k[:2] == (model, run) and k[2] in (base, mode)}, runs=False
+            ),
             ratio_wo="",
             verdict_wo="",
         )

@@ -210,6 +210,14 @@ def test_the_verdict_is_given_with_and_without_flagged_engines():
     zb, za = summ[("B", 64, "zero-copy")], summ[("A", 64, "zero-copy")]
     assert zb["flagged"] == "zero-copy-e2" and za["flagged"] == "" and abs(float(zb["ratio_wo"]) - 0.95) < 0.01
     assert "whole-Engine slow state" in zb["health"] and zb["verdict_wo"].startswith("inconclusive")  # one pair left
+    # a flagged stock Engine is named on the mode's rows too (its pair is the one left out)
+    slow_stock = _slow_run("C", z2=1.0)
+    for r in slow_stock:
+        if r["mode"] == "stock" and r["engine"] == 1:
+            r["wall_s"] *= 1.2
+    summ = {(r["batch"], r["mode"]): r for r in live.summarize(slow_stock, resamples=10)}
+    assert summ[(64, "zero-copy")]["flagged"] == "stock-e1" == summ[(64, "stock")]["flagged"]
+    assert live.combine(slow_stock)[0]["flagged"] == "C/stock-e1"
     # nothing flagged: the two verdicts are the same, and said so
     calm = {(r["batch"], r["mode"]): r for r in live.combine(_slow_run("A", z2=1.0))}
     assert (
