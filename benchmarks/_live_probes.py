@@ -3,13 +3,18 @@ health checks says why: a run header (kernel, CPU topology, clocks, the GPU's st
 **outside** the timed window: the scheduler's and the worker's on-CPU and run-queue time, timeslices, involuntary
 context switches and last CPU (``/proc/<pid>/task/*/schedstat``, ``stat``, ``status``); per-CPU steal and busy time
 (``/proc/stat``); the GPU's energy, clocks, power, temperature and throttle reasons (NVML via ``pynvml``, no CUDA
-context). Every probe degrades to :data:`ABSENT` where the machine lacks it (no GPU, no schedstat, no NVML).
+context). Per Engine, once after it started (:func:`start_probe`, outside any timed window): its scheduler's CPU
+affinity, the NUMA nodes its memory may use and holds, ``PYTHONHASHSEED`` in its environment and a short ``py-spy
+dump`` when ``py-spy`` is on PATH, to tell a whole-Engine slow state from a fast one. Every probe degrades to
+:data:`ABSENT` where the machine lacks it (no GPU, no schedstat, no NVML, no py-spy, an unreadable ``/proc``).
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import re
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -228,6 +233,71 @@ def gpu_delta(a: Mapping | None, b: Mapping | None) -> dict:
     out["power_w"] = round(b["power_w"], 1) if b.get("power_w") is not None else ABSENT
     ta, tb = a.get("throttle"), b.get("throttle")
     out["throttle"] = hex((ta or 0) | (tb or 0)) if ta is not None or tb is not None else ABSENT
+    return out
+
+
+# ---------------------------------------------------------------- per Engine, once after its start
+
+#: the most of a ``py-spy dump`` kept per Engine (characters)
+PYSPY_CHARS = 4000
+
+
+def cpu_list(cpus: Sequence[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    spans: list[list[int]] = []
+    for c in sorted(cpus):
+        if spans and spans[-1][1] == c - 1:
+            spans[-1][1] = c
+        else:
+            spans.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def numa_pages(numa_maps: str) -> dict[str, int]:
+    """``/proc/<pid>/numa_maps`` -> pages per NUMA node over every mapping (``{"N0": 1234, "N1": 5}``)."""
+    out: dict[str, int] = {}
+    for node, pages in re.findall(r"\b(N\d+)=(\d+)", numa_maps):
+        out[node] = out.get(node, 0) + int(pages)
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0][1:])))
+
+
+def start_probe(pid: int | str, pyspy: bool = True) -> dict:
+    """What may tell one Engine's scheduler from another's, read once after the Engine started: ``affinity`` (its
+    CPUs), ``mems_allowed`` (``status``' ``Mems_allowed_list``), ``numa_pages`` (its pages per node, from
+    ``numa_maps``), ``pythonhashseed`` (from its environment; ``unset`` when readable and not set), ``py_spy`` (a
+    ``py-spy dump`` of it, first :data:`PYSPY_CHARS` characters, when ``py-spy`` is on PATH). Each key is
+    :data:`ABSENT` where it cannot be read."""
+    out: dict = dict.fromkeys(("affinity", "mems_allowed", "numa_pages", "pythonhashseed", "py_spy"), ABSENT)
+    if pid == ABSENT or not str(pid).isdigit():
+        return out
+    pid = int(pid)
+    try:
+        out["affinity"] = cpu_list(os.sched_getaffinity(pid))
+    except (OSError, AttributeError):
+        pass
+    status = _read(f"/proc/{pid}/status") or ""
+    m = re.search(r"^Mems_allowed_list:\s*(\S+)", status, re.M)
+    if m:
+        out["mems_allowed"] = m.group(1)
+    pages = numa_pages(_read(f"/proc/{pid}/numa_maps") or "")
+    if pages:
+        out["numa_pages"] = pages
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        seed = next(
+            (e.split(b"=", 1)[1].decode(errors="replace") for e in env if e.startswith(b"PYTHONHASHSEED=")), None
+        )
+        out["pythonhashseed"] = "unset" if seed is None else seed
+    except OSError:
+        pass
+    exe = shutil.which("py-spy") if pyspy else None
+    if exe:
+        try:
+            p = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=30)
+            text = (p.stdout or "") + (f"\n[stderr] {p.stderr.strip()}" if p.returncode else "")
+            out["py_spy"] = text.strip()[:PYSPY_CHARS] or f"{ABSENT} (py-spy exit {p.returncode}, no output)"
+        except (OSError, subprocess.SubprocessError) as e:
+            out["py_spy"] = f"{ABSENT} ({type(e).__name__})"
     return out
 
 

@@ -4,10 +4,9 @@
 its host state, its gc timing and its placement, so they are not independent replicates of a mode. Per Engine and
 batch: ``m`` = the median of log(wall) over its timed generates. Per Engine pair (Engine ``e`` of a mode and Engine
 ``e`` of stock, started and interleaved together, in one run): ``d = m_mode - m_stock``. The ratio is ``exp(mean d)``
-over the pairs, its 95 % interval ``mean d +- t * s / sqrt(n)``, ``s`` pooled over the batches of the mode (the
-degrees of freedom of every batch together) unless every batch has 3 or more pairs and one batch's SD is more than
-:data:`POOL_SD_FACTOR` times from the pooled one (then each batch's own). The verdict is exactly one of
-:data:`VERDICTS`. The interval over generates (:func:`bootstrap_ratio`) and the hierarchical one over Engines
+over the pairs, its 95 % interval ``mean d +- t(n-1) * s / sqrt(n)`` with ``s`` the SD of that batch's own ``n``
+pairs (never pooled over batches; one pair: no interval, inconclusive). The verdict is exactly one of
+:data:`VERDICTS`; "equal" needs the interval and every pair of the batch within ``1 +- 1 %``. The interval over generates (:func:`bootstrap_ratio`) and the hierarchical one over Engines
 (:func:`hier_bootstrap_ratio`) stay as descriptive columns: the first is conditional on the Engines drawn, the
 second under-covers with 2-3 Engines per mode (the review's simulation: 66-83 % for a nominal 95 %).
 
@@ -32,8 +31,14 @@ VERDICTS = (FASTER, SLOWER, EQUAL, INCONCLUSIVE)
 CV_MAX = 0.015
 ENGINES_AGREE = 0.015
 SWITCH_MAX = 1.10
-#: per-batch SDs farther than this factor from the pooled SD: each batch's own SD instead
-POOL_SD_FACTOR = 2.5
+#: the whole-Engine slow-state rule: an Engine this far off its mode's other Engines at every batch is flagged
+ENGINE_OFF = 0.05
+#: the probe columns compared between a flagged Engine and its mode's others (medians per batch; CPUs as sets)
+SLOW_PROBES = (
+    "sched_cpu_ms", "sched_wait_ms", "sched_slices", "sched_nvcsw", "worker_cpu_ms", "worker_wait_ms",
+    "steal_ms", "steal_sched_cpu_ms", "cpu_busy_pct", "energy_j", "sm_mhz", "mem_mhz", "power_w", "temp_c",
+)  # fmt: skip
+SLOW_CPUS = ("sched_cpu_last", "worker_cpu_last")
 #: two-sided 95 % quantiles of Student's t, by degrees of freedom
 _T975 = (
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -157,50 +162,63 @@ def engine_stats(rows: Iterable[Mapping]) -> dict[tuple, dict]:
     return out
 
 
-def pair_diffs(stats: Mapping[tuple, Mapping], base: str = "stock") -> dict[tuple, list[tuple[str, int, float]]]:
+def pair_diffs(
+    stats: Mapping[tuple, Mapping], base: str = "stock", exclude: Iterable[tuple] = ()
+) -> dict[tuple, list[tuple[str, int, float]]]:
     """(model, batch, mode) -> [(run, engine, d)] for every Engine of a mode whose stock partner (same run, same
-    Engine number) was timed at that batch: ``d = m_mode - m_stock``."""
+    Engine number) was timed at that batch: ``d = m_mode - m_stock``; a pair with an Engine in ``exclude``
+    ((model, run, mode, engine)) left out."""
     out: dict[tuple, list[tuple[str, int, float]]] = {}
+    exclude = set(exclude)
     for (model, run, batch, mode, eng), s in sorted(stats.items()):
         ref = stats.get((model, run, batch, base, eng))
-        if mode == base or ref is None:
+        if mode == base or ref is None or {(model, run, mode, eng), (model, run, base, eng)} & exclude:
             continue
         out.setdefault((model, batch, mode), []).append((run, eng, s["m"] - ref["m"]))
     return out
 
 
-def pair_intervals(diffs: Mapping[int, Sequence[float]]) -> dict[int, dict]:
-    """One mode's pair differences per batch -> per batch: ratio, lo, hi, pairs, df, sd_from ("pooled" over the
-    batches, or "batch"). No degrees of freedom at all: lo and hi are None (the verdict is inconclusive)."""
-    stats = {}
+def pair_intervals(diffs: Mapping[int, Sequence[float]], margin: float = EQUAL_MARGIN) -> dict[int, dict]:
+    """One mode's pair differences per batch -> per batch: ratio, lo, hi, pairs, df, sd_from, verdict, why. A
+    batch rests on its own pairs only: its interval is ``mean d +- t(n-1) * s / sqrt(n)`` with ``s`` the SD of
+    that batch's ``n`` pairs (never pooled over batches: another batch's quiet pairs must not narrow it). One pair
+    gives no interval: inconclusive. "Equal" needs the interval within ``1 +- margin`` and every pair of the batch
+    within it too (a batch whose pairs sit 3 % either side of 1 is not "equal"). ``why`` says why a verdict is
+    inconclusive (empty otherwise)."""
+    out = {}
     for b, ds in diffs.items():
         n = len(ds)
-        mean = statistics.fmean(ds) if ds else math.nan
-        var = statistics.variance(ds) if n >= 2 else None
-        stats[b] = (n, mean, var)
-    df_pool = sum(n - 1 for n, _, var in stats.values() if var is not None)
-    pooled = sum((n - 1) * var for n, _, var in stats.values() if var is not None) / df_pool if df_pool else None
-    per_batch = (
-        pooled is not None
-        and all(n >= 3 for n, _, _ in stats.values())
-        and any(not (pooled / POOL_SD_FACTOR**2 <= var <= pooled * POOL_SD_FACTOR**2) for _, _, var in stats.values())
-    )
-    out = {}
-    for b, (n, mean, var) in stats.items():
+        mean = statistics.fmean(ds) if n else math.nan
         res = {"ratio": math.exp(mean) if n else None, "lo": None, "hi": None, "pairs": n, "df": 0, "sd_from": ""}
-        sd_var, df, src = (var, n - 1, "batch") if per_batch else (pooled, df_pool, "pooled")
-        if n and sd_var is not None and df >= 1:
-            half = t975(df) * math.sqrt(sd_var / n)
-            res.update(lo=math.exp(mean - half), hi=math.exp(mean + half), df=df, sd_from=src)
+        if n >= 2:
+            half = t975(n - 1) * math.sqrt(statistics.variance(ds) / n)
+            res.update(lo=math.exp(mean - half), hi=math.exp(mean + half), df=n - 1, sd_from="batch")
+        v = verdict(res["lo"], res["hi"], margin)
+        why = ""
+        outside = [math.exp(d) for d in ds if not (1 - margin <= math.exp(d) <= 1 + margin)]
+        if n < 2:
+            why = f"{'one pair' if n else 'no pair'}: an interval needs 2 or more pairs of this batch"
+        elif v.startswith("equal") and outside:
+            v = INCONCLUSIVE
+            why = f"interval within 1 +- {margin * 100:g} % but pair(s) outside: " + ", ".join(
+                f"{x:.4f}" for x in outside
+            )
+        elif v == INCONCLUSIVE:
+            why = (
+                f"interval [{res['lo']:.4f}, {res['hi']:.4f}] through 1 and beyond 1 +- {margin * 100:g} %"
+                if res["lo"] is not None and math.isfinite(res["lo"]) and math.isfinite(res["hi"])
+                else "no finite interval"
+            )
+        res.update(verdict=v, why=why)
         out[b] = res
     return out
 
 
-def analyse(rows: Sequence[Mapping], base: str = "stock") -> dict[tuple, dict]:
+def analyse(rows: Sequence[Mapping], base: str = "stock", exclude: Iterable[tuple] = ()) -> dict[tuple, dict]:
     """(model, batch, mode) -> the pair analysis over every run in ``rows``: ratio, lo, hi, pairs, df, sd_from,
-    verdict, per-pair ratios, per-run ratios."""
+    verdict, why, per-pair ratios, per-run ratios."""
     stats = engine_stats(rows)
-    diffs = pair_diffs(stats, base)
+    diffs = pair_diffs(stats, base, exclude)
     by_mode: dict[tuple[str, str], dict[int, list]] = {}
     for (model, batch, mode), ds in diffs.items():
         by_mode.setdefault((model, mode), {})[batch] = ds
@@ -215,12 +233,106 @@ def analyse(rows: Sequence[Mapping], base: str = "stock") -> dict[tuple, dict]:
             tag = len(runs) > 1  # the run in each pair's name only when there are several
             out[(model, b, mode)] = {
                 **iv,
-                "verdict": verdict(iv["lo"], iv["hi"]),
                 "pair_ratios": ";".join(f"{run + '/' if tag else ''}{e}:{math.exp(d):.4f}" for run, e, d in ds),
                 "run_ratios": {run: math.exp(statistics.fmean(v)) for run, v in runs.items()},
                 "pair_spread": math.exp(max(d for *_, d in ds) - min(d for *_, d in ds)),
             }
     return out
+
+
+def _probe_median(group: Sequence[Mapping], col: str) -> float | None:
+    vals = []
+    for r in group:
+        try:
+            v = float(r.get(col))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(v):
+            vals.append(v)
+    return statistics.median(vals) if vals else None
+
+
+def _what_differed(groups: Mapping[tuple, list], key: tuple, others: Sequence[tuple], off: float) -> str:
+    """The probe columns of Engine ``key`` that differ from its mode's other Engines (in the same direction by more
+    than :data:`ENGINE_OFF` at every batch; CPUs: the ones only it ran on), e.g. ``sched_cpu_ms x1.14, sched_cpu_last 15 (others 0)``."""
+    model, run, mode, eng = key
+    batches = sorted({b for (mo, ru, b, md, e) in groups if (mo, ru, md, e) == key})
+    said = []
+    for col in SLOW_PROBES:
+        ratios = []
+        for b in batches:
+            mine = _probe_median(groups[(model, run, b, mode, eng)], col)
+            theirs = [
+                _probe_median(groups[(model, run, b, mode, o)], col)
+                for o in others
+                if (model, run, b, mode, o) in groups
+            ]
+            theirs = [t for t in theirs if t is not None]
+            if mine is None or not theirs:
+                break
+            ref = statistics.median(theirs)
+            ratios.append(mine / ref if ref else (1.0 if mine == ref else math.inf))
+        else:
+            if ratios and (all(x > 1 + ENGINE_OFF for x in ratios) or all(x < 1 - ENGINE_OFF for x in ratios)):
+                said.append(f"{col} x{statistics.median(ratios):.3g}")
+
+    def cpus(engs: Sequence[int], col: str) -> set[str]:
+        seen = {str(r.get(col)) for e in engs for b in batches for r in groups.get((model, run, b, mode, e), ())}
+        return seen - {"", "absent", "None"}
+
+    for col in SLOW_CPUS:
+        mine, theirs = cpus([eng], col), cpus(others, col)
+        if mine and theirs and mine - theirs:
+            said.append(
+                f"{col} {','.join(sorted(mine - theirs, key=lambda c: (len(c), c)))} (others {','.join(sorted(theirs, key=lambda c: (len(c), c)))})"
+            )
+    return ", ".join(said) or "no probe differed"
+
+
+def slow_state(rows: Sequence[Mapping], off: float = ENGINE_OFF) -> dict[tuple, dict]:
+    """The whole-Engine slow-state rule: (model, run, mode, engine) -> ``off`` (batch -> its median / the median of
+    its mode's other Engines' medians in that run, less 1), ``probes`` (what differed, :func:`_what_differed`),
+    ``note``, for every Engine more than ``off`` away at every batch it shares with another Engine of its mode, in
+    the same direction; one Engine per run and mode at most, the farthest off (it alone moves its others'
+    reference; with two Engines each is as far off as the other: the slower one)."""
+    stats = engine_stats(rows)
+    groups: dict[tuple, list[Mapping]] = {}
+    for r in rows:
+        key = (str(r["model"]), str(r.get("run", "")), int(r["batch"]), str(r["mode"]), int(r.get("engine") or 1))
+        groups.setdefault(key, []).append(r)
+    engines: dict[tuple, set[int]] = {}
+    for model, run, _, mode, eng in stats:
+        engines.setdefault((model, run, mode), set()).add(eng)
+    out = {}
+    for (model, run, mode), engs in sorted(engines.items()):
+        if len(engs) < 2:
+            continue
+        found = []
+        for eng in sorted(engs):
+            others = sorted(engs - {eng})
+            offs = {}
+            for (mo, ru, b, md, e), s in sorted(stats.items()):
+                if (mo, ru, md, e) != (model, run, mode, eng):
+                    continue
+                theirs = [
+                    stats[(model, run, b, mode, o)]["median_s"] for o in others if (model, run, b, mode, o) in stats
+                ]
+                if theirs:
+                    offs[b] = s["median_s"] / statistics.median(theirs) - 1
+            if offs and (all(x > off for x in offs.values()) or all(x < -off for x in offs.values())):
+                far = round(statistics.fmean(abs(math.log1p(x)) for x in offs.values()), 9)
+                found.append((far, min(offs.values()) > 0, eng, others, offs))
+        if found:  # the farthest one (two Engines: the slower); it alone moves the others' reference
+            _, _, eng, others, offs = max(found, key=lambda f: f[:2])
+            note = f"of {len(engs)} Engines, the slower" if len(engs) == 2 else f"the farthest of {len(engs)} Engines"
+            probes = _what_differed(groups, (model, run, mode, eng), others, off)
+            out[(model, run, mode, eng)] = {"off": offs, "probes": probes, "note": note}
+    return out
+
+
+def flagged_names(flags: Mapping[tuple, Mapping], runs: bool = True) -> str:
+    """``B/zero-copy-e2;...`` (the run only when ``runs``)."""
+    return ";".join(f"{run + '/' if runs else ''}{mode}-e{eng}" for _, run, mode, eng in sorted(flags))
 
 
 def health(rows: Sequence[Mapping]) -> dict[tuple, list[str]]:
@@ -244,4 +356,10 @@ def health(rows: Sequence[Mapping]) -> dict[tuple, list[str]]:
         spread = max(meds) / min(meds) - 1
         if len(meds) > 1 and spread > ENGINES_AGREE:
             bad.append(f"the Engines of {mode} differ by {spread * 100:.1f} % > {ENGINES_AGREE * 100:g} %")
+    for (model, run, mode, eng), f in slow_state(rows).items():
+        for b, x in f["off"].items():
+            out.setdefault((model, run, b, mode), []).append(
+                f"{mode}-e{eng} whole-Engine slow state: {x * 100:+.1f} % vs its mode's other Engines "
+                f"(> {ENGINE_OFF * 100:g} % at every batch, {f['note']}; probes: {f['probes']})"
+            )
     return out

@@ -1,20 +1,23 @@
 """The decode cycle's wall time with Engines of several modes alive at the same time (issue 51's protocol): by
-default stock SGLang and the zero-copy commit, **2 Engines per mode**, one ``sglang.Engine`` per worker process, all
-started before the first timed generate, the timed generates in palindromes over every (mode, Engine). Needs a CUDA
+default stock SGLang and the zero-copy commit, **3 Engines per mode, one alive at a time** (``s1 z1 z2 s2 s3 z3``,
+each through every batch, sleep-on-idle off: the 12-04 H200 runs showed Engines alive at once with idle schedulers
+asleep ~30 % slower and noisy), one ``sglang.Engine`` per worker process; ``--alive-at-once`` starts every Engine
+before the first timed generate and times them in palindromes over every (mode, Engine). Needs a CUDA
 GPU and SGLang (the stand-ins of tools/gpu-engine on the lent H200: ``tools/gpu-engine/run_cycle_live.sh``);
 ``--dry-run`` runs the whole driver on the CPU with fake Engines (tests/e2e/test_bench_live.py).
 
 The protocol (docs/benchmarks.md, "The decode cycle, the protocol"; the review
 ``benchmark-review-2026-12-04.md`` section 4):
 
-* Engines start one after the other (each sizes its pools from the memory free when it starts; ``--static-gb`` gives
-  each the same static bytes); a further set of Engines (one per mode) starts only when it and ``--min-timed-s`` fit
-  the budget. Idle schedulers sleep on their sockets (``--sleep-on-idle``, on by default; SGLang's default
-  busy-polls a core per idle Engine). No pinning, SGLang's own CUDA-graph list (``--engine-arg cuda_graph_bs*`` is
-  refused). ``--sequential``: the fallback, one Engine alive at a time (``s1 z1 z2 s2``), each through every batch.
+* ``--sequential`` (the default): one Engine alive at a time, each through every batch, then stopped; the next
+  starts only when its start and batches fit the budget. ``--alive-at-once``: Engines start one after the other
+  (each sizes its pools from the memory free when it starts; ``--static-gb`` gives each the same static bytes), a
+  further set (one per mode) only when it and ``--min-timed-s`` fit the budget; idle schedulers then sleep on their
+  sockets (``--sleep-on-idle``, on by default there, off when sequential; SGLang's default busy-polls a core per idle
+  Engine). No pinning, SGLang's own CUDA-graph list (``--engine-arg cuda_graph_bs*`` is refused).
 * Per batch (in the order given): ``--warmups`` (3) generates per Engine, then in every Engine ``gc.collect()`` and
   ``Engine.freeze_gc()`` (the worker, the scheduler and the detokenizer), then ``--reps`` (16) timed generates per
-  Engine in palindromes (``s1 z1 s2 z2 z2 s2 z1 s1 ...``); the same prompts in every mode (random ids, seeded), greedy,
+  Engine (alive at once: in palindromes, ``s1 z1 s2 z2 z2 s2 z1 s1 ...``); the same prompts in every mode (random ids, seeded), greedy,
   ``ignore_eos``, ``--max-new-tokens`` (128). The wall of a generate is ``time.perf_counter`` around
   ``Engine.generate`` inside its worker; the worker's gc is off during it (``--gc-off``, on by default).
 * Outside that window, per generate: the scheduler's and the worker's on-CPU and run-queue time, timeslices, last CPU
@@ -22,8 +25,10 @@ The protocol (docs/benchmarks.md, "The decode cycle, the protocol"; the review
   once per run a header (kernel, CPU topology, clocks, the GPU's state) and per Engine its pids and CUDA-graph
   configuration; once per batch the GPU's processes. A probe the machine lacks is written "absent".
 * Engines are the unit (``_live_stats.py``): per Engine its median, per Engine pair (Engine e of a mode and of stock)
-  the ratio, the interval over the pairs (Student's t, SD pooled over the batches), the verdict one of faster /
-  slower / equal within +-1 % / inconclusive. ``--combine A.csv B.csv`` does the same over the pairs of two runs.
+  the ratio, the interval over that batch's pairs (Student's t, the batch's own SD; one pair: inconclusive), the
+  verdict one of faster / slower / equal within +-1 % (interval and every pair) / inconclusive. An Engine more than
+  5 % off its mode's other Engines at every batch is flagged (a whole-Engine slow state, with what its probes show);
+  the verdict is given with and without the flagged Engines' pairs. ``--combine A.csv B.csv`` does the same over the pairs of two runs.
   Health checks (printed and written): robust CV <= 1.5 % per Engine and batch, no switch of host state, the Engines
   of one mode within 1.5 %, no gen-2 gc in a timed generate, gc frozen.
 * Every exact mode's output ids must equal stock's at every batch (md5; a mismatch exits 1), the plugin's scheduler
@@ -71,12 +76,14 @@ from _live_probes import (  # noqa: E402
     PROBE_FIELDS,
     Gpu,
     cpu_delta,
+    cpu_list,
     cpu_times,
     engine_pids,
     gpu_delta,
     proc_delta,
     proc_snapshot,
     run_header,
+    start_probe,
 )
 from _live_stats import (  # noqa: E402
     EQUAL,
@@ -87,9 +94,11 @@ from _live_stats import (  # noqa: E402
     analyse,
     bootstrap_ratio,
     engine_stats,
+    flagged_names,
     health,
     hier_bootstrap_ratio,
     robust_cv,
+    slow_state,
     verdict,
 )
 from _timing import RESULTS, append_history, checkout_on_path, git_commit, slug, write_csv  # noqa: E402
@@ -179,6 +188,10 @@ SUMMARY_FIELDS = [
     "df",
     "sd_from",
     "verdict",
+    "why",
+    "flagged",
+    "ratio_wo",
+    "verdict_wo",
     "pair_ratios",
     "pair_spread",
     "engine_medians",
@@ -213,6 +226,14 @@ COMBINED_FIELDS = [
     "ci_lo",
     "ci_hi",
     "verdict",
+    "why",
+    "flagged",
+    "pairs_wo",
+    "ratio_wo",
+    "ci_lo_wo",
+    "ci_hi_wo",
+    "verdict_wo",
+    "why_wo",
     "run_ratios",
     "runs_agree",
     "pair_ratios",
@@ -335,9 +356,14 @@ def summarize(
     stats = engine_stats(rows)
     checks = health(rows)
     pairs: dict[tuple, dict] = {}
+    pairs_wo: dict[tuple, dict] = {}
+    flags = slow_state(rows)
     for run in sorted({k[1] for k in groups}):
-        for (model, batch, mode), a in analyse([r for r in rows if str(r.get("run", "")) == run], base).items():
+        mine = [r for r in rows if str(r.get("run", "")) == run]
+        for (model, batch, mode), a in analyse(mine, base).items():
             pairs[(model, run, batch, mode)] = a
+        for (model, batch, mode), a in analyse(mine, base, exclude=flags).items():
+            pairs_wo[(model, run, batch, mode)] = a
     out = []
     for (model, run, batch, mode), group in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
         walls = [float(r["wall_s"]) for r in group]
@@ -373,14 +399,21 @@ def summarize(
         s["gc_ms"] = round(sum(float(r.get("gc_ms") or 0) for r in group), 2)
         for k in PROBE_MEDIANS:
             s[f"{k}_med"] = _median_of(group, k)
-        empty = dict.fromkeys(("ci_lo", "ci_hi", "df", "sd_from", "pair_ratios", "pair_spread", "pairs"), "")
+        empty = dict.fromkeys(("ci_lo", "ci_hi", "df", "sd_from", "why", "pair_ratios", "pair_spread", "pairs"), "")
+        empty.update(
+            flagged=flagged_names(
+                {k: f for k, f in flags.items() if k[:2] == (model, run) and k[2] in (base, mode)}, runs=False
+            ),
+            ratio_wo="",
+            verdict_wo="",
+        )
         s.update(empty, gen_ratio="", gen_ci_lo="", gen_ci_hi="", eng_ci_lo="", eng_ci_hi="")
         if mode == base:
             s.update(ratio=1.0, verdict="base")
         elif ref:
             a = pairs.get((model, run, batch, mode))
             if a is None:  # no Engine of this mode has a stock partner of the same number
-                s.update(ratio="", verdict=INCONCLUSIVE)
+                s.update(ratio="", verdict=INCONCLUSIVE, why="no Engine of this mode has a stock partner")
             else:
                 s.update(
                     ratio=_fmt(a["ratio"]),
@@ -390,8 +423,14 @@ def summarize(
                     df=a["df"],
                     sd_from=a["sd_from"],
                     verdict=a["verdict"],
+                    why=a["why"],
                     pair_ratios=a["pair_ratios"],
                     pair_spread=_fmt(a["pair_spread"]),
+                )
+                w = pairs_wo.get((model, run, batch, mode))
+                s.update(
+                    ratio_wo=_fmt(w["ratio"]) if w else "",
+                    verdict_wo=w["verdict"] if w else f"{INCONCLUSIVE} (no pair without a flagged Engine)",
                 )
             ref_walls = [float(r["wall_s"]) for r in ref]
             gr, glo, ghi = bootstrap_ratio(walls, ref_walls, resamples=resamples, seed=seed)
@@ -416,8 +455,11 @@ def summarize(
 def combine(rows: Sequence[Mapping], base: str = "stock") -> list[dict]:
     """Per (model, batch, mode): the pair analysis over the Engine pairs of every run in ``rows`` (the verdict of
     the protocol), each run's own ratio, how far the runs are apart (``runs_agree``: max/min of the run ratios),
-    each run's health."""
+    each run's health; the Engines the whole-Engine slow-state rule flags (:func:`slow_state`) and the verdict
+    without their pairs (``*_wo``; the same as with them when none is flagged), both kept."""
     checks = health(rows)
+    flags = slow_state(rows)
+    without = analyse(rows, base, exclude=flags) if flags else None
     meta: dict[tuple, dict[str, set]] = {}
     for r in rows:
         m = meta.setdefault((r["model"], int(r["batch"])), {"commit": set(), "sglang": set(), "gpu": set()})
@@ -434,6 +476,21 @@ def combine(rows: Sequence[Mapping], base: str = "stock") -> list[dict]:
             if checks.get((model, run, batch, m))
         ]
         m = meta.get((model, batch), {})
+        mine = {k: f for k, f in flags.items() if k[0] == model and k[2] in (base, mode)}
+        w = a if without is None else without.get((model, batch, mode))
+        wo = (
+            {"pairs_wo": 0, "ratio_wo": "", "ci_lo_wo": "", "ci_hi_wo": "", "verdict_wo": INCONCLUSIVE}
+            | {"why_wo": "no pair without a flagged Engine"}
+            if w is None
+            else {
+                "pairs_wo": w["pairs"],
+                "ratio_wo": _fmt(w["ratio"]),
+                "ci_lo_wo": _fmt(w["lo"]),
+                "ci_hi_wo": _fmt(w["hi"]),
+                "verdict_wo": w["verdict"],
+                "why_wo": w["why"],
+            }
+        )
         out.append(
             {
                 "model": model,
@@ -447,6 +504,9 @@ def combine(rows: Sequence[Mapping], base: str = "stock") -> list[dict]:
                 "ci_lo": _fmt(a["lo"]),
                 "ci_hi": _fmt(a["hi"]),
                 "verdict": a["verdict"],
+                "why": a["why"],
+                "flagged": flagged_names(mine, runs=True),
+                **wo,
                 "run_ratios": ";".join(f"{run}:{rr[run]:.4f}" for run in runs),
                 "runs_agree": _fmt(max(rr.values()) / min(rr.values())) if len(rr) > 1 else "",
                 "pair_ratios": a["pair_ratios"],
@@ -501,7 +561,12 @@ def combined_table(rows: Sequence[Mapping]) -> str:
             run, _, checks = part.partition(": ")
             failed[run] += len(checks.split("; "))
         short = "ok" if not failed else "FAILED " + ", ".join(f"{run} ({n} checks)" for run, n in failed.items())
-        shown.append(dict(r, interval=iv, health=short))
+        wo = (
+            f"{r['ratio_wo']} [{r['ci_lo_wo']}, {r['ci_hi_wo']}] {r['verdict_wo']}"
+            if r["ci_lo_wo"] != ""
+            else f"{r['ratio_wo'] or '-'} [-] {r['verdict_wo']}"
+        )
+        shown.append(dict(r, interval=iv, health=short, flagged=r["flagged"] or "none", **{"without flagged": wo}))
     cols = [
         "model",
         "batch",
@@ -511,6 +576,9 @@ def combined_table(rows: Sequence[Mapping]) -> str:
         "df",
         "interval",
         "verdict",
+        "flagged",
+        "pairs_wo",
+        "without flagged",
         "run_ratios",
         "runs_agree",
         "health",
@@ -838,7 +906,20 @@ def _graph_config(engine) -> dict:
     except Exception as e:  # noqa: BLE001 - informational only
         return {"error": repr(e)[:200]}
     keep = ("max_running_requests", "sleep_on_idle", "disable_radix_cache", "enable_linear_replayssm_spec")
-    return {k: v for k, v in info.items() if "cuda_graph" in k or k in keep}
+    out = {k: v for k, v in info.items() if "cuda_graph" in k or k in keep}
+    out["graph_mem_gb"] = graph_memory(info)
+    return out
+
+
+def graph_memory(info: Mapping) -> dict | str:
+    """The CUDA-graph memory pools (GB per phase, target and draft) from ``get_server_info()``'s internal states
+    (SGLang's scheduler ``memory_usage.graph``, where the release reports it), else absent."""
+    try:
+        states = info.get("internal_states") or []
+        graph = (states[0] if isinstance(states, list) else states)["memory_usage"]["graph"]
+        return {str(k): round(float(v), 4) for k, v in dict(graph).items()}
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return ABSENT
 
 
 def _make_engine(spec: Mapping):
@@ -883,15 +964,8 @@ def _make_engine(spec: Mapping):
     return engine, info
 
 
-def _span(cores: Sequence[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
-    runs: list[list[int]] = []
-    for c in sorted(cores):
-        if runs and runs[-1][1] == c - 1:
-            runs[-1][1] = c
-        else:
-            runs.append([c, c])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+#: ``[0, 1, 2, 5]`` -> ``"0-2,5"`` (the probes' CPU lists)
+_span = cpu_list
 
 
 def _generate(engine, ids, sampling: Mapping, probe: GcProbe, gc_off: bool, sched) -> dict:
@@ -1157,6 +1231,11 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         workers[(mode, e)] = w = Worker(mode, spec, work, e, args.omp_threads)
         w.info = w.ask(None, args.engine_timeout)
         w.info["ready_after_s"] = round(time.time() - t0, 1)
+        # outside every timed window: what may tell this Engine's scheduler from another's (a whole-Engine slow state)
+        w.info["start_probe"] = sp = start_probe((w.info.get("pids") or {}).get("scheduler", ABSENT))
+        short = {k: v for k, v in sp.items() if k != "py_spy"}
+        py_spy = "absent" if str(sp["py_spy"]).startswith(ABSENT) else f"{len(sp['py_spy'])} chars"
+        print(f"[{w.name}: start probe {json.dumps(short, sort_keys=True)}, py-spy dump {py_spy}]", flush=True)
         if meta["gpu"] == "unknown":
             meta.update(gpu=w.info.get("gpu", "unknown"), sglang=w.info.get("sglang", "-"))
         print(f"[{w.name}: ready in {time.time() - t0:.0f} s: {json.dumps(w.info, sort_keys=True)}]", flush=True)
@@ -1376,6 +1455,7 @@ def _report(args, model, summary, rows, md5s, reports, workers, done, skipped, p
         s["health"] = "ok" if s["health"] == "ok" else "FAIL"
         shown.append(s)
     cols = ["run", "batch", "mode", "n", "median_s", "engine_medians", "ratio [95 % over pairs]", "df", "verdict"]
+    cols += ["flagged", "ratio_wo", "verdict_wo"]
     cols += ["pair_ratios", "cv_max", "engines_spread", "health", "over generates*", "gc_gen2"]
     cols += ["sched_wait_ms_med", "steal_ms_med", "energy_j_med"]
     parts = [
@@ -1511,17 +1591,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--reps", type=int, default=16, help="timed generates per Engine and batch (even: palindromes)")
     p.add_argument("--warmups", type=int, default=3, help="generates per Engine and batch before gc is frozen")
-    p.add_argument("--engines-per-mode", type=int, default=2, help="Engines (workers) per mode; pairs by number")
+    p.add_argument("--engines-per-mode", type=int, default=3, help="Engines (workers) per mode; pairs by number")
     p.add_argument(
         "--sequential",
         action="store_true",
-        help="the fallback: one Engine alive at a time (s1 z1 z2 s2), each through every batch",
+        default=True,
+        help="the default: one Engine alive at a time (s1 z1 z2 s2 s3 z3), each through every batch",
+    )
+    p.add_argument(
+        "--alive-at-once",
+        dest="sequential",
+        action="store_false",
+        help="every Engine alive at once, timed in palindromes (s1 z1 s2 z2 z2 s2 z1 s1 ...)",
     )
     p.add_argument(
         "--sleep-on-idle",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="idle schedulers sleep on their sockets (SGLang's sleep_on_idle; its default busy-polls a core)",
+        default=None,
+        help="idle schedulers sleep on their sockets (SGLang's sleep_on_idle; its default busy-polls a core); "
+        "default: on with --alive-at-once, off when sequential",
     )
     p.add_argument(
         "--gc-off",
@@ -1631,6 +1719,8 @@ def _main(args, p: argparse.ArgumentParser) -> int:
         print(f"[files: {path}]")
         return 0
     _check(args, p)
+    if args.sleep_on_idle is None:
+        args.sleep_on_idle = not args.sequential
     if args.static_gb is None:
         args.static_gb = 24.0 if args.engines_per_mode == 1 else 16.0
     if args.run is None:

@@ -1,13 +1,15 @@
 """The live-modes decode-cycle benchmark (benchmarks/bench_live.py, _live_stats.py, _live_probes.py) on the CPU.
 
 Pure parts: the palindromes and the sequential order, the statistics with Engines as the unit (per-Engine medians,
-the Engine-pair interval with a pooled t, the verdict words, the health checks), the descriptive bootstrap intervals,
-slow generates, the one-row-per-key files (and the duplicated rows that once reached
-benchmarks/results/latest/cycle_wall-nvidia-h200.csv), the probes degrading to "absent". The whole driver with fake
-Engines in worker processes (issue 51's protocol): 2 Engines per mode, stock and zero-copy, warm-ups then gc frozen in
-every Engine, probes in every row, a run header, the start order reversed, --sequential, two runs combined, the other
-arms; md5 check, plugin engagement, a failing Engine, the budget stop; bad input refused at the start in one line
-with nothing written, a dry run never touching the tracked results, a run that times nothing failing, SIGINT."""
+the Engine-pair interval from each batch's own pairs, "equal" only with every pair in the band, the verdict words,
+the health checks, the whole-Engine slow-state rule and the verdict without flagged Engines), the descriptive
+bootstrap intervals, slow generates, the one-row-per-key files (and the duplicated rows that once reached
+benchmarks/results/latest/cycle_wall-nvidia-h200.csv), the probes and the per-Engine start probe degrading to
+"absent". The whole driver with fake Engines in worker processes (issue 51's protocol): by default 3 Engines per mode
+one alive at a time, or alive at once in palindromes; warm-ups then gc frozen in every Engine, probes in every row, a
+run header, the start order reversed, two runs combined, the other arms; md5 check, plugin engagement, a failing
+Engine, the budget stop; bad input refused at the start in one line with nothing written, a dry run never touching
+the tracked results, a run that times nothing failing, SIGINT; the device runner's two steps."""
 
 from __future__ import annotations
 
@@ -103,25 +105,42 @@ def _rows(walls: dict, run: str = "", model: str = "m", extra: dict | None = Non
     return out
 
 
-def test_the_pair_interval_pools_the_sd_over_batches():
-    # two pairs per batch at 4 batches: d = log(0.95) +- 0.005; the SD pooled over the batches has 4 df
+def test_a_batch_rests_on_its_own_pairs():
+    # two pairs per batch at 4 batches: d = log(0.95) +- 0.005; each batch its own SD, 1 df (never pooled: b24)
     d = {b: [math.log(0.95) + 0.005, math.log(0.95) - 0.005] for b in (1, 16, 64, 128)}
     iv = stats.pair_intervals(d)
     for b in d:
-        assert iv[b]["df"] == 4 and iv[b]["sd_from"] == "pooled" and iv[b]["pairs"] == 2
-        assert iv[b]["lo"] < 0.95 < iv[b]["hi"] < 1 and abs(iv[b]["ratio"] - 0.95) < 1e-9
-        half = stats.t975(4) * math.sqrt(2 * 0.005**2 / 2)  # pooled variance of +-0.005 pairs: 2 x 0.005^2 / 1
+        assert iv[b]["df"] == 1 and iv[b]["sd_from"] == "batch" and iv[b]["pairs"] == 2
+        assert iv[b]["lo"] < 0.95 < iv[b]["hi"] and abs(iv[b]["ratio"] - 0.95) < 1e-9
+        half = stats.t975(1) * math.sqrt(0.005**2 * 2 / 2)  # the batch's own variance of +-0.005: 2 x 0.005^2 / 1
         assert abs(math.log(iv[b]["hi"]) - math.log(0.95) - half) < 1e-9
-    one = stats.pair_intervals({16: [math.log(0.9)]})  # one pair, no df anywhere: no interval
-    assert one[16]["lo"] is None and stats.verdict(one[16]["lo"], one[16]["hi"]) == "inconclusive"
-    # four pairs a batch (two runs), one batch far noisier: each batch its own SD (3 df)
+    # one pair: no interval from other batches' SD (b25), inconclusive and said why
+    one = stats.pair_intervals({16: [math.log(0.9)], 64: [math.log(0.9) + x for x in (-1e-4, 0, 1e-4)]})
+    assert one[16]["lo"] is None and one[16]["df"] == 0 and one[16]["verdict"] == "inconclusive"
+    assert "one pair" in one[16]["why"]
+    assert one[64]["verdict"] == "faster" and one[64]["df"] == 2 and one[64]["why"] == ""
+    # four pairs a batch (two runs), one batch far noisier: it alone is inconclusive
     rng = random.Random(1)
     d4 = {b: [math.log(0.97) + rng.gauss(0, 0.002) for _ in range(4)] for b in (1, 16, 64)}
     d4[128] = [math.log(0.97) + x for x in (-0.05, 0.05, -0.04, 0.04)]
     iv4 = stats.pair_intervals(d4)
     assert all(v["sd_from"] == "batch" and v["df"] == 3 for v in iv4.values())
-    assert stats.verdict(iv4[1]["lo"], iv4[1]["hi"]) == "faster"
-    assert stats.verdict(iv4[128]["lo"], iv4[128]["hi"]) == "inconclusive"
+    assert iv4[1]["verdict"] == "faster" and iv4[128]["verdict"] == "inconclusive"
+    assert "through 1" in iv4[128]["why"]
+
+
+def test_equal_needs_every_pair_of_the_batch_within_the_band():
+    # b24: a batch whose two pairs sit 3 % either side of 1, with many quiet batches, once read "equal within +-1 %"
+    quiet = {b: [x * 1e-4 for x in (-1, 1, -1, 1)] for b in range(2, 12)}
+    iv = stats.pair_intervals({1: [math.log(1.03), math.log(1 / 1.03)], **quiet})
+    assert iv[1]["verdict"] == "inconclusive" and iv[2]["verdict"] == stats.EQUAL
+    # many pairs: the interval within the band, one pair outside: not equal, and said which
+    ds = [0.0] * 40 + [math.log(1.02)]
+    iv = stats.pair_intervals({1: ds})
+    assert iv[1]["lo"] >= 0.99 and iv[1]["hi"] <= 1.01
+    assert iv[1]["verdict"] == "inconclusive" and "outside" in iv[1]["why"] and "1.0200" in iv[1]["why"]
+    iv = stats.pair_intervals({1: [0.0] * 40 + [math.log(1.005)]})
+    assert iv[1]["verdict"] == stats.EQUAL
 
 
 def test_engines_are_the_unit_one_slow_engine_makes_it_inconclusive():
@@ -137,7 +156,74 @@ def test_engines_are_the_unit_one_slow_engine_makes_it_inconclusive():
     good += _rows({(m, e, 16): _samples(c, 16, 10 + e) for (m, e), c in {("stock", 1): 1, ("stock", 2): 1,
                    ("zero-copy", 1): 0.9, ("zero-copy", 2): 0.9}.items()})  # fmt: skip
     a = stats.analyse(good)
-    assert a[("m", 1, "zero-copy")]["verdict"] == "faster" and a[("m", 1, "zero-copy")]["df"] == 2
+    assert a[("m", 1, "zero-copy")]["verdict"] == "faster" and a[("m", 1, "zero-copy")]["df"] == 1
+
+
+def _slow_run(name, z2=1.15, engines=2, extra=None):
+    """One run: stock and zero-copy, ``engines`` each, at batches 1 and 64; zero-copy's Engine 2 ``z2`` x slower."""
+    w = {}
+    for e in range(1, engines + 1):
+        for b in (1, 64):
+            w[("stock", e, b)] = _samples(1.0, 16, 3 * e + b)
+            w[("zero-copy", e, b)] = _samples(0.95 * (z2 if e == 2 else 1.0), 16, 5 * e + b)
+    rows = _rows(w, run=name)
+    for r in rows:  # the probes: zero-copy e2's scheduler on another CPU, on-CPU time following its wall
+        slow = r["mode"] == "zero-copy" and r["engine"] == 2
+        r.update(sched_cpu_ms=1000 * r["wall_s"], sched_wait_ms=0.01, steal_ms=0, sm_mhz=1980,
+                 sched_cpu_last=15 if slow else 3, **(extra or {}))  # fmt: skip
+    return rows
+
+
+def test_a_whole_engine_slow_state_is_flagged_with_its_probes():
+    # run B of 12-04: zero-copy e2 > 5 % slower than its mode's other Engine at every batch
+    got = stats.slow_state(_slow_run("B"))
+    assert set(got) == {("m", "B", "zero-copy", 2)}, got  # of two Engines only the slower one
+    f = got[("m", "B", "zero-copy", 2)]
+    assert all(0.13 < off < 0.17 for off in f["off"].values()) and set(f["off"]) == {1, 64}
+    assert "sched_cpu_ms" in f["probes"] and "sched_cpu_last" in f["probes"] and "sm_mhz" not in f["probes"]
+    # 4 % off, or off at one batch only: not flagged
+    assert stats.slow_state(_slow_run("B", z2=1.04)) == {}
+    rows = _slow_run("B")
+    for r in rows:
+        if r["mode"] == "zero-copy" and r["engine"] == 2 and r["batch"] == 64:
+            r["wall_s"] = r["wall_s"] / 1.15
+    assert stats.slow_state(rows) == {}
+    # three Engines: a fast one is flagged too (more than 5 % off either way), the other two not
+    three = _slow_run("C", z2=0.9, engines=3)
+    assert set(stats.slow_state(three)) == {("m", "C", "zero-copy", 2)}
+    # in the health checks of every batch of its run
+    h = stats.health(_slow_run("B"))
+    assert any("zero-copy-e2 whole-Engine slow state" in x for x in h[("m", "B", 64, "zero-copy")])
+
+
+def test_the_verdict_is_given_with_and_without_flagged_engines():
+    rows = _slow_run("A", z2=1.0) + _slow_run("B", z2=1.15)
+    table = {(r["batch"], r["mode"]): r for r in live.combine(rows)}
+    z = table[(64, "zero-copy")]
+    assert z["flagged"] == "B/zero-copy-e2" and z["pairs"] == 4 and z["pairs_wo"] == 3
+    assert float(z["ratio"]) > float(z["ratio_wo"]) and abs(float(z["ratio_wo"]) - 0.95) < 0.01
+    assert z["verdict_wo"] == "faster" and z["verdict"] in live.VERDICTS
+    text = live.combined_table(live.combine(rows))
+    assert "B/zero-copy-e2" in text and "without flagged" in text
+    # each run's own summary: the flagged Engine named on its mode's rows, the run's verdict without its pair
+    summ = {(r["run"], r["batch"], r["mode"]): r for r in live.summarize(rows, resamples=10)}
+    zb, za = summ[("B", 64, "zero-copy")], summ[("A", 64, "zero-copy")]
+    assert zb["flagged"] == "zero-copy-e2" and za["flagged"] == "" and abs(float(zb["ratio_wo"]) - 0.95) < 0.01
+    assert "whole-Engine slow state" in zb["health"] and zb["verdict_wo"].startswith("inconclusive")  # one pair left
+    # a flagged stock Engine is named on the mode's rows too (its pair is the one left out)
+    slow_stock = _slow_run("C", z2=1.0)
+    for r in slow_stock:
+        if r["mode"] == "stock" and r["engine"] == 1:
+            r["wall_s"] *= 1.2
+    summ = {(r["batch"], r["mode"]): r for r in live.summarize(slow_stock, resamples=10)}
+    assert summ[(64, "zero-copy")]["flagged"] == "stock-e1" == summ[(64, "stock")]["flagged"]
+    assert live.combine(slow_stock)[0]["flagged"] == "C/stock-e1"
+    # nothing flagged: the two verdicts are the same, and said so
+    calm = {(r["batch"], r["mode"]): r for r in live.combine(_slow_run("A", z2=1.0))}
+    assert (
+        calm[(64, "zero-copy")]["flagged"] == ""
+        and calm[(64, "zero-copy")]["verdict_wo"] == calm[(64, "zero-copy")]["verdict"]
+    )
 
 
 def test_two_runs_combine_their_pairs():
@@ -149,12 +235,12 @@ def test_two_runs_combine_their_pairs():
     rows = run("A", 0.95) + run("B", 0.95)
     table = {(r["batch"], r["mode"]): r for r in live.combine(rows)}
     z = table[(64, "zero-copy")]
-    assert z["runs"] == "A;B" and z["pairs"] == 4 and z["df"] == 6 and z["verdict"] == "faster"
+    assert z["runs"] == "A;B" and z["pairs"] == 4 and z["df"] == 3 and z["verdict"] == "faster"
     assert float(z["ci_lo"]) < 0.95 < float(z["ci_hi"]) < 1
     assert set(dict(x.split(":") for x in z["run_ratios"].split(";"))) == {"A", "B"}
     assert 1 <= z["runs_agree"] < 1.03 and z["health"] != ""
     assert "A/1:" in z["pair_ratios"] and "B/2:" in z["pair_ratios"]
-    assert "| 64 | zero-copy | A;B | 4 | 6 |" in live.combined_table(live.combine(rows))
+    assert "| 64 | zero-copy | A;B | 4 | 3 |" in live.combined_table(live.combine(rows))
 
 
 def test_health_checks_name_what_failed():
@@ -245,6 +331,48 @@ def test_the_probes_read_proc_or_say_absent():
 # ---------------------------------------------------------------- one row per key
 
 
+def test_the_start_probe_reads_a_scheduler_or_says_absent(tmp_path, monkeypatch):
+    import subprocess
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], env={**os.environ, "PYTHONHASHSEED": "7"}
+    )
+    try:
+        monkeypatch.setenv("PATH", str(tmp_path))  # no py-spy
+        got = probes.start_probe(child.pid)
+        assert got["py_spy"] == "absent"
+        if Path(f"/proc/{child.pid}/environ").exists():
+            assert got["pythonhashseed"] == "7"
+            assert got["affinity"] == live._span(sorted(os.sched_getaffinity(child.pid)))
+        if (
+            Path(f"/proc/{child.pid}/status").exists()
+            and "Mems_allowed_list" in Path(f"/proc/{child.pid}/status").read_text()
+        ):
+            assert re.fullmatch(r"[0-9,-]+", got["mems_allowed"])
+        spy = tmp_path / "py-spy"  # a stand-in py-spy on PATH: its dump is kept, cut to PYSPY_CHARS
+        spy.write_text(
+            f"#!{sys.executable}\nimport sys\nprint('Thread 1 (active): MainThread', *sys.argv[1:])\nprint('x' * 9000)\n"
+        )
+        spy.chmod(0o755)
+        got = probes.start_probe(child.pid)
+        assert got["py_spy"].startswith(f"Thread 1 (active): MainThread dump --pid {child.pid}")
+        assert len(got["py_spy"]) == probes.PYSPY_CHARS
+    finally:
+        child.kill()
+        child.wait()
+    # no scheduler found, or one gone: every key absent
+    assert set(probes.start_probe("absent").values()) == {"absent"}
+    assert probes.start_probe(child.pid)["pythonhashseed"] == "absent"
+    assert probes.numa_pages("7f00 default anon=3 N0=3 kernelpagesize_kB=4\n7f01 bind:1 N1=2 N0=1") == {
+        "N0": 4,
+        "N1": 2,
+    }
+    # SGLang's graph pools from get_server_info, absent where the release has none
+    info = {"internal_states": [{"memory_usage": {"graph": {"decode": 0.51, "draft_decode": 0.12}}}]}
+    assert live.graph_memory(info) == {"decode": 0.51, "draft_decode": 0.12}
+    assert live.graph_memory({}) == "absent" and live.graph_memory({"internal_states": [{}]}) == "absent"
+
+
 def test_the_old_cycle_wall_csv_had_duplicated_rows_and_the_check_rejects_them():
     path = ROOT / "benchmarks/results/latest/cycle_wall-nvidia-h200.csv"
     if not path.exists():
@@ -316,16 +444,18 @@ def _run(tmp_path, *extra, fake=None, out="out"):
     says otherwise (later options win)."""
     out, work = tmp_path / out, tmp_path / "work"
     argv = ["--dry-run", "--out", str(out), "--work", str(work), "--batches", "1,16", "--reps", "4"]
-    argv += ["--modes", ",".join(MODES), "--engines-per-mode", "1", "--warmups", "1"]
+    argv += ["--modes", ",".join(MODES), "--engines-per-mode", "1", "--warmups", "1", "--alive-at-once"]
     argv += ["--fake", json.dumps(fake or {"delay_s": 0.02, "factor": {"zero-copy": 0.5}}), *extra]
     rc = live.main(argv)
     return rc, out / "latest" / "cycle_generates-cpu.csv", out / "latest" / "cycle_live-cpu.csv"
 
 
 def _protocol(tmp_path, *extra, fake=None, out="out"):
-    """A dry run with the protocol's defaults (stock and zero-copy, 2 Engines each, 3 warm-ups, 128 tokens)."""
+    """A dry run with the alive-at-once protocol (stock and zero-copy, 2 Engines each alive at once, 3 warm-ups, 128
+    tokens; the defaults otherwise)."""
     out, work = tmp_path / out, tmp_path / "work"
     argv = ["--dry-run", "--out", str(out), "--work", str(work), "--batches", "1,16", "--reps", "4"]
+    argv += ["--alive-at-once", "--engines-per-mode", "2"]
     argv += ["--fake", json.dumps(fake or {"delay_s": 0.01, "factor": {"zero-copy": 0.5}}), *extra]
     rc = live.main(argv)
     return rc, out / "latest" / "cycle_generates-cpu.csv", out / "latest" / "cycle_live-cpu.csv"
@@ -334,7 +464,22 @@ def _protocol(tmp_path, *extra, fake=None, out="out"):
 UNITS = [(m, e) for e in (1, 2) for m in PROTOCOL]
 
 
-def test_the_protocol_by_default(tmp_path, capsys):
+def test_the_default_is_sequential_three_engines_per_mode_sleep_off(tmp_path, capsys):
+    argv = ["--dry-run", "--out", str(tmp_path / "o"), "--work", str(tmp_path / "w"), "--batches", "1", "--reps", "2"]
+    assert live.main([*argv, "--fake", json.dumps({"delay_s": 0.002})]) == 0
+    text = capsys.readouterr().out
+    opts = json.loads(live.read_csv(tmp_path / "o" / "latest" / "cycle_generates-cpu.csv")[0]["options"])
+    assert opts["sequential"] is True and opts["engines_per_mode"] == 3 and opts["sleep_on_idle"] is False
+    starts = re.findall(r"\[(\S+): starting its Engine", text)
+    assert starts == ["stock-e1", "zero-copy-e1", "zero-copy-e2", "stock-e2", "stock-e3", "zero-copy-e3"]
+    # alive at once keeps sleep-on-idle on by default; either may be set
+    assert live.main([*argv, "--alive-at-once", "--engines-per-mode", "1", "--run", "X"]) == 0
+    rows = [r for r in live.read_csv(tmp_path / "o" / "latest" / "cycle_generates-cpu.csv") if r["run"] == "X"]
+    opts = json.loads(rows[0]["options"])
+    assert opts["sequential"] is False and opts["sleep_on_idle"] is True
+
+
+def test_the_protocol_alive_at_once(tmp_path, capsys):
     rc, gens, summary = _protocol(tmp_path, "--run", "A")
     text = capsys.readouterr().out
     assert rc == 0, text
@@ -358,7 +503,7 @@ def test_the_protocol_by_default(tmp_path, capsys):
     # the per-run verdict over the Engine pairs; the health checks printed and written
     s = {(r["batch"], r["mode"]): r for r in live.read_csv(summary)}
     z = s[("16", "zero-copy")]
-    assert z["pairs"] == "2" and z["df"] == "2" and z["verdict"] in live.VERDICTS and z["health"]
+    assert z["pairs"] == "2" and z["df"] == "1" and z["verdict"] in live.VERDICTS and z["health"]
     assert set(dict(x.split(":") for x in z["pair_ratios"].split(";"))) == {"1", "2"}
     assert "HEALTH: " in text and "EQUAL outputs" in text
 
@@ -380,6 +525,10 @@ def test_every_row_has_its_probes_and_the_run_its_header(tmp_path, capsys):
     assert h["kernel"] and h["nproc"] >= 1 and "lscpu" in h and "cpu_clocks" in h and "nvidia_smi" in h
     engines = runs["P"]["engines"]
     assert set(engines) == {"stock-e1", "zero-copy-e1", "stock-e2", "zero-copy-e2"}
+    for e in engines.values():  # the start probe of each Engine's scheduler (the fake one's child here)
+        assert set(e["start_probe"]) == {"affinity", "mems_allowed", "numa_pages", "pythonhashseed", "py_spy"}
+        if probes.proc_snapshot(os.getpid()):
+            assert e["start_probe"]["affinity"] != "absent" and e["start_probe"]["pythonhashseed"] != "absent"
     for e in engines.values():
         assert isinstance(e["pids"]["worker"], int) and isinstance(e["pids"]["scheduler"], int), e
         assert "graphs" in e
@@ -431,8 +580,8 @@ def test_two_runs_combined_give_one_verdict_over_their_pairs(tmp_path, capsys):
     got = {(r["batch"], r["mode"]): r for r in live.read_csv(tmp_path / "c" / "latest" / "cycle_live_combined-cpu.csv")}
     z = got[("16", "zero-copy")]
     assert z["runs"] == "A;B" and z["pairs"] == "4" and z["verdict"] in live.VERDICTS
-    # pooled over both batches (6 df), or each batch its own (3 df) when the CPU's timing noise differs by batch
-    assert (z["sd_from"], z["df"]) in (("pooled", "6"), ("batch", "3")), z
+    # each batch its own SD over its 4 pairs (3 df), never pooled over the batches
+    assert (z["sd_from"], z["df"]) == ("batch", "3"), z
     assert float(z["ratio"]) < 0.8 and f"| 16 | zero-copy | A;B | 4 | {z['df']} |" in text
     # the same run twice is refused, and so is a file without generate rows
     assert live.main(["--combine", str(a), str(a), "--out", str(tmp_path / "c")]) == 2
@@ -703,10 +852,10 @@ def test_stock_alone_is_a_census_for_the_prime(tmp_path, capsys):
     assert {r["verdict"] for r in live.read_csv(summary)} == {"base"} and len(live.read_csv(gens)) == 4
 
 
-def test_the_device_runner_does_prime_then_a_then_b_and_combines(tmp_path):
+def test_the_device_runner_does_a_then_b_and_combines(tmp_path):
     """tools/gpu-engine/run_cycle_live.sh's steps on the CPU: its _setup.sh replaced by a stand-in that turns every
-    run into a --dry-run; the same command three times: prime, run A, run B (start order reversed) + the combined
-    verdict, then nothing left."""
+    run into a --dry-run; the same command twice: run A, run B (start order reversed), both sequential with 3
+    Engines per mode, + the combined verdict, then nothing left."""
     import shutil
     import subprocess
 
@@ -728,7 +877,7 @@ def test_the_device_runner_does_prime_then_a_then_b_and_combines(tmp_path):
     env = dict(os.environ, LIVE_STEP="next", PYTHONPATH=str(ROOT), PATH=f"{bin_}:{os.environ['PATH']}")
     seen = []
     try:
-        for call in range(4):
+        for call in range(3):
             out = tmp_path / f"out{call}"
             out.mkdir()
             p = subprocess.run(
@@ -753,18 +902,24 @@ def test_the_device_runner_does_prime_then_a_then_b_and_combines(tmp_path):
     finally:
         shutil.rmtree(state, ignore_errors=True)
         shutil.rmtree(Path("/tmp/bench-live") / preset, ignore_errors=True)  # the runner's --work
-    assert [rc for rc, _, _ in seen] == [0, 0, 0, 4], [s[2][-2000:] for s in seen]
-    assert "step prime" in seen[0][2] and "step A" in seen[1][2] and "step B" in seen[2][2]
-    for _, files, _ in seen[:3]:
+    assert [rc for rc, _, _ in seen] == [0, 0, 4], [s[2][-2000:] for s in seen]
+    assert "step A" in seen[0][2] and "step B" in seen[1][2]
+    for _, files, _ in seen[:2]:
         assert len(files) <= 8 and "env.txt" not in files, files  # what comes back from the device
-    assert f"cycle_live-{preset}-B.txt" in seen[2][1] and "cycle_live_combined-cpu.csv" in seen[2][1]
-    rows = live.read_csv(tmp_path / "out2" / "latest" / "cycle_generates-cpu.csv")
+    assert f"cycle_live-{preset}-B.txt" in seen[1][1] and "cycle_live_combined-cpu.csv" in seen[1][1]
+    rows = live.read_csv(tmp_path / "out1" / "latest" / "cycle_generates-cpu.csv")
     runs = sorted({r["run"] for r in rows})
     assert len(runs) == 2 and runs[0].endswith("-A") and runs[1].endswith("-B")
-    b = [(r["mode"], r["engine"]) for r in rows if r["run"].endswith("-B")]
-    a = [(r["mode"], r["engine"]) for r in rows if r["run"].endswith("-A")]
-    assert a[0] == ("stock", "1") and b[0] == ("zero-copy", "1")  # run B's start order reversed
-    assert "run A and run B combined" in seen[2][2] and "| zero-copy |" in seen[2][2]
+    starts = {}
+    for r in rows:  # each run's Engines in the order they ran (one at a time)
+        starts.setdefault(r["run"][-1], []).append(f"{r['mode'][0]}{r['engine']}")
+    order = {k: list(dict.fromkeys(v)) for k, v in starts.items()}
+    assert order == {"A": ["s1", "z1", "z2", "s2", "s3", "z3"], "B": ["z1", "s1", "s2", "z2", "z3", "s3"]}, order
+    opts = json.loads(rows[0]["options"])
+    assert opts["sequential"] is True and opts["sleep_on_idle"] is False and opts["reps"] == 2  # the user's win
+    assert (
+        "run A and run B combined" in seen[1][2] and "| zero-copy |" in seen[1][2] and "without flagged" in seen[1][2]
+    )
 
 
 def test_a_real_engine_gets_its_arms_keywords_and_reports_its_graphs_and_pids(monkeypatch):
@@ -779,7 +934,10 @@ def test_a_real_engine_gets_its_arms_keywords_and_reports_its_graphs_and_pids(mo
             got.update(kw)
 
         def get_server_info(self):
-            return {"cuda_graph_bs_decode": None, "cuda_graph_max_bs_decode": 128, "sleep_on_idle": True, "x": 1}
+            graph = {"memory_usage": {"graph": {"decode": 0.4}}}
+            return {"cuda_graph_bs_decode": None, "cuda_graph_max_bs_decode": 128, "sleep_on_idle": True, "x": 1} | {
+                "internal_states": [graph]
+            }
 
     monkeypatch.setitem(sys.modules, "sglang", types.SimpleNamespace(Engine=Engine, __version__="9.9"))
     monkeypatch.setattr(live, "gpu_query", lambda: ("GPU X", 100.0, 140.0))
@@ -788,7 +946,9 @@ def test_a_real_engine_gets_its_arms_keywords_and_reports_its_graphs_and_pids(mo
     engine, info = live._make_engine(spec)
     assert got == {"model_path": "m", "sleep_on_idle": True, "mem_fraction_static": 0.16}
     assert info["sglang"] == "9.9" and info["gpu"] == "GPU X" and info["mem_fraction_static"] == 0.16
-    assert info["graphs"] == {"cuda_graph_bs_decode": None, "cuda_graph_max_bs_decode": 128, "sleep_on_idle": True}
+    assert info["graphs"] == {"cuda_graph_bs_decode": None, "cuda_graph_max_bs_decode": 128, "sleep_on_idle": True} | {
+        "graph_mem_gb": {"decode": 0.4}
+    }
     assert info["pids"]["worker"] == os.getpid() and info["pids"]["scheduler"] == "absent"  # no SGLang children here
     live._make_engine(dict(spec, mode="replayssm"))
     assert got["enable_linear_replayssm_spec"] is True and got["speculative_algorithm"] == "NEXTN"

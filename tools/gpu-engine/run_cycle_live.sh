@@ -1,35 +1,43 @@
 #!/usr/bin/env bash
 # Device runner of the live-modes decode-cycle benchmark (benchmarks/bench_live.py) on the lent H200, one model per
-# call, issue 51's protocol (docs/benchmarks.md, "The decode cycle, the protocol"): stock and zero-copy, 2 Engines
-# each alive at once with idle schedulers asleep, 3 warm-ups then gc frozen in every SGLang process, 16 timed
-# generates of 128 tokens per Engine and batch in palindromes, batches 1/16/64/128, radix cache off, SGLang's own
-# CUDA-graph list, per-generate CPU and GPU probes. Within a hard wall of LIVE_WALL_S (default 580 s: a device command may run 600) per call.
+# call, issue 51's protocol (docs/benchmarks.md, "The decode cycle, the protocol"): stock and zero-copy, 3 Engines
+# each, ONE ALIVE AT A TIME (bench_live's default since the 12-04 evening runs: alive at once with idle schedulers
+# asleep was ~30 % slower and noisy), sleep-on-idle off, each Engine through batches 1/16/64/128: 2 warm-ups then gc
+# frozen in every SGLang process, 8 timed generates of 128 tokens; radix cache off, SGLang's own CUDA-graph list,
+# per-generate CPU and GPU probes, a start probe per Engine (affinity, NUMA, PYTHONHASHSEED, py-spy dump when on
+# PATH). Within a hard wall of LIVE_WALL_S (default 580 s: a device command may run 600) per call.
 #
-# The protocol is three calls of the SAME command, issued back to back on one warm machine (one device command may
-# run 10 minutes at most, and a prime plus two runs take ~20; the machine keeps /tmp while it stays warm, 30 s idle):
+# The protocol is two calls of the SAME command, issued back to back on one warm machine (one device command may
+# run 10 minutes at most; the machine keeps /tmp while it stays warm):
 #
 #   LIVE_STEP=next BENCH_COMMIT=<sha> bash tools/gpu-engine/run_cycle_live.sh qwen3.5-0.8b     # carry [".whl", ".stub"]
 #
-#   call 1, step "prime": one stock Engine, 3 warm-ups and 2 generates per batch: SGLang's Triton kernels compile
-#          (the cache lives while the machine stays warm), a one-alive stock reference (~3.5 min);
-#   call 2, step "A":     run A, Engines started stock, zero-copy (s1 z1 s2 z2), its files kept in /tmp for call 3;
-#   call 3, step "B":     run B, the start order reversed (zero-copy, stock: z1 s1 z2 s2); when run A failed its
-#          health checks, run B is the fallback instead (--sequential: one Engine alive at a time, z1 s1 s2 z2;
-#          LIVE_B=alive|sequential forces either); then both runs' rows in one set of files and the verdict over the
-#          Engine pairs of both runs (bench_live.py --combine), table at the end of the log.
-# LIVE_STEP=prime|A|B runs that step (B needs A's files from this machine's /tmp); a single run as before:
+#   call 1, step "A": run A, Engines s1 z1 z2 s2 s3 z3 in turn, its files kept in /tmp for call 2;
+#   call 2, step "B": run B, the start order reversed (zero-copy, stock: z1 s1 s2 z2 z3 s3); then both runs' rows in
+#          one set of files and the verdict over the Engine pairs of both runs, with and without the Engines the
+#          whole-Engine slow-state rule flags (bench_live.py --combine), table at the end of the log.
+#   Time per call, from the 12-04 evening runs: an Engine is ready 51-64 s after its worker starts (start_s 39-51 s;
+#   92-111 s for the first Engine on a fresh machine, which compiles SGLang's Triton kernels), a round of the four
+#   batches takes ~2.0 s (0.23 + 0.30 + 0.53 + 0.81..0.89 s), so 10 generates per batch ~20 s, stopping ~2 s: 74-86 s
+#   per Engine, 6 Engines 444-516 s, plus setup ~30-60 s: 475-575 s of the 580 s wall. An Engine whose start and
+#   batches no longer fit the budget is not started (said, PARTIAL): its pair is missing, never half-timed.
+# LIVE_STEP=A|B runs that step (B needs A's files from this machine's /tmp); LIVE_STEP=prime: one stock Engine,
+# 3 warm-ups and 2 generates per batch (compiles the kernels; a one-alive stock reference); a single run as before:
 #   bash tools/gpu-engine/run_cycle_live.sh [PRESET] [bench_live.py options ...]   # PRESET: qwen3.5-0.8b (default),
 #                                                                                 # nemotron-h-mini
-# Options after PRESET go to every run of the protocol too, e.g. the later arms (issue 51 item 6), same protocol:
+# LIVE_B=alive runs both steps' Engines alive at once instead (--alive-at-once, sleep-on-idle on; the 12-04 run A
+# design), LIVE_B=sequential or auto (the default) keeps bench_live's sequential default.
+# Options after PRESET go to every run of the protocol too (they win over the runner's --warmups 2 --reps 8), e.g.
+# the later arms (issue 51 item 6), same protocol:
 #   LIVE_STEP=next ... run_cycle_live.sh qwen3.5-0.8b --modes stock,replayssm   (or plugin, or no-spec; B reverses)
 # Carry [".whl", ".stub"]. BENCH_COMMIT=<sha> names the commit (the device has no git). The harness gets
-# --budget-s = what is left of the wall less 25 s (stopping the Engines, collecting the logs): it starts no palindrome
-# that would end later and rewrites its files after every batch, so a cut run still leaves clean files.
-# Returns (at most 8 files): $OUT/cycle_live-<preset>-<step>.txt (the log, the tables, the health checks; call 3:
+# --budget-s = what is left of the wall less 25 s (stopping the Engines, collecting the logs): it starts no Engine
+# that would end later and rewrites its files after every Engine, so a cut run still leaves clean files.
+# Returns (at most 8 files): $OUT/cycle_live-<preset>-<step>.txt (the log, the tables, the health checks; call 2:
 # the combined verdict table at its end), $OUT/latest/cycle_generates-<gpu>.csv (one row per generate with its
-# probes; call 3: runs A and B), $OUT/latest/cycle_live-<gpu>.csv (per run, batch and mode), call 3 also
+# probes; call 2: runs A and B), $OUT/latest/cycle_live-<gpu>.csv (per run, batch and mode), call 2 also
 # $OUT/latest/cycle_live_combined-<gpu>.csv (the verdict over both runs), $OUT/latest/cycle_live_runs-<gpu>.json (per
-# run: the machine's header, each Engine's pids and graphs, the health), $OUT/history.csv,
+# run: the machine's header, each Engine's pids, graphs, graph pools and start probe, the health), $OUT/history.csv,
 # $OUT/cycle_live-<preset>-engines.log (every worker's log), $OUT/cycle_live-<preset>-reports.json (the plugin's
 # status reports). The exit status is the harness's: 0 equal outputs and the plugin engaged, 1 an md5 mismatch or a
 # mode not engaged, 2 an Engine failed, 3 nothing timed for a mode, 4 no step left (LIVE_STEP=next after B),
@@ -51,10 +59,9 @@ case "${LIVE_B:-auto}" in auto|alive|sequential) ;; *) stamp "LIVE_B must be aut
 STATE=/tmp/cycle-live-state/$PRESET  # survives between calls while the machine stays warm
 STEP=${LIVE_STEP:-single}
 if [ "$STEP" = next ]; then
-  if [ ! -f "$STATE/prime.done" ]; then STEP=prime
-  elif [ ! -f "$STATE/A.done" ]; then STEP=A
+  if [ ! -f "$STATE/A.done" ]; then STEP=A
   elif [ ! -f "$STATE/B.done" ]; then STEP=B
-  else stamp "prime, A and B are done on this machine ($STATE): nothing to run (LIVE_STEP=A starts again)"; exit 4; fi
+  else stamp "A and B are done on this machine ($STATE): nothing to run (LIVE_STEP=A starts again)"; exit 4; fi
 fi
 case "$STEP" in single|prime|A|B) ;; *) stamp "LIVE_STEP must be next, prime, A or B (got $STEP)"; exit 2 ;; esac
 if [ "$STEP" = B ] && { [ ! -f "$STATE/A.done" ] || ! ls "$STATE"/A/latest/cycle_generates-*.csv >/dev/null 2>&1; }; then
@@ -73,28 +80,14 @@ for a in "$@"; do case "$a" in --modes|--modes=*) modes_given=1 ;; esac; done  #
 case "$STEP" in
   prime) step_args=(--modes stock --engines-per-mode 1 --reps 2 --warmups 3 --run "$run_id-prime") ;;
   A) step_args=(--run "$run_id-A") ;;
+  B) step_args=(--run "$run_id-B") ;;
+esac
+design_args=()
+[ "${LIVE_B:-auto}" = alive ] && design_args=(--alive-at-once)
+case "$STEP" in
+  A) step_args+=(${design_args[@]+"${design_args[@]}"}) ;;
   B)
-    mode=${LIVE_B:-auto}
-    if [ "$mode" = auto ]; then
-      mode=$(python3 - "$STATE"/A/latest/cycle_live_runs-*.json <<'PY'
-import json, sys
-try:
-    runs = json.load(open(sys.argv[1]))
-except (IndexError, OSError, ValueError) as e:
-    print(f"run A's runs file unreadable ({e!r}): the fallback", file=sys.stderr)
-    runs = {}
-bad = [f"{run} {k}: {v}" for run, r in runs.items() for k, v in (r.get("health") or {}).items() if v != "ok"]
-for b in bad:
-    print(f"run A health: {b}", file=sys.stderr)
-print("sequential" if bad or not runs else "alive")
-PY
-)
-    fi
-    step_args=(--run "$run_id-B")
-    if [ "$mode" = sequential ]; then
-      step_args+=(--sequential)
-      stamp "run A failed its health checks (or LIVE_B=sequential): run B is the fallback, one Engine alive at a time"
-    fi
+    step_args+=(${design_args[@]+"${design_args[@]}"})
     if [ -z "$modes_given" ]; then step_args+=(--modes zero-copy,stock)
     else  # the given modes reversed
       for ((i = 1; i <= $#; i++)); do
@@ -115,15 +108,15 @@ log="$OUT/cycle_live-$PRESET.txt"
 [ "$STEP" != single ] && log="$OUT/cycle_live-$PRESET-$STEP.txt"
 stamp "bench_live $PRESET step $STEP: ${left}s of the wall left, budget ${budget}s"
 # the user's options after the defaults, the step's last (they win: --run, --modes of run B)
-# --omp-threads 1: one intra-op thread per SGLang process (hygiene, the review's call); the user's options may change it
+# --omp-threads 1: one intra-op thread per SGLang process (hygiene, the review's call); --warmups 2 --reps 8: six
+# Engines in one call (see the time above); the user's options may change either
 timeout -k 5 $(( left - 12 )) python3 -P benchmarks/bench_live.py --preset "$PRESET" --out "$OUT" --work "$WORK" \
-  --budget-s "$budget" --omp-threads 1 "${standin_engine_args[@]}" ${preset_args[@]+"${preset_args[@]}"} "$@" \
+  --budget-s "$budget" --omp-threads 1 --warmups 2 --reps 8 "${standin_engine_args[@]}" ${preset_args[@]+"${preset_args[@]}"} "$@" \
   ${step_args[@]+"${step_args[@]}"} 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 if [ "$STEP" = B ]; then
   gens=$(ls "$OUT"/latest/cycle_generates-*.csv 2>/dev/null | head -1)
   { echo; echo "== run A and run B combined: the verdict over the Engine pairs of both runs"
-    [ "${mode:-}" = sequential ] && echo "(run B is the sequential fallback: the runs differ in design; read each run's table too)"
     python3 -P benchmarks/bench_live.py --combine "$gens" --out "$OUT"; } 2>&1 | tee -a "$log"
 fi
 collect_outputs "$WORK/$PRESET" "*.log" "$OUT/cycle_live-$PRESET-engines.log" "$OUT/cycle_live-$PRESET-reports.json"
