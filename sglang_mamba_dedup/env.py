@@ -19,6 +19,11 @@ ZERO_COPY = "SGLANG_MAMBA_DEDUP_ZERO_COPY"
 """Boolean, with the switch on: the zero-copy commit (SGLang 0.5.23, GDN, the cases docs/zero-copy.md makes safe):
 the verify seeds each request from the scratch column its last verify wrote, and the commit moves no SSM bytes."""
 
+ZERO_COPY_RADIX = "SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX"
+"""Boolean, with :data:`ZERO_COPY`: also serve zero-copy with the radix cache on (docs/zero-copy.md §12; the mamba
+strategy ``extra_buffer`` or ``extra_buffer_lazy``). Experimental: built and CPU-proven, awaiting its H200 proof;
+without it the radix cache on keeps today's commit. A value neither yes nor no is named in the gate's line (off)."""
+
 ZERO_COPY_FLAG = "--enable-mamba-zero-copy-commit"
 """The launch flag for :data:`ZERO_COPY` (it also switches the plugin on, like :data:`FLAG`)."""
 

@@ -46,6 +46,40 @@ def value_problem() -> str | None:
     )
 
 
+def radix_wanted() -> bool:
+    """The operator opted in to zero-copy with the radix cache on (:data:`~sglang_mamba_dedup.env.ZERO_COPY_RADIX`,
+    a yes value): experimental, built and CPU-proven, awaiting its H200 proof."""
+    return env.enabled(env.ZERO_COPY_RADIX)
+
+
+def radix_value_problem() -> str | None:
+    """:data:`~sglang_mamba_dedup.env.ZERO_COPY_RADIX` holds a value that is neither yes nor no: the one line that
+    says so (the radix cache on then keeps today's commit), or None."""
+    raw = os.environ.get(env.ZERO_COPY_RADIX)
+    if raw is None or radix_wanted() or raw.strip().lower() in _NO:
+        return None
+    return (
+        f"{env.ZERO_COPY_RADIX}={env.shown(raw)!r} is not understood; accepted values: 1, on, true, yes / 0, off, "
+        "false, no"
+    )
+
+
+def radix_said() -> str:
+    """Whether zero-copy serves with the radix cache on, in words (the activation line and ``doctor``)."""
+    problem = radix_value_problem()
+    if problem:
+        return f"with the radix cache on: off ({problem})"
+    if radix_wanted():
+        return (
+            f"with the radix cache on: served, experimental ({env.ZERO_COPY_RADIX}=1; mamba strategy extra_buffer "
+            "or extra_buffer_lazy only)"
+        )
+    return (
+        "with the radix cache on: off (experimental: built and CPU-proven, awaiting its H200 proof; "
+        f"{env.ZERO_COPY_RADIX}=1 to try it)"
+    )
+
+
 def release_ok(version: str | None = None) -> bool:
     """Zero-copy is built for this SGLang release exactly (``version``: the installed one when None). Never the
     release :func:`~sglang_mamba_dedup.versions.effective` maps an untested one to: zero-copy depends on private code
