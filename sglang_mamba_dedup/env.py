@@ -29,7 +29,8 @@ ZERO_COPY_FLAG = "--enable-mamba-zero-copy-commit"
 
 FAULT = "SGLANG_MAMBA_DEDUP_FAULT"
 """The e2e's negative control (``commit_step0``: the commit copies draft step 0; ``zc_no_stage_in``: zero-copy's
-stage-in after an extend is skipped); strict mode refuses to start."""
+stage-in after an extend is skipped; with the radix cache on, ``zc_no_track``: zero-copy's commit drops its track set,
+``track_column_live``: it tracks the accepted step); strict mode refuses to start."""
 
 REPORT_DIR = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
 """A folder: each process writes ``status-<pid>-<token>.json`` there (what was patched, layouts, commit counts)."""
