@@ -36,14 +36,17 @@ def wanted() -> bool:
     return env.enabled(env.ZERO_COPY)
 
 
+def _not_understood(name: str) -> str | None:
+    """The boolean variable ``name`` holds a value that is neither yes nor no: the one line that says so, or None."""
+    raw = os.environ.get(name)
+    if raw is None or env.enabled(name) or raw.strip().lower() in _NO:
+        return None
+    return f"{name}={env.shown(raw)!r} is not understood; accepted values: 1, on, true, yes / 0, off, false, no"
+
+
 def value_problem() -> str | None:
     """The variable holds a value that is neither yes nor no: what to tell the operator (zero-copy stays off)."""
-    raw = os.environ.get(env.ZERO_COPY)
-    if raw is None or wanted() or raw.strip().lower() in _NO:
-        return None
-    return (
-        f"{env.ZERO_COPY}={env.shown(raw)!r} is not understood; accepted values: 1, on, true, yes / 0, off, false, no"
-    )
+    return _not_understood(env.ZERO_COPY)
 
 
 def radix_wanted() -> bool:
@@ -55,13 +58,7 @@ def radix_wanted() -> bool:
 def radix_value_problem() -> str | None:
     """:data:`~sglang_mamba_dedup.env.ZERO_COPY_RADIX` holds a value that is neither yes nor no: the one line that
     says so (the radix cache on then keeps today's commit), or None."""
-    raw = os.environ.get(env.ZERO_COPY_RADIX)
-    if raw is None or radix_wanted() or raw.strip().lower() in _NO:
-        return None
-    return (
-        f"{env.ZERO_COPY_RADIX}={env.shown(raw)!r} is not understood; accepted values: 1, on, true, yes / 0, off, "
-        "false, no"
-    )
+    return _not_understood(env.ZERO_COPY_RADIX)
 
 
 def radix_said() -> str:
