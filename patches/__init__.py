@@ -195,6 +195,16 @@ PATCHES: list[Patch] = [
         doc="zero-copy: the queued session hand-offs are materialized before the next extend reads the pool",
     ),
     Patch(
+        name="mamba_component.prepare_for_caching_req",
+        feature="zero_copy",
+        module="sglang.srt.mem_cache.unified_cache.components.mamba",
+        attr="MambaComponent.prepare_for_caching_req",
+        releases=ZERO_COPY,
+        wrapper=_zero_copy("radix_tripwire"),
+        params=("req", "insert_params", "token_ids_len", "is_finished"),
+        doc="zero-copy: a tripwire where the radix tree takes a state (exactly UnifiedRadixCache, extra buffer, no int8)",
+    ),
+    Patch(
         name="mamba2_backend.forward",
         feature="zero_copy_mamba2",
         module="sglang.srt.layers.attention.hybrid_linear_attn_backend",

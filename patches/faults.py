@@ -14,6 +14,10 @@ control is one row and one break function. ``sglang-mamba-dedup doctor --faults`
   step 0 instead of its accepted step; skipped rows (step -1) and the track set stay as they are.
 * ``zc_no_stage_in`` breaks :meth:`sglang_mamba_dedup.patches.zero_copy.bookkeeping.ZeroCopy.stage_in`: an extend's
   new state never reaches its request's scratch row, so the first verify after it seeds from stale scratch.
+* ``zc_no_track`` and ``track_column_live`` break :meth:`~sglang_mamba_dedup.patches.zero_copy.bookkeeping.ZeroCopy.
+  commit` with the radix cache on (docs/zero-copy.md §12.8): the track set is dropped (tree slots stay stale), or its
+  rows copy the accepted step instead of the tracked one; only later prefix hits read the difference (a workload
+  whose next turns extend whole earlier texts).
 
 With partial acceptance in the workload the outputs must then change: an end-to-end md5 check that still says
 "equal" with a fault in place proves nothing (``sglang-mamba-dedup e2e --modes off,on,fault [--fault NAME]``).
@@ -88,11 +92,36 @@ def _no_stage_in(wrapped, instance, args, kwargs):
     return None
 
 
+def _zc_commit_args(cache, accept, track, rows):
+    return cache, accept, track, rows
+
+
+def _no_track(wrapped, instance, args, kwargs):
+    """``ZeroCopy.commit`` without its track set (the accept rows as usual)."""
+    cache, accept, _track, rows = _zc_commit_args(*args, **kwargs)
+    return wrapped(cache, accept, None, rows)
+
+
+def _track_column_live(wrapped, instance, args, kwargs):
+    """``ZeroCopy.commit`` whose tracked rows copy the accepted step instead of the tracked one."""
+    import torch
+
+    cache, accept, track, rows = _zc_commit_args(*args, **kwargs)
+    if track is not None:
+        steps, slots = track
+        n = min(steps.shape[0], accept[0].shape[0])
+        live = torch.where(steps[:n] >= 0, accept[0][:n].to(steps.dtype), steps[:n])
+        track = (torch.cat([live, steps[n:]]) if steps.shape[0] > n else live, slots)
+    return wrapped(cache, accept, track, rows)
+
+
 _COMMIT = f"{__package__}.commit"
 _ZERO_COPY = f"{__package__}.zero_copy.bookkeeping"
 
 COMMIT_STEP0 = "commit_step0"
 ZC_NO_STAGE_IN = "zc_no_stage_in"
+ZC_NO_TRACK = "zc_no_track"
+TRACK_COLUMN_LIVE = "track_column_live"
 #: The negative controls, by name.
 FAULTS: dict[str, Fault] = {
     f.name: f
@@ -114,6 +143,24 @@ FAULTS: dict[str, Fault] = {
             target=(_ZERO_COPY, "ZeroCopy.stage_in"),
             params=("cache", "slots", "rows"),
             breaks_with=_no_stage_in,
+        ),
+        Fault(
+            ZC_NO_TRACK,
+            breaks="the zero-copy commit drops its track set (the radix cache on: tree states stay stale)",
+            routes=("zero_copy",),
+            releases=str(versions.ZERO_COPY),
+            target=(_ZERO_COPY, "ZeroCopy.commit"),
+            params=("cache", "accept", "track", "rows"),
+            breaks_with=_no_track,
+        ),
+        Fault(
+            TRACK_COLUMN_LIVE,
+            breaks="the zero-copy commit tracks the accepted step instead of the tracked one (the radix cache on)",
+            routes=("zero_copy",),
+            releases=str(versions.ZERO_COPY),
+            target=(_ZERO_COPY, "ZeroCopy.commit"),
+            params=("cache", "accept", "track", "rows"),
+            breaks_with=_track_column_live,
         ),
     )
 }

@@ -253,6 +253,8 @@ def _apply_and_report(
         parts.append("not needed on this release: " + ", ".join(idle))
     if skipped:
         parts.append("skipped: " + "; ".join(f"{f} ({r})" for f, r in skipped.items()))
+    if "zero_copy" in applied:
+        parts.append("zero-copy " + zero_copy_patch.radix_said())
     untested = versions.untested_note(version)
     _say(logging.WARNING if skipped or untested else logging.INFO, "; ".join(parts), visible=True)
     if "commit" in applied and not what_if and env.value(env.FAULT):

@@ -19,12 +19,18 @@ ZERO_COPY = "SGLANG_MAMBA_DEDUP_ZERO_COPY"
 """Boolean, with the switch on: the zero-copy commit (SGLang 0.5.23, GDN, the cases docs/zero-copy.md makes safe):
 the verify seeds each request from the scratch column its last verify wrote, and the commit moves no SSM bytes."""
 
+ZERO_COPY_RADIX = "SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX"
+"""Boolean, with :data:`ZERO_COPY`: also serve zero-copy with the radix cache on (docs/zero-copy.md §12; the mamba
+strategy ``extra_buffer`` or ``extra_buffer_lazy``). Experimental: built and CPU-proven, awaiting its H200 proof;
+without it the radix cache on keeps today's commit. A value neither yes nor no is named in the gate's line (off)."""
+
 ZERO_COPY_FLAG = "--enable-mamba-zero-copy-commit"
 """The launch flag for :data:`ZERO_COPY` (it also switches the plugin on, like :data:`FLAG`)."""
 
 FAULT = "SGLANG_MAMBA_DEDUP_FAULT"
 """The e2e's negative control (``commit_step0``: the commit copies draft step 0; ``zc_no_stage_in``: zero-copy's
-stage-in after an extend is skipped); strict mode refuses to start."""
+stage-in after an extend is skipped; with the radix cache on, ``zc_no_track``: zero-copy's commit drops its track set,
+``track_column_live``: it tracks the accepted step); strict mode refuses to start."""
 
 REPORT_DIR = "SGLANG_MAMBA_DEDUP_REPORT_DIR"
 """A folder: each process writes ``status-<pid>-<token>.json`` there (what was patched, layouts, commit counts)."""

@@ -68,13 +68,16 @@ def record_zero_copy(decision: str) -> None:
 
 def count_commit(ours: bool, track: bool = False, zero_copy: bool = False, path: str | None = None) -> None:
     """Count one verify commit, all under one lock (one per decode step): ``ours`` when our kernel served it,
-    ``track`` when it had a track set, ``zero_copy`` when the zero-copy commit served it (``zc_commit_calls``) and
+    ``track`` when it had a track set, ``zero_copy`` when the zero-copy commit served it (``zc_commit_calls``; with a
+    track set also ``zc_track_commits``) and
     ``path`` the launch path its kernel took (:data:`~.state.LAUNCH_PATHS`; None: nothing launched or SGLang's)."""
     _check_path(path)
     with STATE.lock:
         STATE.events["commit_calls"] += 1
         if zero_copy:
             STATE.events["zc_commit_calls"] = STATE.events.get("zc_commit_calls", 0) + 1
+            if track:
+                STATE.events["zc_track_commits"] = STATE.events.get("zc_track_commits", 0) + 1
         if ours:
             STATE.events["ours_commit_calls"] += 1
         if track:

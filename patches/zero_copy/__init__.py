@@ -36,13 +36,44 @@ def wanted() -> bool:
     return env.enabled(env.ZERO_COPY)
 
 
+def _not_understood(name: str) -> str | None:
+    """The boolean variable ``name`` holds a value that is neither yes nor no: the one line that says so, or None."""
+    raw = os.environ.get(name)
+    if raw is None or env.enabled(name) or raw.strip().lower() in _NO:
+        return None
+    return f"{name}={env.shown(raw)!r} is not understood; accepted values: 1, on, true, yes / 0, off, false, no"
+
+
 def value_problem() -> str | None:
     """The variable holds a value that is neither yes nor no: what to tell the operator (zero-copy stays off)."""
-    raw = os.environ.get(env.ZERO_COPY)
-    if raw is None or wanted() or raw.strip().lower() in _NO:
-        return None
+    return _not_understood(env.ZERO_COPY)
+
+
+def radix_wanted() -> bool:
+    """The operator opted in to zero-copy with the radix cache on (:data:`~sglang_mamba_dedup.env.ZERO_COPY_RADIX`,
+    a yes value): experimental, built and CPU-proven, awaiting its H200 proof."""
+    return env.enabled(env.ZERO_COPY_RADIX)
+
+
+def radix_value_problem() -> str | None:
+    """:data:`~sglang_mamba_dedup.env.ZERO_COPY_RADIX` holds a value that is neither yes nor no: the one line that
+    says so (the radix cache on then keeps today's commit), or None."""
+    return _not_understood(env.ZERO_COPY_RADIX)
+
+
+def radix_said() -> str:
+    """Whether zero-copy serves with the radix cache on, in words (the activation line and ``doctor``)."""
+    problem = radix_value_problem()
+    if problem:
+        return f"with the radix cache on: off ({problem})"
+    if radix_wanted():
+        return (
+            f"with the radix cache on: served, experimental ({env.ZERO_COPY_RADIX}=1; mamba strategy extra_buffer "
+            "or extra_buffer_lazy only)"
+        )
     return (
-        f"{env.ZERO_COPY}={env.shown(raw)!r} is not understood; accepted values: 1, on, true, yes / 0, off, false, no"
+        "with the radix cache on: off (experimental: built and CPU-proven, awaiting its H200 proof; "
+        f"{env.ZERO_COPY_RADIX}=1 to try it)"
     )
 
 

@@ -8,7 +8,8 @@ no host synchronisation:
   and seeds every layer reads (:meth:`ZeroCopy.verify_tables`, one launch of :mod:`~sglang_mamba_dedup.kernels.seed_index`);
 * per extend, once (after the last linear layer): the stage-in of every layer, ``scratch[:, row, 0] =
   temporal[:, slot]`` (one launch of the commit kernel) and ``accepted[row] = 1``;
-* per commit: the conv windows from the requests' rows, with ``accepted[row] = step + 1`` stored by the same launch
+* per commit: the conv windows from the requests' rows, with ``accepted[row] = step + 1`` stored by the same launch,
+  and with the radix cache on the tracked states (SSM and conv) into their track slots, still one launch
   (:meth:`ZeroCopy.commit`, the committer a route binds where the pool's gate took zero-copy);
 * per streaming-session hand-off: the live state materialized into ``temporal[slot]`` (Z6).
 
@@ -82,17 +83,29 @@ class ZeroCopy:
     def commit(self, cache, accept, track, rows):
         """Z5, the zero-copy committer (:func:`~sglang_mamba_dedup.patches.commit.bind_committer`): the conv windows
         of the accepted step from the requests' scratch rows ``rows`` (SGLang's ``req_pool_indices``), ``accepted[row]
-        = step + 1`` stored by the same launch; no SSM bytes. ``accept`` = ``(steps, slots)``; a track set (the radix
-        cache on) is refused. Returns ``(plan, path)``: the plan (the route keeps it alive for CUDA graphs) and the
-        launch path, which the commit wrapper counts."""
+        = step + 1`` stored by the same launch; no SSM bytes. ``accept`` = ``(steps, slots)``. Z5' (the radix cache
+        on, docs/zero-copy.md §12.3): ``track`` = ``(steps_to_track, track_slots)``, or None; with a track set, the
+        same one launch also copies the SSM state and the conv windows of each tracked step into its track slot, from
+        the same scratch rows (never batch positions: HR1; the tracked column, never ``accepted - 1``: HR2), and no
+        track row stores ``accepted`` (R7). Returns ``(plan, path)``: the plan (the route keeps it alive for CUDA
+        graphs) and the launch path, which the commit wrapper counts."""
         if rows is None:
             raise RuntimeError("zero-copy commit without req_pool_indices: the scratch rows are unknown")
-        if track is not None:
-            raise RuntimeError("zero-copy commit with a track set: the radix cache must be off (docs/zero-copy.md)")
-        plan = descriptor.get_plan(cache.conv, cache.intermediate_conv_window, None, None, accepted=self.accepted)
-        n = accept[0].shape[0]
+        n = accept[0].shape[0] if track is None else max(accept[0].shape[0], track[0].shape[0])
         src_rows = rows if rows.shape[0] == n else rows[:n]  # no new view when SGLang's rows are the batch's
-        return plan, state_commit.launch(plan, accept=accept, src_rows=src_rows)
+        if track is None:
+            plan = descriptor.get_plan(cache.conv, cache.intermediate_conv_window, None, None, accepted=self.accepted)
+            return plan, state_commit.launch(plan, accept=accept, src_rows=src_rows)
+        plan = descriptor.get_plan(
+            cache.conv,
+            cache.intermediate_conv_window,
+            cache.temporal,
+            cache.intermediate_ssm,
+            accepted=self.accepted,
+            ssm_track_only=True,
+        )
+        ssm = (cache.intermediate_ssm, cache.temporal)
+        return plan, state_commit.launch(plan, ssm=ssm, accept=accept, track=track, src_rows=src_rows)
 
     def materialize(self, cache) -> None:
         """Z6: ``temporal[slot] = scratch[row, accepted[row] - 1]`` (all layers, one indexed copy) for the queued

@@ -16,7 +16,7 @@ from typing import Any
 from sglang_mamba_dedup import env, report, resolved, state
 from sglang_mamba_dedup.resolved import ABSENT
 
-from . import asked, pool_of
+from . import asked, pool_of, radix_value_problem, radix_wanted
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -26,17 +26,92 @@ class Rule:
     """One excluded case of docs/zero-copy.md section 6 that SGLang's resolved settings decide: ``ok`` gets the
     values of ``names`` in order (as :func:`~sglang_mamba_dedup.resolved.read` gives them) and says whether zero-copy
     is safe; ``why`` is the refusal. A setting the release does not have refuses ("cannot read"), unless the rule
-    takes ``absent`` values: then ``ok`` gets :data:`~sglang_mamba_dedup.resolved.ABSENT` and says what it means."""
+    takes ``absent`` values: then ``ok`` gets :data:`~sglang_mamba_dedup.resolved.ABSENT` and says what it means.
+    ``why`` may be a function of nothing that gives the line (read when the rule refuses)."""
 
     names: tuple[str, ...]
     ok: Callable[..., bool]
-    why: str
+    why: str | Callable[[], str]  # a callable: the line depends on the environment (said when the rule refuses)
     absent: bool = False
 
 
 def _off_or_absent(value: Any) -> bool:
     """Off, or not an option of this release (so never on)."""
     return value is ABSENT or not value
+
+
+def _radix_opted_in(radix_off: Any) -> bool:
+    """The radix cache off, or on with the operator's opt-in to the experimental path (:data:`env.ZERO_COPY_RADIX`)."""
+    return bool(radix_off) or radix_wanted()
+
+
+def _radix_experimental() -> str:
+    """Why the radix cache on keeps today's commit without the opt-in (or with a value not understood)."""
+    return radix_value_problem() or (
+        "the radix cache is on: zero-copy with the radix cache is built and CPU-proven but awaits its H200 proof, "
+        f"so it is experimental and off; set {env.ZERO_COPY_RADIX}=1 to try it"
+    )
+
+
+def _radix_on_and(check: Callable[..., bool]) -> Callable[..., bool]:
+    """A rule that matters only with the radix cache on: ``check`` gets the rule's other values."""
+    return lambda radix_off, *values: bool(radix_off) or check(*values)
+
+
+def _lazy_needs_overlap(lazy: Any, no_overlap: Any) -> bool:
+    return not (lazy is not ABSENT and lazy and no_overlap is not ABSENT and no_overlap)
+
+
+#: With the radix cache on (docs/zero-copy.md §12.7 and review fix R1): the tree must take only track slots, which
+#: SGLang's extra buffer guarantees (``extra_buffer``, or ``extra_buffer_lazy`` with overlap, as SGLang allows);
+#: everything else that reads or writes tree or request slots is not analysed and refused, one line each.
+_RADIX = "disable_radix_cache"
+RADIX_RULES: tuple[Rule, ...] = (
+    Rule((_RADIX,), _radix_opted_in, _radix_experimental),
+    Rule(
+        (_RADIX, "mamba_radix_cache_strategy", "enable_mamba_extra_buffer"),
+        _radix_on_and(lambda _strategy, extra: extra is not ABSENT and bool(extra)),
+        "the radix cache is on with the mamba strategy no_buffer (the tree takes a request's live slot, stale "
+        "under zero-copy; use --mamba-radix-cache-strategy extra_buffer)",
+        absent=True,
+    ),
+    Rule(
+        (_RADIX, "enable_mamba_extra_buffer_lazy", "disable_overlap_schedule"),
+        _radix_on_and(_lazy_needs_overlap),
+        "extra_buffer_lazy without the overlap schedule (SGLang does not allow it)",
+        absent=True,
+    ),
+    Rule(
+        (_RADIX, "enable_hierarchical_cache"),
+        _radix_on_and(_off_or_absent),
+        "HiCache with the radix cache on (host copies of tree states on another stream: not analysed)",
+        absent=True,
+    ),
+    Rule(
+        (_RADIX, "enable_lmcache"),
+        _radix_on_and(_off_or_absent),
+        "LMCache with the radix cache on (it loads states into request slots: not analysed)",
+        absent=True,
+    ),
+    Rule(
+        (_RADIX, "enable_flexkv"),
+        _radix_on_and(_off_or_absent),
+        "FlexKV with the radix cache on (its own tree cache: not analysed)",
+        absent=True,
+    ),
+    Rule(
+        (_RADIX, "enable_unified_cache_external_linker"),
+        _radix_on_and(_off_or_absent),
+        "the unified cache's external linker (it writes a request's slot at prepare: not analysed)",
+        absent=True,
+    ),
+    Rule(
+        (_RADIX, "enable_int8_mamba_checkpoint"),
+        _radix_on_and(_off_or_absent),
+        "int8 mamba checkpoints with the radix cache on (store_from_active / load_to_active: not simulated)",
+        absent=True,
+    ),
+)
 
 
 #: The excluded cases the settings decide, in the order they are asked.
@@ -47,7 +122,7 @@ RULES: tuple[Rule, ...] = (
         "not NEXTN/EAGLE",
     ),
     Rule(("speculative_eagle_topk",), lambda v: v is None or int(v) <= 1, "topk > 1 (tree verify)"),
-    Rule(("disable_radix_cache",), bool, "the radix cache is on (it snapshots the committed state)"),
+    *RADIX_RULES,
     Rule(("enable_linear_replayssm",), lambda v: not v, "ReplaySSM owns the state"),
     Rule(("enable_linear_replayssm_spec",), lambda v: not v, "ReplaySSM owns the commit"),
     Rule(("disaggregation_mode",), lambda v: str(v) == "null", "PD disaggregation transfers the committed state"),
@@ -80,7 +155,7 @@ def settings_problem(settings: Mapping[str, Any], rules: tuple[Rule, ...] = RULE
         shown = ", ".join(f"{n}={v!r}" for n, v in zip(rule.names, values, strict=True))
         try:
             if not rule.ok(*values):
-                return f"{rule.why} ({shown})"
+                return f"{rule.why() if callable(rule.why) else rule.why} ({shown})"
         except (TypeError, ValueError):
             return f"{shown} is not understood"
     if os.environ.get("SGLANG_ENABLE_PP_SPEC", "").strip().lower() in ("1", "true", "yes", "on"):

@@ -1,5 +1,5 @@
 """The zero-copy wrappers of the patch table (docs/zero-copy.md section 7): Z1-Z3 for GDN, Z4 for Mamba2, Z6 for the
-streaming-session hand-off. Each asks :func:`.eligibility.decide` (once per pool) and otherwise runs SGLang's own code; while
+streaming-session hand-off, Z8 the tripwire where the radix tree takes a state (§12.5). Each asks :func:`.eligibility.decide` (once per pool) and otherwise runs SGLang's own code; while
 a zero-copy verify layer runs, :data:`_ACTIVE` holds the forward's :class:`~.bookkeeping.VerifyTables` for the kernel
 bindings (Z2, Z3, and Mamba2's conv and state update).
 """
@@ -7,6 +7,7 @@ bindings (Z2, Z3, and Mamba2's conv and state update).
 from __future__ import annotations
 
 import contextvars
+import logging
 from typing import Any
 
 from sglang_mamba_dedup import report, state
@@ -16,6 +17,8 @@ from .eligibility import decide
 
 #: this verify forward's VerifyTables while a zero-copy backend runs a target-verify layer
 _ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("smd_zero_copy", default=None)
+
+logger = logging.getLogger("sglang_mamba_dedup")
 
 
 def _decided(obj) -> Any:
@@ -151,4 +154,37 @@ def before_extend(wrapped, instance, args, kwargs):
         if mode.is_extend() and not mode.is_target_verify():
             zc.materialize(zc.pool.mamba_cache)
             report.count("zc_materialize_calls")
+    return wrapped(*args, **kwargs)
+
+
+def _tree_problem(component) -> str | None:
+    """Why the tree of this ``MambaComponent`` may take a stale state under zero-copy, or None: it must be exactly
+    SGLang's ``UnifiedRadixCache`` (a subclass such as LMCache's is not analysed: review fix R1), with the extra
+    buffer (the tree then takes only track slots; ``no_buffer`` donates the live slot, T24) and no int8 checkpoint
+    pool (T23)."""
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    cache = getattr(component, "cache", None)
+    if type(cache) is not UnifiedRadixCache:
+        return f"the tree cache is {type(cache).__name__}, not SGLang's UnifiedRadixCache"
+    if not getattr(cache, "enable_mamba_extra_buffer", False):
+        return "the tree cache has no mamba extra buffer (no_buffer: it would take a request's stale live slot)"
+    if getattr(component, "int8_ckpt_pool", None) is not None:
+        return "the tree cache keeps int8 mamba checkpoints (not simulated under zero-copy)"
+    return None
+
+
+def radix_tripwire(wrapped, instance, args, kwargs):
+    """Z8 (docs/zero-copy.md §12.5, HR6): where the tree takes a request's state (``MambaComponent.
+    prepare_for_caching_req``), a zero-copy pool's tree must be one the gate allows. It should never fire (the gate
+    refuses those settings); it is here because a wrong tree would corrupt prefix hits silently. ERROR once, strict
+    stops; SGLang's own code runs either way."""
+    if _decided(instance) is not None:
+        problem = _tree_problem(instance)
+        if problem is not None:
+            msg = f"zero-copy commit is on for this pool, but {problem}: cached prefix states may be stale"
+            if state.is_strict():
+                raise RuntimeError(f"sglang-mamba-dedup strict mode: {msg}")
+            if state.first_time("zero_copy_radix_tripwire"):
+                logger.error("sglang-mamba-dedup: %s (please report it)", msg)
     return wrapped(*args, **kwargs)

@@ -143,6 +143,7 @@ def _zero_copy(version: str | None, mode: str | None) -> dict[str, Any]:
     """What becomes of the zero-copy variable here: asked for (on this release), why not served, and whether the
     activation ignores it (the plugin off, or a switch value it does not understand)."""
     out: dict[str, Any] = {"asked": zero_copy_patch.asked(version), "not_served": None, "ignored": None}
+    out["radix"] = zero_copy_patch.radix_said() if out["asked"] else None
     with contextlib.suppress(Exception):  # an unsupported or missing release: the switch line says enough
         out["not_served"] = zero_copy_patch.not_served(version)
     said = zero_copy_patch.wanted() or zero_copy_patch.value_problem()
@@ -236,6 +237,8 @@ def render(info: dict[str, Any]) -> str:
         say(f"  zero-copy   {zc['ignored']}")
     elif zc.get("asked") or zc.get("not_served"):
         say(f"  zero-copy   {'asked for' if zc.get('asked') else zc['not_served']}")
+        if zc.get("radix"):
+            say(f"  zero-copy   {zc['radix']}")
     if info.get("fault"):
         say(f"  FAULT       {info['fault']['problem']}")
     for feature, f in (info.get("features") or {}).items():

@@ -114,15 +114,44 @@ def test_a_route_bound_to_zero_copy_never_takes_the_fused_commit(served):
         assert torch.equal(conv[:, SLOTS.long()], windows[:, ROWS, STEPS - 1]), "windows not from the requests' rows"
 
 
-def test_the_zero_copy_commit_refuses_a_track_set_and_unknown_rows(served):
+def test_the_zero_copy_commit_refuses_unknown_rows(served):
     mamba, backend = _pool_and_backend()
     state.pool_state(mamba).zero_copy = _zero_copy(mamba)
-    track = (torch.tensor([BS + 1, BS + 2], dtype=torch.int64), STEPS)
-    with pytest.raises(RuntimeError, match="zero-copy commit with a track set: the radix cache must be off"):
-        _commit(backend, rows=ROWS, track=track)
     with pytest.raises(RuntimeError, match="zero-copy commit without req_pool_indices"):
         _commit(backend, rows=None)
     assert report.events()["commit_calls"] == 0, "a refused commit was counted"
+
+
+def test_the_zero_copy_commit_with_a_track_set_copies_only_the_tracked_states(served):
+    """Z5' (docs/zero-copy.md §12.3): one launch; the tracked request's SSM state and conv windows of its tracked
+    step go from its scratch row (not its batch position) into its track slot; a row without a crossing (step -1)
+    writes nothing; ``accepted`` is the accepted step's, never the tracked one's; the live slots get no SSM byte;
+    counted once, as a zero-copy commit with a track set."""
+    mamba, backend = _pool_and_backend()
+    ps = state.pool_state(mamba)
+    ps.zero_copy = _zero_copy(mamba)
+    cache = mamba.mamba_cache
+    cache.temporal.fill_(-7)
+    for conv in cache.conv:
+        conv.fill_(-7)
+    track_slots = torch.tensor([BS + 1, BS + 2], dtype=torch.int64)
+    track_steps = torch.tensor([0, -1], dtype=torch.int64)  # request 0 crosses at draft step 0; request 1 does not
+    _commit(backend, rows=ROWS, track=(track_slots, track_steps))
+    k, row = int(track_slots[0]), int(ROWS[0])
+    assert torch.equal(cache.temporal[:, k], cache.intermediate_ssm[:, row, 0]), "the tracked SSM state"
+    for conv, windows in zip(cache.conv, cache.intermediate_conv_window):
+        assert torch.equal(conv[:, k], windows[:, row, 0]), "the tracked conv window"
+        assert torch.equal(conv[:, SLOTS.long()], windows[:, ROWS, STEPS]), "the accepted conv windows"
+        assert bool((conv[:, int(track_slots[1])] == -7).all()), "a row without a crossing wrote its track slot"
+    untouched = [s for s in range(cache.temporal.shape[1]) if s != k]
+    assert bool((cache.temporal[:, untouched] == -7).all()), "SSM bytes moved outside the tracked slot"
+    assert ps.accepted[ROWS].tolist() == (STEPS + 1).tolist(), "accepted is the accepted step's"
+    events = report.events()
+    assert (events["commit_calls"], events["zc_commit_calls"], events["zc_track_commits"]) == (1, 1, 1)
+    assert events["track_commit_calls"] == events["ours_track_commit_calls"] == 1
+    assert sum(report.launches().values()) == 1, "one launch"
+    _commit(backend, rows=ROWS)  # without a track set: today's conv-only commit, not counted as a track commit
+    assert (report.events()["zc_commit_calls"], report.events()["zc_track_commits"]) == (2, 1)
 
 
 def test_the_negative_control_reaches_either_committer_through_the_route(served):

@@ -25,7 +25,12 @@ def _wrapped(owner, attr: str) -> bool:
 
 
 def test_every_fault_is_one_row_the_patcher_can_apply_here():
-    assert list(faults.FAULTS) == [faults.COMMIT_STEP0, faults.ZC_NO_STAGE_IN]
+    assert list(faults.FAULTS) == [
+        faults.COMMIT_STEP0,
+        faults.ZC_NO_STAGE_IN,
+        faults.ZC_NO_TRACK,
+        faults.TRACK_COLUMN_LIVE,
+    ]
     for name, fault in faults.FAULTS.items():
         assert fault.name == name and fault.breaks and set(fault.routes) <= set(faults.ROUTES), name
         patch = fault.patch
@@ -51,7 +56,11 @@ def test_an_unknown_fault_is_one_line_and_installs_nothing(monkeypatch, caplog):
     with pytest.raises(ValueError) as e:
         faults.install("commit_step1")
     msg = str(e.value)
-    assert "\n" not in msg and "'commit_step1' is not a known fault" in msg and "commit_step0, zc_no_stage_in" in msg
+    assert (
+        "\n" not in msg
+        and "'commit_step1' is not a known fault" in msg
+        and "commit_step0, zc_no_stage_in, zc_no_track, track_column_live" in msg
+    )
     monkeypatch.setenv(env.FAULT, "commit_step1")
     assert faults.install_from_env() is None and faults.installed() is None
     (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
@@ -102,10 +111,37 @@ def test_a_fault_for_another_release_or_a_changed_target_is_one_line_and_install
 
 
 @pytest.mark.skipif(versions.in_range(VERSION, versions.ZERO_COPY), reason="zero-copy's own release")
-def test_the_zero_copy_fault_refuses_other_releases():
-    with pytest.raises(ValueError, match=f"applies to SGLang {versions.ZERO_COPY} only"):
-        faults.install(faults.ZC_NO_STAGE_IN)
-    assert faults.installed() is None
+def test_the_zero_copy_faults_refuse_other_releases():
+    for name in (faults.ZC_NO_STAGE_IN, faults.ZC_NO_TRACK, faults.TRACK_COLUMN_LIVE):
+        with pytest.raises(ValueError, match=f"applies to SGLang {versions.ZERO_COPY} only"):
+            faults.install(name)
+        assert faults.installed() is None
+
+
+def test_the_track_faults_break_only_the_track_set():
+    """The radix-on controls (docs/zero-copy.md §12.8), as their break functions hand the commit its arguments:
+    ``zc_no_track`` drops the track set; ``track_column_live`` replaces each tracked step by the row's accepted step
+    (untracked rows stay -1); the accept set, the cache and the rows pass unchanged; no track set stays none."""
+    import torch
+
+    calls = []
+
+    def commit(cache, accept, track, rows):
+        calls.append((cache, accept, track, rows))
+        return "plan", "path"
+
+    accept = (torch.tensor([2, 0, 1]), torch.tensor([5, 6, 7]))
+    track = (torch.tensor([0, -1, 3]), torch.tensor([8, 9, 10]))
+    rows = torch.tensor([3, 1, 2])
+    no_track = faults.FAULTS[faults.ZC_NO_TRACK].breaks_with
+    live = faults.FAULTS[faults.TRACK_COLUMN_LIVE].breaks_with
+    assert no_track(commit, None, ("cache", accept, track, rows), {}) == ("plan", "path")
+    assert calls[-1] == ("cache", accept, None, rows)
+    live(commit, None, ("cache", accept), {"track": track, "rows": rows})
+    cache, got_accept, (steps, slots), got_rows = calls[-1]
+    assert steps.tolist() == [2, -1, 1] and slots is track[1] and got_accept is accept and got_rows is rows
+    live(commit, None, ("cache", accept, None, rows), {})
+    assert calls[-1][2] is None
 
 
 def test_doctor_lists_the_faults(capsys):

@@ -140,6 +140,7 @@ def _expected(release):
             "gdn_triton.target_verify",
             "streaming_session.try_cache_finished_req",
             "model_runner.deferred_mamba_cow_and_clear",
+            "mamba_component.prepare_for_caching_req",
         }
         if release == versions.ZERO_COPY_RELEASE
         else set(),

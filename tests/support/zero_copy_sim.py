@@ -15,8 +15,8 @@ hand-offs, reordered and padded batches, accept lengths 1..D), and two worlds th
 
 The radix cache on (docs/zero-copy.md §12, review fix R11) is the second half of this module, :func:`run_radix`: the
 same :class:`Model`, but SGLang 0.5.23's own pool and CPU bookkeeping, SGLang's own stable-row commit as the stock
-world and the plugin's commit kernel (with a track set) as the zero-copy one; ``RADIX_FAULTS`` are its negative
-controls. It imports SGLang and Triton when called.
+world and the plugin's commit (its wrapper of SGLang's commit, the route's ``ZeroCopy.commit`` with a track set) as the
+zero-copy one; ``RADIX_FAULTS`` are its negative controls (those in ``patches/faults.py`` installed as a server does). It imports SGLang and Triton when called.
 """
 
 from __future__ import annotations
@@ -392,8 +392,9 @@ def _queued_sessions(schedule: list[Step], step: int) -> list[tuple[int, int]]:
 # * ``stock``: the verify seeds from ``temporal[slot]`` and writes the scratch at row ``req_pool_idx``; the commit is
 #   SGLang's own ``HybridLinearAttnBackend.update_mamba_state_after_mtp_verify`` on its pipeline-parallel stable-row
 #   path (``scatter_mamba_states_after_mtp_verify(..., src_indices_raw=req_pool_indices)``): no plugin code;
-# * ``zero_copy``: the verify seeds from scratch ``[row, accepted[row] - 1]``; the commit is the plugin's kernel
-#   called directly, one launch with the track set (conv windows and ``accepted`` for accept rows, conv windows and
+# * ``zero_copy``: the verify seeds from scratch ``[row, accepted[row] - 1]``; the commit is SGLang's
+#   ``update_mamba_state_after_mtp_verify`` with the plugin applied (its wrapper, the route's committer
+#   ``ZeroCopy.commit``), one launch with the track set (conv windows and ``accepted`` for accept rows, conv windows and
 #   SSM state of ``steps_to_track`` for track rows, source rows ``req_pool_indices``); an extend stages in.
 #
 # Both worlds run SGLang's ``pool.alloc`` (row, live slot, ping-pong slots), ``set_mamba_track_indices_from_reqs``
@@ -491,6 +492,27 @@ class RadixTrace:
     states: dict[tuple, tuple[torch.Tensor, torch.Tensor]]  # (step, what, rid) -> (ssm, conv) of every layer
     md5: str  # of every output, in order
     counters: Counter[str]
+    events: dict = field(default_factory=dict)  # the plugin's status-report events at the end (zero-copy world)
+
+
+def _env(name: str, value: str):
+    """``os.environ[name] = value`` for a ``with`` block (the previous value put back after)."""
+    import contextlib
+    import os
+
+    @contextlib.contextmanager
+    def scope():
+        old = os.environ.get(name)
+        os.environ[name] = value
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+    return scope()
 
 
 def run_radix(
@@ -503,6 +525,7 @@ def run_radix(
     tracks into the slot planned before N's ping-pong swap, and a request that finishes at N verifies once more)."""
     import contextlib
 
+    from sglang_mamba_dedup.patches import faults
     from tests.support import integration as iu
 
     with contextlib.ExitStack() as stack:
@@ -511,6 +534,14 @@ def run_radix(
             bk = iu.backend_module()
             stack.callback(setattr, bk, "pp_spec_stable_rows_enabled", bk.pp_spec_stable_rows_enabled)
             bk.pp_spec_stable_rows_enabled = lambda: True
+        else:  # the plugin applied: SGLang's commit is the plugin's wrapper, which calls the pool's committer
+            from sglang_mamba_dedup import env
+
+            stack.enter_context(_env(env.ALLOW_CPU, "1"))
+            stack.enter_context(iu.plugin(True))
+            if fault in faults.FAULTS:  # a serving-path negative control: the FAULTS row, as a server installs it
+                faults.install(fault)
+                stack.callback(faults.remove)
         return _run_radix(cfg, seed, scheme, fault, steps, overlap)
 
 
@@ -560,17 +591,24 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
         cache.intermediate_ssm,
         cache.intermediate_conv_window[0],
     )
-    accepted = torch.ones(inter_ssm.shape[1], dtype=torch.int32)
-    if zc:
+    backend = iu.build_backend(pool, device="cpu", topk=1, draft_tokens=dd)
+    publish_radix_args(cfg)  # build_backend published its own (radix off)
+    wrapped = hasattr(type(backend).update_mamba_state_after_mtp_verify, "__wrapped__")
+    assert wrapped == zc, "the plugin is applied in the zero-copy world only"
+    if zc:  # the pool as the gate leaves it: our commit kernel cleared, the zero-copy bookkeeping bound
+        from sglang_mamba_dedup import state
+        from sglang_mamba_dedup.patches.zero_copy.bookkeeping import ZeroCopy
+
+        ps = state.pool_state(mp)
+        ps.commit_ok = True
+        ps.zero_copy = ZeroCopy(mp)
+        accepted = ps.zero_copy.accepted
+        accepted.fill_(1)
         plan = state_commit.get_plan(
             cache.conv, cache.intermediate_conv_window, temporal, inter_ssm, accepted=accepted, ssm_track_only=True
         )
         stage_plan = state_commit.get_plan([], [], inter_ssm[:, :, 0], temporal[:, :, None], owner=temporal)
         plain_plan = state_commit.get_plan(cache.conv, cache.intermediate_conv_window, temporal, inter_ssm)
-    else:
-        backend = iu.build_backend(pool, device="cpu", topk=1, draft_tokens=dd)
-        publish_radix_args(cfg)  # build_backend published its own (radix off)
-        assert not hasattr(type(backend).update_mamba_state_after_mtp_verify, "__wrapped__"), "the plugin is applied"
     proc = types.SimpleNamespace(tree_cache=types.SimpleNamespace(page_size=1))
     proc._mamba_check_track_boundary = SchedulerBatchResultProcessor._mamba_check_track_boundary.__get__(proc)
     component = types.SimpleNamespace(cache=types.SimpleNamespace(req_to_token_pool=pool))
@@ -663,18 +701,15 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
             )
             return
         track = (track_steps, track_idx)
-        if fault == "zc_no_track":
-            track = None
-        elif fault == "track_column_live":
-            track = (torch.where(track_steps >= 0, last_correct, -1), track_idx)
         before = conv[:, track_idx.clamp(min=0)].clone()
         if fault == "track_batch_rows":
             state_commit.launch(plan, ssm=(inter_ssm, temporal), accept=(last_correct, slots), src_rows=rpi)
             positions = torch.arange(rpi.shape[0])
             state_commit.launch(plain_plan, ssm=(inter_ssm, temporal), accept=track, src_rows=positions)
-        else:
-            state_commit.launch(
-                plan, ssm=(inter_ssm, temporal), accept=(last_correct, slots), track=track, src_rows=rpi
+        else:  # the plugin's wrapper of SGLang's commit, through the route's committer (ZeroCopy.commit)
+            iu.set_forward_metadata(backend, slots, dd)
+            backend.update_mamba_state_after_mtp_verify(
+                last_correct, track_idx, track_steps, None, req_pool_indices=rpi
             )
         for n in range(rpi.shape[0]):
             t, k = int(track_steps[n]), int(track_idx[n])
@@ -781,4 +816,8 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
             pending = current
         else:
             process_results(step, *current)
+    if zc:
+        from sglang_mamba_dedup import report
+
+        return RadixTrace(outputs, states, md5.hexdigest(), counters, report.events())
     return RadixTrace(outputs, states, md5.hexdigest(), counters)

@@ -333,3 +333,103 @@ def test_a_draft_workers_linear_backend_never_takes_zero_copy(monkeypatch, caplo
     state.reset()
     with pytest.raises(RuntimeError, match="strict mode.*draft"):
         eligibility.decide(draft)
+
+
+# ------------------------------------------------------------- the radix cache on (docs/zero-copy.md §12.7, R1)
+RADIX_ON = dict(
+    SAFE,
+    disable_radix_cache=False,
+    mamba_radix_cache_strategy="extra_buffer",
+    enable_mamba_extra_buffer=True,
+    enable_mamba_extra_buffer_lazy=False,
+    disable_overlap_schedule=False,
+    enable_hierarchical_cache=False,
+    enable_lmcache=False,
+    enable_flexkv=False,
+    enable_unified_cache_external_linker=False,
+    enable_int8_mamba_checkpoint=False,
+)
+LAZY_CHANGES = dict(mamba_radix_cache_strategy="extra_buffer_lazy", enable_mamba_extra_buffer_lazy=True)
+LAZY = dict(RADIX_ON, **LAZY_CHANGES)
+
+RADIX_REFUSED = [
+    ("no_buffer", dict(mamba_radix_cache_strategy="no_buffer", enable_mamba_extra_buffer=False), "no_buffer"),
+    (
+        "lazy_no_overlap",
+        dict(LAZY_CHANGES, disable_overlap_schedule=True),
+        "extra_buffer_lazy without the overlap schedule",
+    ),
+    ("hicache", dict(enable_hierarchical_cache=True), "HiCache"),
+    ("lmcache", dict(enable_lmcache=True), "LMCache"),
+    ("flexkv", dict(enable_flexkv=True), "FlexKV"),
+    ("linker", dict(enable_unified_cache_external_linker=True), "external linker"),
+    ("int8", dict(enable_int8_mamba_checkpoint=True), "int8 mamba checkpoints"),
+]
+
+
+def test_the_radix_cache_on_is_experimental_and_off_without_its_variable(monkeypatch):
+    monkeypatch.delenv(env.ZERO_COPY_RADIX, raising=False)
+    problem = eligibility.settings_problem(dict(RADIX_ON))
+    assert problem.startswith("the radix cache is on: zero-copy with the radix cache is built and CPU-proven")
+    assert "H200" in problem and f"set {env.ZERO_COPY_RADIX}=1 to try it" in problem and "\n" not in problem
+    monkeypatch.setenv(env.ZERO_COPY_RADIX, "0")
+    assert eligibility.settings_problem(dict(RADIX_ON)).startswith("the radix cache is on: zero-copy")
+    monkeypatch.setenv(env.ZERO_COPY_RADIX, "maybe")
+    problem = eligibility.settings_problem(dict(RADIX_ON))
+    assert problem.startswith(f"{env.ZERO_COPY_RADIX}='maybe' is not understood; accepted values: 1, on") and (
+        "\n" not in problem
+    )
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [RADIX_ON, LAZY, dict(RADIX_ON, disable_overlap_schedule=True)],
+    ids=["extra_buffer", "extra_buffer_lazy", "extra_buffer-no_overlap"],
+)
+def test_the_radix_cache_on_passes_with_the_extra_buffer(monkeypatch, settings):
+    monkeypatch.setenv(env.ZERO_COPY_RADIX, "1")
+    assert eligibility.settings_problem(dict(settings)) is None
+
+
+@pytest.mark.parametrize("case,changes,why", RADIX_REFUSED, ids=[r[0] for r in RADIX_REFUSED])
+def test_the_radix_cache_on_refuses_the_rest_with_one_line_each(monkeypatch, case, changes, why):
+    monkeypatch.setenv(env.ZERO_COPY_RADIX, "1")
+    problem = eligibility.settings_problem(dict(RADIX_ON, **changes))
+    assert problem is not None and why in problem and "\n" not in problem, (case, problem)
+    off = dict(RADIX_ON, **changes, disable_radix_cache=True)  # with the radix cache off, none of these matters
+    assert eligibility.settings_problem(off) is None, (case, eligibility.settings_problem(off))
+
+
+def test_the_gate_reads_every_radix_setting_through_the_settings_reader():
+    from sglang_mamba_dedup import resolved
+
+    names = eligibility._names(eligibility.RULES)
+    for name in RADIX_ON:
+        assert name in names and name in resolved.ROWS, name
+
+
+def test_doctor_and_the_activation_line_say_whether_zero_copy_serves_with_the_radix_cache_on(monkeypatch):
+    from sglang_mamba_dedup import activation, versions
+    from sglang_mamba_dedup.cli import doctor
+
+    if not zero_copy.release_ok(versions.installed_sglang_version()):
+        pytest.skip("zero-copy's own release only")
+    monkeypatch.setenv(env.SWITCH, "1")
+    monkeypatch.setenv(env.ZERO_COPY, "1")
+    for value, said in (
+        (
+            None,
+            f"with the radix cache on: off (experimental: built and CPU-proven, awaiting its H200 proof; "
+            f"{env.ZERO_COPY_RADIX}=1 to try it)",
+        ),
+        ("1", "with the radix cache on: served, experimental"),
+        ("sure", f"with the radix cache on: off ({env.ZERO_COPY_RADIX}='sure' is not understood"),
+    ):
+        if value is None:
+            monkeypatch.delenv(env.ZERO_COPY_RADIX, raising=False)
+        else:
+            monkeypatch.setenv(env.ZERO_COPY_RADIX, value)
+        state.reset()
+        activation.register()
+        assert f"zero-copy {said}" in activation.last_summary(), (value, activation.last_summary())
+        assert doctor.collect()["zero_copy"]["radix"].startswith(said), value

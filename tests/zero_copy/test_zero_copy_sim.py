@@ -31,6 +31,7 @@ import time
 import pytest
 import torch
 
+from sglang_mamba_dedup.patches import faults
 from tests.support import zero_copy_sim as zs
 
 STEPS = 60
@@ -120,7 +121,9 @@ def test_mamba2_pad_guard_makes_padding_on_row_size_harmless():
 #
 # SGLang 0.5.23's own CPU bookkeeping on a real HybridReqToTokenPool (extra_buffer, two ping-pong track slots), the
 # stock commit SGLang's own pipeline-parallel stable-row path (src_indices_raw = req_pool_indices), the zero-copy
-# commit the plugin's kernel with a track set, called directly (zero_copy_sim.run_radix); with and without the
+# commit the plugin's wrapper of SGLang's commit with the plugin applied, through the route's committer
+# (ZeroCopy.commit with a track set; zero_copy_sim.run_radix); the FAULTS rows zc_no_track and track_column_live are
+# installed as a server installs them, the other controls break the commit in the simulation; with and without the
 # overlap lag (batch N+1 planned before N's ping-pong swap; a request that finished at N verifies once more, the
 # positive control of HR4/R9). Not modelled: the extend's own track (T9), chunked prefills, retraction, lazy mode,
 # CUDA-graph padding (the kernel tests cover padding rows), the real UnifiedRadixCache (a dict of token prefixes).
@@ -188,6 +191,9 @@ def test_radix_zero_copy_is_bit_exact_with_sglangs_stable_row_commit(radix_args,
     assert kinds == {"track", "live", "tree_insert", "cow"}, f"{where}: compared only {kinds}: {dict(c)}"
     assert c["track_rows"] and c["decode_tracked_insert"] and c["cow"] and c["reorder"], f"{where}: {dict(c)}"
     assert bool(c["inflight_after_finish"]) == overlap, f"{where}: {dict(c)}"
+    ev = zero.events  # every verify went through the plugin's wrapper and ZeroCopy.commit, with its track set
+    assert ev["zc_commit_calls"] == ev["commit_calls"] == c["verify"], f"{where}: {ev}"
+    assert ev["zc_track_commits"] == ev["track_commit_calls"] == c["verify"], f"{where}: {ev}"
     print(f"{where}: {dict(sorted(c.items()))}, md5 {stock.md5}, {time.perf_counter() - t0:.1f} s")
 
 
@@ -207,4 +213,7 @@ def test_radix_negative_control_changes_the_outputs(radix_stock, fault):
     seed, cfg, stock = radix_stock
     assert stock.counters["cow"] and stock.counters["track_rows"], f"seed={seed}: {dict(stock.counters)}"
     broken = zs.run_radix(cfg, seed, "zero_copy", fault=fault, steps=RADIX_STEPS, overlap=True)
+    if fault in faults.FAULTS:  # a serving-path control: installed as a server installs it, and it was in place
+        assert broken.events.get("fault") == fault, f"{fault}: not installed ({broken.events})"
+        assert broken.events["zc_track_commits"], f"{fault}: no commit with a track set served zero-copy"
     assert broken.md5 != stock.md5, f"seed={seed}: fault {fault} left the outputs unchanged (ZERO_COPY_SIM_SEED)"

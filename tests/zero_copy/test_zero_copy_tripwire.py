@@ -1,0 +1,91 @@
+"""Z8, the tripwire where the radix tree takes a state (docs/zero-copy.md §12.5, HR6, review fix R1): on a pool that
+took zero-copy, SGLang's ``MambaComponent.prepare_for_caching_req`` must see exactly SGLang's ``UnifiedRadixCache``
+(never a subclass such as LMCache's), with the mamba extra buffer and no int8 checkpoint pool; otherwise one ERROR
+(strict mode raises). SGLang's own code runs either way; a pool without zero-copy is never checked."""
+
+from __future__ import annotations
+
+import logging
+import types
+
+import pytest
+
+from sglang_mamba_dedup import env, state, versions
+from sglang_mamba_dedup.patches import PATCHES
+from sglang_mamba_dedup.patches.zero_copy import hooks
+
+pytestmark = pytest.mark.skipif(
+    not versions.in_range(versions.installed_sglang_version(), versions.ZERO_COPY),
+    reason=f"the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} only",
+)
+
+
+def _component(cache_type=None, extra_buffer=True, int8=False, zero_copy=True):
+    """A ``MambaComponent`` as the tripwire reads it: its tree cache (of ``cache_type``, built without its
+    constructor), that cache's pool, and the int8 checkpoint pool."""
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    cache_type = cache_type or UnifiedRadixCache
+    cache = cache_type.__new__(cache_type)
+    pool = types.SimpleNamespace(name="mamba pool")
+    cache.req_to_token_pool = types.SimpleNamespace(mamba_pool=pool)
+    cache.enable_mamba_extra_buffer = extra_buffer
+    state.pool_state(pool).zero_copy = object() if zero_copy else None
+    return types.SimpleNamespace(cache=cache, int8_ckpt_pool=object() if int8 else None)
+
+
+def _call(component):
+    calls = []
+
+    def prepare(*args, **kwargs):
+        calls.append((args, kwargs))
+        return 7
+
+    assert hooks.radix_tripwire(prepare, component, ("req", "params", 5, True), {}) == 7
+    assert len(calls) == 1, "SGLang's own code ran once"
+
+
+def _subclass():
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+
+    class OtherTree(UnifiedRadixCache):  # the shape of LMCacheUnifiedRadixCache
+        pass
+
+    return OtherTree
+
+
+def test_the_tripwire_is_a_patch_row_of_the_zero_copy_feature():
+    (row,) = [p for p in PATCHES if p.name == "mamba_component.prepare_for_caching_req"]
+    assert row.feature == "zero_copy" and row.attr == "MambaComponent.prepare_for_caching_req"
+    assert row.module == "sglang.srt.mem_cache.unified_cache.components.mamba"
+    assert row.wrapper._smd_lazy.endswith("zero_copy.hooks.radix_tripwire")
+
+
+def test_the_allowed_tree_passes_silently(caplog):
+    with caplog.at_level(logging.WARNING, logger="sglang_mamba_dedup"):
+        _call(_component())
+        _call(_component(cache_type=_subclass(), zero_copy=False))  # not a zero-copy pool: never checked
+    assert not caplog.records
+
+
+@pytest.mark.parametrize(
+    "kw,why",
+    [
+        (dict(cache_type="subclass"), "the tree cache is OtherTree, not SGLang's UnifiedRadixCache"),
+        (dict(extra_buffer=False), "no mamba extra buffer (no_buffer"),
+        (dict(int8=True), "int8 mamba checkpoints"),
+    ],
+    ids=["subclass", "no_buffer", "int8"],
+)
+def test_the_tripwire_fires_once_and_strict_stops(monkeypatch, caplog, kw, why):
+    if kw.get("cache_type") == "subclass":
+        kw = dict(kw, cache_type=_subclass())
+    with caplog.at_level(logging.WARNING, logger="sglang_mamba_dedup"):
+        _call(_component(**kw))
+        _call(_component(**kw))
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "zero-copy commit is on for this pool, but" in line and why in line and "\n" not in line
+    monkeypatch.setenv(env.SWITCH, "strict")
+    state.STATE.mode = None
+    with pytest.raises(RuntimeError, match=f"strict mode: zero-copy commit is on for this pool, but .*{why[:12]}"):
+        hooks.radix_tripwire(lambda *a, **k: pytest.fail("ran"), _component(**kw), (), {})
