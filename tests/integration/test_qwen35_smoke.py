@@ -9,7 +9,7 @@ Where it runs: on the newest release and the newest back-port release (where the
 on every release (100 s each under the interpreter, 40 % of a release job). What differs by release (the pool's
 layout, the commit's route, SGLang's verify kernels) is the same code at any shape, and
 ``test_commit_sim.py`` runs it on every release; what these shapes add (conv dim 6144, 18 layers) is the plugin's
-own kernel and byte rules, the same code on every release. ``SMD_SMOKE_EVERY_RELEASE=1`` runs it anyway.
+own kernel and byte rules, the same code on every release. ``SMD_EVERY_RELEASE=1`` runs it anyway.
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ pytestmark = [
     pytest.mark.release,
     pytest.mark.usefixtures("allow_cpu"),
     pytest.mark.skipif(
-        not (
-            iu.SGLANG_VERSION in (versions.RELEASES[-1], NEWEST_BACKPORT) or os.environ.get("SMD_SMOKE_EVERY_RELEASE")
-        ),
+        not (iu.SGLANG_VERSION in (versions.RELEASES[-1], NEWEST_BACKPORT) or os.environ.get("SMD_EVERY_RELEASE")),
         reason="the 0.8B shapes run on the newest and the newest back-port release; test_commit_sim covers this one",
     ),
 ]

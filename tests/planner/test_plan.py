@@ -331,33 +331,69 @@ def test_plan_without_a_usable_sglang_says_so_not_the_estimator(release, said, m
     assert said in err and "estimator failed" not in err, err
 
 
-def test_a_pasted_launch_with_the_plugins_flag_keeps_the_stock_column_stock(tmp_path):
-    """Audit B2: the real command line (``sys.argv`` is the pasted launch) with ``--enable-mamba-conv-dedup`` or the
-    zero-copy flag: the stock column is the one without the flag, and differs from the plugin's."""
-    import subprocess
+_COLUMNS = ("mamba_slots", "running_requests", "kv_cache_gb", "reserved_gb")
+
+
+def _stock_and_plugin(doc: dict) -> tuple[dict, dict]:
+    return ({k: doc["stock"][k] for k in _COLUMNS}, {k: doc["plugin"][k] for k in _COLUMNS})
+
+
+def test_a_pasted_launch_with_the_plugins_flag_keeps_the_stock_column_stock(tmp_path, monkeypatch, capsys):
+    """Audit B2: the real command line (``sys.argv`` is the pasted launch, which the activation reads) with
+    ``--enable-mamba-conv-dedup`` or the zero-copy flag: the stock column is the one without the flag, and differs
+    from the plugin's. In this process, ``sys.argv`` set as the console script would have it (the subprocess check
+    is the next test, on one release)."""
     import sys
 
     from sglang_mamba_dedup import env
 
     base = _launch(tmp_path, "qwen3.5-0.8b", 256, "--mem-fraction-static", "0.15")
-    environ = {k: v for k, v in os.environ.items() if k not in (env.SWITCH, env.ZERO_COPY)}
+    for name in (env.SWITCH, env.ZERO_COPY):
+        monkeypatch.delenv(name, raising=False)
 
     def stock_and_plugin(*flag: str) -> tuple[dict, dict]:
-        argv = [sys.executable, "-m", "sglang_mamba_dedup", "plan", "--gpu-memory-gb", "139.13", "--json", "--"]
-        proc = subprocess.run(argv + base + list(flag), capture_output=True, text=True, timeout=300, env=environ)
-        if proc.returncode == 2 and "SGLang refused the launch flags" in proc.stderr:
-            pytest.skip(proc.stderr.strip())
-        assert proc.returncode == 0, proc.stderr
-        doc = json.loads(proc.stdout)
-        return (
-            {k: doc["stock"][k] for k in ("mamba_slots", "running_requests", "kv_cache_gb", "reserved_gb")},
-            {k: doc["plugin"][k] for k in ("mamba_slots", "running_requests", "kv_cache_gb", "reserved_gb")},
-        )
+        argv = ["plan", "--gpu-memory-gb", "139.13", "--json", "--", *base, *flag]
+        monkeypatch.setattr(sys, "argv", ["sglang-mamba-dedup", *argv])
+        rc, out, err = _plan(capsys, *argv[1:])
+        if rc == 2 and "SGLang refused the launch flags" in err:
+            pytest.skip(err.strip())
+        assert rc == 0, err
+        assert all(name not in os.environ for name in (env.SWITCH, env.ZERO_COPY)), "plan left a switch set"
+        return _stock_and_plugin(json.loads(out))
 
     stock, plugin = stock_and_plugin()
     assert stock != plugin, "the plugin changes nothing here: the test could not fail"
     for flag in (env.FLAG, env.ZERO_COPY_FLAG):
         assert stock_and_plugin(flag)[0] == stock, flag
+
+
+def test_a_pasted_launch_through_the_console_entry(tmp_path, capsys):
+    """Audit B2 as a user meets it: ``python -m sglang_mamba_dedup plan ... -- <launch> --enable-mamba-conv-dedup``
+    in a fresh process gives the stock column of the same launch without the flag, planned in this process. One
+    release (a fresh process costs ~11 s; the in-process test above covers every release's flag parsing)."""
+    import subprocess
+    import sys
+
+    from sglang_mamba_dedup import env, versions
+
+    if versions.installed_sglang_version() != versions.ZERO_COPY_RELEASE:
+        pytest.skip(f"one release is enough for the fresh-process check ({versions.ZERO_COPY_RELEASE})")
+    base = _launch(tmp_path, "qwen3.5-0.8b", 256, "--mem-fraction-static", "0.15")
+    own = ["--gpu-memory-gb", "139.13", "--"]
+    environ = {k: v for k, v in os.environ.items() if k not in (env.SWITCH, env.ZERO_COPY)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_mamba_dedup", "plan", "--json", *own, *base, env.FLAG],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environ,
+    )
+    assert proc.returncode == 0, proc.stderr
+    stock, plugin = _stock_and_plugin(json.loads(proc.stdout))
+    assert stock != plugin, "the plugin changes nothing here: the test could not fail"
+    rc, out, err = _plan(capsys, "--json", *own, *base)
+    assert rc == 0, err
+    assert (stock, plugin) == _stock_and_plugin(json.loads(out)), "the flag moved the stock column"
 
 
 def test_a_shape_plan_searches_the_fraction_it_advises(capsys):

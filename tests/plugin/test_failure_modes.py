@@ -182,6 +182,7 @@ def test_doctor_release_garbage_is_a_usage_error(capsys):
 # pool-level cases, on the real SGLang pool (CPU, with SGLang's hard-coded "cuda" redirected) ------------------
 import torch  # noqa: E402
 
+from tests.support import eras  # noqa: E402
 from tests.support import integration as iu  # noqa: E402
 
 
@@ -405,6 +406,7 @@ builtins.__import__ = _import
 """
 
 
+@eras.once_per_era  # SGLang's loader is one file on every release (tests/support/eras.py)
 @pytest.mark.parametrize("mode", ["strict", "1", "0"])
 def test_a_plugin_that_cannot_load_stops_strict_through_sglangs_loader(monkeypatch, tmp_path, mode):
     """``import wrapt`` fails in a fresh process; SGLang's own loader runs the entry point. Strict stops the

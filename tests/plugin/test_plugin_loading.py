@@ -1,10 +1,16 @@
-"""SGLang's own plugin loader, in fresh *spawned* processes (as SGLang starts its schedulers)."""
+"""SGLang's own plugin loader, in fresh *spawned* processes (as SGLang starts its schedulers).
+
+The loader is the same file on every release (``eras.LOADER_MD5``, checked here on each): the spawned-process
+tests (~10 s each, an SGLang import per child) run on the newest release of each era of the patch table.
+"""
 
 import importlib.metadata
 import multiprocessing
 import os
 
 import pytest
+
+from tests.support import eras
 
 pytestmark = pytest.mark.release
 
@@ -39,6 +45,14 @@ def _spawn(fn):
         return pool.apply(fn)
 
 
+def test_sglang_plugin_loader_is_the_one_the_era_tests_assume():
+    """The spawned-process tests below (and the failure modes' loader test) run once per era because SGLang's
+    loader is this same file on every release; a release that changes it fails here until it is added to them."""
+    assert eras.loader_md5() == eras.LOADER_MD5, (
+        f"SGLang {eras.installed()} has another plugin loader: run the loader tests on it (tests/support/eras.py)"
+    )
+
+
 def test_entry_point_is_discoverable():
     eps = importlib.metadata.entry_points(group="sglang.srt.plugins")
     ours = [ep for ep in eps if ep.name == "mamba_dedup"]
@@ -48,6 +62,7 @@ def test_entry_point_is_discoverable():
     assert ours[0].load() is register
 
 
+@eras.once_per_era
 def test_spawned_child_with_switch_on_is_patched_by_sglangs_loader(monkeypatch):
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP", "1")
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
@@ -59,6 +74,7 @@ def test_spawned_child_with_switch_on_is_patched_by_sglangs_loader(monkeypatch):
     assert "applied" in out["summary"]
 
 
+@eras.once_per_era
 def test_spawned_child_with_switch_off_wraps_nothing(monkeypatch):
     monkeypatch.delenv("SGLANG_MAMBA_DEDUP", raising=False)
     monkeypatch.delenv("SGLANG_PLUGINS", raising=False)
@@ -67,6 +83,7 @@ def test_spawned_child_with_switch_off_wraps_nothing(monkeypatch):
     assert "off" in out["summary"], "the plugin did not run at all: the test would not prove anything"
 
 
+@eras.once_per_era
 def test_sglang_plugins_allow_list_excludes_us(monkeypatch):
     monkeypatch.setenv("SGLANG_MAMBA_DEDUP", "1")
     monkeypatch.setenv("SGLANG_PLUGINS", "some_other_plugin")
@@ -75,6 +92,7 @@ def test_sglang_plugins_allow_list_excludes_us(monkeypatch):
     assert out["summary"] is None, "register() ran although SGLANG_PLUGINS did not name us"
 
 
+@eras.once_per_era
 def test_launch_flag_reaches_spawned_children(monkeypatch):
     """The launcher sees --enable-mamba-conv-dedup; a scheduler spawned afterwards is patched."""
     from sglang_mamba_dedup import activation
