@@ -75,11 +75,14 @@ SETTINGS: tuple[Setting, ...] = (
         "speculative_adaptive",
         "enable_multi_layer_eagle",
     ),
-    # the radix cache and the caches that sit on its tree (HiCache, the cache linker, LMCache, FlexKV)
+    # the radix cache, its backend, and the caches that sit on its tree (HiCache and its storage, the cache linker,
+    # LMCache, FlexKV)
     *_rows(
         "memory",
         "disable_radix_cache",
+        "radix_cache_backend",
         "enable_hierarchical_cache",
+        "hicache_storage_backend",
         "enable_unified_cache_external_linker",
         "enable_lmcache",
         "enable_flexkv",
@@ -104,7 +107,7 @@ SETTINGS: tuple[Setting, ...] = (
         "page_size",
     ),
     Setting("disaggregation_mode", "disagg"),
-    *_rows("parallel", "tp_size", "pp_size", "enable_dp_attention"),
+    *_rows("parallel", "tp_size", "pp_size", "enable_dp_attention", "dcp_size"),
     Setting("kv_cache_dtype", "model"),
     Setting("device", "device"),
 )

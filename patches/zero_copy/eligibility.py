@@ -58,6 +58,15 @@ def _radix_on_and(check: Callable[..., bool]) -> Callable[..., bool]:
     return lambda radix_off, *values: bool(radix_off) or check(*values)
 
 
+def _unset_or_absent(value: Any) -> bool:
+    """Not set (None), or not an option of this release."""
+    return value is ABSENT or value is None
+
+
+def _one_or_absent(value: Any) -> bool:
+    return value is ABSENT or value is None or int(value) == 1
+
+
 def _lazy_needs_overlap(lazy: Any, no_overlap: Any) -> bool:
     return not (lazy is not ABSENT and lazy and no_overlap is not ABSENT and no_overlap)
 
@@ -82,9 +91,27 @@ RADIX_RULES: tuple[Rule, ...] = (
         absent=True,
     ),
     Rule(
+        (_RADIX, "radix_cache_backend"),
+        _radix_on_and(_unset_or_absent),
+        "another radix cache backend (the tripwire and the simulation know SGLang's UnifiedRadixCache only)",
+        absent=True,
+    ),
+    Rule(
         (_RADIX, "enable_hierarchical_cache"),
         _radix_on_and(_off_or_absent),
         "HiCache with the radix cache on (host copies of tree states on another stream: not analysed)",
+        absent=True,
+    ),
+    Rule(
+        (_RADIX, "hicache_storage_backend"),
+        _radix_on_and(_unset_or_absent),
+        "a HiCache storage backend with the radix cache on (tree states loaded back into request slots: not analysed)",
+        absent=True,
+    ),
+    Rule(
+        (_RADIX, "dcp_size"),
+        _radix_on_and(_one_or_absent),
+        "decode context parallelism with the radix cache on (another track grid for extends: not analysed)",
         absent=True,
     ),
     Rule(

@@ -85,6 +85,30 @@ def test_the_reader_reads_what_resolution_decided(extra, qwen35_dir):
 
 
 @pytest.mark.release
+def test_the_radix_gates_other_backends_read_as_launched(qwen35_dir, monkeypatch):
+    """A real launch with another radix cache backend: the reader gives the name as launched (None without it), the
+    storage backend unset and no DCP; the zero-copy gate (radix opted in) refuses it with its one line."""
+    from sglang_mamba_dedup import env
+    from sglang_mamba_dedup.patches.zero_copy import eligibility
+
+    plain = _launch(qwen35_dir)
+    if plain is None:
+        pytest.skip("this release refuses speculative decoding with the radix cache here (no_buffer)")
+    got = resolved.read(plain.server_args)  # before the next launch publishes its own settings
+    other = _launch(qwen35_dir, "--radix-cache-backend", "my_tree")
+    assert other is not None, "SGLang refused a backend name at resolve"
+    mine = resolved.read(other.server_args)
+    for name, unset in (("radix_cache_backend", None), ("hicache_storage_backend", None), ("dcp_size", 1)):
+        assert got[name] is ABSENT or got[name] == unset, (name, got[name])
+    if mine["radix_cache_backend"] is ABSENT:
+        pytest.skip("no --radix-cache-backend on this release")
+    assert mine["radix_cache_backend"] == "my_tree"
+    monkeypatch.setenv(env.ZERO_COPY_RADIX, "1")
+    assert "another radix cache backend" in (eligibility.settings_problem(mine) or ""), mine
+    assert "another radix cache backend" not in (eligibility.settings_problem(got) or "")
+
+
+@pytest.mark.release
 def test_a_setting_the_release_lacks_reads_as_absent_and_doctor_names_it(qwen35_dir):
     """What :func:`where` (``doctor``) says is absent on this release is exactly what reads as ABSENT on a real
     launch, and everything it says is present reads as a value."""

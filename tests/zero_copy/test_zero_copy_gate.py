@@ -348,6 +348,9 @@ RADIX_ON = dict(
     enable_flexkv=False,
     enable_unified_cache_external_linker=False,
     enable_int8_mamba_checkpoint=False,
+    radix_cache_backend=None,
+    hicache_storage_backend=None,
+    dcp_size=1,
 )
 LAZY_CHANGES = dict(mamba_radix_cache_strategy="extra_buffer_lazy", enable_mamba_extra_buffer_lazy=True)
 LAZY = dict(RADIX_ON, **LAZY_CHANGES)
@@ -364,6 +367,9 @@ RADIX_REFUSED = [
     ("flexkv", dict(enable_flexkv=True), "FlexKV"),
     ("linker", dict(enable_unified_cache_external_linker=True), "external linker"),
     ("int8", dict(enable_int8_mamba_checkpoint=True), "int8 mamba checkpoints"),
+    ("radix_backend", dict(radix_cache_backend="my_tree"), "another radix cache backend"),
+    ("hicache_storage", dict(hicache_storage_backend="file"), "HiCache storage backend"),
+    ("dcp", dict(dcp_size=2), "decode context parallelism"),
 ]
 
 
