@@ -55,7 +55,8 @@ def scheduler_state(scheduler: Any) -> dict[str, Any]:
     pool = pool_of(scheduler)
     events = report.events()
     server_args = getattr(scheduler, "server_args", None)
-    decision = zero_copy_decision(state.pool_state_of(pool))
+    ps = state.pool_state_of(pool)
+    decision = zero_copy_decision(ps)
     return {
         "plugin_version": versions.plugin_version(),
         "mode": state.current_mode().value,
@@ -68,7 +69,12 @@ def scheduler_state(scheduler: Any) -> dict[str, Any]:
         "ledgers": list(events.get("ledgers", [])),
         "zero_copy": None
         if decision is None
-        else {"decision": decision, **{k: _int_or_none(events.get(k, 0)) for k in state.ZERO_COPY_COUNTERS}},
+        else {
+            "decision": decision,
+            # the mamba strategy zero-copy serves with the radix cache on (its commits take track sets), else None
+            "radix_cache": getattr(ps.zero_copy, "radix", None) if ps is not None else None,
+            **{k: _int_or_none(events.get(k, 0)) for k in state.ZERO_COPY_COUNTERS},
+        },
         "commits": {k: _int_or_none(events.get(k, 0)) for k in state.COUNTERS[:2]},
     }
 

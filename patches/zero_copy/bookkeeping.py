@@ -39,8 +39,11 @@ class ZeroCopy:
     """One pool's zero-copy bookkeeping: its scratch pitch, first/last linear layer ids and the ``accepted`` table,
     which lives in the pool's :class:`~sglang_mamba_dedup.state.PoolState` (:func:`.prepare`, normally at pool build)."""
 
-    def __init__(self, pool, layers: tuple[int, int] = (0, 0)) -> None:
+    def __init__(self, pool, layers: tuple[int, int] = (0, 0), radix: str | None = None) -> None:
         self.pool = pool
+        #: the mamba radix-cache strategy the gate passed with the radix cache on (``extra_buffer``, ...), None with it
+        #: off: what the log line and ``/get_server_info`` say (commits then take track sets)
+        self.radix = radix
         self.pool_state = state.pool_state(pool)
         prepare(pool)  # made at pool build already, unless the pool was built before zero-copy was asked for
         self.pitch = pool.mamba_cache.intermediate_ssm.shape[2]  # the allocated draft-step pitch of a scratch row

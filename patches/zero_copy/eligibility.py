@@ -190,6 +190,15 @@ def settings_problem(settings: Mapping[str, Any], rules: tuple[Rule, ...] = RULE
     return None
 
 
+def radix_strategy(settings: Mapping[str, Any]) -> str | None:
+    """The mamba radix-cache strategy these settings (passed by the gate, so with the extra buffer) serve zero-copy
+    with, from SGLang's own lazy flag, or None with the radix cache off."""
+    if settings.get(_RADIX, ABSENT) is ABSENT or settings[_RADIX]:
+        return None
+    lazy = settings.get("enable_mamba_extra_buffer_lazy", ABSENT)
+    return "extra_buffer_lazy" if lazy is not ABSENT and lazy else "extra_buffer"
+
+
 def _verify_kernel_problem(backend) -> str | None:
     """GDN: SGLang's Triton verify must be the one that runs; Mamba2: the Triton selective-state update (H1 is
     proven for those kernels only)."""
@@ -275,16 +284,18 @@ def decide(backend):
     reason = _DRAFT if getattr(backend, "is_draft_worker", False) else backend_problem(backend)
     if reason is None and ps.accepted is None and _capturing():
         reason = "the pool was built without the accepted table and this first verify is inside a CUDA-graph capture"
+    settings: Mapping[str, Any] = {}
     if reason is None:
         try:
-            reason = settings_problem(read_settings())
+            settings = read_settings()
+            reason = settings_problem(settings)
         except Exception as exc:  # noqa: BLE001 - unreadable settings: not proven safe
             reason = f"cannot read SGLang's settings ({type(exc).__name__}: {exc})"
     zc = None
     if reason is None:
         from .bookkeeping import ZeroCopy
 
-        zc = ZeroCopy(pool, layers=(min(rtp.mamba_map), max(rtp.mamba_map)))
+        zc = ZeroCopy(pool, layers=(min(rtp.mamba_map), max(rtp.mamba_map)), radix=radix_strategy(settings))
     ps.zero_copy_decided, ps.zero_copy, ps.zero_copy_reason = True, zc, reason
     if zc is None:
         report.record_zero_copy(f"off: {reason}")  # a log line; the pool's reason is the one /get_server_info says
@@ -294,11 +305,14 @@ def decide(backend):
     else:
         report.record_zero_copy("on")
         logger.info(
-            "sglang-mamba-dedup: zero-copy commit on (%d scratch rows of %d steps, linear layers %d-%d): verify seeds "
-            "from the scratch, the commit moves no SSM bytes; the scratch rows hold the live SSM states, a running "
-            "request's slot in the pool is stale between verifies",
+            "sglang-mamba-dedup: zero-copy commit on (%d scratch rows of %d steps, linear layers %d-%d, %s): verify "
+            "seeds from the scratch, the commit moves no SSM bytes; the scratch rows hold the live SSM states, a "
+            "running request's slot in the pool is stale between verifies",
             zc.accepted.shape[0],
             zc.pitch,
             *zc.layers,
+            "radix cache off"
+            if zc.radix is None
+            else f"radix cache on, mamba strategy {zc.radix}: track slots written by the same launch, experimental",
         )
     return zc

@@ -327,6 +327,9 @@ def zero_copy_problems(sched: Sequence[Mapping[str, Any]], sessions: bool = Fals
             return [f"the gate refused zero-copy: {'; '.join(dict.fromkeys(refused))}"]
         return [f"zero-copy asked for but no scheduler report shows it on (events.zero_copy: {seen})"]
     needed = [("zc_commit_calls", "zero-copy on but no commit was served zero-copy")]
+    said = [e["radix_cache"] for e in on if "radix_cache" in e]  # the server's own word (server_state only)
+    if radix and said and not any(said):
+        return ["zero-copy on, but its pools say they serve with the radix cache off (zero_copy.radix_cache: None)"]
     if radix:
         needed.append(
             (

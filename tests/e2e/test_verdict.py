@@ -207,6 +207,26 @@ def test_zero_copy_with_the_radix_cache_passes_with_track_commits_and_cached_tok
     assert all(r.stats["rounds"][1]["cached_tokens"] > 0 for r in results)
 
 
+def test_zero_copy_launched_with_the_radix_cache_fails_when_its_pools_say_radix_off():
+    """The server's own word (``/get_server_info``'s ``zero_copy.radix_cache``): pools that took zero-copy with the
+    radix cache off, in a run launched with it on, fail; saying the strategy passes; report files (no key) judge by
+    the counters alone."""
+
+    def said(docs, radix):
+        return [dict(d, events={**d["events"], "radix_cache": radix}) for d in docs]
+
+    for radix, ok in ((None, False), ("extra_buffer", True)):
+        results = [
+            _run("off", OFF),
+            _run("on", said(_zc(ON, track=4), radix)),
+            _run("fault", said(_zc(FAULT, track=2), radix), differ=1),
+        ]
+        v = _judge(*results, zero_copy=True, zero_copy_radix=True)
+        assert (v.code == verdict.EXIT_OK) is ok, v.failures
+        if not ok:
+            assert "serve with the radix cache off" in v.failures[0][1], v.failures
+
+
 @pytest.mark.parametrize("cached", [0, None], ids=["zero", "not-reported"])
 def test_zero_copy_with_the_radix_cache_needs_round_2_to_read_cached_tokens(cached):
     """R3: a run whose round 2 read no prompt token from the cache proves nothing about tracked states: it fails."""

@@ -439,3 +439,36 @@ def test_doctor_and_the_activation_line_say_whether_zero_copy_serves_with_the_ra
         activation.register()
         assert f"zero-copy {said}" in activation.last_summary(), (value, activation.last_summary())
         assert doctor.collect()["zero_copy"]["radix"].startswith(said), value
+
+
+@pytest.mark.parametrize(
+    "settings,strategy",
+    [(SAFE, None), (RADIX_ON, "extra_buffer"), (dict(RADIX_ON, mamba_radix_cache_strategy="auto"), "extra_buffer"),
+     (LAZY, "extra_buffer_lazy")],
+    ids=["radix-off", "extra_buffer", "auto-resolved-elsewhere", "extra_buffer_lazy"],
+)  # fmt: skip
+def test_the_pool_the_log_line_and_server_info_say_the_radix_cache_zero_copy_serves(
+    monkeypatch, caplog, settings, strategy
+):
+    """Issue 50 item 2: a pool that passed the gate with the radix cache on knows its strategy; the "on" line and the
+    scheduler's ``/get_server_info`` entry say it (radix off: None, and the line says off)."""
+    from sglang_mamba_dedup.patches import server_state
+
+    backend = _backend()
+    monkeypatch.setattr(eligibility, "read_settings", lambda: dict(settings))
+    monkeypatch.setenv(env.ZERO_COPY, "1")
+    monkeypatch.setenv(env.ZERO_COPY_RADIX, "1")
+    with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
+        zc = eligibility.decide(backend)
+    assert isinstance(zc, bookkeeping.ZeroCopy) and zc.radix == strategy
+    (line,) = [r.getMessage() for r in caplog.records if "zero-copy commit on" in r.getMessage()]
+    if strategy is None:
+        assert "radix cache off" in line and "radix cache on" not in line, line
+    else:
+        assert f"radix cache on, mamba strategy {strategy}" in line, line
+    sched = types.SimpleNamespace(max_running_requests=4, req_to_token_pool=backend.req_to_token_pool)
+    try:
+        entry = server_state.scheduler_state(sched)["zero_copy"]
+    finally:
+        report.clear_events()
+    assert entry["decision"] == "on" and entry["radix_cache"] == strategy and "zc_track_commits" in entry
