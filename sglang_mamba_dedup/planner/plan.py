@@ -107,13 +107,16 @@ def _plan(args, launch_flags: list[str] | None) -> dict[str, Any]:
     return doc
 
 
-def _zero_copy_refusal(launch) -> str | None:
+def _zero_copy_refusal(launch) -> tuple[str | None, str | None]:
     """m5, m8: why a server of this launch would refuse the zero-copy commit (the gate's own reading of SGLang's
-    resolved settings, :mod:`sglang_mamba_dedup.patches.zero_copy.eligibility`), or None."""
+    resolved settings, :mod:`sglang_mamba_dedup.patches.zero_copy.eligibility`), or None; and, where it would
+    serve it with the radix cache on, the mamba strategy it would serve with (issue 50 item 2), else None."""
     from ..patches.zero_copy import eligibility
 
     launch_config.publish(launch.server_args)
-    return eligibility.settings_problem(eligibility.read_settings())
+    settings = eligibility.read_settings()
+    problem = eligibility.settings_problem(settings)
+    return problem, None if problem else eligibility.radix_strategy(settings)
 
 
 def _document(model: str, mixer: str, cp, st: dict[str, Any], args, weights_gb: float, weights_how: str):
@@ -253,7 +256,7 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
         )
     doc = _document(model_path.name, mixer, cp, st, args, weights_gb, how)
     if zero_copy_asked():
-        doc["settings"]["zero_copy_refused"] = _zero_copy_refusal(launch)
+        doc["settings"]["zero_copy_refused"], doc["settings"]["zero_copy_radix"] = _zero_copy_refusal(launch)
     doc.update(launch={"argv": launch.argv, "resolved": st}, budget_gb=rest, budget_how=budget.how(), note=note)
     doc["kv"] = kv.as_dict()
     for key, plugin in COLUMNS:

@@ -151,6 +151,36 @@ def test_zero_copy_a_server_would_refuse_is_said(model, capsys, extra, why):
     assert f"zero-copy: a server of these settings refuses it and keeps today's commit: {why}" in out, out
 
 
+@pytest.mark.parametrize(
+    "extra, strategy",
+    [((), "extra_buffer"), (("--mamba-radix-cache-strategy", "extra_buffer_lazy"), "extra_buffer_lazy"),
+     (("--disable-radix-cache",), None)],
+    ids=["default", "lazy", "radix-off"],
+)  # fmt: skip
+def test_zero_copy_with_the_radix_cache_opted_in_is_planned_as_served(model, capsys, monkeypatch, extra, strategy):
+    """Issue 50 item 2: with the experimental opt-in, ``plan`` says a server of this launch serves zero-copy with
+    the radix cache on and the strategy it resolves to (the gate's own reading); without it, that it refuses."""
+    from sglang_mamba_dedup import env
+
+    if not versions.release().zero_copy:
+        pytest.skip("zero-copy is built for another release")
+    launch = [*base(model, *extra), "--enable-mamba-zero-copy-commit"]
+    monkeypatch.setenv(env.ZERO_COPY_RADIX, "1")
+    doc = _json(capsys, launch)
+    st = doc["settings"]
+    assert st["zero_copy"] is True and st["zero_copy_refused"] is None and st["zero_copy_radix"] == strategy, st
+    rc, out, err = _run(capsys, *H200, "--", *launch)
+    assert rc == 0, err
+    head = out.splitlines()[0]
+    if strategy is None:
+        assert "zero-copy commit (its accepted table reserved)" in head, head
+    else:
+        assert f"zero-copy commit with the radix cache on ({strategy}, experimental" in head, head
+    monkeypatch.delenv(env.ZERO_COPY_RADIX)
+    st = _json(capsys, launch)["settings"]
+    assert (st["zero_copy_refused"] is None) is (strategy is None) and st["zero_copy_radix"] is None, st
+
+
 def test_ctrl_c_is_one_line(model, capsys, monkeypatch):
     """m10: SIGINT while SGLang imports or the estimator runs printed a KeyboardInterrupt traceback (exit 1)."""
 
