@@ -205,6 +205,16 @@ PATCHES: list[Patch] = [
         doc="zero-copy: a tripwire where the radix tree takes a state (exactly UnifiedRadixCache, extra buffer, no int8)",
     ),
     Patch(
+        name="mamba_component.evict_component",
+        feature="zero_copy",
+        module="sglang.srt.mem_cache.unified_cache.components.mamba",
+        attr="MambaComponent.evict_component",
+        releases=ZERO_COPY,
+        wrapper=_zero_copy("tree_evictions"),
+        params=("node", "device_frees", "host_frees", "cache_actions", "target"),
+        doc="zero-copy: counts the mamba states the radix tree evicts from a zero-copy pool (zc_tree_evictions)",
+    ),
+    Patch(
         name="mamba2_backend.forward",
         feature="zero_copy_mamba2",
         module="sglang.srt.layers.attention.hybrid_linear_attn_backend",

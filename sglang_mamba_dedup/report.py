@@ -91,13 +91,13 @@ def count_commit(ours: bool, track: bool = False, zero_copy: bool = False, path:
         write()
 
 
-def count(name: str) -> None:
-    """Count one zero-copy event (:data:`~.state.ZERO_COPY_COUNTERS`: a commit served, an extend staged in, a session
-    state materialized). An undeclared name is a bug of ours: ValueError."""
+def count(name: str, n: int = 1) -> None:
+    """Count ``n`` zero-copy events (:data:`~.state.ZERO_COPY_COUNTERS`: a commit served, an extend staged in, a
+    session state materialized, tree evictions). An undeclared name is a bug of ours: ValueError."""
     if name not in ZERO_COPY_COUNTERS:
         raise ValueError(f"{name!r} is not a declared counter ({', '.join(ZERO_COPY_COUNTERS)})")
     with STATE.lock:
-        STATE.events[name] = STATE.events.get(name, 0) + 1
+        STATE.events[name] = STATE.events.get(name, 0) + n
 
 
 def count_launch(path: str | None) -> None:

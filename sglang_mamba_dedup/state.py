@@ -22,8 +22,15 @@ logger = logging.getLogger("sglang_mamba_dedup")
 #: track slots); always present.
 COUNTERS = ("commit_calls", "ours_commit_calls", "track_commit_calls", "ours_track_commit_calls")
 #: Zero-copy's (present once counted): commits it served, those of them with a track set (the radix cache on),
-#: extends staged in, streaming-session states materialized.
-ZERO_COPY_COUNTERS = ("zc_commit_calls", "zc_track_commits", "zc_stage_in_calls", "zc_materialize_calls")
+#: extends staged in, streaming-session states materialized, mamba states the radix tree evicted from a zero-copy
+#: pool (the e2e's pressure proof needs some).
+ZERO_COPY_COUNTERS = (
+    "zc_commit_calls",
+    "zc_track_commits",
+    "zc_stage_in_calls",
+    "zc_materialize_calls",
+    "zc_tree_evictions",
+)
 #: The commit kernel's launches by path (:attr:`ProcessState.launches`, counted with each verify commit and each
 #: zero-copy stage-in; the report's ``launches``): through DirectLaunch, or Triton's own.
 LAUNCH_PATHS = ("direct", "triton")

@@ -188,3 +188,14 @@ def radix_tripwire(wrapped, instance, args, kwargs):
             if state.first_time("zero_copy_radix_tripwire"):
                 logger.error("sglang-mamba-dedup: %s (please report it)", msg)
     return wrapped(*args, **kwargs)
+
+
+def tree_evictions(wrapped, instance, args, kwargs):
+    """``MambaComponent.evict_component``: the one place a mamba state leaves the radix tree's device layer. Counts
+    the states evicted from a zero-copy pool (``zc_tree_evictions``, in ``/get_server_info``), so the e2e's pressure
+    proof can say the tree evicted under zero-copy; SGLang's answer is returned unchanged."""
+    out = wrapped(*args, **kwargs)
+    freed = out[0] if isinstance(out, tuple) and out else None
+    if isinstance(freed, int) and not isinstance(freed, bool) and freed > 0 and _decided(instance) is not None:
+        report.count("zc_tree_evictions", freed)
+    return out

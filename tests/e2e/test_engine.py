@@ -125,7 +125,7 @@ def test_server_state_line_names_cap_slots_and_commits():
     }
     text = console.server_state_text([st, None])
     assert "asked 34 / in force 30" in text and "mamba slots 153" in text and "commits ours 90 of 90" in text
-    assert "ledgers 2" in text and "session states materialized 2)" in text
+    assert "ledgers 2" in text and "session states materialized 2, tree evictions 0)" in text
     assert "zero-copy on (radix cache off; commits 88, with a track set not recorded, stage-ins 3," in text
     assert "scheduler 1: no mamba_dedup entry" in text
     st["zero_copy"].update(zc_track_commits=7, radix_cache="extra_buffer_lazy")

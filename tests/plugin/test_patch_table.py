@@ -141,6 +141,7 @@ def _expected(release):
             "streaming_session.try_cache_finished_req",
             "model_runner.deferred_mamba_cow_and_clear",
             "mamba_component.prepare_for_caching_req",
+            "mamba_component.evict_component",
         }
         if release == versions.ZERO_COPY_RELEASE
         else set(),

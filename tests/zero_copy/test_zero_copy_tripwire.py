@@ -89,3 +89,46 @@ def test_the_tripwire_fires_once_and_strict_stops(monkeypatch, caplog, kw, why):
     state.STATE.mode = None
     with pytest.raises(RuntimeError, match=f"strict mode: zero-copy commit is on for this pool, but .*{why[:12]}"):
         hooks.radix_tripwire(lambda *a, **k: pytest.fail("ran"), _component(**kw), (), {})
+
+
+def _evicting_component(zero_copy: bool):
+    """A real ``MambaComponent`` (built without its constructor) over a one-node tree whose mamba state is on the
+    device: what SGLang's ``evict_component`` reads."""
+    import torch
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+    from sglang.srt.mem_cache.unified_cache.components.mamba import MambaComponent
+
+    component = MambaComponent.__new__(MambaComponent)
+    ct = ComponentType.MAMBA
+    component.component_type = ct
+    lru = types.SimpleNamespace(in_list=lambda node: False, insert_mru=lambda node: None)
+    component.tree_core = types.SimpleNamespace(component_evictable_size_={ct: 1}, host_lru_lists={ct: lru})
+    pool = types.SimpleNamespace(name="mamba pool")
+    component.cache = types.SimpleNamespace(req_to_token_pool=types.SimpleNamespace(mamba_pool=pool))
+    state.pool_state(pool).zero_copy = object() if zero_copy else None
+    node = types.SimpleNamespace(component_data={ct: types.SimpleNamespace(value=torch.tensor([5]), host_value=None)})
+    return component, node, ct
+
+
+@pytest.mark.parametrize("zero_copy", [True, False], ids=["zero-copy-pool", "stock-pool"])
+def test_tree_evictions_of_a_zero_copy_pool_are_counted_through_sglangs_own_eviction(monkeypatch, zero_copy):
+    """``MambaComponent.evict_component`` patched as a server installs it: SGLang's own eviction runs (the node's
+    state freed, its answer unchanged) and the states it freed from a zero-copy pool are counted (zc_tree_evictions,
+    read by ``/get_server_info`` and the e2e's pressure proof); a pool without zero-copy is not counted."""
+    from sglang_mamba_dedup import installed, report
+
+    monkeypatch.setenv(env.SWITCH, "1")
+    monkeypatch.setenv(env.ZERO_COPY, "1")
+    assert installed.apply(["zero_copy"]) == {"zero_copy": None}
+    try:
+        component, node, ct = _evicting_component(zero_copy)
+        frees: dict = {ct: []}
+        before = report.events().get("zc_tree_evictions", 0)
+        assert component.evict_component(node, frees, {ct: []}, []) == (1, 0)
+        assert node.component_data[ct].value is None and [t.tolist() for t in frees[ct]] == [[5]]
+        assert report.events().get("zc_tree_evictions", 0) - before == (1 if zero_copy else 0)
+        assert component.evict_component(node, frees, {ct: []}, []) == (0, 0)  # nothing left: nothing counted
+        assert report.events().get("zc_tree_evictions", 0) - before == (1 if zero_copy else 0)
+    finally:
+        installed.revert(["zero_copy"])
+        report.clear_events()
