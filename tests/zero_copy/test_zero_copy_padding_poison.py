@@ -1,0 +1,167 @@
+"""Can a padded verify entry reach a live request's state under zero-copy? (issue 52 item 2; FACTS §13 "Padded
+verify under CUDA graphs").
+
+A verify graph captured for ``graph_bs`` requests replays ``live`` of them; SGLang gives the ``graph_bs - live``
+padded entries mamba slot -1 while the graph's ``req_pool_indices`` buffer may still hold live rows of an earlier,
+larger batch (``tests/zero_copy/test_zero_copy_padding.py`` shows that on SGLang's own ``_replay_metadata``). The
+GDN Triton verify runs ``D`` tokens for a padded entry as for a live one, and stores its intermediate states wherever
+the row index says. Here SGLang's own verify kernels (``causal_conv1d_update`` and ``TritonGDNKernel.target_verify``,
+or the Mamba2 ``selective_state_update``; through the plugin's Z2/Z3/Z4 wrappers, ``_World.verify`` of
+``test_zero_copy_kernels.py``) run a padded batch with every state that must not be touched poisoned with NaN: the
+scratch rows of the live requests outside the batch, the discard row 0, the pool's SSM states (zero-copy never reads
+them in a verify) and the conv slots outside the batch. Shown: the poisoned rows stay NaN, the batch's outputs are
+finite and equal those of the same batch run unpadded, and the batch's rows hold what the unpadded run wrote. On a
+CUDA GPU the padded batch also runs as a replay of a captured CUDA graph (``graph`` ids). The negative control sends
+the padded entries to a poisoned live row (the "row 1" build of FACTS §13): the check sees it.
+"""
+
+from __future__ import annotations
+
+import random
+import types
+
+import pytest
+import torch
+
+from sglang_mamba_dedup.patches.zero_copy import bookkeeping
+from tests.zero_copy import test_zero_copy_kernels as zk
+from tests.zero_copy.test_zero_copy_kernels import DEVICE, ROWS, SLOTS, _World, zero_copy_patched  # noqa: F401
+
+pytestmark = zk.pytestmark
+
+D = 3
+CASES = [(4, 3), (6, 2)]  # (graph batch size, live entries); ROWS = 6 request rows, so victims remain outside
+
+
+def _default_rows() -> torch.Tensor:
+    """SGLang's batch-position table: rows 0..size-1, then padding on row ``size`` (as ``replay`` in zk builds it)."""
+    return torch.cat([torch.arange(ROWS), torch.full((17,), ROWS)]).to(DEVICE, torch.int32)
+
+
+def _case(seed: int, graph_bs: int, live: int):
+    rnd = random.Random(seed)
+    rows = rnd.sample(range(1, ROWS + 1), live)
+    slots = rnd.sample(range(1, SLOTS), live)
+    pad = graph_bs - live
+    rpi = torch.tensor(rows + [rnd.choice(rows) for _ in range(pad)], dtype=torch.int64, device=DEVICE)  # stale rows
+    batch_slots = torch.tensor(slots + [-1] * pad, dtype=torch.int32, device=DEVICE)  # SGLang's padding: slot -1
+    victims = [r for r in range(1, ROWS + 1) if r not in rows]
+    return rows, slots, rpi, batch_slots, victims
+
+
+def _poison(w: _World, rows, slots, gen: torch.Generator) -> None:
+    """Every state outside the batch NaN; the batch's scratch rows and conv slots random, finite."""
+    nan = float("nan")
+    for t in (w.temporal, w.conv, w.inter_ssm, w.inter_conv):
+        t.fill_(nan)
+    for r in rows:
+        w.inter_ssm[0, r] = torch.randn(w.inter_ssm[0, r].shape, generator=gen).to(w.inter_ssm.dtype).to(DEVICE)
+    for s in slots:
+        w.conv[0, s] = torch.randn(w.conv[0, s].shape, generator=gen).to(DEVICE)
+    zc = w.zc
+    zc.accepted.copy_(torch.randint(1, D + 1, zc.accepted.shape, generator=gen, dtype=torch.int32).to(DEVICE))
+
+
+def _snapshot(w: _World) -> dict[str, torch.Tensor]:
+    return {
+        "inter_ssm": w.inter_ssm.clone(),
+        "inter_conv": w.inter_conv.clone(),
+        "temporal": w.temporal.clone(),
+        "conv": w.conv.clone(),
+        "accepted": w.zc.accepted.clone(),
+    }
+
+
+def _restore(w: _World, snap: dict[str, torch.Tensor]) -> None:
+    for name in ("inter_ssm", "inter_conv", "temporal", "conv"):
+        getattr(w, name).copy_(snap[name])
+    w.zc.accepted.copy_(snap["accepted"])
+
+
+def _all_nan(t: torch.Tensor) -> bool:
+    return bool(torch.isnan(t.float()).all())
+
+
+def _run_padded(w: _World, drafts, rpi, batch_slots, graph: bool):
+    """The padded batch: eagerly, or captured in a CUDA graph and replayed (static inputs, as SGLang replays)."""
+    v = types.SimpleNamespace(drafts=drafts)
+    if not graph:
+        return w.verify(v, rpi, batch_slots, _default_rows())
+    static = types.SimpleNamespace(drafts=drafts.clone())
+    rpi_s, slots_s, default_rows = rpi.clone(), batch_slots.clone(), _default_rows()
+    snap = _snapshot(w)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: Triton compiles outside the capture
+        w.verify(static, rpi_s, slots_s, default_rows)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y, out, rows = w.verify(static, rpi_s, slots_s, default_rows)
+    _restore(w, snap)  # what the warm-up wrote is undone: the replay starts from the poisoned state
+    static.drafts.copy_(drafts)
+    rpi_s.copy_(rpi)
+    slots_s.copy_(batch_slots)
+    g.replay()
+    torch.cuda.synchronize()
+    return y, out, rows
+
+
+GRAPH = [False, True] if torch.cuda.is_available() else [False]
+
+
+@pytest.mark.parametrize("graph", GRAPH, ids=["eager", "cuda-graph"][: len(GRAPH)])
+@pytest.mark.parametrize("graph_bs, live", CASES, ids=[f"{b}-of-{n}" for b, n in CASES])
+@pytest.mark.parametrize("kind", ["gdn", "mamba2"])
+def test_padding_never_reaches_a_live_row(zero_copy_patched, kind, graph_bs, live, graph):  # noqa: F811
+    seed = random.SystemRandom().randrange(2**31)
+    where = f"seed {seed}"
+    gen = torch.Generator().manual_seed(seed)
+    w = _World(D, torch.float32, True, gen, kind)
+    rows, slots, rpi, batch_slots, victims = _case(seed, graph_bs, live)
+    assert victims, "no live row outside the batch: the test could not fail"
+    where += f", rows {rows}, slots {slots}, victims {victims}"
+    _poison(w, rows, slots, gen)
+    drafts = torch.randn(graph_bs, D, zk.DIM, generator=gen)
+    before = _snapshot(w)
+
+    # the reference: the same live entries, unpadded, eager
+    y_ref, out_ref, _ = w.verify(
+        types.SimpleNamespace(drafts=drafts[:live]), rpi[:live], batch_slots[:live], _default_rows()
+    )
+    ref = _snapshot(w)
+    _restore(w, before)
+
+    y, out, _ = _run_padded(w, drafts, rpi, batch_slots, graph)
+    assert torch.isfinite(y[:live]).all() and torch.isfinite(out[:live].float()).all(), f"{where}: a NaN was read"
+    assert torch.equal(y[:live], y_ref) and torch.equal(out[:live], out_ref), f"{where}: outputs differ from unpadded"
+    for v in victims:  # the live requests outside the batch: untouched
+        assert _all_nan(w.inter_ssm[0, v]) and _all_nan(w.inter_conv[0, v]), f"{where}: padding wrote row {v}"
+    for r in rows:  # the batch's rows hold what the unpadded run wrote
+        assert torch.equal(w.inter_ssm[0, r], ref["inter_ssm"][0, r]), f"{where}: row {r} SSM steps"
+        assert torch.equal(w.inter_conv[0, r], ref["inter_conv"][0, r]), f"{where}: row {r} conv windows"
+    assert _all_nan(w.temporal), f"{where}: a verify wrote the pool's SSM states"
+    outside = [s for s in range(SLOTS) if s not in slots]
+    assert _all_nan(w.conv[0, outside]), f"{where}: a verify wrote a conv slot outside the batch"
+    assert torch.equal(w.zc.accepted, before["accepted"]), f"{where}: a verify moved accepted"
+
+
+def test_padding_sent_to_a_live_row_is_seen(zero_copy_patched, monkeypatch):  # noqa: F811
+    """Negative control: the padded entries' scratch row is a live request's outside the batch (FACTS §13's "row 1"
+    build): the poisoned row is written, and the check above sees it."""
+    seed = random.SystemRandom().randrange(2**31)
+    gen = torch.Generator().manual_seed(seed)
+    w = _World(D, torch.float32, True, gen, "gdn")
+    rows, slots, rpi, batch_slots, victims = _case(seed, 4, 3)
+    victim = victims[0]
+    real = bookkeeping.seed_index.seeded_rows
+
+    def broken(req_pool_indices, slots_, accepted, pitch):
+        got_rows, seeds = real(req_pool_indices, slots_, accepted, pitch)
+        return torch.where(slots_ < 0, torch.full_like(got_rows, victim), got_rows), seeds
+
+    monkeypatch.setattr(bookkeeping.seed_index, "seeded_rows", broken)
+    _poison(w, rows, slots, gen)
+    drafts = torch.randn(4, D, zk.DIM, generator=gen)
+    _run_padded(w, drafts, rpi, batch_slots, graph=False)
+    assert not _all_nan(w.inter_ssm[0, victim]), f"seed {seed}: the broken padding did not write row {victim}"
