@@ -414,8 +414,14 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--fault {args.fault} breaks the zero-copy commit: it needs --zero-copy")
     if args.zero_copy and args.base_url_off:
         parser.error("--zero-copy sets the runs' environment: not with --base-url-off/--base-url-on")
-    if problem := radix_problem(_radix_keywords(args), args.zero_copy):
+    radix_kw = _radix_keywords(args)
+    if problem := radix_problem(radix_kw, args.zero_copy):
         parser.error(problem)
+    if args.fault in _TRACK_FAULTS and radix_kw.get("disable_radix_cache"):
+        parser.error(
+            f"--fault {args.fault} breaks the zero-copy commit's track set, which only the radix cache on has: "
+            "with the radix cache off it changes nothing (the fault run would equal the on run)"
+        )
     if args.streaming_sessions and (args.server or args.base_url_off or args.throughput):
         parser.error("--streaming-sessions runs on the Engine route: not with --server, --base-url-* or --throughput")
     if args.throughput:
@@ -474,6 +480,10 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--workdir {args.workdir!r}: cannot be created or written ({problem})")
 
 
+#: The faults that break the zero-copy commit's track set: with the radix cache off there is none to break.
+_TRACK_FAULTS = (faults.ZC_NO_TRACK, faults.TRACK_COLUMN_LIVE)
+
+
 def _radix_keywords(args: argparse.Namespace) -> dict[str, object]:
     """The engine keywords :func:`.settings.radix_problem` judges, as the options and ``--engine-arg`` give them
     (an ``--engine-arg`` wins, as in the runs)."""
@@ -482,6 +492,7 @@ def _radix_keywords(args: argparse.Namespace) -> dict[str, object]:
         "mamba_radix_cache_strategy": args.mamba_radix_cache_strategy,
         "mamba_track_interval": args.mamba_track_interval,
         "disable_overlap_schedule": args.disable_overlap_schedule,
+        "speculative_num_draft_tokens": args.num_draft_tokens,
     }
     try:
         kw.update(parse_engine_args(args.engine_arg))
