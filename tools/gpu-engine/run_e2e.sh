@@ -51,8 +51,18 @@ T0=$(date +%s)
 stamp() { echo "[run_e2e +$(( $(date +%s) - T0 ))s] $*"; }
 
 PROOFS="radix-default radix-lazy radix-no-overlap radix-interval radix-pressure radix-retract radix-sessions"
-if [ -n "${E2E_PROOF:-}" ] && [[ " $PROOFS " != *" $E2E_PROOF "* ]]; then  # before minutes of setup
-  echo "run_e2e.sh: E2E_PROOF=$E2E_PROOF is not one of: $PROOFS" >&2
+# before minutes of setup: exactly one of the proofs (a substring such as two names passed a pattern check and ran
+# the default proof under their names), and a track interval that is a whole number >= 1
+if [ -n "${E2E_PROOF:-}" ]; then
+  known=0
+  for p in $PROOFS; do [ "$E2E_PROOF" = "$p" ] && known=1; done
+  if [ "$known" = 0 ]; then
+    echo "run_e2e.sh: E2E_PROOF='$E2E_PROOF' is not one of: $PROOFS" >&2
+    exit 2
+  fi
+fi
+if [ -n "${E2E_TRACK_INTERVAL:-}" ] && ! [[ "$E2E_TRACK_INTERVAL" =~ ^[1-9][0-9]*$ ]]; then
+  echo "run_e2e.sh: E2E_TRACK_INTERVAL='$E2E_TRACK_INTERVAL' is not a whole number >= 1" >&2
   exit 2
 fi
 # the CUDA-graph replays the runs made, padded or not (standins/probes.py; one line per new combination)
