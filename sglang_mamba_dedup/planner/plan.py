@@ -221,6 +221,7 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
         raise PlanError(str(exc)) from None
     st = launch.settings
     _check_resolved(st, args.gpu_memory_gb, given_fraction="--mem-fraction-static" in argv)
+    _check_track_interval(st, launch.model_config, mixer)
     try:
         kv = sglang_estimate.kv_pool(launch, args.gpu_memory_gb)
     except ValueError as exc:  # SGLang's own refusal of the KV cache dtype
@@ -292,6 +293,22 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
     per_slot = doc["plugin"]["reserved_gb"] / max(1, doc["plugin"]["mamba_slots"])
     doc["slots_per_100mb"] = round(0.1 / 1.073741824 / per_slot * _mamba_share(st), 2) if per_slot else None
     return doc
+
+
+def _check_track_interval(st: dict[str, Any], model_config: Any, mixer: str) -> None:
+    """Audit 2026-12-05: with the mamba extra buffer, SGLang's Mamba2 backend asserts at model load (0.5.13+) that
+    the track interval is at least the model's ``mamba_chunk_size`` (its default 64 where the config has none): a
+    launch SGLang refuses is refused here too, in one line."""
+    interval = st.get("mamba_track_interval")
+    if mixer != "mamba2" or not st["mamba_extra_buffer"] or not isinstance(interval, int):
+        return
+    cfg = getattr(model_config, "hf_text_config", None) or getattr(model_config, "hf_config", None)
+    chunk = getattr(cfg, "mamba_chunk_size", 64)
+    if isinstance(chunk, int) and interval < chunk:
+        raise PlanError(
+            f"--mamba-track-interval {interval} is below the model's mamba_chunk_size {chunk}: SGLang's Mamba2 "
+            "backend refuses it at model load with the radix cache on (the mamba extra buffer)"
+        )
 
 
 def _check_resolved(st: dict[str, Any], free_gb: float, *, given_fraction: bool) -> None:
