@@ -4,9 +4,11 @@ proof under their names). The script runs in a copy of the tree whose setup only
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,52 @@ def test_a_bad_proof_is_one_line_before_the_setup(tree, env, needle):
 def test_a_known_proof_goes_on_to_the_setup(tree, proof):
     rc, out, err = _run(tree, E2E_PROOF=proof, E2E_TRACK_INTERVAL="64")
     assert rc == SETUP_REACHED and "setup reached" in out, (rc, out, err)
+
+
+def _fake_e2e(tree, summary: dict) -> dict:
+    """A setup that defines what the runner uses, and a ``python3`` whose e2e writes ``summary`` as its JSON summary
+    and exits 0 (every other ``python3`` call is the real one)."""
+    (tree / "summary.json").write_text(json.dumps(summary))
+    (tree / "tools" / "gpu-engine" / "_setup.sh").write_text("standin_engine_args=()\ncollect_outputs() { :; }\n")
+    bin_dir = tree / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "$2" = -m ]; then\n'
+        '  while [ $# -gt 0 ]; do [ "$1" = --json-out ] && cp "$FAKE_SUMMARY" "$2"; shift; done\n'
+        "  exit 0\n"
+        "fi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    fake.chmod(0o755)
+    return {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_SUMMARY": str(tree / "summary.json"),
+        "E2E_FAULT": "zc_no_track",
+    }
+
+
+def _state(evictions):
+    return [{"zero_copy": {"decision": "on", "zc_tree_evictions": evictions}}]
+
+
+@pytest.mark.parametrize(
+    "on, fault, rc",
+    [(0, 5, 10), (None, 5, 10), (3, 0, 0), (2, 4, 0)],
+    ids=["fault-run-only", "on-run-unreported", "on-run", "both"],
+)
+def test_the_pressure_proof_needs_evictions_in_the_on_run(tree, on, fault, rc):
+    """Audit 2026-12-05: the evictions were summed over every run, so a fault run that evicted passed a pressure
+    proof whose on run (the one off == on is about) saw none."""
+    summary = {
+        "runs": [
+            {"mode": "off", "server_state": None},
+            {"mode": "on", "server_state": _state(on)},
+            {"mode": "fault", "server_state": _state(fault)},
+        ]
+    }
+    env = _fake_e2e(tree, summary)
+    got, out, err = _run(tree, E2E_PROOF="radix-pressure", **env)
+    assert got == rc, (got, out, err)
+    assert ("RESULT: FAIL -- no tree eviction" in out) is (rc == 10), out
