@@ -334,6 +334,11 @@ def _check_resolved(st: dict[str, Any], free_gb: float, *, given_fraction: bool)
     size = st.get("max_mamba_cache_size")  # m4, m5
     if size is not None and (not isinstance(size, int) or size < 1):
         raise PlanError(f"--max-mamba-cache-size {size!r}: it must be a whole number >= 1")
+    if st.get("radix_cache") and st.get("mamba_extra_buffer_lazy") and not st.get("overlap_schedule"):
+        raise PlanError(  # audit 2026-12-05 h4: SGLang asserts it at pool sizing (0.5.13+, every release with lazy)
+            "--mamba-radix-cache-strategy extra_buffer_lazy with --disable-overlap-schedule: SGLang refuses it (its "
+            "lazy extra buffer needs overlap scheduling; use extra_buffer)"
+        )
     page = st.get("page_size")  # m2, m3
     if page is not None and (not isinstance(page, int) or page < 1):
         raise PlanError(f"--page-size {page!r}: it must be a whole number >= 1")

@@ -220,3 +220,11 @@ def test_a_mamba2_track_interval_below_the_chunk_size_is_refused_as_sglang_does(
     for ok in (("--mamba-track-interval", "128"), ("--mamba-track-interval", "64", "--disable-radix-cache")):
         rc, out, err = _run(capsys, *H200, "--json", "--", *base(nemotron, *ok), "--max-running-requests", "64")
         assert rc == 0, (ok, err)
+
+
+def test_the_lazy_extra_buffer_without_overlap_is_refused_as_a_launch_sglang_refuses(model, capsys):
+    """Audit 2026-12-05 (h4): SGLang asserts at pool sizing that its lazy extra buffer has overlap scheduling (every
+    release with the strategy); ``plan`` said "SGLang's estimator failed" (exit 1) instead of refusing the flags."""
+    launch = base(model, "--mamba-radix-cache-strategy", "extra_buffer_lazy", "--disable-overlap-schedule")
+    line = _one_line_exit_2(capsys, *H200, "--", *launch)
+    assert "extra_buffer_lazy" in line and "--disable-overlap-schedule" in line and "estimator" not in line, line
