@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -70,7 +71,7 @@ from ..cli._args import number
 from ..patches import faults
 from . import console, driver, interrupts, verdict
 from .engine import Runner
-from .settings import DEFAULT_MODEL, parse_engine_args, radix_problem
+from .settings import DEFAULT_MODEL, mamba2_interval_problem, parse_engine_args, radix_problem
 from .workload import load_prompts
 
 #: Run modes: the plugin off, on, and on with the negative control's fault (:mod:`sglang_mamba_dedup.patches.faults`)
@@ -415,7 +416,7 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     if args.zero_copy and args.base_url_off:
         parser.error("--zero-copy sets the runs' environment: not with --base-url-off/--base-url-on")
     radix_kw = _radix_keywords(args)
-    if problem := radix_problem(radix_kw, args.zero_copy):
+    if problem := radix_problem(radix_kw, args.zero_copy) or mamba2_interval_problem(radix_kw, _chunk_size(args)):
         parser.error(problem)
     if args.fault in _TRACK_FAULTS and radix_kw.get("disable_radix_cache"):
         parser.error(
@@ -478,6 +479,28 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     problem = _uncreatable(Path(args.workdir)) if args.workdir is not None else None
     if problem:
         parser.error(f"--workdir {args.workdir!r}: cannot be created or written ({problem})")
+
+
+def _chunk_size(args: argparse.Namespace) -> int | None:
+    """The ``mamba_chunk_size`` of the Nemotron-H model the runs load (the random preset's, or a local config.json's),
+    None for another model, a model not on this machine, or a config that says none."""
+    if args.mamba_track_interval is None:
+        return None
+    config = Path(args.random_weights_dir or "") / "config.json" if args.random_weights else None
+    try:
+        if args.random_weights and not (config and config.exists()):
+            from .random_model import build_config, resolve_dims
+
+            cfg = build_config(resolve_dims(args.random_preset, dict(args.random_dim)))
+        else:
+            path = config or Path(args.model_path or DEFAULT_MODEL) / "config.json"
+            cfg = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError, TypeError, KeyError):  # the run's own checks say what is wrong with it
+        return None
+    if not any("NemotronH" in str(a) for a in cfg.get("architectures") or []):
+        return None
+    chunk = cfg.get("mamba_chunk_size", cfg.get("chunk_size"))
+    return chunk if isinstance(chunk, int) and not isinstance(chunk, bool) else None
 
 
 #: The faults that break the zero-copy commit's track set: with the radix cache off there is none to break.

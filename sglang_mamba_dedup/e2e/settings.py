@@ -202,6 +202,24 @@ def radix_problem(kw: Mapping[str, Any], zero_copy: bool) -> str | None:
     return None
 
 
+def mamba2_interval_problem(kw: Mapping[str, Any], chunk: int | None) -> str | None:
+    """With the radix cache on and a strategy that resolves to the extra buffer, SGLang's Mamba2 backend asserts at
+    model load (0.5.13+) that ``mamba_track_interval`` is at least the model's ``mamba_chunk_size`` (``chunk``: the
+    Nemotron-H config's, None for another model or where unknown): the one line, or None."""
+    interval = kw.get("mamba_track_interval")
+    if chunk is None or kw.get("disable_radix_cache") or not isinstance(interval, int) or interval >= chunk:
+        return None
+    strategy = kw.get("mamba_radix_cache_strategy") or "auto"
+    page = kw.get("page_size")
+    paged = isinstance(page, int) and page > 1
+    if strategy == "no_buffer" or (strategy == "auto" and kw.get("disable_overlap_schedule") and not paged):
+        return None  # no extra buffer: the backend does not check it
+    return (
+        f"mamba_track_interval {interval} is below the model's mamba_chunk_size {chunk}: SGLang's Mamba2 backend "
+        "refuses it at model load with the radix cache on"
+    )
+
+
 def sessions_cap_problem(kw: Mapping[str, Any], sessions: int) -> str | None:
     """Why ``sessions`` streaming sessions cannot run under the engine's ``max_running_requests``, or None.
 

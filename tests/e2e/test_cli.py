@@ -139,6 +139,10 @@ def test_example_wrapper_calls_main(monkeypatch):
             ["--mamba-track-interval", "100", "--engine-arg", "page_size=64"],
             "mamba_track_interval 100 is not a multiple of page_size 64",
         ),
+        (
+            ["--random-weights", "--random-preset", "nemotron-h-mini", "--zero-copy", "--mamba-track-interval", "64"],
+            "mamba_track_interval 64 is below the model's mamba_chunk_size 128",
+        ),
     ],
     ids=[
         "preset",
@@ -188,6 +192,7 @@ def test_example_wrapper_calls_main(monkeypatch):
         "no-buffer-with-overlap",
         "track-interval-below-draft-tokens",
         "track-interval-off-the-page-grid",
+        "track-interval-below-the-mamba2-chunk",
     ],
 )
 def test_usage_errors_exit_2_before_anything_runs(extra, needle, tmp_path, no_build, capsys):
@@ -223,6 +228,24 @@ def test_usage_errors_exit_2_before_anything_runs(extra, needle, tmp_path, no_bu
         ),
         (["--zero-copy", "--no-radix-cache", "--disable-overlap-schedule"], "commit_step0", True),
         (["--disable-overlap-schedule"], "commit_step0", False),
+        (
+            ["--random-weights", "--random-preset", "nemotron-h-mini", "--mamba-track-interval", "128"],
+            "commit_step0",
+            False,
+        ),
+        (
+            [
+                "--random-weights",
+                "--random-preset",
+                "nemotron-h-mini",
+                "--mamba-track-interval",
+                "64",
+                "--disable-overlap-schedule",
+            ],
+            "commit_step0",
+            False,
+        ),
+        (["--random-weights", "--mamba-track-interval", "64"], "commit_step0", False),  # Qwen3.5: no Mamba2 chunk
     ],
 )
 def test_zero_copy_and_fault_accepted(argv, fault, zero_copy):

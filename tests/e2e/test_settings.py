@@ -213,6 +213,24 @@ def test_radix_problem_refuses_what_sglang_refuses_at_resolve_and_odd_numbers():
     assert settings.radix_problem({"disable_radix_cache": True, "page_size": "abc"}, zero_copy=True) is None
 
 
+def test_a_mamba2_track_interval_below_the_chunk_size_is_refused_where_the_extra_buffer_checks_it():
+    kw = {"disable_radix_cache": False, "mamba_track_interval": 64}
+    assert "below the model's mamba_chunk_size 128" in settings.mamba2_interval_problem(kw, 128)
+    assert "mamba_chunk_size 128" in settings.mamba2_interval_problem(
+        dict(kw, mamba_radix_cache_strategy="extra_buffer_lazy"), 128
+    )
+    for ok, chunk in (
+        (kw, None),  # not a Mamba2 model
+        (kw, 64),
+        (dict(kw, disable_radix_cache=True), 128),
+        (dict(kw, mamba_radix_cache_strategy="no_buffer"), 128),
+        (dict(kw, disable_overlap_schedule=True), 128),  # auto -> no_buffer
+    ):
+        assert settings.mamba2_interval_problem(ok, chunk) is None, (ok, chunk)
+    paged = dict(kw, disable_overlap_schedule=True, page_size=64)  # auto -> extra_buffer
+    assert settings.mamba2_interval_problem(paged, 128) is not None
+
+
 def test_streaming_sessions_switch_on_sglang_streaming_sessions():
     on = cli._build_parser().parse_args(["--streaming-sessions"])
     assert settings.defaults_of(on, NEW_FIELDS)[0]["enable_streaming_session"] is True
