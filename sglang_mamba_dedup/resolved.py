@@ -91,6 +91,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("mamba_radix_cache_strategy", "exec.mamba", older=("mamba_scheduler_strategy",)),
     Setting("enable_mamba_extra_buffer", "exec.mamba", method=True),
     Setting("enable_mamba_extra_buffer_lazy", "exec.mamba", method=True),
+    Setting("mamba_track_interval", "exec.mamba"),
     Setting("enable_linear_replayssm", "exec.mamba"),
     Setting("enable_linear_replayssm_spec", "exec.mamba", older=("enable_gdn_replayssm_spec",)),
     Setting("enable_int8_mamba_checkpoint", "exec.mamba"),

@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -70,7 +71,7 @@ from ..cli._args import number
 from ..patches import faults
 from . import console, driver, interrupts, verdict
 from .engine import Runner
-from .settings import DEFAULT_MODEL, parse_engine_args, radix_problem
+from .settings import DEFAULT_MODEL, mamba2_interval_problem, parse_engine_args, radix_problem
 from .workload import load_prompts
 
 #: Run modes: the plugin off, on, and on with the negative control's fault (:mod:`sglang_mamba_dedup.patches.faults`)
@@ -414,8 +415,14 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--fault {args.fault} breaks the zero-copy commit: it needs --zero-copy")
     if args.zero_copy and args.base_url_off:
         parser.error("--zero-copy sets the runs' environment: not with --base-url-off/--base-url-on")
-    if problem := radix_problem(_radix_keywords(args), args.zero_copy):
+    radix_kw = _radix_keywords(args)
+    if problem := radix_problem(radix_kw, args.zero_copy) or mamba2_interval_problem(radix_kw, _chunk_size(args)):
         parser.error(problem)
+    if args.fault in _TRACK_FAULTS and radix_kw.get("disable_radix_cache"):
+        parser.error(
+            f"--fault {args.fault} breaks the zero-copy commit's track set, which only the radix cache on has: "
+            "with the radix cache off it changes nothing (the fault run would equal the on run)"
+        )
     if args.streaming_sessions and (args.server or args.base_url_off or args.throughput):
         parser.error("--streaming-sessions runs on the Engine route: not with --server, --base-url-* or --throughput")
     if args.throughput:
@@ -474,6 +481,32 @@ def _check_usage(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error(f"--workdir {args.workdir!r}: cannot be created or written ({problem})")
 
 
+def _chunk_size(args: argparse.Namespace) -> int | None:
+    """The ``mamba_chunk_size`` of the Nemotron-H model the runs load (the random preset's, or a local config.json's),
+    None for another model, a model not on this machine, or a config that says none."""
+    if args.mamba_track_interval is None:
+        return None
+    config = Path(args.random_weights_dir or "") / "config.json" if args.random_weights else None
+    try:
+        if args.random_weights and not (config and config.exists()):
+            from .random_model import build_config, resolve_dims
+
+            cfg = build_config(resolve_dims(args.random_preset, dict(args.random_dim)))
+        else:
+            path = config or Path(args.model_path or DEFAULT_MODEL) / "config.json"
+            cfg = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError, TypeError, KeyError):  # the run's own checks say what is wrong with it
+        return None
+    if not any("NemotronH" in str(a) for a in cfg.get("architectures") or []):
+        return None
+    chunk = cfg.get("mamba_chunk_size", cfg.get("chunk_size"))
+    return chunk if isinstance(chunk, int) and not isinstance(chunk, bool) else None
+
+
+#: The faults that break the zero-copy commit's track set: with the radix cache off there is none to break.
+_TRACK_FAULTS = (faults.ZC_NO_TRACK, faults.TRACK_COLUMN_LIVE)
+
+
 def _radix_keywords(args: argparse.Namespace) -> dict[str, object]:
     """The engine keywords :func:`.settings.radix_problem` judges, as the options and ``--engine-arg`` give them
     (an ``--engine-arg`` wins, as in the runs)."""
@@ -482,6 +515,7 @@ def _radix_keywords(args: argparse.Namespace) -> dict[str, object]:
         "mamba_radix_cache_strategy": args.mamba_radix_cache_strategy,
         "mamba_track_interval": args.mamba_track_interval,
         "disable_overlap_schedule": args.disable_overlap_schedule,
+        "speculative_num_draft_tokens": args.num_draft_tokens,
     }
     try:
         kw.update(parse_engine_args(args.engine_arg))

@@ -131,18 +131,33 @@ def defaults_of(args: argparse.Namespace, fields: Collection[str] | None) -> tup
     return kw, notes
 
 
+def _whole(kw: Mapping[str, Any], key: str) -> int | None:
+    """``kw[key]`` as a whole number >= 1, None where not given; ValueError (the one line) for anything else."""
+    value = kw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key} {value!r}: not a whole number >= 1")
+    return value
+
+
 def radix_problem(kw: Mapping[str, Any], zero_copy: bool) -> str | None:
     """Why these engine keywords cannot give a meaningful run with the radix cache on, or None (R2 of the radix
     zero-copy review, ``reports/radix-zero-copy-review-2026-12-04.md``; SGLang 0.5.23):
 
     * ``extra_buffer_lazy`` without overlap scheduling: SGLang asserts at start
       (``mem_cache/kv_cache_configurator.py:3071-3075``);
+    * ``no_buffer`` with overlap scheduling, or a page size above 1: SGLang refuses the launch
+      (``arg_groups/mamba_hook.py``, ``validate_mamba_no_buffer``);
+    * a ``mamba_track_interval`` below ``speculative_num_draft_tokens`` or off the page grid: SGLang refuses the
+      launch (``validate_mamba_extra_buffer``);
     * with ``zero_copy``: overlap scheduling off and the strategy left at ``auto`` resolves to ``no_buffer``
       (``arg_groups/overrides.py:478-486``), which the gate refuses: zero-copy never serves and off == on proves
       nothing; ``--mamba-radix-cache-strategy extra_buffer`` is what that run needs; a strategy ``no_buffer``
       asked for is refused by the gate the same way.
 
-    With the radix cache off no strategy or track interval means anything: naming one is refused too.
+    With the radix cache off no strategy or track interval means anything: naming one is refused too. A page size
+    or track interval that is no whole number >= 1 is refused (audit 2026-12-05: it was a traceback).
     """
     radix = not kw.get("disable_radix_cache")
     strategy = kw.get("mamba_radix_cache_strategy") or "auto"
@@ -152,12 +167,28 @@ def radix_problem(kw: Mapping[str, Any], zero_copy: bool) -> str | None:
         if given:
             return f"{' and '.join(given)} mean nothing with the radix cache off (--no-radix-cache)"
         return None
+    try:
+        page, interval = _whole(kw, "page_size"), _whole(kw, "mamba_track_interval")
+        draft = _whole(kw, "speculative_num_draft_tokens")
+    except ValueError as exc:
+        return str(exc)
     if strategy == "extra_buffer_lazy" and no_overlap:
         return (
             "mamba_radix_cache_strategy extra_buffer_lazy needs overlap scheduling (SGLang asserts without it): "
             "drop disable_overlap_schedule, or use extra_buffer"
         )
-    if zero_copy and strategy == "auto" and no_overlap and int(kw.get("page_size") or 1) <= 1:
+    if strategy == "no_buffer" and not zero_copy and (not no_overlap or (page or 1) > 1):
+        return (
+            "mamba_radix_cache_strategy no_buffer with overlap scheduling or a page size above 1: SGLang refuses "
+            "the launch (add --disable-overlap-schedule, page size 1)"
+        )
+    if interval is not None and draft is not None and interval < draft:
+        return (
+            f"mamba_track_interval {interval} is below speculative_num_draft_tokens {draft}: SGLang refuses the launch"
+        )
+    if interval is not None and page is not None and interval % page:
+        return f"mamba_track_interval {interval} is not a multiple of page_size {page}: SGLang refuses the launch"
+    if zero_copy and strategy == "auto" and no_overlap and (page or 1) <= 1:
         return (
             "--zero-copy with the radix cache on and overlap scheduling off needs --mamba-radix-cache-strategy "
             "extra_buffer (at auto SGLang resolves to no_buffer, the gate refuses zero-copy and off == on proves "
@@ -169,6 +200,24 @@ def radix_problem(kw: Mapping[str, Any], zero_copy: bool) -> str | None:
             "zero-copy there, off == on would prove nothing; use extra_buffer or extra_buffer_lazy"
         )
     return None
+
+
+def mamba2_interval_problem(kw: Mapping[str, Any], chunk: int | None) -> str | None:
+    """With the radix cache on and a strategy that resolves to the extra buffer, SGLang's Mamba2 backend asserts at
+    model load (0.5.13+) that ``mamba_track_interval`` is at least the model's ``mamba_chunk_size`` (``chunk``: the
+    Nemotron-H config's, None for another model or where unknown): the one line, or None."""
+    interval = kw.get("mamba_track_interval")
+    if chunk is None or kw.get("disable_radix_cache") or not isinstance(interval, int) or interval >= chunk:
+        return None
+    strategy = kw.get("mamba_radix_cache_strategy") or "auto"
+    page = kw.get("page_size")
+    paged = isinstance(page, int) and page > 1
+    if strategy == "no_buffer" or (strategy == "auto" and kw.get("disable_overlap_schedule") and not paged):
+        return None  # no extra buffer: the backend does not check it
+    return (
+        f"mamba_track_interval {interval} is below the model's mamba_chunk_size {chunk}: SGLang's Mamba2 backend "
+        "refuses it at model load with the radix cache on"
+    )
 
 
 def sessions_cap_problem(kw: Mapping[str, Any], sessions: int) -> str | None:

@@ -311,6 +311,11 @@ def server_state_reports(r: RunResult) -> list[dict[str, Any]]:
     return out
 
 
+def _count(value: Any) -> int:
+    """A count as reported (a whole number), else 0: a bool, a float or a string counts nothing."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def zero_copy_problems(sched: Sequence[Mapping[str, Any]], sessions: bool = False, radix: bool = False) -> list[str]:
     """Why no scheduler report shows the zero-copy commit on (``events.zero_copy``) and serving commits
     (``events.zc_commit_calls`` > 0), with ``sessions`` (streaming sessions ran) states the sessions kept
@@ -340,7 +345,7 @@ def zero_copy_problems(sched: Sequence[Mapping[str, Any]], sessions: bool = Fals
     if sessions:
         needed.append(("zc_materialize_calls", "streaming sessions ran but no kept state was materialized"))
     for key, problem in needed:
-        if not any(isinstance(n := e.get(key), int) and n > 0 for e in on):
+        if not any(_count(e.get(key)) > 0 for e in on):
             counts = ", ".join(str(e.get(key, "not recorded")) for e in on)
             return [f"{problem} (events.{key}: {counts})"]
     return []
@@ -354,7 +359,7 @@ def cached_problems(results: Sequence[RunResult]) -> list[str]:
     for k, r in enumerate(results, start=1):
         rounds = (r.stats or {}).get("rounds") or []
         cached = rounds[1].get("cached_tokens") if len(rounds) > 1 else None
-        if not (isinstance(cached, int) and cached > 0):
+        if not _count(cached) > 0:
             what = "not reported" if cached is None else str(cached)
             problems.append(
                 f"run {k} ({r.mode}): round 2 read no prompt tokens from the radix cache (cached_tokens {what}): "

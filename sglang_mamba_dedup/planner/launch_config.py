@@ -294,6 +294,7 @@ def settings_of(sa: Any) -> dict[str, Any]:
         "mamba_extra_buffer": bool(got("enable_mamba_extra_buffer", False)),
         # 0.5.12 has neither the lazy strategy nor its answer
         "mamba_extra_buffer_lazy": strategy == "extra_buffer_lazy" if lazy is resolved.ABSENT else bool(lazy),
+        "mamba_track_interval": got("mamba_track_interval"),
         "skip_decode_lock": skip_decode_lock(),
         "replayssm": bool(got("enable_linear_replayssm_spec", False)),
         "speculative_algorithm": got("speculative_algorithm"),

@@ -221,6 +221,7 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
         raise PlanError(str(exc)) from None
     st = launch.settings
     _check_resolved(st, args.gpu_memory_gb, given_fraction="--mem-fraction-static" in argv)
+    _check_track_interval(st, launch.model_config, mixer)
     try:
         kv = sglang_estimate.kv_pool(launch, args.gpu_memory_gb)
     except ValueError as exc:  # SGLang's own refusal of the KV cache dtype
@@ -294,6 +295,22 @@ def _plan_launch(args, argv: list[str]) -> dict[str, Any]:
     return doc
 
 
+def _check_track_interval(st: dict[str, Any], model_config: Any, mixer: str) -> None:
+    """Audit 2026-12-05: with the mamba extra buffer, SGLang's Mamba2 backend asserts at model load (0.5.13+) that
+    the track interval is at least the model's ``mamba_chunk_size`` (its default 64 where the config has none): a
+    launch SGLang refuses is refused here too, in one line."""
+    interval = st.get("mamba_track_interval")
+    if mixer != "mamba2" or not st["mamba_extra_buffer"] or not isinstance(interval, int):
+        return
+    cfg = getattr(model_config, "hf_text_config", None) or getattr(model_config, "hf_config", None)
+    chunk = getattr(cfg, "mamba_chunk_size", 64)
+    if isinstance(chunk, int) and interval < chunk:
+        raise PlanError(
+            f"--mamba-track-interval {interval} is below the model's mamba_chunk_size {chunk}: SGLang's Mamba2 "
+            "backend refuses it at model load with the radix cache on (the mamba extra buffer)"
+        )
+
+
 def _check_resolved(st: dict[str, Any], free_gb: float, *, given_fraction: bool) -> None:
     """m-P6: SGLang's resolution accepts numbers no server runs with; the plan refuses them, as it does its own."""
     import math
@@ -317,6 +334,11 @@ def _check_resolved(st: dict[str, Any], free_gb: float, *, given_fraction: bool)
     size = st.get("max_mamba_cache_size")  # m4, m5
     if size is not None and (not isinstance(size, int) or size < 1):
         raise PlanError(f"--max-mamba-cache-size {size!r}: it must be a whole number >= 1")
+    if st.get("radix_cache") and st.get("mamba_extra_buffer_lazy") and not st.get("overlap_schedule"):
+        raise PlanError(  # audit 2026-12-05 h4: SGLang asserts it at pool sizing (0.5.13+, every release with lazy)
+            "--mamba-radix-cache-strategy extra_buffer_lazy with --disable-overlap-schedule: SGLang refuses it (its "
+            "lazy extra buffer needs overlap scheduling; use extra_buffer)"
+        )
     page = st.get("page_size")  # m2, m3
     if page is not None and (not isinstance(page, int) or page < 1):
         raise PlanError(f"--page-size {page!r}: it must be a whole number >= 1")

@@ -119,6 +119,30 @@ def test_example_wrapper_calls_main(monkeypatch):
         ),
         (["--mamba-track-interval", "0"], "--mamba-track-interval"),
         (["--mamba-radix-cache-strategy", "eager"], "invalid choice: 'eager'"),
+        # audit 2026-12-05: a page size that is no number was a traceback; a track fault with the radix cache off,
+        # a no_buffer strategy with overlap and a track interval SGLang asserts on were accepted
+        (
+            ["--zero-copy", "--disable-overlap-schedule", "--engine-arg", "page_size=abc"],
+            "page_size 'abc': not a whole number >= 1",
+        ),
+        (
+            ["--zero-copy", "--no-radix-cache", "--fault", "zc_no_track"],
+            "--fault zc_no_track breaks the zero-copy commit's track set, which only the radix cache on has",
+        ),
+        (
+            ["--zero-copy", "--engine-arg", "disable_radix_cache=true", "--fault", "track_column_live"],
+            "--fault track_column_live breaks the zero-copy commit's track set",
+        ),
+        (["--mamba-radix-cache-strategy", "no_buffer"], "no_buffer with overlap scheduling"),
+        (["--mamba-track-interval", "3"], "mamba_track_interval 3 is below speculative_num_draft_tokens 4"),
+        (
+            ["--mamba-track-interval", "100", "--engine-arg", "page_size=64"],
+            "mamba_track_interval 100 is not a multiple of page_size 64",
+        ),
+        (
+            ["--random-weights", "--random-preset", "nemotron-h-mini", "--zero-copy", "--mamba-track-interval", "64"],
+            "mamba_track_interval 64 is below the model's mamba_chunk_size 128",
+        ),
     ],
     ids=[
         "preset",
@@ -162,6 +186,13 @@ def test_example_wrapper_calls_main(monkeypatch):
         "strategy-radix-off-engine-arg",
         "track-interval-0",
         "strategy-unknown",
+        "page-size-not-a-number",
+        "track-fault-radix-off",
+        "track-fault-radix-off-engine-arg",
+        "no-buffer-with-overlap",
+        "track-interval-below-draft-tokens",
+        "track-interval-off-the-page-grid",
+        "track-interval-below-the-mamba2-chunk",
     ],
 )
 def test_usage_errors_exit_2_before_anything_runs(extra, needle, tmp_path, no_build, capsys):
@@ -197,6 +228,24 @@ def test_usage_errors_exit_2_before_anything_runs(extra, needle, tmp_path, no_bu
         ),
         (["--zero-copy", "--no-radix-cache", "--disable-overlap-schedule"], "commit_step0", True),
         (["--disable-overlap-schedule"], "commit_step0", False),
+        (
+            ["--random-weights", "--random-preset", "nemotron-h-mini", "--mamba-track-interval", "128"],
+            "commit_step0",
+            False,
+        ),
+        (
+            [
+                "--random-weights",
+                "--random-preset",
+                "nemotron-h-mini",
+                "--mamba-track-interval",
+                "64",
+                "--disable-overlap-schedule",
+            ],
+            "commit_step0",
+            False,
+        ),
+        (["--random-weights", "--mamba-track-interval", "64"], "commit_step0", False),  # Qwen3.5: no Mamba2 chunk
     ],
 )
 def test_zero_copy_and_fault_accepted(argv, fault, zero_copy):

@@ -183,6 +183,54 @@ def test_radix_problem():
     assert settings.radix_problem({"disable_radix_cache": True, "disable_overlap_schedule": True}, True) is None
 
 
+def test_radix_problem_refuses_what_sglang_refuses_at_resolve_and_odd_numbers():
+    """Audit 2026-12-05: what SGLang 0.5.23 refuses at resolve (no_buffer with overlap or pages, a track interval
+    below the draft count or off the page grid) and a page size or interval that is no whole number, one line
+    each, never a traceback; the limits themselves pass."""
+    on = {"disable_radix_cache": False, "speculative_num_draft_tokens": 4}
+    for kw, needle in (
+        (dict(on, page_size="abc"), "page_size 'abc': not a whole number >= 1"),
+        (dict(on, page_size=True), "page_size True: not a whole number"),
+        (dict(on, page_size=0), "page_size 0: not a whole number"),
+        (dict(on, mamba_track_interval=2.5), "mamba_track_interval 2.5: not a whole number"),
+        (dict(on, mamba_radix_cache_strategy="no_buffer"), "no_buffer with overlap scheduling"),
+        (
+            dict(on, mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=True, page_size=64),
+            "no_buffer with overlap scheduling or a page size above 1",
+        ),
+        (dict(on, mamba_track_interval=3), "mamba_track_interval 3 is below speculative_num_draft_tokens 4"),
+        (dict(on, mamba_track_interval=96, page_size=64), "not a multiple of page_size 64"),
+    ):
+        problem = settings.radix_problem(kw, zero_copy=False)
+        assert problem is not None and needle in problem and "\n" not in problem, (kw, problem)
+    for kw in (
+        dict(on, mamba_track_interval=4),
+        dict(on, mamba_track_interval=128, page_size=64),
+        dict(on, mamba_radix_cache_strategy="no_buffer", disable_overlap_schedule=True),
+        dict(on, page_size=None, mamba_track_interval=None),
+    ):
+        assert settings.radix_problem(kw, zero_copy=False) is None, kw
+    assert settings.radix_problem({"disable_radix_cache": True, "page_size": "abc"}, zero_copy=True) is None
+
+
+def test_a_mamba2_track_interval_below_the_chunk_size_is_refused_where_the_extra_buffer_checks_it():
+    kw = {"disable_radix_cache": False, "mamba_track_interval": 64}
+    assert "below the model's mamba_chunk_size 128" in settings.mamba2_interval_problem(kw, 128)
+    assert "mamba_chunk_size 128" in settings.mamba2_interval_problem(
+        dict(kw, mamba_radix_cache_strategy="extra_buffer_lazy"), 128
+    )
+    for ok, chunk in (
+        (kw, None),  # not a Mamba2 model
+        (kw, 64),
+        (dict(kw, disable_radix_cache=True), 128),
+        (dict(kw, mamba_radix_cache_strategy="no_buffer"), 128),
+        (dict(kw, disable_overlap_schedule=True), 128),  # auto -> no_buffer
+    ):
+        assert settings.mamba2_interval_problem(ok, chunk) is None, (ok, chunk)
+    paged = dict(kw, disable_overlap_schedule=True, page_size=64)  # auto -> extra_buffer
+    assert settings.mamba2_interval_problem(paged, 128) is not None
+
+
 def test_streaming_sessions_switch_on_sglang_streaming_sessions():
     on = cli._build_parser().parse_args(["--streaming-sessions"])
     assert settings.defaults_of(on, NEW_FIELDS)[0]["enable_streaming_session"] is True

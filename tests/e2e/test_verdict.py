@@ -399,3 +399,16 @@ def test_pairs_verdict(data, code, needle):
     v = verdict.judge_pairs(results, data, SPEC, track_expected=True, no_reports=False)
     assert v.code == code, v.failures
     assert needle is None and v.failures == [] or needle in v.failures[0][1]
+
+
+def test_a_count_that_is_a_bool_is_no_count():
+    """Audit 2026-12-05: ``zc_track_commits: true`` and round 2's ``cached_tokens: true`` passed as counts."""
+    on = {"zero_copy": "on", "zc_commit_calls": 5}
+    problems = verdict.zero_copy_problems([{"events": dict(on, zc_track_commits=True)}], radix=True)
+    assert problems and "(events.zc_track_commits: True)" in problems[0], problems
+    assert verdict.zero_copy_problems([{"events": dict(on, zc_track_commits=1)}], radix=True) == []
+    r = RunResult("on")
+    r.stats = {"rounds": [{}, {"cached_tokens": True}]}
+    assert "(cached_tokens True)" in verdict.cached_problems([r])[0]
+    r.stats = {"rounds": [{}, {"cached_tokens": 1}]}
+    assert verdict.cached_problems([r]) == []

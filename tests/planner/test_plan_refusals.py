@@ -201,3 +201,30 @@ def test_a_zero_copy_value_a_server_would_not_understand_is_said(model, capsys, 
     assert rc == 0, err
     assert f"zero-copy: {env.ZERO_COPY}='2' is not understood" in out, out
     assert "zero-copy commit" not in out.splitlines()[0], out
+
+
+@pytest.fixture(scope="module")
+def nemotron(tmp_path_factory):
+    """The config.json of the project's random-weight Nemotron-H mini (Mamba2, mamba_chunk_size 128)."""
+    path = tmp_path_factory.mktemp("nemotron-h-mini")
+    (path / "config.json").write_text(json.dumps(random_model.build_config(random_model.PRESETS["nemotron-h-mini"])))
+    return path
+
+
+def test_a_mamba2_track_interval_below_the_chunk_size_is_refused_as_sglang_does(nemotron, capsys):
+    """Audit 2026-12-05: with the radix cache on (the extra buffer) SGLang's Mamba2 backend asserts at model load that
+    ``mamba_track_interval >= mamba_chunk_size``; ``plan`` said such a launch starts (and serves zero-copy)."""
+    launch = [*base(nemotron, "--mamba-track-interval", "64"), "--max-running-requests", "64"]
+    line = _one_line_exit_2(capsys, *H200, "--", *launch)
+    assert "--mamba-track-interval 64 is below the model's mamba_chunk_size 128" in line, line
+    for ok in (("--mamba-track-interval", "128"), ("--mamba-track-interval", "64", "--disable-radix-cache")):
+        rc, out, err = _run(capsys, *H200, "--json", "--", *base(nemotron, *ok), "--max-running-requests", "64")
+        assert rc == 0, (ok, err)
+
+
+def test_the_lazy_extra_buffer_without_overlap_is_refused_as_a_launch_sglang_refuses(model, capsys):
+    """Audit 2026-12-05 (h4): SGLang asserts at pool sizing that its lazy extra buffer has overlap scheduling (every
+    release with the strategy); ``plan`` said "SGLang's estimator failed" (exit 1) instead of refusing the flags."""
+    launch = base(model, "--mamba-radix-cache-strategy", "extra_buffer_lazy", "--disable-overlap-schedule")
+    line = _one_line_exit_2(capsys, *H200, "--", *launch)
+    assert "extra_buffer_lazy" in line and "--disable-overlap-schedule" in line and "estimator" not in line, line

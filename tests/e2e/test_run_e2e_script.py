@@ -1,0 +1,108 @@
+"""``tools/gpu-engine/run_e2e.sh`` refuses a proof it does not know, and a track interval that is no number, before
+its minutes of setup (audit 2026-12-05: two proof names in one ``E2E_PROOF`` passed the check and ran the default
+proof under their names). The script runs in a copy of the tree whose setup only says it was reached."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SETUP_REACHED = 99
+
+
+@pytest.fixture
+def tree(tmp_path):
+    tools = tmp_path / "tools" / "gpu-engine"
+    tools.mkdir(parents=True)
+    shutil.copy(ROOT / "tools" / "gpu-engine" / "run_e2e.sh", tools)
+    (tools / "_setup.sh").write_text(f"echo setup reached; exit {SETUP_REACHED}\n")
+    return tmp_path
+
+
+def _run(tree, **env):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("E2E_")}
+    full.update(OUT=str(tree / "out"), **env)
+    r = subprocess.run(
+        ["bash", "tools/gpu-engine/run_e2e.sh"], cwd=tree, env=full, capture_output=True, text=True, timeout=60
+    )
+    return r.returncode, r.stdout, r.stderr
+
+
+@pytest.mark.parametrize(
+    "env, needle",
+    [
+        ({"E2E_PROOF": "radix-lazy radix-no-overlap"}, "E2E_PROOF='radix-lazy radix-no-overlap' is not one of"),
+        ({"E2E_PROOF": "radix-default radix-lazy"}, "is not one of"),
+        ({"E2E_PROOF": "radix-"}, "is not one of"),
+        ({"E2E_PROOF": "radix-lazy "}, "is not one of"),
+        ({"E2E_PROOF": "radix-interval", "E2E_TRACK_INTERVAL": "abc"}, "E2E_TRACK_INTERVAL='abc' is not a whole"),
+        ({"E2E_PROOF": "radix-pressure", "E2E_TRACK_INTERVAL": "0"}, "E2E_TRACK_INTERVAL='0' is not a whole"),
+    ],
+    ids=["two-names", "two-names-first", "prefix", "trailing-space", "interval-word", "interval-0"],
+)
+def test_a_bad_proof_is_one_line_before_the_setup(tree, env, needle):
+    rc, out, err = _run(tree, **env)
+    assert rc == 2 and "setup reached" not in out and len(err.strip().splitlines()) == 1, (rc, out, err)
+    assert needle in err, err
+
+
+@pytest.mark.parametrize("proof", ["", "radix-default", "radix-sessions"])
+def test_a_known_proof_goes_on_to_the_setup(tree, proof):
+    rc, out, err = _run(tree, E2E_PROOF=proof, E2E_TRACK_INTERVAL="64")
+    assert rc == SETUP_REACHED and "setup reached" in out, (rc, out, err)
+
+
+def _fake_e2e(tree, summary: dict) -> dict:
+    """A setup that defines what the runner uses, and a ``python3`` whose e2e writes ``summary`` as its JSON summary
+    and exits 0 (every other ``python3`` call is the real one)."""
+    (tree / "summary.json").write_text(json.dumps(summary))
+    (tree / "tools" / "gpu-engine" / "_setup.sh").write_text("standin_engine_args=()\ncollect_outputs() { :; }\n")
+    bin_dir = tree / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "$2" = -m ]; then\n'
+        '  while [ $# -gt 0 ]; do [ "$1" = --json-out ] && cp "$FAKE_SUMMARY" "$2"; shift; done\n'
+        "  exit 0\n"
+        "fi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    fake.chmod(0o755)
+    return {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_SUMMARY": str(tree / "summary.json"),
+        "E2E_FAULT": "zc_no_track",
+    }
+
+
+def _state(evictions):
+    return [{"zero_copy": {"decision": "on", "zc_tree_evictions": evictions}}]
+
+
+@pytest.mark.parametrize(
+    "on, fault, rc",
+    [(0, 5, 10), (None, 5, 10), (3, 0, 0), (2, 4, 0)],
+    ids=["fault-run-only", "on-run-unreported", "on-run", "both"],
+)
+def test_the_pressure_proof_needs_evictions_in_the_on_run(tree, on, fault, rc):
+    """Audit 2026-12-05: the evictions were summed over every run, so a fault run that evicted passed a pressure
+    proof whose on run (the one off == on is about) saw none."""
+    summary = {
+        "runs": [
+            {"mode": "off", "server_state": None},
+            {"mode": "on", "server_state": _state(on)},
+            {"mode": "fault", "server_state": _state(fault)},
+        ]
+    }
+    env = _fake_e2e(tree, summary)
+    got, out, err = _run(tree, E2E_PROOF="radix-pressure", **env)
+    assert got == rc, (got, out, err)
+    assert ("RESULT: FAIL -- no tree eviction" in out) is (rc == 10), out
