@@ -205,6 +205,16 @@ PATCHES: list[Patch] = [
         doc="zero-copy: a tripwire where the radix tree takes a state (exactly UnifiedRadixCache, extra buffer, no int8)",
     ),
     Patch(
+        name="batch_result_processor.mamba_check_track_boundary",
+        feature="zero_copy",
+        module="sglang.srt.managers.scheduler_components.batch_result_processor",
+        attr="SchedulerBatchResultProcessor._mamba_check_track_boundary",
+        releases=ZERO_COPY,
+        wrapper=_zero_copy("track_boundaries"),
+        params=("req", "batch", "result", "i"),
+        doc="zero-copy: counts the track boundaries a zero-copy pool's requests cross (zc_track_rows)",
+    ),
+    Patch(
         name="mamba_component.evict_component",
         feature="zero_copy",
         module="sglang.srt.mem_cache.unified_cache.components.mamba",

@@ -22,11 +22,13 @@ logger = logging.getLogger("sglang_mamba_dedup")
 #: track slots); always present.
 COUNTERS = ("commit_calls", "ours_commit_calls", "track_commit_calls", "ours_track_commit_calls")
 #: Zero-copy's (present once counted): commits it served, those of them with a track set (the radix cache on),
-#: extends staged in, streaming-session states materialized, mamba states the radix tree evicted from a zero-copy
-#: pool (the e2e's pressure proof needs some).
+#: track boundaries SGLang's host saw crossed by a zero-copy pool's requests (each one a track row the commit wrote
+#: and the tree may take), extends staged in, streaming-session states materialized, mamba states the radix tree
+#: evicted from a zero-copy pool (the e2e's pressure proof needs some).
 ZERO_COPY_COUNTERS = (
     "zc_commit_calls",
     "zc_track_commits",
+    "zc_track_rows",
     "zc_stage_in_calls",
     "zc_materialize_calls",
     "zc_tree_evictions",

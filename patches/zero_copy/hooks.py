@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 from sglang_mamba_dedup import report, state
+from sglang_mamba_dedup.patcher import self_first
 
 from . import pool_of
 from .eligibility import decide
@@ -198,4 +199,21 @@ def tree_evictions(wrapped, instance, args, kwargs):
     freed = out[0] if isinstance(out, tuple) and out else None
     if isinstance(freed, int) and not isinstance(freed, bool) and freed > 0 and _decided(instance) is not None:
         report.count("zc_tree_evictions", freed)
+    return out
+
+
+def _bind_boundary(req, batch, result, i):
+    return batch
+
+
+def track_boundaries(wrapped, instance, args, kwargs):
+    """``SchedulerBatchResultProcessor._mamba_check_track_boundary``: SGLang's host check, after a verify's results,
+    that a request crossed a track boundary (its track row was written by that verify's commit and becomes the
+    request's tracked state). Counts the crossings of a zero-copy pool's requests (``zc_track_rows``, in
+    ``/get_server_info``: the radix proof's "track rows written", with no device read); SGLang's answer unchanged."""
+    call, _inst, call_args, _ = self_first(wrapped, instance, args)
+    out = call(*call_args, **kwargs)
+    if isinstance(out, tuple) and out and out[0] is True:
+        if _decided(_bind_boundary(*call_args, **kwargs)) is not None:
+            report.count("zc_track_rows")
     return out

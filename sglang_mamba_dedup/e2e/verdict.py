@@ -342,6 +342,10 @@ def zero_copy_problems(sched: Sequence[Mapping[str, Any]], sessions: bool = Fals
                 "zero-copy on with the radix cache but no commit with a track set was served zero-copy",
             )
         )
+        if any("zc_track_rows" in e for e in on):  # the server's own count (server_state; not in report files)
+            needed.append(
+                ("zc_track_rows", "zero-copy on with the radix cache but no request crossed a track boundary")
+            )
     if sessions:
         needed.append(("zc_materialize_calls", "streaming sessions ran but no kept state was materialized"))
     for key, problem in needed:

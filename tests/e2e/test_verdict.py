@@ -227,6 +227,26 @@ def test_zero_copy_launched_with_the_radix_cache_fails_when_its_pools_say_radix_
             assert "serve with the radix cache off" in v.failures[0][1], v.failures
 
 
+def test_zero_copy_with_the_radix_cache_needs_a_track_boundary_crossed_where_the_server_counts_them():
+    """``zc_track_rows`` (``/get_server_info`` only): 0 crossings in the on run fails the radix proof (its track rows
+    were never adopted: nothing tracked was proven); counted crossings pass; report files without it judge by the
+    other counters."""
+
+    def rows(docs, n):
+        return [dict(d, events={**d["events"], "zc_track_rows": n}) for d in docs]
+
+    for n, ok in ((0, False), (5, True)):
+        results = [
+            _run("off", OFF),
+            _run("on", rows(_zc(ON, track=4), n)),
+            _run("fault", rows(_zc(FAULT, track=2), 5), differ=1),
+        ]
+        v = _judge(*results, zero_copy=True, zero_copy_radix=True)
+        assert (v.code == verdict.EXIT_OK) is ok, v.failures
+        if not ok:
+            assert "no request crossed a track boundary (events.zc_track_rows: 0)" in v.failures[0][1], v.failures
+
+
 @pytest.mark.parametrize("cached", [0, None], ids=["zero", "not-reported"])
 def test_zero_copy_with_the_radix_cache_needs_round_2_to_read_cached_tokens(cached):
     """R3: a run whose round 2 read no prompt token from the cache proves nothing about tracked states: it fails."""

@@ -142,6 +142,7 @@ def _expected(release):
             "model_runner.deferred_mamba_cow_and_clear",
             "mamba_component.prepare_for_caching_req",
             "mamba_component.evict_component",
+            "batch_result_processor.mamba_check_track_boundary",
         }
         if release == versions.ZERO_COPY_RELEASE
         else set(),

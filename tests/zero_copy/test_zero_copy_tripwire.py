@@ -132,3 +132,39 @@ def test_tree_evictions_of_a_zero_copy_pool_are_counted_through_sglangs_own_evic
     finally:
         installed.revert(["zero_copy"])
         report.clear_events()
+
+
+def test_track_boundaries_of_a_zero_copy_pool_are_counted_by_sglangs_own_host_check(monkeypatch):
+    """``SchedulerBatchResultProcessor._mamba_check_track_boundary`` patched as a server installs it: SGLang's own
+    check answers (3 tokens accepted, interval 8: a request going from 14 to 17 tokens crosses the boundary at 16, one
+    from 10 to 13 does not), and each crossing of a zero-copy pool's request is counted (``zc_track_rows``); a stock
+    pool's is not."""
+    from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
+
+    from sglang_mamba_dedup import installed, report
+    from tests.support import zero_copy_sim as sim
+
+    monkeypatch.setenv(env.SWITCH, "1")
+    monkeypatch.setenv(env.ZERO_COPY, "1")
+    restore = sim.publish_radix_args(sim.RadixConfig(interval=8))
+    assert installed.apply(["zero_copy"]) == {"zero_copy": None}
+    try:
+        proc = types.SimpleNamespace(tree_cache=types.SimpleNamespace(page_size=1))
+        check = SchedulerBatchResultProcessor._mamba_check_track_boundary.__get__(proc)
+        result = types.SimpleNamespace(
+            num_correct_drafts_per_req_cpu=[2], num_non_draft_tokens_per_req=1, grammar_retained_tokens=None
+        )
+        spec = types.SimpleNamespace(is_none=lambda: False)
+        for zero_copy, seqlen, want in ((True, 18, (True, 16)), (True, 14, (False, 0)), (False, 18, (True, 16))):
+            pool = types.SimpleNamespace(name="mamba pool")
+            state.pool_state(pool).zero_copy = object() if zero_copy else None
+            batch = types.SimpleNamespace(req_to_token_pool=types.SimpleNamespace(mamba_pool=pool), spec_algorithm=spec)
+            req = types.SimpleNamespace(seqlen=seqlen)
+            before = report.events().get("zc_track_rows", 0)
+            assert check(req, batch, result, 0) == want, (zero_copy, seqlen)
+            counted = report.events().get("zc_track_rows", 0) - before
+            assert counted == (1 if zero_copy and want[0] else 0), (zero_copy, seqlen, counted)
+    finally:
+        installed.revert(["zero_copy"])
+        report.clear_events()
+        restore()
