@@ -440,6 +440,10 @@ class RadixConfig:
     strategy: str = "extra_buffer"
     #: the chance, per step, that one running request is retracted (SGLang's ``retract_decode``); 0: never
     retract: float = 0.0
+    #: lazy only: SGLang's own test switch ``SGLANG_TEST_MAMBA_LAZY_ALLOC_FAIL`` (every pending-slot allocation fails,
+    #: as when the mamba pool is full: SGLang does not evict for it), so a crossing is tracked in place, into the keep
+    #: slot, and the keep slot's checkpoint is withdrawn
+    lazy_alloc_fail: bool = False
 
     @property
     def lazy(self) -> bool:
@@ -569,6 +573,9 @@ def run_radix(
             if fault in faults.FAULTS:  # a serving-path negative control: the FAULTS row, as a server installs it
                 faults.install(fault)
                 stack.callback(faults.remove)
+        if cfg.lazy_alloc_fail:
+            assert cfg.lazy, "SGLANG_TEST_MAMBA_LAZY_ALLOC_FAIL is read by the lazy strategy only"
+            stack.enter_context(_env("SGLANG_TEST_MAMBA_LAZY_ALLOC_FAIL", "1"))
         return _run_radix(cfg, seed, scheme, fault, steps, overlap)
 
 
@@ -741,7 +748,8 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
                 counters["tree_insert"] += 1
                 counters["decode_tracked_insert"] += cache_len > req.prompt_len
         release(req, keep)
-        finished_texts.append(req.text[:key_len])
+        if checkpoint is not None and checkpoint[0] > 0:  # a next turn extends a text whose prefix the tree holds
+            finished_texts.append(req.text[:key_len])
         while len(tree) > cfg.tree_size:  # evict the oldest node
             pool.mamba_allocator.free(tree.pop(next(iter(tree))))
             counters["evict"] += 1
@@ -814,8 +822,9 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
             seen = (kv.mamba_last_track_seqlen, kv.mamba_next_track_idx)
             SchedulerBatchResultProcessor._mamba_prefix_cache_update(proc, req, batch, result, n)
             if cfg.lazy and not req.done and kv.mamba_last_track_seqlen != seen[0]:
-                counters["lazy_crossing"] += 1  # _mamba_lazy_spec_update confirmed a crossing
-                counters["lazy_promote"] += kv.mamba_next_track_idx != seen[1]  # the pending slot became the keep
+                counters["lazy_crossing"] += 1  # _mamba_lazy_spec_update confirmed a crossing: the pending slot
+                # became the keep slot (promoted), or the crossing was tracked in place into the keep slot
+                counters["lazy_promote" if kv.mamba_next_track_idx != seen[1] else "lazy_in_place"] += 1
             if req.done:
                 finish(step, req)
 
