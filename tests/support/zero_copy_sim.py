@@ -14,9 +14,11 @@ hand-offs, reordered and padded batches, accept lengths 1..D), and two worlds th
 ``FAULTS`` are deliberate mistakes in the zero-copy world (negative controls).
 
 The radix cache on (docs/zero-copy.md §12, review fix R11) is the second half of this module, :func:`run_radix`: the
-same :class:`Model`, but SGLang 0.5.23's own pool and CPU bookkeeping, SGLang's own stable-row commit as the stock
-world and the plugin's commit (its wrapper of SGLang's commit, the route's ``ZeroCopy.commit`` with a track set) as the
-zero-copy one; ``RADIX_FAULTS`` are its negative controls (those in ``patches/faults.py`` installed as a server does). It imports SGLang and Triton when called.
+same :class:`Model`, but SGLang 0.5.23's own pool and CPU bookkeeping (``extra_buffer`` or ``extra_buffer_lazy``, with
+or without retraction), SGLang's own stable-row commit as the stock world and the plugin's commit (its wrapper of
+SGLang's commit, the route's ``ZeroCopy.commit`` with a track set; ``ZeroCopy.stage_in`` after every prefill) as the
+zero-copy one; ``RADIX_FAULTS`` are its negative controls (those in ``patches/faults.py`` installed as a server does).
+It imports SGLang and Triton when called.
 """
 
 from __future__ import annotations
@@ -397,11 +399,19 @@ def _queued_sessions(schedule: list[Step], step: int) -> list[tuple[int, int]]:
 #   ``ZeroCopy.commit``), one launch with the track set (conv windows and ``accepted`` for accept rows, conv windows and
 #   SSM state of ``steps_to_track`` for track rows, source rows ``req_pool_indices``); an extend stages in.
 #
-# Both worlds run SGLang's ``pool.alloc`` (row, live slot, ping-pong slots), ``set_mamba_track_indices_from_reqs``
-# (the track slots), ``_verify_commit_step_indices`` (accept and track steps), ``_mamba_prefix_cache_update`` (the
-# ping-pong swap at a crossing), ``MambaComponent._select_finished_checkpoint`` (which slot a finish gives the tree),
-# ``free_mamba_cache`` (keeping that slot), ``mamba_pool.clear_slots`` and ``copy_from`` (a join's clear, or its
-# copy-on-write from the tree). The tree is a dict from token prefixes to slots (longest-prefix match, oldest
+# Both worlds run SGLang's ``pool.alloc`` (row, live slot, ping-pong slots), ``prepare_mamba_track_for_verify`` /
+# ``set_mamba_track_indices_from_reqs`` (the track slots), ``_verify_commit_step_indices`` (accept and track steps),
+# ``_mamba_prefix_cache_update`` (the ping-pong swap at a crossing), ``MambaComponent._select_finished_checkpoint``
+# (which slot a finish gives the tree), ``MambaComponent.cleanup_after_caching_req`` / ``free_mamba_cache`` (keeping
+# that slot, or none: a retraction), ``mamba_pool.clear_slots`` and ``copy_from`` (a join's clear, or its
+# copy-on-write from the tree). With ``extra_buffer_lazy`` (``RadixConfig.strategy``) also
+# ``ScheduleBatch.mamba_lazy_spec_prepare`` (a pending track slot allocated where a crossing is reachable) and, inside
+# ``_mamba_prefix_cache_update``, ``_mamba_lazy_spec_update`` (the crossing confirmed and the pending slot promoted to
+# keep, or a finish's checkpoint withheld). With ``RadixConfig.retract`` a running request is retracted as
+# ``retract_decode`` does (released without a checkpoint; under overlap its in-flight result is dropped) and re-joins
+# later with its whole text so far. Re-stated, not called (each marked where it is done): the lazy finish's
+# ``checkpoint=req.mamba_lazy_checkpoint``, the fields ``Req.reset_for_retract`` resets, the lazy half of
+# ``spec_prepare_for_decode``. The tree is a dict from token prefixes to slots (longest-prefix match, oldest
 # evicted); the recurrence is :class:`Model`'s.
 
 RADIX_FAULTS = (
