@@ -14,9 +14,11 @@ hand-offs, reordered and padded batches, accept lengths 1..D), and two worlds th
 ``FAULTS`` are deliberate mistakes in the zero-copy world (negative controls).
 
 The radix cache on (docs/zero-copy.md §12, review fix R11) is the second half of this module, :func:`run_radix`: the
-same :class:`Model`, but SGLang 0.5.23's own pool and CPU bookkeeping, SGLang's own stable-row commit as the stock
-world and the plugin's commit (its wrapper of SGLang's commit, the route's ``ZeroCopy.commit`` with a track set) as the
-zero-copy one; ``RADIX_FAULTS`` are its negative controls (those in ``patches/faults.py`` installed as a server does). It imports SGLang and Triton when called.
+same :class:`Model`, but SGLang 0.5.23's own pool and CPU bookkeeping (``extra_buffer`` or ``extra_buffer_lazy``, with
+or without retraction), SGLang's own stable-row commit as the stock world and the plugin's commit (its wrapper of
+SGLang's commit, the route's ``ZeroCopy.commit`` with a track set; ``ZeroCopy.stage_in`` after every prefill) as the
+zero-copy one; ``RADIX_FAULTS`` are its negative controls (those in ``patches/faults.py`` installed as a server does).
+It imports SGLang and Triton when called.
 """
 
 from __future__ import annotations
@@ -397,11 +399,19 @@ def _queued_sessions(schedule: list[Step], step: int) -> list[tuple[int, int]]:
 #   ``ZeroCopy.commit``), one launch with the track set (conv windows and ``accepted`` for accept rows, conv windows and
 #   SSM state of ``steps_to_track`` for track rows, source rows ``req_pool_indices``); an extend stages in.
 #
-# Both worlds run SGLang's ``pool.alloc`` (row, live slot, ping-pong slots), ``set_mamba_track_indices_from_reqs``
-# (the track slots), ``_verify_commit_step_indices`` (accept and track steps), ``_mamba_prefix_cache_update`` (the
-# ping-pong swap at a crossing), ``MambaComponent._select_finished_checkpoint`` (which slot a finish gives the tree),
-# ``free_mamba_cache`` (keeping that slot), ``mamba_pool.clear_slots`` and ``copy_from`` (a join's clear, or its
-# copy-on-write from the tree). The tree is a dict from token prefixes to slots (longest-prefix match, oldest
+# Both worlds run SGLang's ``pool.alloc`` (row, live slot, ping-pong slots), ``prepare_mamba_track_for_verify`` /
+# ``set_mamba_track_indices_from_reqs`` (the track slots), ``_verify_commit_step_indices`` (accept and track steps),
+# ``_mamba_prefix_cache_update`` (the ping-pong swap at a crossing), ``MambaComponent._select_finished_checkpoint``
+# (which slot a finish gives the tree), ``MambaComponent.cleanup_after_caching_req`` / ``free_mamba_cache`` (keeping
+# that slot, or none: a retraction), ``mamba_pool.clear_slots`` and ``copy_from`` (a join's clear, or its
+# copy-on-write from the tree). With ``extra_buffer_lazy`` (``RadixConfig.strategy``) also
+# ``ScheduleBatch.mamba_lazy_spec_prepare`` (a pending track slot allocated where a crossing is reachable) and, inside
+# ``_mamba_prefix_cache_update``, ``_mamba_lazy_spec_update`` (the crossing confirmed and the pending slot promoted to
+# keep, or a finish's checkpoint withheld). With ``RadixConfig.retract`` a running request is retracted as
+# ``retract_decode`` does (released without a checkpoint; under overlap its in-flight result is dropped) and re-joins
+# later with its whole text so far. Re-stated, not called (each marked where it is done): the lazy finish's
+# ``checkpoint=req.mamba_lazy_checkpoint``, the fields ``Req.reset_for_retract`` resets, the lazy half of
+# ``spec_prepare_for_decode``. The tree is a dict from token prefixes to slots (longest-prefix match, oldest
 # evicted); the recurrence is :class:`Model`'s.
 
 RADIX_FAULTS = (
@@ -411,7 +421,11 @@ RADIX_FAULTS = (
     "track_column_live",  # the track reads the accepted column instead of steps_to_track
     "track_sets_accepted",  # a track row also stores accepted[row] = t + 1 (R7)
     "track_no_conv",  # the track rows copy the SSM state but not the conv windows (R7)
+    "rejoin_no_stage_in",  # a retracted request's re-prefill skips the stage-in (its row seeds from stale scratch)
 )
+#: the faults only a workload with retraction reaches
+RADIX_RETRACT_FAULTS = ("rejoin_no_stage_in",)
+RADIX_STRATEGIES = ("extra_buffer", "extra_buffer_lazy")
 
 
 @dataclass(frozen=True)
@@ -431,11 +445,25 @@ class RadixConfig:
     vocab: int = 64
     ssm_dtype: torch.dtype = torch.float32
     conv_dtype: torch.dtype = torch.float32
+    #: SGLang's ``mamba_radix_cache_strategy``: ``extra_buffer`` (two ping-pong track slots per request) or
+    #: ``extra_buffer_lazy`` (one; the second allocated for a reachable crossing; SGLang allows it with overlap only)
+    strategy: str = "extra_buffer"
+    #: the chance, per step, that one running request is retracted (SGLang's ``retract_decode``); 0: never
+    retract: float = 0.0
+    #: lazy only: SGLang's own test switch ``SGLANG_TEST_MAMBA_LAZY_ALLOC_FAIL`` (every pending-slot allocation fails,
+    #: as when the mamba pool is full: SGLang does not evict for it), so a crossing is tracked in place, into the keep
+    #: slot, and the keep slot's checkpoint is withdrawn
+    lazy_alloc_fail: bool = False
+
+    @property
+    def lazy(self) -> bool:
+        return self.strategy == "extra_buffer_lazy"
 
 
 def publish_radix_args(cfg: RadixConfig):
-    """Publish SGLang 0.5.23 server args for the radix cache on with ``extra_buffer`` (non-lazy), NEXTN with ``D``
-    draft tokens and a track grid of ``cfg.interval``; returns a function that restores what was published."""
+    """Publish SGLang 0.5.23 server args for the radix cache on with ``cfg.strategy`` (``extra_buffer`` or
+    ``extra_buffer_lazy``), NEXTN with ``D`` draft tokens and a track grid of ``cfg.interval``; returns a function
+    that restores what was published."""
     from sglang.srt.runtime_context import get_context, get_exec, get_server_args, mamba_track_grid
     from sglang.srt.server_args import ServerArgs
 
@@ -451,12 +479,13 @@ def publish_radix_args(cfg: RadixConfig):
         speculative_num_draft_tokens=cfg.drafts,
         max_running_requests=cfg.rows,
         mamba_track_interval=cfg.interval,
-        mamba_radix_cache_strategy="extra_buffer",
+        mamba_radix_cache_strategy=cfg.strategy,
     )
     sa._mamba_cache_chunk_size = cfg.interval  # a fixture's chunk size: no model config is read
     get_context().set_server_args(sa)
     mamba = get_exec().mamba
-    assert mamba.enable_mamba_extra_buffer and not mamba.enable_mamba_extra_buffer_lazy
+    assert cfg.strategy in RADIX_STRATEGIES, cfg.strategy
+    assert mamba.enable_mamba_extra_buffer and bool(mamba.enable_mamba_extra_buffer_lazy) == cfg.lazy
     assert mamba_track_grid(1) == cfg.interval, mamba_track_grid(1)
 
     def restore() -> None:
@@ -467,16 +496,28 @@ def publish_radix_args(cfg: RadixConfig):
 
 
 class _RadixReq:
-    """What SGLang's CPU functions read of a ``Req``: its ``kv`` record (SGLang's own ``ReqKvInfo``), ``seqlen`` and
-    ``finished()``. ``text``: the tokens whose states the device has committed (a verify's ``seq_lens`` is
-    ``len(text)``); ``cpu_len``: as far as the results processed on the host go (``seqlen`` is one more: the bonus
-    token not yet consumed). Under overlap ``text`` runs one verify ahead of ``cpu_len``."""
+    """What SGLang's CPU functions read of a ``Req``: its ``kv`` record (SGLang's own ``ReqKvInfo``), ``seqlen``,
+    ``finished()``, ``is_retracted`` and ``mamba_lazy_checkpoint``. ``text``: the tokens whose states the device has
+    committed (a verify's ``seq_lens`` is ``len(text)``); ``cpu_len``: as far as the results processed on the host go,
+    SGLang's ``kv.kv_committed_len`` (``seqlen`` is one more: the bonus token not yet consumed). Under overlap ``text``
+    runs one verify ahead of ``cpu_len``."""
 
     def __init__(self, rid: int, text: list[int], max_new: int, kv_cls):
         self.rid, self.text, self.max_new, self.generated = rid, list(text), max_new, 0
-        self.prompt_len = self.cpu_len = len(text)
         self.kv = kv_cls()
+        self.prompt_len = self.cpu_len = len(text)
         self.done = False
+        self.is_retracted = False
+        self.rejoin_due = 0  # a retracted request's step to re-join from
+        self.mamba_lazy_checkpoint = True  # SGLang's Req field: a lazy finish may turn it off (no tree insert)
+
+    @property
+    def cpu_len(self) -> int:
+        return self.kv.kv_committed_len
+
+    @cpu_len.setter
+    def cpu_len(self, value: int) -> None:
+        self.kv.kv_committed_len = value
 
     @property
     def seqlen(self) -> int:
@@ -542,21 +583,26 @@ def run_radix(
             if fault in faults.FAULTS:  # a serving-path negative control: the FAULTS row, as a server installs it
                 faults.install(fault)
                 stack.callback(faults.remove)
+        if cfg.lazy_alloc_fail:
+            assert cfg.lazy, "SGLANG_TEST_MAMBA_LAZY_ALLOC_FAIL is read by the lazy strategy only"
+            stack.enter_context(_env("SGLANG_TEST_MAMBA_LAZY_ALLOC_FAIL", "1"))
         return _run_radix(cfg, seed, scheme, fault, steps, overlap)
 
 
 def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, steps: int, overlap: bool) -> RadixTrace:
     import types
 
-    from sglang.srt.managers.schedule_batch import ReqKvInfo, set_mamba_track_indices_from_reqs
+    from sglang.srt.managers.schedule_batch import ReqKvInfo, ScheduleBatch
     from sglang.srt.managers.scheduler_components.batch_result_processor import SchedulerBatchResultProcessor
     from sglang.srt.mem_cache.unified_cache.components.mamba import MambaComponent
-    from sglang.srt.speculative.spec_utils import _verify_commit_step_indices
+    from sglang.srt.runtime_context import mamba_track_grid, max_speculative_num_draft_tokens
+    from sglang.srt.speculative.spec_utils import _verify_commit_step_indices, prepare_mamba_track_for_verify
 
     from sglang_mamba_dedup.kernels import state_commit
     from tests.support import integration as iu
 
     assert scheme in ("stock", "zero_copy") and (fault is None or (scheme == "zero_copy" and fault in RADIX_FAULTS))
+    assert overlap or not cfg.lazy, "SGLang allows extra_buffer_lazy with the overlap schedule only"
     zc, dd, n_layers = scheme == "zero_copy", cfg.drafts, cfg.layers
     rng = random.Random(seed)
     model = Model(
@@ -581,16 +627,15 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
         draft_tokens=dd,
         topk=1,
         device="cpu",
-        extra={"enable_mamba_extra_buffer": True, "enable_overlap_schedule": True},
+        extra={
+            "enable_mamba_extra_buffer": True,
+            "enable_mamba_extra_buffer_lazy": cfg.lazy,  # one ping-pong slot allocated at a join, not two
+            "enable_overlap_schedule": True,
+        },
     )
     mp = pool.mamba_pool
     cache = mp.mamba_cache
-    temporal, conv, inter_ssm, inter_conv = (
-        cache.temporal,
-        cache.conv[0],
-        cache.intermediate_ssm,
-        cache.intermediate_conv_window[0],
-    )
+    temporal, conv, inter_ssm = cache.temporal, cache.conv[0], cache.intermediate_ssm
     backend = iu.build_backend(pool, device="cpu", topk=1, draft_tokens=dd)
     publish_radix_args(cfg)  # build_backend published its own (radix off)
     wrapped = hasattr(type(backend).update_mamba_state_after_mtp_verify, "__wrapped__")
@@ -601,17 +646,20 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
 
         ps = state.pool_state(mp)
         ps.commit_ok = True
-        ps.zero_copy = ZeroCopy(mp)
+        ps.zero_copy = ZeroCopy(mp, radix=cfg.strategy)
         accepted = ps.zero_copy.accepted
         accepted.fill_(1)
         plan = state_commit.get_plan(
             cache.conv, cache.intermediate_conv_window, temporal, inter_ssm, accepted=accepted, ssm_track_only=True
         )
-        stage_plan = state_commit.get_plan([], [], inter_ssm[:, :, 0], temporal[:, :, None], owner=temporal)
         plain_plan = state_commit.get_plan(cache.conv, cache.intermediate_conv_window, temporal, inter_ssm)
+    interval = mamba_track_grid(1)
     proc = types.SimpleNamespace(tree_cache=types.SimpleNamespace(page_size=1))
-    proc._mamba_check_track_boundary = SchedulerBatchResultProcessor._mamba_check_track_boundary.__get__(proc)
-    component = types.SimpleNamespace(cache=types.SimpleNamespace(req_to_token_pool=pool))
+    for name in ("_mamba_check_track_boundary", "_mamba_lazy_spec_update", "mamba_lazy_post_decode_at_boundary"):
+        setattr(proc, name, getattr(SchedulerBatchResultProcessor, name).__get__(proc))
+    component = types.SimpleNamespace(  # what MambaComponent's methods read of self: no int8 checkpoint pool
+        cache=types.SimpleNamespace(req_to_token_pool=pool, enable_mamba_extra_buffer=True), int8_ckpt_pool=None
+    )
 
     outputs: dict = {}
     states: dict = {}
@@ -619,6 +667,7 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
     md5 = hashlib.md5()
     tree: dict[tuple[int, ...], torch.Tensor] = {}  # token prefix -> slot (shape [1]), oldest first
     running: list[_RadixReq] = []
+    retracted: list[_RadixReq] = []
     finished_texts: list[list[int]] = []
     next_rid = 0
 
@@ -634,17 +683,22 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
         ssm = inter_ssm[:, row, int(accepted[row]) - 1] if zc else temporal[:, slot]
         return ssm.clone(), conv[:, slot].clone()
 
-    def join(step: int, text: list[int], max_new: int) -> None:
-        nonlocal next_rid
-        req = _RadixReq(next_rid, text, max_new, ReqKvInfo)
-        next_rid += 1
+    def join(step: int, req: _RadixReq) -> None:
+        """A prefill of ``req.text`` (a new request, or a retracted one's re-prefill of its whole text so far): the
+        row and slots (SGLang's ``pool.alloc``), the longest tree prefix copied on write (or the slot cleared), the
+        rest of the text prefilled; zero-copy stages in (the plugin's ``ZeroCopy.stage_in``: ``accepted[row] = 1``)."""
+        rejoin = req.is_retracted
+        req.is_retracted = False  # prepare_for_extend
+        req.cpu_len = len(req.text)
         assert pool.alloc([req]) is not None
-        slot = req.kv.mamba_pool_idx.view(1)
+        text, slot = req.text, req.kv.mamba_pool_idx.view(1)
         match = max((k for k in tree if len(k) <= len(text) and tuple(text[: len(k)]) == k), key=len, default=())
         if match:  # copy-on-write from the tree node (SGLang's deferred COW, on the forward stream)
             mp.copy_from(tree[match], slot)
             counters["cow"] += 1
             counters["cached_tokens"] += len(match)
+            if rejoin:
+                counters["rejoin_cow"] += 1
             states[(step, "cow", req.rid)] = slot_state(slot)
         else:
             mp.clear_slots(slot)
@@ -656,26 +710,42 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
             )
             outs.append(o)
         emit((step, "prefill", req.rid), torch.stack(outs))
-        if zc:  # the stage-in: scratch [row, 0] = temporal[slot], every layer, one launch; accepted[row] = 1
-            rows = torch.tensor([req.kv.req_pool_idx])
-            state_commit.launch(
-                stage_plan,
-                ssm=(temporal[:, :, None], inter_ssm[:, :, 0]),
-                accept=(torch.zeros(1, dtype=torch.int32), rows),
-                src_rows=slot,
-            )
-            accepted[rows] = 1
+        if zc and not (rejoin and fault == "rejoin_no_stage_in"):  # after the extend's last layer, every layer
+            ps.zero_copy.stage_in(cache, slot, torch.tensor([req.kv.req_pool_idx]))
         running.append(req)
-        counters["join"] += 1
+        counters["rejoin" if rejoin else "join"] += 1
+
+    def release(req: _RadixReq, keep: int | None) -> None:
+        """The mamba half of ``release_kv_cache``, SGLang's own ``MambaComponent.cleanup_after_caching_req(
+        is_finished=True)`` (after a checkpoint, or through ``UnifiedRadixCache.on_release`` without one): the live
+        slot and every ping-pong track slot freed but ``keep`` (the one the tree took), then the row
+        (``req_to_token_pool.free``)."""
+        taken = None if keep is None else types.SimpleNamespace(mamba_exist=False)
+        MambaComponent.cleanup_after_caching_req(
+            component,
+            req,
+            is_finished=True,
+            insert_result=taken,
+            insert_params=types.SimpleNamespace(mamba_keep_idx=keep),
+        )
+        pool.free(req)
 
     def finish(step: int, req: _RadixReq) -> None:
-        """``release_kv_cache(checkpoint=True)``: the output is cut at ``max_new`` (the tokens accepted past it are
-        dropped: a tracked state may overshoot the key, and SGLang falls back to the other ping-pong slot)."""
+        """``release_kv_cache(checkpoint=True)`` (lazy: ``checkpoint=req.mamba_lazy_checkpoint``): the output is cut at
+        ``max_new`` (the tokens accepted past it are dropped: a tracked state may overshoot the key, and SGLang falls
+        back to the other ping-pong slot)."""
         running.remove(req)
         key_len = min(req.cpu_len, req.prompt_len + req.max_new)
-        checkpoint = MambaComponent._select_finished_checkpoint(component, req, key_len)
-        counters["overshoot"] += (req.kv.mamba_last_track_seqlen or 0) > key_len
         keep = None
+        # batch_result_processor.py 1458-1464 (_handle_finish_state_updated_req), re-stated: lazy checkpoints only
+        # where _mamba_lazy_spec_update left req.mamba_lazy_checkpoint on (no scatter wrote, or may still write, the
+        # keep slot); a release without checkpoint inserts nothing
+        if cfg.lazy and not req.mamba_lazy_checkpoint:
+            counters["lazy_no_checkpoint"] += 1
+            checkpoint = None
+        else:
+            checkpoint = MambaComponent._select_finished_checkpoint(component, req, key_len)
+            counters["overshoot"] += (req.kv.mamba_last_track_seqlen or 0) > key_len
         if checkpoint is not None and checkpoint[0] > 0:
             cache_len, keep = checkpoint
             key = tuple(req.text[:cache_len])
@@ -687,12 +757,27 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
                 states[(step, "tree_insert", req.rid)] = slot_state(slot)
                 counters["tree_insert"] += 1
                 counters["decode_tracked_insert"] += cache_len > req.prompt_len
-        pool.free_mamba_cache(req, keep)
-        pool.free(req)
-        finished_texts.append(req.text[:key_len])
+        release(req, keep)
+        if checkpoint is not None and checkpoint[0] > 0:  # a next turn extends a text whose prefix the tree holds
+            finished_texts.append(req.text[:key_len])
         while len(tree) > cfg.tree_size:  # evict the oldest node
             pool.mamba_allocator.free(tree.pop(next(iter(tree))))
             counters["evict"] += 1
+
+    def retract(step: int, req: _RadixReq) -> None:
+        """SGLang's ``ScheduleBatch.retract_decode`` -> ``release_req``: ``release_kv_cache(req, tree_cache,
+        checkpoint=False)`` (nothing inserted; the live slot and every ping-pong track slot freed, the row freed),
+        then ``Req.reset_for_retract`` (re-stated: ``is_retracted``, ``kv_committed_len = 0``; the output is kept, so
+        the re-prefill's text is the prompt and every token accepted on the host so far; under overlap the in-flight
+        verify's tokens are not: its result is dropped)."""
+        running.remove(req)
+        release(req, None)
+        req.text = req.text[: req.cpu_len]
+        req.cpu_len = 0
+        req.is_retracted = True
+        req.rejoin_due = step + rng.randint(1, 4)
+        retracted.append(req)
+        counters["retract"] += 1
 
     def commit(batch, rpi, slots, last_correct, track_idx, track_steps) -> None:
         if not zc:  # SGLang's own commit, pipeline-parallel stable rows: src_indices_raw = req_pool_indices
@@ -723,8 +808,11 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
                 conv[:, k] = before[:, n]
 
     def process_results(step: int, batch, accept: list[int], reqs: list[_RadixReq]) -> None:
-        """The host's processing of one verify's results, request by request as SGLang orders it: the output grows,
-        the finish is decided, ``_mamba_prefix_cache_update`` (the swap at a crossing), then the finish's release."""
+        """The host's processing of one verify's results, request by request as SGLang orders it
+        (``process_batch_result_decode``): a request finished or retracted since the verify was planned is skipped
+        (overlap only), otherwise the output grows (``kv_committed_len``), the finish is decided,
+        ``_mamba_prefix_cache_update`` runs (the swap at a crossing; lazy: the crossing confirmed, the pending slot
+        promoted, or the checkpoint withheld), then the finish's release."""
         result = types.SimpleNamespace(
             num_correct_drafts_per_req_cpu=[a - 1 for a in accept],
             num_non_draft_tokens_per_req=1,
@@ -734,22 +822,40 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
             if req.done:  # finished at the previous result: this in-flight verify's result is dropped
                 counters["inflight_after_finish"] += 1
                 continue
+            if req.is_retracted:  # retracted after this verify was planned: its result is dropped, its tokens too
+                counters["inflight_after_retract"] += 1
+                continue
             req.cpu_len += a
             req.generated += a
             req.done = req.generated >= req.max_new
+            kv = req.kv
+            seen = (kv.mamba_last_track_seqlen, kv.mamba_next_track_idx)
             SchedulerBatchResultProcessor._mamba_prefix_cache_update(proc, req, batch, result, n)
+            if cfg.lazy and not req.done and kv.mamba_last_track_seqlen != seen[0]:
+                counters["lazy_crossing"] += 1  # _mamba_lazy_spec_update confirmed a crossing: the pending slot
+                # became the keep slot (promoted), or the crossing was tracked in place into the keep slot
+                counters["lazy_promote" if kv.mamba_next_track_idx != seen[1] else "lazy_in_place"] += 1
             if req.done:
                 finish(step, req)
 
     pending = None
     for step in range(steps):
+        if cfg.retract and len(running) > 1:  # retract_decode keeps at least one request
+            forced = step >= steps // 3 and not counters["retract"]
+            if rng.random() < cfg.retract or forced:
+                retract(step, rng.choice(running))
+        for req in list(retracted):  # a retracted request re-joins before new ones (it waits at the queue's head)
+            if req.rejoin_due <= step and len(running) < cfg.rows:
+                retracted.remove(req)
+                join(step, req)
         while len(running) < cfg.rows and rng.random() < 0.5:
             if finished_texts and rng.random() < 0.6:  # a next turn: the whole earlier text, then new tokens
                 text = rng.choice(finished_texts[-4:]) + [rng.randrange(cfg.vocab) for _ in range(rng.randint(1, 4))]
                 counters["next_turn"] += 1
             else:
                 text = [rng.randrange(cfg.vocab) for _ in range(rng.randint(2, 11))]
-            join(step, text, rng.randint(8, 28))
+            join(step, _RadixReq(next_rid, text, rng.randint(8, 28), ReqKvInfo))
+            next_rid += 1
         if not running:
             continue
         if rng.random() < 0.5:  # filter / merge reorder the batch: rows stop matching batch positions
@@ -766,8 +872,15 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
             spec_algorithm=types.SimpleNamespace(is_none=lambda: False),
             mamba_track_buffer_indices=None,
             mamba_track_indices=None,
+            mamba_lazy_spec_track_positions_cpu=None,
         )
-        set_mamba_track_indices_from_reqs(batch)
+        if cfg.lazy:  # spec_prepare_for_decode's lazy half (spec_utils.py 1252-1258): SGLang's own track plan
+            empty = [list(r.kv.mamba_ping_pong_empty) for r in running]
+            ScheduleBatch.mamba_lazy_spec_prepare(batch, interval, max_speculative_num_draft_tokens())
+            counters["lazy_prealloc"] += sum(e != r.kv.mamba_ping_pong_empty for e, r in zip(empty, running))
+            planned = batch.mamba_lazy_spec_track_positions_cpu
+            counters["lazy_pending_planned"] += sum(p != r.kv.mamba_next_track_idx for p, r in zip(planned, running))
+        prepare_mamba_track_for_verify(batch)  # the track slots (lazy: at the planned positions)
         # the verify: D tokens per request, every layer; scratch rows req_pool_idx in both worlds (stable rows)
         draft_ids = [[rng.randrange(cfg.vocab) for _ in range(dd)] for _ in running]
         drafts = embed[torch.tensor(draft_ids)]
@@ -784,7 +897,7 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
                     slots.tolist(),
                     drafts,
                     inter_ssm[layer],
-                    inter_conv[layer],
+                    cache.intermediate_conv_window[0][layer],
                     rows_w,
                     False,
                 )

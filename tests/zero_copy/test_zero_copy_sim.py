@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -125,7 +126,10 @@ def test_mamba2_pad_guard_makes_padding_on_row_size_harmless():
 # (ZeroCopy.commit with a track set; zero_copy_sim.run_radix); the FAULTS rows zc_no_track and track_column_live are
 # installed as a server installs them, the other controls break the commit in the simulation; with and without the
 # overlap lag (batch N+1 planned before N's ping-pong swap; a request that finished at N verifies once more, the
-# positive control of HR4/R9). Not modelled: the extend's own track (T9), chunked prefills, retraction, lazy mode,
+# positive control of HR4/R9); SGLang's extra_buffer_lazy strategy (one ping-pong slot, the pending one planned by
+# its own mamba_lazy_spec_prepare and confirmed or withheld by _mamba_lazy_spec_update); retraction (retract_decode's
+# release without checkpoint, the in-flight result dropped under overlap, the re-join's re-prefill of the whole text
+# so far, matched against the tree, staged in again). Not modelled: the extend's own track (T9), chunked prefills,
 # CUDA-graph padding (the kernel tests cover padding rows), the real UnifiedRadixCache (a dict of token prefixes).
 
 
@@ -139,12 +143,30 @@ def _radix(test):
 
 
 RADIX_STEPS = 24
+#: extra_buffer_lazy plans a pending track slot only where a crossing is reachable (2 * D tokens ahead): a track
+#: interval above 2 * D (8) leaves requests outside that window, as a real interval (256) does
+RADIX_LAZY = zs.RadixConfig(kind="mamba2", layers=1, interval=12, strategy="extra_buffer_lazy", retract=0.15)
 RADIX_CASES = {  # (config, overlap)
     "mamba2-L2-fp32-overlap": (zs.RadixConfig(kind="mamba2", layers=2), True),
     "gdn-L1-ssm_bf16-conv_bf16-no_overlap": (
         zs.RadixConfig(kind="gdn", layers=1, ssm_dtype=torch.bfloat16, conv_dtype=torch.bfloat16),
         False,
     ),
+    "mamba2-L1-fp32-lazy-retract-overlap": (RADIX_LAZY, True),
+    "gdn-L1-ssm_bf16-conv_bf16-lazy-retract-overlap": (
+        zs.RadixConfig(
+            kind="gdn",
+            layers=1,
+            interval=12,
+            strategy="extra_buffer_lazy",
+            retract=0.15,
+            ssm_dtype=torch.bfloat16,
+            conv_dtype=torch.bfloat16,
+        ),
+        True,
+    ),
+    "gdn-L1-fp32-retract-overlap": (zs.RadixConfig(kind="gdn", layers=1, retract=0.15), True),
+    "mamba2-L1-fp32-lazy-alloc_fail-retract-overlap": (replace(RADIX_LAZY, lazy_alloc_fail=True), True),
 }
 
 
@@ -179,7 +201,9 @@ def test_radix_zero_copy_is_bit_exact_with_sglangs_stable_row_commit(radix_args,
     """Every prefill and verify output, every track slot after every commit, every tree slot at insert, every
     copy-on-write destination and every live state after every commit: ``torch.equal`` between SGLang's stock commit
     and the zero-copy commit with a track set; the workload crosses track boundaries, finishes into the tree and
-    reads decode-tracked tree states back (next turns that extend a whole earlier text)."""
+    reads decode-tracked tree states back (next turns that extend a whole earlier text). Lazy cases: SGLang's lazy
+    bookkeeping ran (pending slots allocated, crossings confirmed and promoted); retraction cases: requests were
+    retracted (their in-flight results dropped under overlap) and re-joined."""
     seed, (cfg, overlap) = _seed(), RADIX_CASES[case]
     t0 = time.perf_counter()
     where = f"seed={seed} ({case}; replay with ZERO_COPY_SIM_SEED={seed})"
@@ -188,9 +212,21 @@ def test_radix_zero_copy_is_bit_exact_with_sglangs_stable_row_commit(radix_args,
     _assert_same_world(stock, zero, where)
     c = stock.counters
     kinds = {what for _step, what, _rid in stock.states}
-    assert kinds == {"track", "live", "tree_insert", "cow"}, f"{where}: compared only {kinds}: {dict(c)}"
-    assert c["track_rows"] and c["decode_tracked_insert"] and c["cow"] and c["reorder"], f"{where}: {dict(c)}"
+    required = {"track", "live"} | (set() if cfg.lazy_alloc_fail else {"tree_insert", "cow"})
+    assert required <= kinds <= {"track", "live", "tree_insert", "cow"}, f"{where}: compared only {kinds}: {dict(c)}"
+    assert c["track_rows"] and c["reorder"], f"{where}: {dict(c)}"
+    if not cfg.lazy_alloc_fail:  # there, the keep slot's checkpoint is withdrawn at most crossings: few tree inserts
+        assert c["decode_tracked_insert"] and c["cow"], f"{where}: {dict(c)}"
     assert bool(c["inflight_after_finish"]) == overlap, f"{where}: {dict(c)}"
+    if cfg.lazy_alloc_fail:  # no pending slot: every crossing tracked in place, into the keep slot
+        assert c["lazy_crossing"] == c["lazy_in_place"] > 0 and not c["lazy_prealloc"], f"{where}: {dict(c)}"
+    elif cfg.lazy:  # pending slots allocated for reachable crossings, confirmed and promoted to keep
+        assert c["lazy_prealloc"] and c["lazy_crossing"] == c["lazy_promote"] > 0, f"{where}: {dict(c)}"
+    else:
+        assert not c["lazy_prealloc"] and not c["lazy_crossing"], f"{where}: {dict(c)}"
+    if cfg.retract:  # every request retracted under overlap had a verify in flight, whose result was dropped
+        assert c["retract"] and c["rejoin"], f"{where}: {dict(c)}"
+        assert c["inflight_after_retract"] == (c["retract"] if overlap else 0), f"{where}: {dict(c)}"
     ev = zero.events  # every verify went through the plugin's wrapper and ZeroCopy.commit, with its track set
     assert ev["zc_commit_calls"] == ev["commit_calls"] == c["verify"], f"{where}: {ev}"
     assert ev["zc_track_commits"] == ev["track_commit_calls"] == c["verify"], f"{where}: {ev}"
@@ -205,15 +241,58 @@ def radix_stock(radix_args):
     return seed, cfg, zs.run_radix(cfg, seed, "stock", steps=RADIX_STEPS, overlap=True)
 
 
-@_radix
-@pytest.mark.parametrize("fault", zs.RADIX_FAULTS)
-def test_radix_negative_control_changes_the_outputs(radix_stock, fault):
-    """§12.8's track controls and review fix R7's two kernel traps, each done in the zero-copy world: the outputs
-    (prefill and verify; not the states) must differ from stock's."""
-    seed, cfg, stock = radix_stock
+def _assert_fault_breaks_the_comparison(seed, cfg, stock, fault: str):
+    """The fault done in the zero-copy world fails the comparison (an output or a state differs from stock's), and
+    where a copy-on-write read a state it corrupted, the outputs differ too (the prefill after it reads that state).
+    Outputs alone would be too weak a test: a track fault shows in them only through a later prefix hit on a state it
+    changed (``track_column_live`` changes none where the tracked step is the last accepted one)."""
     assert stock.counters["cow"] and stock.counters["track_rows"], f"seed={seed}: {dict(stock.counters)}"
     broken = zs.run_radix(cfg, seed, "zero_copy", fault=fault, steps=RADIX_STEPS, overlap=True)
     if fault in faults.FAULTS:  # a serving-path control: installed as a server installs it, and it was in place
         assert broken.events.get("fault") == fault, f"{fault}: not installed ({broken.events})"
         assert broken.events["zc_track_commits"], f"{fault}: no commit with a track set served zero-copy"
-    assert broken.md5 != stock.md5, f"seed={seed}: fault {fault} left the outputs unchanged (ZERO_COPY_SIM_SEED)"
+    where = f"seed={seed}: fault {fault} (replay with ZERO_COPY_SIM_SEED={seed})"
+    same_path = broken.outputs.keys() == stock.outputs.keys() and broken.states.keys() == stock.states.keys()
+    assert same_path and broken.counters == stock.counters, f"{where}: the host path changed (values only may)"
+    with pytest.raises(AssertionError):
+        _assert_same_world(stock, broken, where)
+    corrupted_reads = [
+        key
+        for key, (ssm, conv) in stock.states.items()
+        if key[1] == "cow"
+        and not (torch.equal(broken.states[key][0], ssm) and torch.equal(broken.states[key][1], conv))
+    ]
+    if corrupted_reads:
+        assert broken.md5 != stock.md5, f"{where}: copies-on-write {corrupted_reads} read a changed state, same outputs"
+    print(
+        f"{where}: outputs {'changed' if broken.md5 != stock.md5 else 'unchanged'}, corrupted reads {corrupted_reads}"
+    )
+    return broken
+
+
+@_radix
+@pytest.mark.parametrize("fault", [f for f in zs.RADIX_FAULTS if f not in zs.RADIX_RETRACT_FAULTS])
+def test_radix_negative_control_breaks_the_comparison(radix_stock, fault):
+    """§12.8's track controls and review fix R7's two kernel traps, each done in the zero-copy world: the comparison
+    with stock must fail, and the outputs must differ wherever a prefix hit read a state the fault changed."""
+    _assert_fault_breaks_the_comparison(*radix_stock, fault)
+
+
+@pytest.fixture(scope="module")
+def radix_stock_lazy(radix_args):
+    """One stock world (seed, config, trace) of extra_buffer_lazy with retraction, shared by its negative controls."""
+    seed = _seed()
+    return seed, RADIX_LAZY, zs.run_radix(RADIX_LAZY, seed, "stock", steps=RADIX_STEPS, overlap=True)
+
+
+@_radix
+@pytest.mark.parametrize("fault", zs.RADIX_FAULTS)
+def test_radix_lazy_negative_control_breaks_the_comparison(radix_stock_lazy, fault):
+    """The same controls under extra_buffer_lazy with retraction (the track slot is the pending one SGLang planned),
+    and the control retraction adds: a re-join that does not stage in seeds from its row's stale scratch (its
+    verify outputs change)."""
+    seed, cfg, stock = radix_stock_lazy
+    assert stock.counters["lazy_crossing"] and stock.counters["rejoin"], f"seed={seed}: {dict(stock.counters)}"
+    broken = _assert_fault_breaks_the_comparison(seed, cfg, stock, fault)
+    if fault in zs.RADIX_RETRACT_FAULTS:
+        assert broken.md5 != stock.md5, f"seed={seed}: fault {fault} left the outputs unchanged (ZERO_COPY_SIM_SEED)"
