@@ -213,7 +213,7 @@ def track_boundaries(wrapped, instance, args, kwargs):
     ``/get_server_info``: the radix proof's "track rows written", with no device read); SGLang's answer unchanged."""
     call, _inst, call_args, _ = self_first(wrapped, instance, args)
     out = call(*call_args, **kwargs)
-    if isinstance(out, tuple) and out and out[0] is True:
-        if _decided(_bind_boundary(*call_args, **kwargs)) is not None:
-            report.count("zc_track_rows")
+    crossed = isinstance(out, tuple) and bool(out) and out[0] is True
+    if crossed and _decided(_bind_boundary(*call_args, **kwargs)) is not None:
+        report.count("zc_track_rows")
     return out

@@ -578,8 +578,15 @@ def run_radix(
         else:  # the plugin applied: SGLang's commit is the plugin's wrapper, which calls the pool's committer
             from sglang_mamba_dedup import env
 
+            from sglang_mamba_dedup import installed
+
             stack.enter_context(_env(env.ALLOW_CPU, "1"))
             stack.enter_context(iu.plugin(True))
+            # zero-copy's own patches too, as a server that asked for it has them: here its host-side counters
+            # (the track boundaries SGLang's result processing sees crossed: zc_track_rows; tree evictions)
+            stack.enter_context(_env(env.ZERO_COPY, "1"))
+            assert installed.apply(["zero_copy"]) == {"zero_copy": None}
+            stack.callback(installed.revert, ["zero_copy"], force=True)
             if fault in faults.FAULTS:  # a serving-path negative control: the FAULTS row, as a server installs it
                 faults.install(fault)
                 stack.callback(faults.remove)
