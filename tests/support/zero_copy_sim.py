@@ -576,9 +576,7 @@ def run_radix(
             stack.callback(setattr, bk, "pp_spec_stable_rows_enabled", bk.pp_spec_stable_rows_enabled)
             bk.pp_spec_stable_rows_enabled = lambda: True
         else:  # the plugin applied: SGLang's commit is the plugin's wrapper, which calls the pool's committer
-            from sglang_mamba_dedup import env
-
-            from sglang_mamba_dedup import installed
+            from sglang_mamba_dedup import env, installed
 
             stack.enter_context(_env(env.ALLOW_CPU, "1"))
             stack.enter_context(iu.plugin(True))
