@@ -6,7 +6,8 @@
 #                                                                             # nemotron-h-mini
 # Carry [".whl", ".stub"]. CYCLE_TESTS=1 first runs the zero-copy proofs compiled on CUDA (the kernel tests of
 # tests/kernels/test_zero_copy_commit.py and test_state_commit.py, then the kernel simulation through SGLang's own kernels,
-# tests/zero_copy/test_zero_copy_kernels.py), logs in $OUT/pytest_zc.log. BENCH_COMMIT=<sha> names the commit.
+# tests/zero_copy/test_zero_copy_kernels.py, and the padded batch with poisoned rows as a CUDA-graph replay,
+# tests/zero_copy/test_zero_copy_padding_poison.py), logs in $OUT/pytest_zc.log. BENCH_COMMIT=<sha> names the commit.
 # Returns $OUT/cycle-<preset>.txt (the tables), $OUT/latest/cycle_wall-<gpu>.csv, $OUT/latest/cycle_profile-<gpu>.csv,
 # $OUT/history.csv, $OUT/env.txt. The exit status is the first nonzero of the tests and the benchmark.
 set -uo pipefail
@@ -25,7 +26,7 @@ if [ "${CYCLE_TESTS:-0}" = 1 ]; then
   rm -rf /tmp/smd-tests && mkdir -p /tmp/smd-tests && cp -r tests /tmp/smd-tests/ && cd /tmp/smd-tests
   PYTHONPATH=/tmp/smd-meta:/tmp/site:$root/.stub timeout "${CYCLE_TESTS_TIMEOUT:-240}" python3 -P -m pytest -q -p no:cacheprovider -rA tests/kernels/test_zero_copy_commit.py \
     "tests/kernels/test_state_commit.py::test_fused_commit_direct_launch_is_used_and_exact" \
-    tests/zero_copy/test_zero_copy_kernels.py > "$OUT/pytest_zc.log" 2>&1 || status=1
+    tests/zero_copy/test_zero_copy_kernels.py tests/zero_copy/test_zero_copy_padding_poison.py > "$OUT/pytest_zc.log" 2>&1 || status=1
   grep -E "passed|failed|error" "$OUT/pytest_zc.log" | tail -3
   cd "$root"
 fi
