@@ -24,7 +24,7 @@ from .reports import commit_counts, describe_report
 from .server import describe_command
 from .settings import describe_settings
 from .stats import fmt_rate, pair_table
-from .verdict import EXIT_CANNOT_RUN, EXIT_OK, Verdict, negative_control_text
+from .verdict import EXIT_CANNOT_RUN, EXIT_OK, Verdict, decode_tracked_tokens, negative_control_text
 
 #: The command's name in its messages (and argparse's ``prog``).
 PROG = "sglang-mamba-dedup e2e"
@@ -260,6 +260,7 @@ def round2_cached(results: Sequence[RunResult]) -> list[dict[str, Any]]:
                 "mode": r.mode,
                 "cached_tokens": second.get("cached_tokens"),
                 "prompt_tokens": second.get("prompt_tokens"),
+                "beyond_round1_prompts": decode_tracked_tokens(rounds),
             }
         )
     return out
@@ -315,6 +316,7 @@ def md5s(verdict: Verdict, results: Sequence[RunResult]) -> None:
         "text, so it reads states tracked in round 1's decode back): "
         + ", ".join(
             f"run {e['run']} {e['mode']} {_fmt_tokens(e['cached_tokens'])} of {_fmt_tokens(e['prompt_tokens'])}"
+            f" ({_fmt_tokens(e['beyond_round1_prompts'])} beyond round 1's prompts: decode-tracked)"
             for e in round2_cached(results)
         )
     )

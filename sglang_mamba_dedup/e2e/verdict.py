@@ -369,7 +369,28 @@ def cached_problems(results: Sequence[RunResult]) -> list[str]:
                 f"run {k} ({r.mode}): round 2 read no prompt tokens from the radix cache (cached_tokens {what}): "
                 "no state tracked in round 1 was read back"
             )
+            continue
+        beyond = decode_tracked_tokens(rounds)
+        if beyond is not None and beyond <= 0:
+            problems.append(
+                f"run {k} ({r.mode}): round 2 read {cached} cached tokens, not more than round 1's "
+                f"{rounds[0].get('prompt_tokens')} prompt tokens: only prefill states were read back, none tracked "
+                "in round 1's decode (lower --mamba-track-interval or raise --max-new-tokens)"
+            )
     return problems
+
+
+def decode_tracked_tokens(rounds: Sequence[Mapping[str, Any]]) -> int | None:
+    """How many of round 2's cached tokens lie beyond round 1's prompts (None where not both reported): round 2
+    extends each whole round-1 text, and a request's prefix states from its round-1 prefill reach its round-1 prompt
+    at most, so a positive count means states tracked during round 1's decode were read back (at least that many
+    tokens' worth). R3 of the radix zero-copy review; issue 50 item 4's "say how many"."""
+    if len(rounds) < 2:
+        return None
+    cached, prompt = rounds[1].get("cached_tokens"), rounds[0].get("prompt_tokens")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (cached, prompt)):
+        return None
+    return cached - prompt
 
 
 def output_problems(results: Sequence[RunResult], spec: Mapping[str, Any]) -> list[str]:

@@ -247,6 +247,29 @@ def test_zero_copy_with_the_radix_cache_needs_a_track_boundary_crossed_where_the
             assert "no request crossed a track boundary (events.zc_track_rows: 0)" in v.failures[0][1], v.failures
 
 
+def test_zero_copy_with_the_radix_cache_needs_round_2_to_read_beyond_round_1s_prompts():
+    """R3, issue 50 item 4: round 2's cached tokens must exceed round 1's prompt tokens (prefill states reach a
+    prompt at most: only decode-tracked states read back go beyond); the count is said; equal fails, one more passes,
+    round 1's prompt tokens not reported judges by cached_tokens > 0 alone."""
+    results = [_run("off", OFF), _run("on", _zc(ON, track=4)), _run("fault", _zc(FAULT, track=2), differ=1)]
+    prompt1 = results[1].stats["rounds"][0]["prompt_tokens"]
+    assert isinstance(prompt1, int) and prompt1 > 0
+    assert verdict.decode_tracked_tokens(results[1].stats["rounds"]) > 0  # the fake engine reads decode states back
+    for cached, ok in ((prompt1, False), (prompt1 + 1, True)):
+        results[1].stats["rounds"][1]["cached_tokens"] = cached
+        v = _judge(*results, zero_copy=True, zero_copy_radix=True)
+        assert (v.code == verdict.EXIT_OK) is ok, v.failures
+        if not ok:
+            assert (
+                f"run 2 (on): round 2 read {cached} cached tokens, not more than round 1's {prompt1}"
+                in (v.failures[0][1])
+            ), v.failures
+    results[1].stats["rounds"][1]["cached_tokens"] = prompt1
+    results[1].stats["rounds"][0]["prompt_tokens"] = None
+    assert _judge(*results, zero_copy=True, zero_copy_radix=True).code == verdict.EXIT_OK
+    assert verdict.decode_tracked_tokens(results[1].stats["rounds"]) is None
+
+
 @pytest.mark.parametrize("cached", [0, None], ids=["zero", "not-reported"])
 def test_zero_copy_with_the_radix_cache_needs_round_2_to_read_cached_tokens(cached):
     """R3: a run whose round 2 read no prompt token from the cache proves nothing about tracked states: it fails."""

@@ -76,6 +76,10 @@ if [ -n "${E2E_PROOF:-}" ]; then
   fault=${E2E_FAULT:-$(python3 -P -c 'from sglang_mamba_dedup.patches import faults; print("zc_no_track" if "zc_no_track" in faults.FAULTS else "zc_no_stage_in")')}
   case "$PRESET" in nemotron-h*) interval=${E2E_TRACK_INTERVAL:-128} ;; *) interval=${E2E_TRACK_INTERVAL:-64} ;; esac
   proof_args=(--zero-copy --fault "$fault" --time-budget "${E2E_TIME_BUDGET:-420}")
+  # the proofs at SGLang's default track interval (256) generate 320 tokens, so round 1's decode crosses it and
+  # round 2 reads a decode-tracked state back (the verdict needs both: zc_track_rows > 0, and round 2's cached tokens
+  # beyond round 1's prompts)
+  case "$E2E_PROOF" in radix-default|radix-lazy|radix-no-overlap) new_tokens=320 ;; esac
   case "$E2E_PROOF" in
     radix-default) ;;
     radix-lazy) proof_args+=(--mamba-radix-cache-strategy extra_buffer_lazy) ;;
@@ -94,7 +98,7 @@ case "$PRESET" in nemotron-h*) preset_args+=(--engine-arg disable_flashinfer_aut
 e2e() {
 python3 -P -m sglang_mamba_dedup.e2e \
   --random-weights --random-preset "$PRESET" --random-weights-dir "/tmp/smd-model-$PRESET" \
-  --max-new-tokens "${E2E_MAX_NEW_TOKENS:-128}" \
+  --max-new-tokens "${E2E_MAX_NEW_TOKENS:-${new_tokens:-128}}" \
   --mem-fraction-static 0.3 \
   --run-timeout "${E2E_RUN_TIMEOUT:-240}" \
   --workdir "$WD" \
