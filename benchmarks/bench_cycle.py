@@ -185,8 +185,10 @@ def worker(spec: dict) -> dict:
 
 
 def plugin_report(folder: Path) -> dict:
-    """What the plugin's scheduler reports say: zero-copy's state, commits (all, ours, served zero-copy)."""
+    """What the plugin's scheduler reports say: zero-copy's state, commits (all, ours, served zero-copy, and of those
+    with a track set)."""
     seen = {"reports": 0, "zero_copy": None, "commits_all": 0, "commits_ours": 0, "zc_commit_calls": 0}
+    seen["zc_track_commits"] = 0  # commits with a track set served zero-copy (the radix cache on)
     for path in folder.glob("status-*.json"):
         try:
             ev = json.loads(path.read_text()).get("events") or {}
@@ -199,6 +201,7 @@ def plugin_report(folder: Path) -> dict:
         seen["commits_all"] += int(ev.get("commit_calls", 0) or 0)
         seen["commits_ours"] += int(ev.get("ours_commit_calls", 0) or 0)
         seen["zc_commit_calls"] += int(ev.get("zc_commit_calls", 0) or 0)
+        seen["zc_track_commits"] += int(ev.get("zc_track_commits", 0) or 0)
     return seen
 
 

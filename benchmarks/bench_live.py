@@ -140,6 +140,22 @@ ARM_ENGINE_KWARGS: dict[str, dict] = {
 }
 #: the modes whose output ids must equal stock's bit for bit (the others' md5 is printed, not judged)
 EXACT_MODES = ("stock", "plugin", "zero-copy")
+#: zero-copy's opt-in for the radix cache on (``sglang_mamba_dedup.env.ZERO_COPY_RADIX``), set in the zero-copy
+#: Engines' environment with ``--radix-cache``.
+RADIX_OPT_IN = "SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX"
+
+
+def radix_problems(reports: Mapping, radix_cache: bool) -> list[str]:
+    """With the radix cache on, each zero-copy Engine's commits served zero-copy must all have had a track set
+    (``zc_track_commits == zc_commit_calls > 0``): else it did not serve the launch being measured."""
+    if not radix_cache:
+        return []
+    out = []
+    for (mode, engine), rep in sorted(reports.items()):
+        if mode == "zero-copy" and not (rep.get("zc_track_commits", 0) == rep.get("zc_commit_calls", 0) > 0):
+            out.append(f"zero-copy e{engine}: not every commit served zero-copy with a track set ({rep})")
+    return out
+
 
 GEN_STEM, SUMMARY_STEM, COMBINED_STEM, RUNS_STEM = (
     "cycle_generates",
@@ -860,6 +876,8 @@ class FakeEngine:
         ev = {"commit_calls": self.commits, "ours_commit_calls": self.commits if on else 0}
         if zc:
             ev.update(zero_copy="on", zc_commit_calls=self.commits)
+            if os.environ.get(RADIX_OPT_IN) == "1":  # the radix cache on: every commit has a track set
+                ev["zc_track_commits"] = self.commits
         Path(folder).mkdir(parents=True, exist_ok=True)
         (Path(folder) / f"status-{os.getpid()}-fake.json").write_text(json.dumps({"events": ev}))
 
@@ -1113,6 +1131,8 @@ class Worker:
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_MAMBA_DEDUP")}
         env.update(MODES[mode], SGLANG_MAMBA_DEDUP_REPORT_DIR=str(self.report_dir), PYTHONUNBUFFERED="1")
+        if spec.get("radix_cache") and MODES[mode].get("SGLANG_MAMBA_DEDUP_ZERO_COPY") == "1":
+            env[RADIX_OPT_IN] = "1"  # zero-copy with the radix cache on (experimental): its gate's opt-in
         if omp_threads:  # before Python starts: torch and the BLAS libraries read them at import
             env.update(OMP_NUM_THREADS=str(omp_threads), MKL_NUM_THREADS=str(omp_threads))
         self.conn, child = Pipe()
@@ -1416,6 +1436,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
             (e, m): {"batches": {str(b): {"md5": ["-"]} for b in ran}, "report": rep} for (m, e), rep in judged.items()
         }
         problems += [p for p in check(results, ran) if "md5" not in p]  # md5 above (check() wants one per Engine)
+        problems += radix_problems(judged, args.radix_cache)
     sick = [f"b{s['batch']} {s['mode']}: {s['health']}" for s in summary if s["health"] != "ok"]
     if summary:
         print(
@@ -1726,7 +1747,10 @@ def _main(args, p: argparse.ArgumentParser) -> int:
     if args.run is None:
         args.run = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     if args.radix_cache and "zero-copy" in args.modes:
-        print("note: --radix-cache: zero-copy needs the radix cache off; its engagement check is expected to fail")
+        print(
+            "note: --radix-cache: zero-copy with the radix cache on is experimental "
+            f"({RADIX_OPT_IN}=1 in its Engines); every zero-copy commit must have a track set"
+        )
     static_gb = None if args.dry_run or args.mem_fraction_static is not None else args.static_gb
     if args.dry_run:
         model, layers, vocab, kw = args.preset, 0, 1000, {}
@@ -1755,6 +1779,7 @@ def _main(args, p: argparse.ArgumentParser) -> int:
         "gc_off": args.gc_off,
         "static_gb": static_gb,
         "fake": fake,
+        "radix_cache": args.radix_cache,
     }
     options = {
         "batches": args.batches,
