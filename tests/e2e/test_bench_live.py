@@ -1214,3 +1214,19 @@ def test_the_radix_cache_on_gives_zero_copy_its_opt_in_and_checks_the_track_sets
     monkeypatch.setattr(live, "RADIX_OPT_IN", "SMD_TEST_NOT_THE_OPT_IN")  # the Engines never get the opt-in
     assert live.main([*argv, "--run", "X", "--out", str(tmp_path / "o2")]) == 1
     assert "not every commit served zero-copy with a track set" in capsys.readouterr().out
+
+
+def test_an_engine_that_admits_fewer_requests_than_the_largest_batch_is_a_problem(tmp_path, capsys):
+    """SGLang's running-request cap in force, read at each Engine's start: below the largest batch the batch runs in
+    pieces (the radix cache on at the default static budget), so the run says which Engine and exits 1; at or above
+    it, nothing is said."""
+    argv = ["--dry-run", "--out", str(tmp_path / "o"), "--work", str(tmp_path / "w"), "--batches", "1,16"]
+    argv += ["--reps", "2", "--engines-per-mode", "1"]
+    fake = {"delay_s": 0.002, "running_cap": {"stock": 16, "zero-copy": 8}}
+    assert live.main([*argv, "--fake", json.dumps(fake)]) == 1
+    text = capsys.readouterr().out
+    assert "zero-copy-e1: SGLang admits 8 running requests, fewer than batch 16" in text, text
+    assert "stock-e1: SGLang admits" not in text and "running cap 16" in text
+    fake["running_cap"]["zero-copy"] = 16
+    assert live.main([*argv, "--fake", json.dumps(fake), "--run", "X", "--out", str(tmp_path / "o2")]) == 0
+    assert "SGLang admits" not in capsys.readouterr().out
