@@ -6,7 +6,7 @@ padded entries mamba slot -1 while the graph's ``req_pool_indices`` buffer may s
 larger batch (``tests/zero_copy/test_zero_copy_padding.py`` shows that on SGLang's own ``_replay_metadata``). The
 GDN Triton verify runs ``D`` tokens for a padded entry as for a live one, and stores its intermediate states wherever
 the row index says. Here SGLang's own verify kernels (``causal_conv1d_update`` and ``TritonGDNKernel.target_verify``,
-or the Mamba2 ``selective_state_update``; through the plugin's Z2/Z3/Z4 wrappers, ``_World.verify`` of
+or the Mamba2 ``selective_state_update``; through the plugin's Z2/Z3/Z4 wrappers, ``World.verify`` of
 ``test_zero_copy_kernels.py``) run a padded batch with every state that must not be touched poisoned with NaN: the
 scratch rows of the live requests outside the batch, the discard row 0, the pool's SSM states (zero-copy never reads
 them in a verify) and the conv slots outside the batch. Shown: the poisoned rows stay NaN, the batch's outputs are
@@ -23,11 +23,14 @@ import types
 import pytest
 import torch
 
+from sglang_mamba_dedup import versions
 from sglang_mamba_dedup.patches.zero_copy import bookkeeping
-from tests.zero_copy import test_zero_copy_kernels as zk
-from tests.zero_copy.test_zero_copy_kernels import DEVICE, ROWS, SLOTS, _World, zero_copy_patched  # noqa: F401
+from tests.support import integration as iu
+from tests.support.zero_copy_world import DEVICE, DIM, ROWS, SLOTS, World
 
-pytestmark = zk.pytestmark
+pytestmark = [
+    *iu.release_only(versions.ZERO_COPY, f"the zero-copy commit is built for SGLang {versions.ZERO_COPY_RELEASE} only"),
+]
 
 D = 3
 CASES = [(4, 3), (6, 2)]  # (graph batch size, live entries); ROWS = 6 request rows, so victims remain outside
@@ -49,7 +52,7 @@ def _case(seed: int, graph_bs: int, live: int):
     return rows, slots, rpi, batch_slots, victims
 
 
-def _poison(w: _World, rows, slots, gen: torch.Generator) -> None:
+def _poison(w: World, rows, slots, gen: torch.Generator) -> None:
     """Every state outside the batch NaN; the batch's scratch rows and conv slots random, finite."""
     nan = float("nan")
     for t in (w.temporal, w.conv, w.inter_ssm, w.inter_conv):
@@ -62,7 +65,7 @@ def _poison(w: _World, rows, slots, gen: torch.Generator) -> None:
     zc.accepted.copy_(torch.randint(1, D + 1, zc.accepted.shape, generator=gen, dtype=torch.int32).to(DEVICE))
 
 
-def _snapshot(w: _World) -> dict[str, torch.Tensor]:
+def _snapshot(w: World) -> dict[str, torch.Tensor]:
     return {
         "inter_ssm": w.inter_ssm.clone(),
         "inter_conv": w.inter_conv.clone(),
@@ -72,7 +75,7 @@ def _snapshot(w: _World) -> dict[str, torch.Tensor]:
     }
 
 
-def _restore(w: _World, snap: dict[str, torch.Tensor]) -> None:
+def _restore(w: World, snap: dict[str, torch.Tensor]) -> None:
     for name in ("inter_ssm", "inter_conv", "temporal", "conv"):
         getattr(w, name).copy_(snap[name])
     w.zc.accepted.copy_(snap["accepted"])
@@ -82,7 +85,7 @@ def _all_nan(t: torch.Tensor) -> bool:
     return bool(torch.isnan(t.float()).all())
 
 
-def _run_padded(w: _World, drafts, rpi, batch_slots, graph: bool):
+def _run_padded(w: World, drafts, rpi, batch_slots, graph: bool):
     """The padded batch: eagerly, or captured in a CUDA graph and replayed (static inputs, as SGLang replays)."""
     v = types.SimpleNamespace(drafts=drafts)
     if not graph:
@@ -113,16 +116,16 @@ GRAPH = [False, True] if torch.cuda.is_available() else [False]
 @pytest.mark.parametrize("graph", GRAPH, ids=["eager", "cuda-graph"][: len(GRAPH)])
 @pytest.mark.parametrize("graph_bs, live", CASES, ids=[f"{b}-of-{n}" for b, n in CASES])
 @pytest.mark.parametrize("kind", ["gdn", "mamba2"])
-def test_padding_never_reaches_a_live_row(zero_copy_patched, kind, graph_bs, live, graph):  # noqa: F811
+def test_padding_never_reaches_a_live_row(zero_copy_patched, kind, graph_bs, live, graph):
     seed = random.SystemRandom().randrange(2**31)
     where = f"seed {seed}"
     gen = torch.Generator().manual_seed(seed)
-    w = _World(D, torch.float32, True, gen, kind)
+    w = World(D, torch.float32, True, gen, kind)
     rows, slots, rpi, batch_slots, victims = _case(seed, graph_bs, live)
     assert victims, "no live row outside the batch: the test could not fail"
     where += f", rows {rows}, slots {slots}, victims {victims}"
     _poison(w, rows, slots, gen)
-    drafts = torch.randn(graph_bs, D, zk.DIM, generator=gen)
+    drafts = torch.randn(graph_bs, D, DIM, generator=gen)
     before = _snapshot(w)
 
     # the reference: the same live entries, unpadded, eager
@@ -146,12 +149,12 @@ def test_padding_never_reaches_a_live_row(zero_copy_patched, kind, graph_bs, liv
     assert torch.equal(w.zc.accepted, before["accepted"]), f"{where}: a verify moved accepted"
 
 
-def test_padding_sent_to_a_live_row_is_seen(zero_copy_patched, monkeypatch):  # noqa: F811
+def test_padding_sent_to_a_live_row_is_seen(zero_copy_patched, monkeypatch):
     """Negative control: the padded entries' scratch row is a live request's outside the batch (FACTS §13's "row 1"
     build): the poisoned row is written, and the check above sees it."""
     seed = random.SystemRandom().randrange(2**31)
     gen = torch.Generator().manual_seed(seed)
-    w = _World(D, torch.float32, True, gen, "gdn")
+    w = World(D, torch.float32, True, gen, "gdn")
     rows, slots, rpi, batch_slots, victims = _case(seed, 4, 3)
     victim = victims[0]
     real = bookkeeping.seed_index.seeded_rows
@@ -162,6 +165,6 @@ def test_padding_sent_to_a_live_row_is_seen(zero_copy_patched, monkeypatch):  # 
 
     monkeypatch.setattr(bookkeeping.seed_index, "seeded_rows", broken)
     _poison(w, rows, slots, gen)
-    drafts = torch.randn(4, D, zk.DIM, generator=gen)
+    drafts = torch.randn(4, D, DIM, generator=gen)
     _run_padded(w, drafts, rpi, batch_slots, graph=False)
     assert not _all_nan(w.inter_ssm[0, victim]), f"seed {seed}: the broken padding did not write row {victim}"
