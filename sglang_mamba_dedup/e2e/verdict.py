@@ -388,7 +388,12 @@ def decode_tracked_tokens(rounds: Sequence[Mapping[str, Any]]) -> int | None:
     if len(rounds) < 2:
         return None
     cached, prompt = rounds[1].get("cached_tokens"), rounds[0].get("prompt_tokens")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (cached, prompt)):
+    if (
+        not isinstance(cached, int)
+        or not isinstance(prompt, int)
+        or isinstance(cached, bool)
+        or isinstance(prompt, bool)
+    ):
         return None
     return cached - prompt
 
