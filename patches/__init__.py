@@ -42,10 +42,15 @@ def _zero_copy(name: str):
     """The zero-copy wrapper ``name``, its module imported at its first call: only a process that asked for
     zero-copy has these patches installed, so no other process loads :mod:`.zero_copy.hooks`."""
 
-    def wrapper(wrapped, instance, args, kwargs):
-        from .zero_copy import hooks
+    hook = None  # resolved at the first call, then kept: some of these run per request on the scheduler's host path
 
-        return getattr(hooks, name)(wrapped, instance, args, kwargs)
+    def wrapper(wrapped, instance, args, kwargs):
+        nonlocal hook
+        if hook is None:
+            from .zero_copy import hooks
+
+            hook = getattr(hooks, name)
+        return hook(wrapped, instance, args, kwargs)
 
     wrapper.__name__ = wrapper.__qualname__ = name
     wrapper._smd_lazy = f"{__name__}.zero_copy.hooks.{name}"  # type: ignore[attr-defined]

@@ -11,7 +11,6 @@ import logging
 from typing import Any
 
 from sglang_mamba_dedup import report, state
-from sglang_mamba_dedup.patcher import self_first
 
 from . import pool_of
 from .eligibility import decide
@@ -211,9 +210,9 @@ def track_boundaries(wrapped, instance, args, kwargs):
     that a request crossed a track boundary (its track row was written by that verify's commit and becomes the
     request's tracked state). Counts the crossings of a zero-copy pool's requests (``zc_track_rows``, in
     ``/get_server_info``: the radix proof's "track rows written", with no device read); SGLang's answer unchanged."""
-    call, _inst, call_args, _ = self_first(wrapped, instance, args)
-    out = call(*call_args, **kwargs)
-    crossed = isinstance(out, tuple) and bool(out) and out[0] is True
-    if crossed and _decided(_bind_boundary(*call_args, **kwargs)) is not None:
-        report.count("zc_track_rows")
+    out = wrapped(*args, **kwargs)  # called through the class, ``args`` holds the processor first: wrapt passes it on
+    if type(out) is tuple and out and out[0] is True:  # the fast path first: most calls cross nothing
+        own = args if instance is not None else args[1:]
+        if _decided(_bind_boundary(*own, **kwargs)) is not None:
+            report.count("zc_track_rows")
     return out

@@ -164,6 +164,10 @@ def test_track_boundaries_of_a_zero_copy_pool_are_counted_by_sglangs_own_host_ch
             assert check(req, batch, result, 0) == want, (zero_copy, seqlen)
             counted = report.events().get("zc_track_rows", 0) - before
             assert counted == (1 if zero_copy and want[0] else 0), (zero_copy, seqlen, counted)
+            # called through the class with the processor first (another plugin's wrapper around ours): the same
+            assert SchedulerBatchResultProcessor._mamba_check_track_boundary(proc, req, batch, result, 0) == want
+            again = report.events().get("zc_track_rows", 0) - before - counted
+            assert again == counted, (zero_copy, seqlen, again)
     finally:
         installed.revert(["zero_copy"])
         report.clear_events()
