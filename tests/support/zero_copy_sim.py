@@ -853,9 +853,14 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
             if req.rejoin_due <= step and len(running) < cfg.rows:
                 retracted.remove(req)
                 join(step, req)
-        while len(running) < cfg.rows and rng.random() < 0.5:
-            if finished_texts and rng.random() < 0.6:  # a next turn: the whole earlier text, then new tokens
-                text = rng.choice(finished_texts[-4:]) + [rng.randrange(cfg.vocab) for _ in range(rng.randint(1, 4))]
+        # past the middle with a finished text in the tree but no prefix hit yet, one next turn joins for sure (a
+        # seed's draws alone may never read a decode-tracked tree state back: what the comparison must cover)
+        force_turn = step >= steps // 2 and bool(finished_texts) and not counters["cow"]
+        while len(running) < cfg.rows and (force_turn or rng.random() < 0.5):
+            if finished_texts and (force_turn or rng.random() < 0.6):  # a next turn: the whole earlier text, then new
+                earlier = finished_texts[-1] if force_turn else rng.choice(finished_texts[-4:])  # newest: in the tree
+                force_turn = False
+                text = earlier + [rng.randrange(cfg.vocab) for _ in range(rng.randint(1, 4))]
                 counters["next_turn"] += 1
             else:
                 text = [rng.randrange(cfg.vocab) for _ in range(rng.randint(2, 11))]

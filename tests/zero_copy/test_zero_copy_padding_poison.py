@@ -90,7 +90,7 @@ def _run_padded(w: World, drafts, rpi, batch_slots, graph: bool):
     v = types.SimpleNamespace(drafts=drafts)
     if not graph:
         return w.verify(v, rpi, batch_slots, _default_rows())
-    static = types.SimpleNamespace(drafts=drafts.clone())
+    static = types.SimpleNamespace(drafts=drafts.to(DEVICE, copy=True))  # a capture copies no host tensor in
     rpi_s, slots_s, default_rows = rpi.clone(), batch_slots.clone(), _default_rows()
     snap = _snapshot(w)
     side = torch.cuda.Stream()

@@ -10,6 +10,7 @@
 # tests/zero_copy/test_zero_copy_padding_poison.py), logs in $OUT/pytest_zc.log. BENCH_COMMIT=<sha> names the commit.
 # Returns $OUT/cycle-<preset>.txt (the tables), $OUT/latest/cycle_wall-<gpu>.csv, $OUT/latest/cycle_profile-<gpu>.csv,
 # $OUT/history.csv, $OUT/env.txt. The exit status is the first nonzero of the tests and the benchmark.
+# CYCLE_BENCH=0 (with CYCLE_TESTS=1) runs the proofs only.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -30,6 +31,7 @@ if [ "${CYCLE_TESTS:-0}" = 1 ]; then
   grep -E "passed|failed|error" "$OUT/pytest_zc.log" | tail -3
   cd "$root"
 fi
+if [ "${CYCLE_BENCH:-1}" = 0 ]; then stamp "exit $status (CYCLE_BENCH=0: no benchmark)"; exit "$status"; fi
 preset_args=()
 case "$PRESET" in nemotron-h*) preset_args+=(--engine-arg disable_flashinfer_autotune=true) ;; esac
 stamp "bench_cycle $PRESET"
