@@ -149,9 +149,10 @@ def test_padding_never_reaches_a_live_row(zero_copy_patched, kind, graph_bs, liv
     assert torch.equal(w.zc.accepted, before["accepted"]), f"{where}: a verify moved accepted"
 
 
-def test_padding_sent_to_a_live_row_is_seen(zero_copy_patched, monkeypatch):
+@pytest.mark.parametrize("graph", GRAPH, ids=["eager", "cuda-graph"][: len(GRAPH)])
+def test_padding_sent_to_a_live_row_is_seen(zero_copy_patched, monkeypatch, graph):
     """Negative control: the padded entries' scratch row is a live request's outside the batch (FACTS §13's "row 1"
-    build): the poisoned row is written, and the check above sees it."""
+    build): the poisoned row is written, and the check above sees it, eagerly and in a CUDA-graph replay."""
     seed = random.SystemRandom().randrange(2**31)
     gen = torch.Generator().manual_seed(seed)
     w = World(D, torch.float32, True, gen, "gdn")
@@ -166,5 +167,5 @@ def test_padding_sent_to_a_live_row_is_seen(zero_copy_patched, monkeypatch):
     monkeypatch.setattr(bookkeeping.seed_index, "seeded_rows", broken)
     _poison(w, rows, slots, gen)
     drafts = torch.randn(4, D, DIM, generator=gen)
-    _run_padded(w, drafts, rpi, batch_slots, graph=False)
+    _run_padded(w, drafts, rpi, batch_slots, graph)
     assert not _all_nan(w.inter_ssm[0, victim]), f"seed {seed}: the broken padding did not write row {victim}"

@@ -10,7 +10,7 @@
 # tests/zero_copy/test_zero_copy_padding_poison.py), logs in $OUT/pytest_zc.log. BENCH_COMMIT=<sha> names the commit.
 # Returns $OUT/cycle-<preset>.txt (the tables), $OUT/latest/cycle_wall-<gpu>.csv, $OUT/latest/cycle_profile-<gpu>.csv,
 # $OUT/history.csv, $OUT/env.txt. The exit status is the first nonzero of the tests and the benchmark.
-# CYCLE_BENCH=0 (with CYCLE_TESTS=1) runs the proofs only.
+# CYCLE_BENCH=0 (with CYCLE_TESTS=1) runs the proofs only; CYCLE_TESTS_K=<expr> selects among them (pytest -k).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -27,7 +27,8 @@ if [ "${CYCLE_TESTS:-0}" = 1 ]; then
   rm -rf /tmp/smd-tests && mkdir -p /tmp/smd-tests && cp -r tests /tmp/smd-tests/ && cd /tmp/smd-tests
   PYTHONPATH=/tmp/smd-meta:/tmp/site:$root/.stub timeout "${CYCLE_TESTS_TIMEOUT:-240}" python3 -P -m pytest -q -p no:cacheprovider -rA tests/kernels/test_zero_copy_commit.py \
     "tests/kernels/test_state_commit.py::test_fused_commit_direct_launch_is_used_and_exact" \
-    tests/zero_copy/test_zero_copy_kernels.py tests/zero_copy/test_zero_copy_padding_poison.py > "$OUT/pytest_zc.log" 2>&1 || status=1
+    tests/zero_copy/test_zero_copy_kernels.py tests/zero_copy/test_zero_copy_padding_poison.py ${CYCLE_TESTS_K:+-k "$CYCLE_TESTS_K"} \
+    > "$OUT/pytest_zc.log" 2>&1 || status=1
   grep -E "passed|failed|error" "$OUT/pytest_zc.log" | tail -3
   cd "$root"
 fi
