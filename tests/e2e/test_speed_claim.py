@@ -47,8 +47,8 @@ def _rows(models=tuple(claim.MODELS), radix="on", mode="zero-copy", good=GOOD) -
 def _consoles(folder: Path, text: str = "...\nRESULT: PASS (exit 0)\n", skip: str = "") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for proofs in claim.PROOFS.values():
-        for proof, pattern in proofs.items():
-            name = pattern.replace("*", "0.5.23", 1).replace("*", "_qwen35")
+        for proof, patterns in proofs.items():
+            name = patterns[0].replace("*", "0.5.23", 1).replace("*", "_qwen35")
             if proof != skip:
                 (folder / name).write_text(text)
     return folder
@@ -166,3 +166,15 @@ def test_the_plugins_default_is_the_decision_of_the_tracked_data(monkeypatch):
     assert zero_copy.wanted() == d.default_on, (
         f"the data says zero-copy {'on' if d.default_on else 'opt-in'}; unmet: {d.unmet}"
     )
+
+
+def test_the_stress_proof_stands_for_pressure_and_retraction(tmp_path):
+    folder = _consoles(tmp_path, skip="pressure")
+    for p in folder.glob("*radix_retract*"):
+        p.unlink()
+    assert {u.split(":")[0] for u in claim.decide(_rows(), folder).unmet} == {
+        "radix proof pressure on either model",
+        "radix proof retract on either model",
+    }
+    (folder / "e2e_h200_0.5.23_zero_copy_radix_stress_nemotron_h.txt").write_text("RESULT: PASS (exit 0)\n")
+    assert claim.decide(_rows(), folder).default_on
