@@ -28,7 +28,9 @@ The protocol (docs/benchmarks.md, "The decode cycle, the protocol"; the review
   the ratio, the interval over that batch's pairs (Student's t, the batch's own SD; one pair: inconclusive), the
   verdict one of faster / slower / equal within +-1 % (interval and every pair) / inconclusive. An Engine more than
   5 % off its mode's other Engines at every batch is flagged (a whole-Engine slow state, with what its probes show);
-  the verdict is given with and without the flagged Engines' pairs. ``--combine A.csv B.csv`` does the same over the pairs of two runs.
+  the verdict is given with and without the flagged Engines' pairs. ``--combine A.csv B.csv`` does the same over the
+  pairs of two runs: runs of one workload only (tokens, Engine keywords, arms, prompts), the radix cache on and off
+  apart (``radix_cache`` column).
   Health checks (printed and written): robust CV <= 1.5 % per Engine and batch, no switch of host state, the Engines
   of one mode within 1.5 %, no gen-2 gc in a timed generate, gc frozen.
 * Every exact mode's output ids must equal stock's at every batch (md5; a mismatch exits 1), the plugin's scheduler
@@ -180,7 +182,7 @@ GEN_STEM, SUMMARY_STEM, COMBINED_STEM, RUNS_STEM = (
 )
 GEN_KEY = ("model", "run", "batch", "mode", "engine", "generate")
 SUMMARY_KEY = ("model", "run", "batch", "mode")
-COMBINED_KEY = ("model", "batch", "mode")
+COMBINED_KEY = ("model", "radix_cache", "batch", "mode")
 META_FIELDS = ["date", "commit", "sglang", "gpu", "options"]
 GEN_FIELDS = [
     *GEN_KEY,
@@ -327,20 +329,27 @@ def assert_unique(rows: Iterable[Mapping], key: Sequence[str], what: str = "rows
 
 
 def _unit(r: Mapping, key: Sequence[str]) -> tuple:
-    """What a new file replaces: (model, run) where the key has a run, else model."""
-    return (str(r.get("model")), str(r.get("run", ""))) if "run" in key else (str(r.get("model")),)
+    """What a new file replaces: (model, run) where the key has a run, (model, radix setting) in the combined
+    verdicts (a combination with the radix cache on leaves the one with it off), else model."""
+    if "run" in key:
+        return (str(r.get("model")), str(r.get("run", "")))
+    if "radix_cache" in key:
+        return (str(r.get("model")), str(r.get("radix_cache") or "off"))
+    return (str(r.get("model")),)
 
 
 def merge_rows(old: Iterable[Mapping], new: Sequence[Mapping], models: Iterable, key: Sequence[str]) -> list[dict]:
-    """``old`` without the rows of ``models`` (model names, or (model, run) pairs where ``key`` has a run: those are
-    replaced), a repeated key of ``old`` kept once, then ``new``; a key twice in the result is an error (nothing is
-    written)."""
+    """``old`` without the rows of ``models`` (model names, or the units of :func:`_unit`: those are replaced), a
+    repeated key of ``old`` kept once, then ``new``; a key twice in the result is an error (nothing is written). A
+    combined row from before the radix column is a radix-off row."""
     drop = {m if isinstance(m, tuple) else (str(m),) for m in models}
     kept: list[dict] = []
     seen: set[tuple] = set()
     for r in old:
         if _unit(r, key) in drop or (str(r.get("model")),) in drop:
             continue
+        if "radix_cache" in key and not r.get("radix_cache"):
+            r = {**r, "radix_cache": "off"}
         k = tuple(str(r.get(c, "")) for c in key)
         if k in seen:
             continue
@@ -483,11 +492,59 @@ def summarize(
     return out
 
 
+def radix_of(row: Mapping) -> str:
+    """``on`` / ``off``: whether the run of a generate row had the radix cache on (its ``options``; a row without
+    options, as before ``--radix-cache`` existed, ran with it off)."""
+    try:
+        opts = json.loads(row.get("options") or "{}")
+    except ValueError:
+        opts = {}
+    return "on" if isinstance(opts, dict) and opts.get("radix_cache") is True else "off"
+
+
+#: the options two runs must share for their Engine pairs to be pooled: the same work on the same Engine keywords
+#: (the design, the start order, the number of Engines and of generates may differ between runs)
+WORKLOAD_OPTIONS = ("max_new_tokens", "engine_args", "arm_engine_args", "dry_run", "seed")
+
+
+def unlike_runs(rows: Iterable[Mapping]) -> list[str]:
+    """Runs of one model and radix setting whose workload options (:data:`WORKLOAD_OPTIONS`) differ: their pairs
+    measure different things and are not pooled; one line per model, setting and option."""
+    seen: dict[tuple, dict[str, str]] = {}
+    for r in rows:
+        try:
+            opts = json.loads(r.get("options") or "{}")
+        except ValueError:
+            opts = {}
+        opts = opts if isinstance(opts, dict) else {}
+        for k in WORKLOAD_OPTIONS:  # absent, None and empty say the same (no arm keywords before the arms existed)
+            v = opts.get(k)
+            seen.setdefault((str(r["model"]), radix_of(r), k), {}).setdefault(
+                str(r.get("run", "")), json.dumps(None if v in ({}, []) else v, sort_keys=True)
+            )
+    return [
+        f"{model}, radix cache {radix}: runs differ in {k} ("
+        + "; ".join(f"{run or '-'}: {v}" for run, v in sorted(by_run.items()))
+        + ")"
+        for (model, radix, k), by_run in sorted(seen.items())
+        if len(set(by_run.values())) > 1
+    ]
+
+
 def combine(rows: Sequence[Mapping], base: str = "stock") -> list[dict]:
-    """Per (model, batch, mode): the pair analysis over the Engine pairs of every run in ``rows`` (the verdict of
-    the protocol), each run's own ratio, how far the runs are apart (``runs_agree``: max/min of the run ratios),
-    each run's health; the Engines the whole-Engine slow-state rule flags (:func:`slow_state`) and the verdict
-    without their pairs (``*_wo``; the same as with them when none is flagged), both kept."""
+    """Per (model, radix cache on/off, batch, mode): the pair analysis over the Engine pairs of every run in
+    ``rows`` with that radix setting (the verdict of the protocol), each run's own ratio, how far the runs are apart
+    (``runs_agree``: max/min of the run ratios), each run's health; the Engines the whole-Engine slow-state rule
+    flags (:func:`slow_state`) and the verdict without their pairs (``*_wo``; the same as with them when none is
+    flagged), both kept. Runs with the radix cache on and off are never pooled (different launches)."""
+    out = []
+    for radix in ("off", "on"):
+        mine = [r for r in rows if radix_of(r) == radix]
+        out += [dict(r, radix_cache=radix) for r in _combine_one(mine, base)] if mine else []
+    return sorted(out, key=lambda r: (r["model"], r["radix_cache"], r["batch"], r["mode"]))
+
+
+def _combine_one(rows: Sequence[Mapping], base: str) -> list[dict]:
     checks = health(rows)
     flags = slow_state(rows)
     without = analyse(rows, base, exclude=flags) if flags else None
@@ -600,6 +657,7 @@ def combined_table(rows: Sequence[Mapping]) -> str:
         shown.append(dict(r, interval=iv, health=short, flagged=r["flagged"] or "none", **{"without flagged": wo}))
     cols = [
         "model",
+        "radix_cache",
         "batch",
         "mode",
         "runs",
@@ -795,12 +853,15 @@ def combine_files(
     absent = sorted(set(runs or ()) - {r["run"] for r in rows})
     if absent:
         raise Refused(f"--combine --runs: {', '.join(map(repr, absent))} in none of these files")
+    unlike = unlike_runs(rows)
+    if unlike:
+        raise Refused(f"--combine: {unlike[0]}; pick runs of one workload with --runs")
     table = combine(rows)
     if out is None or not table:
         return table, None
     gpu = next((r.get("gpu") for r in rows if r.get("gpu")), "unknown")
     path = Path(out) / "latest" / f"{COMBINED_STEM}-{slug(gpu)}.csv"
-    merged = merge_rows(read_csv(path), table, {(r["model"],) for r in table}, COMBINED_KEY)
+    merged = merge_rows(read_csv(path), table, {_unit(r, COMBINED_KEY) for r in table}, COMBINED_KEY)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_csv(path, merged, COMBINED_FIELDS)
     return table, path

@@ -243,6 +243,79 @@ def test_two_runs_combine_their_pairs():
     assert "| 64 | zero-copy | A;B | 4 | 3 |" in live.combined_table(live.combine(rows))
 
 
+def _opts(**kw) -> dict:
+    """A generate row's ``options`` column: the protocol's workload, ``kw`` changed."""
+    o = {"max_new_tokens": 128, "engine_args": ["tp_size=1"], "arm_engine_args": {}, "dry_run": False, "seed": 0}
+    return {"options": json.dumps({**o, "radix_cache": False, **kw}, sort_keys=True)}
+
+
+def test_runs_with_the_radix_cache_on_and_off_are_never_pooled(tmp_path, capsys):
+    """The radix cache on is another launch (issue 50 item 5): its pairs get their own verdict row, and combining it
+    into a tree leaves the radix-off verdicts of the same model in place (they were replaced: one key per model)."""
+
+    def run(name, c, radix):
+        w = {("stock", e, 64): _samples(1.0, 8, e) for e in (1, 2)}
+        w.update({("zero-copy", e, 64): _samples(c, 8, 7 * e) for e in (1, 2)})
+        return _rows(w, run=name, extra={**_opts(radix_cache=radix), "gpu": "cpu"})
+
+    rows = run("A", 0.95, False) + run("B", 0.95, False) + run("C", 1.2, True) + run("D", 1.2, True)
+    got = {(r["radix_cache"], r["mode"]): r for r in live.combine(rows)}
+    assert set(got) == {("off", "zero-copy"), ("on", "zero-copy")}
+    off, on = got[("off", "zero-copy")], got[("on", "zero-copy")]
+    assert (off["runs"], off["pairs"], on["runs"], on["pairs"]) == ("A;B", 4, "C;D", 4)
+    assert 0.93 < float(off["ratio"]) < 0.97 and 1.17 < float(on["ratio"]) < 1.23  # a pooled ratio would be ~1.07
+    # the files: radix off first, then radix on into the same tree; both kept, the second combine replacing its own
+    fields = list(rows[0])
+    f_off, f_on = tmp_path / "off.csv", tmp_path / "on.csv"
+    live.write_csv(f_off, [r for r in rows if r["run"] in "AB"], fields)
+    live.write_csv(f_on, [r for r in rows if r["run"] in "CD"], fields)
+    out = ["--out", str(tmp_path / "t")]
+    combined = tmp_path / "t" / "latest" / "cycle_live_combined-cpu.csv"
+    assert live.main(["--combine", str(f_off), *out]) == 0 and live.main(["--combine", str(f_on), *out]) == 0
+    assert live.main(["--combine", str(f_on), *out]) == 0
+    kept = live.read_csv(combined)
+    assert sorted((r["radix_cache"], r["runs"]) for r in kept) == [("off", "A;B"), ("on", "C;D")]
+    assert "| m | on | 64 | zero-copy | C;D |" in capsys.readouterr().out
+    # a combined file from before the radix column: its rows are radix off, replaced by a radix-off combine
+    legacy = [{k: v for k, v in r.items() if k != "radix_cache"} for r in kept if r["radix_cache"] == "off"]
+    live.write_csv(combined, legacy, [c for c in live.COMBINED_FIELDS if c != "radix_cache"])
+    assert live.main(["--combine", str(f_on), *out]) == 0
+    assert sorted((r["radix_cache"], r["runs"]) for r in live.read_csv(combined)) == [("off", "A;B"), ("on", "C;D")]
+    assert live.main(["--combine", str(f_off), *out]) == 0
+    assert sorted((r["radix_cache"], r["runs"]) for r in live.read_csv(combined)) == [("off", "A;B"), ("on", "C;D")]
+
+
+def test_combine_refuses_runs_of_different_work(tmp_path, capsys):
+    """Two runs of one model and radix setting pool their pairs only when they did the same work: 64 tokens against
+    128, other Engine keywords, another arm, fake Engines or other prompts measure different things (the 12-04 rows
+    of 64 tokens sit in the same file as the protocol's runs). One line naming the option and the runs; ``--runs``
+    picks the runs of one workload."""
+
+    def run(name, **kw):
+        w = {(m, e, 1): _samples(1.0, 6, e) for m in PROTOCOL for e in (1, 2)}
+        return _rows(w, run=name, extra=_opts(**kw))
+
+    assert live.unlike_runs(run("A") + run("B") + run("C", radix_cache=True, max_new_tokens=64)) == []
+    for kw, what in (
+        ({"max_new_tokens": 64}, "max_new_tokens"),
+        ({"engine_args": ["tp_size=2"]}, "engine_args"),
+        ({"arm_engine_args": {"replayssm": {"x": 1}}}, "arm_engine_args"),
+        ({"dry_run": True}, "dry_run"),
+        ({"seed": 1}, "seed"),
+    ):
+        rows = run("A") + run("B", **kw)
+        assert [what in x for x in live.unlike_runs(rows)] == [True], kw
+        path = tmp_path / f"mixed-{what}.csv"
+        live.write_csv(path, rows, list(rows[0]))
+        out = tmp_path / f"o-{what}"
+        assert live.main(["--combine", str(path), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert what in err and "A: " in err and "B: " in err and len(err.splitlines()) == 1, err
+        assert not out.exists()  # nothing written
+        assert live.main(["--combine", str(path), "--runs", "B", "--out", str(out)]) == 0
+        capsys.readouterr()
+
+
 def test_health_checks_name_what_failed():
     calm = {("stock", 1): [1.0, 1.001, 0.999, 1.0] * 4, ("stock", 2): [1.005, 1.006, 1.004, 1.005] * 4}
     assert stats.health(_rows(calm)) == {("m", "", 1, "stock"): []}

@@ -106,3 +106,32 @@ def test_the_pressure_proof_needs_evictions_in_the_on_run(tree, on, fault, rc):
     got, out, err = _run(tree, E2E_PROOF="radix-pressure", **env)
     assert got == rc, (got, out, err)
     assert ("RESULT: FAIL -- no tree eviction" in out) is (rc == 10), out
+
+
+@pytest.mark.parametrize(
+    "proof, evicted, on_log, fault_log, rc, said",
+    [
+        ("radix-stress", 3, 2, 0, 0, None),
+        ("radix-stress", 0, 2, 0, 10, "no tree eviction"),
+        ("radix-stress", 3, 0, 4, 10, "shows no retraction"),
+        ("radix-retract", None, 1, 0, 0, None),
+        ("radix-retract", None, 0, 4, 10, "shows no retraction"),
+    ],
+    ids=["stress", "stress-no-eviction", "stress-fault-run-retracted-only", "retract", "retract-fault-run-only"],
+)
+def test_the_retraction_and_stress_proofs_need_their_events_in_the_on_run(
+    tree, proof, evicted, on_log, fault_log, rc, said
+):
+    """``radix-stress`` is ``radix-pressure`` and ``radix-retract`` in one run: it passes only with a tree eviction
+    and a retraction, each counted in the on run (a fault run's retraction proves nothing about off == on)."""
+    summary = {"runs": [{"mode": "on", "server_state": _state(evicted)}, {"mode": "fault", "server_state": None}]}
+    env = _fake_e2e(tree, summary)
+    work = tree / "out" / "work"
+    work.mkdir(parents=True)
+    for name, n in (("run-1-on.log", on_log), ("run-2-fault.log", fault_log)):
+        (work / name).write_text(f"WARNING scheduler: Decode out of memory happened. #retracted_reqs: {n}, ...\n")
+    got, out, err = _run(tree, E2E_PROOF=proof, **env)
+    assert got == rc, (got, out, err)
+    assert ("RESULT: FAIL" in out) is (rc == 10) and (said is None or said in out), out
+    if proof == "radix-stress":
+        assert "--max-running-requests 16" in out and "--mamba-track-interval 64" in out, out
