@@ -925,10 +925,12 @@ def test_stock_alone_is_a_census_for_the_prime(tmp_path, capsys):
     assert {r["verdict"] for r in live.read_csv(summary)} == {"base"} and len(live.read_csv(gens)) == 4
 
 
-def test_the_device_runner_does_a_then_b_and_combines(tmp_path):
+@pytest.mark.parametrize("radix", [False, True], ids=["radix-off", "radix-on"])
+def test_the_device_runner_does_a_then_b_and_combines(tmp_path, radix):
     """tools/gpu-engine/run_cycle_live.sh's steps on the CPU: its _setup.sh replaced by a stand-in that turns every
     run into a --dry-run; the same command twice: run A, run B (start order reversed), both sequential with 3
-    Engines per mode, + the combined verdict, then nothing left."""
+    Engines per mode, + the combined verdict, then nothing left. With ``--radix-cache`` (issue 50 item 5's run) the
+    verdict rows are the radix-on ones."""
     import shutil
     import subprocess
 
@@ -964,6 +966,7 @@ def test_the_device_runner_does_a_then_b_and_combines(tmp_path):
                     "2",
                     "--warmups",
                     "0",
+                    *(["--radix-cache"] if radix else []),
                 ],
                 cwd=tree,
                 env=dict(env, OUT=str(out), CYCLE_WORK=str(tmp_path / "w")),
@@ -993,6 +996,9 @@ def test_the_device_runner_does_a_then_b_and_combines(tmp_path):
     assert (
         "run A and run B combined" in seen[1][2] and "| zero-copy |" in seen[1][2] and "without flagged" in seen[1][2]
     )
+    combined = live.read_csv(tmp_path / "out1" / "latest" / "cycle_live_combined-cpu.csv")
+    assert {(r["radix_cache"], r["runs"]) for r in combined} == {("on" if radix else "off", ";".join(runs))}
+    assert opts["radix_cache"] is radix
 
 
 def test_a_real_engine_gets_its_arms_keywords_and_reports_its_graphs_and_pids(monkeypatch):

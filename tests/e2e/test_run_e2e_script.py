@@ -135,3 +135,35 @@ def test_the_retraction_and_stress_proofs_need_their_events_in_the_on_run(
     assert ("RESULT: FAIL" in out) is (rc == 10) and (said is None or said in out), out
     if proof == "radix-stress":
         assert "--max-running-requests 16" in out and "--mamba-track-interval 64" in out, out
+
+
+PROOF_NAMES = ["radix-default", "radix-lazy", "radix-no-overlap", "radix-interval", "radix-pressure"]
+PROOF_NAMES += ["radix-retract", "radix-sessions", "radix-stress"]
+
+
+@pytest.mark.parametrize("preset", ["qwen3.5-0.8b", "nemotron-h-mini"])
+def test_every_proof_passes_the_e2es_own_checks_on_both_models(tree, preset):
+    """A device call lost to a refused option costs minutes of scarce device time: each proof's command line, as
+    run_e2e.sh builds it for either model, goes through the e2e's own parser and start checks here (the R2
+    refusals, the Mamba2 track interval against ``mamba_chunk_size``, ...) and is accepted."""
+    from sglang_mamba_dedup.e2e import cli
+
+    (tree / "tools" / "gpu-engine" / "_setup.sh").write_text("standin_engine_args=()\ncollect_outputs() { :; }\n")
+    bin_dir = tree / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(  # the e2e's argv to a file, one argument per line; every other call the real one
+        "#!/usr/bin/env bash\n"
+        'if [ "$2" = -m ]; then shift 3; printf "%s\\n" "$@" > "$ARGV_OUT.$E2E_PROOF"; exit 0; fi\n'
+        f'exec {sys.executable} "$@"\n'
+    )
+    (bin_dir / "python3").chmod(0o755)
+    for proof in PROOF_NAMES:
+        env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "ARGV_OUT": str(tree / "argv"), "E2E_FAULT": "zc_no_track"}
+        rc, out, err = _run(tree, E2E_PROOF=proof, E2E_PRESET=preset, **env)
+        assert rc in (0, 10), (proof, rc, out, err)  # 10: the stub ran nothing, so no eviction / retraction
+        argv = (tree / f"argv.{proof}").read_text().splitlines()
+        assert "--zero-copy" in argv and argv[argv.index("--random-preset") + 1] == preset, argv
+        parser = cli._build_parser()
+        args = parser.parse_args(argv)
+        cli._check_usage(parser, args)  # a refusal exits 2 (SystemExit)
+        assert args.time_budget <= 560 and "fault" in args.modes, (proof, args)

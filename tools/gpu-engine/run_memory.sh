@@ -46,6 +46,15 @@ DEFAULT_VARIANTS=(
   "no-overlap-0.15|qwen3.5-0.8b|--mem-fraction-static 0.15 --disable-overlap-schedule"
   "nemotron-0.15|nemotron-h-mini|--mem-fraction-static 0.15 --disable-flashinfer-autotune"
 )
+# VARIANTS=zc-radix: issue 50 item 6, zero-copy with the radix cache on (its experimental opt-in set for these
+# servers), plugin on, one server per model; then here: SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX=1 python3 -P
+# tools/gpu-engine/record_memory.py OUT WORKDIR (WORKDIR: logs.tar.gz unpacked; the planner plans the launch as served)
+if [ "${VARIANTS:-}" = zc-radix ]; then
+  export SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX=1
+  VARIANTS="zc-radix-0.2|qwen3.5-0.8b|--mem-fraction-static 0.2 --enable-mamba-zero-copy-commit|on"
+  VARIANTS+=";zc-radix-nemotron-0.15|nemotron-h-mini|--mem-fraction-static 0.15 --disable-flashinfer-autotune"
+  VARIANTS+=" --enable-mamba-zero-copy-commit|on"
+fi
 if [ -n "${VARIANTS:-}" ]; then IFS=';' read -r -a variants <<< "$VARIANTS"; else variants=("${DEFAULT_VARIANTS[@]}"); fi
 [ -n "${LIFT_FRACTION:-}" ] && variants+=("lift|qwen3.5-0.8b|--mem-fraction-static $LIFT_FRACTION")
 MODES=${MODES:-off on}
