@@ -555,7 +555,11 @@ def failed_runs(rows: Iterable[Mapping]) -> list[str]:
     for r in rows:
         st = str(r.get("run_status") or "0")
         if st != "0":
-            why = "was cut before its checks" if st == RUNNING else f"failed its own checks (exit {st}; its log's PROBLEMS)"
+            why = (
+                "was cut before its checks"
+                if st == RUNNING
+                else f"failed its own checks (exit {st}; its log's PROBLEMS)"
+            )
             out.setdefault((str(r["model"]), str(r.get("run", ""))), why)
     return [f"run {run!r} of {model} {why}" for (model, run), why in sorted(out.items())]
 
