@@ -216,6 +216,10 @@ def track_boundaries(wrapped, instance, args, kwargs):
     out = wrapped(*args, **kwargs)  # called through the class, ``args`` holds the processor first: wrapt passes it on
     if type(out) is tuple and out and out[0] is True:  # the fast path first: most calls cross nothing
         own = args if instance is not None else args[1:]
-        if _decided(_bind_boundary(*own, **kwargs)) is not None:
+        try:
+            batch = _bind_boundary(*own, **kwargs)
+        except TypeError:  # a call shape SGLang does not make: its answer stands, uncounted
+            return out
+        if _decided(batch) is not None:
             report.count("zc_track_rows")
     return out

@@ -238,9 +238,8 @@ def server_state_text(states: Sequence[Any]) -> str:
         if isinstance(zc, Mapping):
             text += (
                 f", zero-copy {zc.get('decision')} (radix cache {zc.get('radix_cache') or 'off'}; commits "
-                f"{zc.get('zc_commit_calls', 0)}, track boundaries crossed {zc.get('zc_track_rows', 'not recorded')}, "
-                "with a track set "
-                f"{zc.get('zc_track_commits', 'not recorded')}, stage-ins "
+                f"{zc.get('zc_commit_calls', 0)}, with a track set {zc.get('zc_track_commits', 'not recorded')}, "
+                f"track boundaries crossed {zc.get('zc_track_rows', 'not recorded')}, stage-ins "
                 f"{zc.get('zc_stage_in_calls', 0)}, session states materialized {zc.get('zc_materialize_calls', 0)}, "
                 f"tree evictions {zc.get('zc_tree_evictions', 0)})"
             )

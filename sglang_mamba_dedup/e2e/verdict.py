@@ -342,7 +342,8 @@ def zero_copy_problems(sched: Sequence[Mapping[str, Any]], sessions: bool = Fals
                 "zero-copy on with the radix cache but no commit with a track set was served zero-copy",
             )
         )
-        if any("zc_track_rows" in e for e in on):  # the server's own count (server_state; not in report files)
+        if any("zc_track_rows" in e for e in on):  # where the count reached the reports read (the Engine route's
+            # server_state; a report file has it only once counted, so a server run is not judged by it)
             needed.append(
                 ("zc_track_rows", "zero-copy on with the radix cache but no request crossed a track boundary")
             )

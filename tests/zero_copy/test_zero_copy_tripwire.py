@@ -202,3 +202,32 @@ def test_track_boundaries_of_a_zero_copy_pool_are_counted_by_sglangs_own_host_ch
         installed.revert(["zero_copy"])
         report.clear_events()
         restore()
+
+
+def test_the_track_boundary_count_passes_sglangs_answer_and_errors_through():
+    """The wrapper returns SGLang's own answer object (not a copy), lets SGLang's exception out as it is and counts
+    nothing then, and a call it cannot bind (``batch`` by an unknown keyword) still returns SGLang's answer
+    uncounted: the scheduler's host path never fails in our code after SGLang has answered."""
+    from sglang_mamba_dedup import report
+
+    pool = types.SimpleNamespace(name="mamba pool")
+    state.pool_state(pool).zero_copy = object()
+    batch = types.SimpleNamespace(req_to_token_pool=types.SimpleNamespace(mamba_pool=pool))
+    answer = (True, 16)
+    try:
+        before = report.events().get("zc_track_rows", 0)
+        got = hooks.track_boundaries(lambda *a, **k: answer, object(), ("req", batch, "result", 0), {})
+        assert got is answer and report.events().get("zc_track_rows", 0) - before == 1
+
+        class Boom(RuntimeError):
+            pass
+
+        def raises(*a, **k):
+            raise Boom("SGLang's own")
+
+        with pytest.raises(Boom, match="SGLang's own"):
+            hooks.track_boundaries(raises, object(), ("req", batch, "result", 0), {})
+        odd = hooks.track_boundaries(lambda *a, **k: answer, object(), (), {"self": object(), "request": "req"})
+        assert odd is answer and report.events().get("zc_track_rows", 0) - before == 1
+    finally:
+        report.clear_events()
