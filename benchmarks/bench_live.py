@@ -202,6 +202,7 @@ GEN_FIELDS = [
     "t_start",
     "t_end",
     *PROBE_FIELDS,
+    "run_status",
     *META_FIELDS,
 ]
 #: per (batch, mode): the medians of these probe columns over the mode's timed generates
@@ -276,6 +277,8 @@ COMBINED_FIELDS = [
     "gpu",
 ]
 SLOW_FACTOR = 1.3
+#: ``run_status`` of a generate row while its run has not finished its checks (a run cut by the wall keeps it)
+RUNNING = "running"
 
 
 class Refused(ValueError):
@@ -329,12 +332,13 @@ def assert_unique(rows: Iterable[Mapping], key: Sequence[str], what: str = "rows
 
 
 def _unit(r: Mapping, key: Sequence[str]) -> tuple:
-    """What a new file replaces: (model, run) where the key has a run, (model, radix setting) in the combined
-    verdicts (a combination with the radix cache on leaves the one with it off), else model."""
+    """What a new file replaces: (model, run) where the key has a run, (model, radix setting, mode) in the combined
+    verdicts (a combination with the radix cache on leaves the one with it off, another arm's leaves zero-copy's),
+    else model."""
     if "run" in key:
         return (str(r.get("model")), str(r.get("run", "")))
     if "radix_cache" in key:
-        return (str(r.get("model")), str(r.get("radix_cache") or "off"))
+        return (str(r.get("model")), str(r.get("radix_cache") or "off"), str(r.get("mode", "")))
     return (str(r.get("model")),)
 
 
@@ -507,9 +511,21 @@ def radix_of(row: Mapping) -> str:
 WORKLOAD_OPTIONS = ("max_new_tokens", "engine_args", "arm_engine_args", "dry_run", "seed")
 
 
+def _workload(opts: Mapping, key: str, mode: str):
+    """One workload option of a run as compared across runs: the arm keywords of ``mode`` only (runs of other
+    arms share stock and zero-copy), Engine keywords as a set (their order changes nothing); absent, None and empty
+    say the same (no arm keywords before the arms existed)."""
+    v = opts.get(key)
+    if key == "arm_engine_args":
+        v = v.get(mode) if isinstance(v, dict) else v
+    elif key == "engine_args" and isinstance(v, list):
+        v = sorted(map(str, v))
+    return None if v in ({}, []) else v
+
+
 def unlike_runs(rows: Iterable[Mapping]) -> list[str]:
-    """Runs of one model and radix setting whose workload options (:data:`WORKLOAD_OPTIONS`) differ: their pairs
-    measure different things and are not pooled; one line per model, setting and option."""
+    """Runs of one model and radix setting whose workload options (:data:`WORKLOAD_OPTIONS`, for each mode) differ:
+    their pairs measure different things and are not pooled; one line per model, setting, mode and option."""
     seen: dict[tuple, dict[str, str]] = {}
     for r in rows:
         try:
@@ -517,18 +533,35 @@ def unlike_runs(rows: Iterable[Mapping]) -> list[str]:
         except ValueError:
             opts = {}
         opts = opts if isinstance(opts, dict) else {}
-        for k in WORKLOAD_OPTIONS:  # absent, None and empty say the same (no arm keywords before the arms existed)
-            v = opts.get(k)
-            seen.setdefault((str(r["model"]), radix_of(r), k), {}).setdefault(
-                str(r.get("run", "")), json.dumps(None if v in ({}, []) else v, sort_keys=True)
+        mode = str(r.get("mode", ""))
+        for k in WORKLOAD_OPTIONS:
+            seen.setdefault((str(r["model"]), radix_of(r), mode, k), {}).setdefault(
+                str(r.get("run", "")), json.dumps(_workload(opts, k, mode), sort_keys=True)
             )
     return [
-        f"{model}, radix cache {radix}: runs differ in {k} ("
+        f"{model}, radix cache {radix}, {mode}: runs differ in {k} ("
         + "; ".join(f"{run or '-'}: {v}" for run, v in sorted(by_run.items()))
         + ")"
-        for (model, radix, k), by_run in sorted(seen.items())
+        for (model, radix, mode, k), by_run in sorted(seen.items())
         if len(set(by_run.values())) > 1
     ]
+
+
+def failed_runs(rows: Iterable[Mapping]) -> list[str]:
+    """Runs whose own checks failed (``run_status`` not 0: an md5 mismatch, zero-copy not served as asked, a running
+    cap below the batch, nothing timed) or that were cut before their checks (``running``); rows from before the
+    column are taken as they were combined then. One line per run."""
+    out: dict[tuple[str, str], str] = {}
+    for r in rows:
+        st = str(r.get("run_status") or "0")
+        if st != "0":
+            why = (
+                "was cut before its checks"
+                if st == RUNNING
+                else f"failed its own checks (exit {st}; its log's PROBLEMS)"
+            )
+            out.setdefault((str(r["model"]), str(r.get("run", ""))), why)
+    return [f"run {run!r} of {model} {why}" for (model, run), why in sorted(out.items())]
 
 
 def combine(rows: Sequence[Mapping], base: str = "stock") -> list[dict]:
@@ -760,6 +793,8 @@ def merge_outputs(sources: Sequence[Path], out: Path) -> list[Path]:
         histories.append(_read_source(Path(src) / "history.csv", read_csv))
     written = []
     for path, key, fields, rows in csvs:
+        if "radix_cache" in key:  # a combined file from before the radix column: radix-off verdicts
+            rows = [r if r.get("radix_cache") else {**r, "radix_cache": "off"} for r in rows]
         dest = Path(out) / "latest" / path.name
         merged = merge_rows(read_csv(dest), rows, {_unit(r, key) for r in rows}, key)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -856,6 +891,9 @@ def combine_files(
     unlike = unlike_runs(rows)
     if unlike:
         raise Refused(f"--combine: {unlike[0]}; pick runs of one workload with --runs")
+    failed = failed_runs(rows)
+    if failed:
+        raise Refused(f"--combine: {failed[0]}: its pairs are not pooled; leave it out with --runs")
     table = combine(rows)
     if out is None or not table:
         return table, None
@@ -1397,6 +1435,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                 t_start=r["t_start"],
                 t_end=r["t_end"],
                 **probes,
+                run_status=RUNNING,  # the run's exit status once its checks are done (combine_files reads it)
             )
         )
 
@@ -1534,6 +1573,11 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         status = status or 1
     elif status == 0:
         print("\nEQUAL outputs in every exact mode and batch; plugin engaged as each mode says")
+    # the run's own verdict on every row and in the runs file: --combine pools only runs that passed their checks
+    run_info.update(status=status, problems=problems)
+    for r in rows:
+        r["run_status"] = status
+    save()
     if written and rows:
         hist_rows = [{"benchmark": SUMMARY_STEM, **r} for r in summary]
         append_history(Path(args.out) / "history.csv", hist_rows)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -46,25 +47,28 @@ GAIN = 0.96
 #: the largest max/min of the runs' own ratios: two runs agree within +-1 %
 AGREE = 1.01
 MIN_RUNS = 2
+#: a release in a console's name (0.5.23, 0.5.13.post1)
+REL = r"\d+\.\d+\.\d+(?:\.post\d+)?"
 #: the radix proofs of issue 50 item 4 (tools/gpu-engine/run_e2e.sh E2E_PROOF=...) and the radix-off zero-copy proof
-#: of each model (the default covers those launches too): model -> proof -> the name
-#: patterns of a console that proves it, in LATEST (any release); a ``None`` model: on either model. The pressure
-#: and retraction proofs run with the track interval lowered (they stand for the lowered-interval proof too), and
-#: ``radix-stress`` is both in one run.
-PROOFS: dict[str | None, dict[str, tuple[str, ...]]] = {
-    "qwen3.5-0.8b": {p: (f"e2e_h200_*_zero_copy_radix_{p}.txt",) for p in ("default", "lazy", "no_overlap")}
-    | {"radix off": ("e2e_h200_*_zero_copy_qwen35.txt",)},
+#: of each model (the default covers those launches too): model -> proof -> the whole name of a console that proves
+#: it in LATEST, a regular expression (any release; a name is matched whole, so a negative-control console ending
+#: the same way is not taken); a ``None`` model: on either model. The pressure and retraction proofs run with the
+#: track interval lowered (they stand for the lowered-interval proof too), and ``radix-stress`` is both in one run.
+PROOFS: dict[str | None, dict[str, str]] = {
+    "qwen3.5-0.8b": {p: rf"e2e_h200_{REL}_zero_copy_radix_{p}\.txt" for p in ("default", "lazy", "no_overlap")}
+    | {"radix off": rf"e2e_h200_{REL}_zero_copy_qwen35\.txt"},
     "nemotron-h-mini": {
-        p: (f"e2e_h200_*_zero_copy_radix_{p}_nemotron_h.txt",) for p in ("default", "lazy", "no_overlap")
+        p: rf"e2e_h200_{REL}_zero_copy_radix_{p}_nemotron_h\.txt" for p in ("default", "lazy", "no_overlap")
     }
-    | {"radix off": ("e2e_h200_*_zero_copy_nemotron_h.txt",)},
-    None: {
-        p: (f"e2e_h200_*_zero_copy_radix_{p}*.txt", "e2e_h200_*_zero_copy_radix_stress*.txt")
-        for p in ("pressure", "retract")
-    }
-    | {"sessions": ("e2e_h200_*_zero_copy_radix_sessions*.txt",)},
+    | {"radix off": rf"e2e_h200_{REL}_zero_copy_nemotron_h\.txt"},
+    None: {p: rf"e2e_h200_{REL}_zero_copy_radix_(?:{p}|stress)(?:_nemotron_h)?\.txt" for p in ("pressure", "retract")}
+    | {"sessions": rf"e2e_h200_{REL}_zero_copy_radix_sessions(?:_nemotron_h)?\.txt"},
 }
 PASS = "RESULT: PASS"
+#: the verdict words of benchmarks/_live_stats.py that the rule reads (a test checks they are the same)
+FASTER, EQUAL = "faster", "equal within +-1 %"
+#: the combined CSV's columns the rule and the row read
+NEEDED = ("model", "batch", "mode", "runs", "ratio", "ci_lo", "ci_hi", "verdict", "runs_agree", "health")
 #: the README row this module writes: the line starting with this
 ROW_HEAD = "| decode cycle, zero-copy / stock wall"
 
@@ -76,12 +80,31 @@ class Decision:
     told: list[str] = field(default_factory=list)  # beside the decision (ReplaySSM on Gated DeltaNet)
 
 
+class Unreadable(ValueError):
+    """An input the claim cannot be made from, told in one line."""
+
+
 def read_combined(path: Path = COMBINED) -> list[dict]:
-    """The combined verdict rows; none when the file is absent. A row without ``radix_cache`` is radix off."""
-    if not Path(path).exists():
+    """The combined verdict rows; none when the file is absent. A row without ``radix_cache`` is radix off.
+    :class:`Unreadable` for a file that is not the combined CSV (a generates CSV given by mistake, a folder, bytes)."""
+    path = Path(path)
+    if not path.exists():
         return []
-    with open(path, newline="") as f:
-        return [{**r, "radix_cache": r.get("radix_cache") or "off"} for r in csv.DictReader(f)]
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in NEEDED if c not in (reader.fieldnames or [])]
+            if missing:
+                raise Unreadable(
+                    f"{path}: not the combined verdicts (no column {', '.join(missing)}): bench_live --combine"
+                )
+            rows = [{**r, "radix_cache": r.get("radix_cache") or "off"} for r in reader]
+        for n, r in enumerate(rows, start=2):
+            if not str(r.get("batch", "")).isdigit():
+                raise Unreadable(f"{path} line {n}: batch {r.get('batch')!r} is not a whole number")
+        return rows
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise Unreadable(f"{path}: unreadable ({type(e).__name__}: {str(e)[:120]})") from None
 
 
 def _index(rows: Sequence[Mapping]) -> dict[tuple[str, str, str, int], Mapping]:
@@ -89,10 +112,12 @@ def _index(rows: Sequence[Mapping]) -> dict[tuple[str, str, str, int], Mapping]:
 
 
 def _num(x) -> float | None:
+    """A finite number, else None (an empty cell, NaN, a word)."""
     try:
-        return float(x)
+        v = float(x)
     except (TypeError, ValueError):
         return None
+    return v if math.isfinite(v) else None
 
 
 def _row_problems(r: Mapping | None, batch: int) -> list[str]:
@@ -100,15 +125,16 @@ def _row_problems(r: Mapping | None, batch: int) -> list[str]:
     if r is None:
         return ["no combined verdict"]
     out = []
-    ratio, runs = _num(r.get("ratio")), [x for x in str(r.get("runs", "")).split(";") if x]
+    ratio, runs = _num(r.get("ratio")), {x for x in str(r.get("runs", "")).split(";") if x}
+    verdict, agree = r.get("verdict"), _num(r.get("runs_agree"))
     if batch in FAST_BATCHES:
-        if r.get("verdict") != "faster" or ratio is None or ratio > GAIN:
-            out.append(f"not >= {(1 - GAIN) * 100:.0f} % faster ({r.get('ratio')}, {r.get('verdict')})")
-    elif not (r.get("verdict") == "faster" or str(r.get("verdict", "")).startswith("equal")):
-        out.append(f"not shown not slower ({r.get('ratio')}, {r.get('verdict')})")
+        if verdict != FASTER or ratio is None or ratio > GAIN:
+            out.append(f"not >= {(1 - GAIN) * 100:.0f} % faster ({r.get('ratio')}, {verdict})")
+    elif verdict not in (FASTER, EQUAL) or ratio is None:
+        out.append(f"not shown not slower ({r.get('ratio')}, {verdict})")
     if len(runs) < MIN_RUNS:
         out.append(f"{len(runs)} run(s), {MIN_RUNS} needed")
-    elif (_num(r.get("runs_agree")) or float("inf")) > AGREE:
+    elif agree is None or not 1 <= agree <= AGREE:
         out.append(f"runs apart by {r.get('runs_agree')} (> {AGREE})")
     if r.get("health") != "ok":
         out.append("health checks failed")
@@ -119,20 +145,21 @@ def passed_console(text: str) -> bool:
     """The console's last ``RESULT:`` line says PASS: run_e2e.sh appends its own FAIL line after the e2e's PASS
     when a proof's event is missing (no eviction, no retraction), so the first line alone would pass it."""
     results = [line for line in text.splitlines() if line.startswith("RESULT:")]
-    return bool(results) and results[-1].startswith(PASS)
+    return bool(results) and re.match(rf"{PASS}(\s|$)", results[-1]) is not None
 
 
 def proof_problems(latest: Path = LATEST) -> list[str]:
-    """The radix proofs without a passing console in ``latest``."""
+    """The radix proofs without a passing console in ``latest`` (its files; folders are no consoles)."""
     out = []
+    files = [f for f in Path(latest).glob("e2e_h200_*.txt") if f.is_file()] if Path(latest).is_dir() else []
     for model, proofs in PROOFS.items():
-        for proof, patterns in proofs.items():
-            found = sorted({f for pattern in patterns for f in Path(latest).glob(pattern)})
+        for proof, pattern in proofs.items():
+            found = sorted(f for f in files if re.fullmatch(pattern, f.name))
             passed = [p for p in found if passed_console(p.read_text(errors="replace"))]
             if not passed:
                 where = MODELS[model] if model else "either model"
                 what = "no console" if not found else "not passed"
-                out.append(f"radix proof {proof} on {where}: {what} ({' or '.join(patterns)})")
+                out.append(f"radix proof {proof} on {where}: {what} ({pattern})")
     return out
 
 
@@ -171,23 +198,27 @@ def _verdicts(rs: Sequence[Mapping]) -> str:
 
 
 def readme_row(rows: Sequence[Mapping], decision: Decision) -> str:
-    """The README's decode-cycle row: per model and radix setting (radix off first), zero-copy / stock at each of
-    :data:`BATCHES` with its 95 % interval over the Engine pairs ("-": not measured), the verdicts, and the default
-    the data gives."""
+    """The README's decode-cycle row: zero-copy / stock at each of :data:`BATCHES` with its 95 % interval over the
+    Engine pairs ("-": not measured) and the verdicts, per model, for the radix cache on (the launch users run and
+    the default's subject) once measured, else for it off (the README's 12 KiB hold two models, not four groups:
+    the rest is in docs/benchmarks.md), and the default the data gives."""
     groups: dict[tuple[str, str], dict[int, Mapping]] = {}
     for r in rows:
         if r["mode"] == "zero-copy":
             groups.setdefault((r["model"], r["radix_cache"]), {})[int(r["batch"])] = r
+    shown = "on" if any(radix == "on" for _, radix in groups) else "off"
     cells = []
-    for (model, radix), by_batch in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for (model, radix), by_batch in sorted(groups.items()):
+        if radix != shown:
+            continue
         rs = [by_batch[b] for b in sorted(by_batch)]
         runs = sorted({x for r in rs for x in str(r["runs"]).split(";") if x})
         days = sorted({f"{x[4:6]}-{x[6:8]}" for x in runs if re.match(r"\d{8}T", x)})
         ivs = " / ".join(_interval(by_batch.get(b)) for b in BATCHES)
-        when = f" {', '.join(days)}" if days else ""
+        when = f" {days[0]}" + (f"…{days[-1]}" if len(days) > 1 else "") if days else ""
         cells.append(f"{MODELS.get(model, model)} radix {radix}, {len(runs)} runs{when}: {ivs}, {_verdicts(rs)}")
     n = len(decision.unmet)
-    default = "**on**" if decision.default_on else f"opt-in ({n} conditions unmet, `benchmarks/speed_claim.py`)"
+    default = "**on**" if decision.default_on else f"opt-in ({n} unmet conditions: `benchmarks/speed_claim.py`)"
     body = "; ".join(cells) if cells else "not measured"
     return (
         f"{ROW_HEAD}, 95 % over Engine pairs, batch {' / '.join(map(str, BATCHES))} | 1 | {body}. Default: {default} |"
@@ -222,17 +253,17 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--write", action="store_true", help="write the row into the README")
     g.add_argument("--check", action="store_true", help="exit 1 when the README's row is not this data's row")
     args = p.parse_args(argv)
-    rows = read_combined(args.combined)
-    d = decide(rows, args.latest)
-    row = readme_row(rows, d)
-    text = new = ""
-    if args.write or args.check:
-        text = args.readme.read_text()
-        try:
+    try:
+        rows = read_combined(args.combined)
+        d = decide(rows, args.latest)
+        row = readme_row(rows, d)
+        text = new = ""
+        if args.write or args.check:
+            text = args.readme.read_text()
             new = replace_row(text, row)
-        except ValueError as e:
-            print(f"speed_claim.py: {e}", file=sys.stderr)
-            return 2
+    except (Unreadable, OSError, UnicodeDecodeError, ValueError) as e:
+        print(f"speed_claim.py: {e}", file=sys.stderr)
+        return 2
     if args.check:
         if new != text:
             print(f"speed_claim.py: {args.readme}'s row is not the data's; run benchmarks/speed_claim.py --write")

@@ -220,13 +220,13 @@ PATCHES: list[Patch] = [
         doc="zero-copy: counts the track boundaries a zero-copy pool's requests cross (zc_track_rows)",
     ),
     Patch(
-        name="mamba_component.evict_component",
+        name="unified_radix_cache.evict",
         feature="zero_copy",
-        module="sglang.srt.mem_cache.unified_cache.components.mamba",
-        attr="MambaComponent.evict_component",
+        module="sglang.srt.mem_cache.unified_radix_cache",
+        attr="UnifiedRadixCache._evict",
         releases=ZERO_COPY,
         wrapper=_zero_copy("tree_evictions"),
-        params=("node", "device_frees", "host_frees", "cache_actions", "target"),
+        params=("params", "available_size_targets"),
         doc="zero-copy: counts the mamba states the radix tree evicts from a zero-copy pool (zc_tree_evictions)",
     ),
     Patch(

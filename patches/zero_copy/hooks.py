@@ -191,12 +191,15 @@ def radix_tripwire(wrapped, instance, args, kwargs):
 
 
 def tree_evictions(wrapped, instance, args, kwargs):
-    """``MambaComponent.evict_component``: the one place a mamba state leaves the radix tree's device layer. Counts
-    the states evicted from a zero-copy pool (``zc_tree_evictions``, in ``/get_server_info``), so the e2e's pressure
-    proof can say the tree evicted under zero-copy; SGLang's answer is returned unchanged."""
+    """``UnifiedRadixCache._evict``: every eviction the scheduler asks of the radix cache (``evict``,
+    ``evict_for_alloc``), whichever tree core walks the tree (SGLang 0.5.23 defaults to its Rust core, which never
+    calls the Python ``MambaComponent.evict_component`` this counter once wrapped: it counted nothing there). Counts
+    the mamba states its ``EvictResult`` says were evicted from a zero-copy pool (``zc_tree_evictions``, in
+    ``/get_server_info``), so the e2e's pressure proof can say the tree evicted under zero-copy; SGLang's answer is
+    returned unchanged."""
     out = wrapped(*args, **kwargs)
-    freed = out[0] if isinstance(out, tuple) and out else None
-    if isinstance(freed, int) and not isinstance(freed, bool) and freed > 0 and _decided(instance) is not None:
+    freed = getattr(out, "mamba_num_evicted", None)
+    if type(freed) is int and freed > 0 and _decided(instance) is not None:
         report.count("zc_tree_evictions", freed)
     return out
 
@@ -213,6 +216,10 @@ def track_boundaries(wrapped, instance, args, kwargs):
     out = wrapped(*args, **kwargs)  # called through the class, ``args`` holds the processor first: wrapt passes it on
     if type(out) is tuple and out and out[0] is True:  # the fast path first: most calls cross nothing
         own = args if instance is not None else args[1:]
-        if _decided(_bind_boundary(*own, **kwargs)) is not None:
+        try:
+            batch = _bind_boundary(*own, **kwargs)
+        except TypeError:  # a call shape SGLang does not make: its answer stands, uncounted
+            return out
+        if _decided(batch) is not None:
             report.count("zc_track_rows")
     return out

@@ -238,9 +238,8 @@ def server_state_text(states: Sequence[Any]) -> str:
         if isinstance(zc, Mapping):
             text += (
                 f", zero-copy {zc.get('decision')} (radix cache {zc.get('radix_cache') or 'off'}; commits "
-                f"{zc.get('zc_commit_calls', 0)}, track boundaries crossed {zc.get('zc_track_rows', 'not recorded')}, "
-                "with a track set "
-                f"{zc.get('zc_track_commits', 'not recorded')}, stage-ins "
+                f"{zc.get('zc_commit_calls', 0)}, with a track set {zc.get('zc_track_commits', 'not recorded')}, "
+                f"track boundaries crossed {zc.get('zc_track_rows', 'not recorded')}, stage-ins "
                 f"{zc.get('zc_stage_in_calls', 0)}, session states materialized {zc.get('zc_materialize_calls', 0)}, "
                 f"tree evictions {zc.get('zc_tree_evictions', 0)})"
             )
@@ -254,13 +253,15 @@ def round2_cached(results: Sequence[RunResult]) -> list[dict[str, Any]]:
     for k, r in enumerate(results, start=1):
         rounds = (r.stats or {}).get("rounds") or []
         second = rounds[1] if len(rounds) > 1 else {}
+        per = (r.stats or {}).get("decode_tracked")
         out.append(
             {
                 "run": k,
                 "mode": r.mode,
                 "cached_tokens": second.get("cached_tokens"),
                 "prompt_tokens": second.get("prompt_tokens"),
-                "beyond_round1_prompts": decode_tracked_tokens(rounds),
+                "beyond_round1_prompts": per["tokens"] if isinstance(per, dict) else decode_tracked_tokens(rounds),
+                "requests_beyond": per["requests"] if isinstance(per, dict) else None,
             }
         )
     return out
@@ -316,7 +317,11 @@ def md5s(verdict: Verdict, results: Sequence[RunResult]) -> None:
         "text, so it reads states tracked in round 1's decode back): "
         + ", ".join(
             f"run {e['run']} {e['mode']} {_fmt_tokens(e['cached_tokens'])} of {_fmt_tokens(e['prompt_tokens'])}"
-            f" ({_fmt_tokens(e['beyond_round1_prompts'])} beyond round 1's prompts: decode-tracked)"
+            + (
+                f" ({_fmt_tokens(e['beyond_round1_prompts'])} beyond round 1's prompts"
+                + (f", in {e['requests_beyond']} requests" if e["requests_beyond"] is not None else "")
+                + ": decode-tracked)"
+            )
             for e in round2_cached(results)
         )
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -241,6 +242,10 @@ def _show(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
 
+#: SGLang's choice of radix tree core (0.5.23: ``rust`` by default, else ``python``); the H200 proofs pin ``python``
+TREE_CORE_VAR = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
+
+
 def describe_settings(kw: Mapping[str, Any]) -> str:
     """The deployment-relevant settings of engine keywords in words (graphs, radix cache, overlap)."""
     dec = kw.get("cuda_graph_backend_decode")
@@ -256,7 +261,9 @@ def describe_settings(kw: Mapping[str, Any]) -> str:
     radix = "off" if kw.get("disable_radix_cache") else "on"
     if radix == "on":
         radix += f" (mamba strategy {kw.get('mamba_radix_cache_strategy') or 'auto'}"
-        radix += f", track interval {kw.get('mamba_track_interval') or 'SGLang default'})"
+        radix += f", track interval {kw.get('mamba_track_interval') or 'SGLang default'}"
+        core = os.environ.get(TREE_CORE_VAR)  # inherited by the runs: the tree core they build
+        radix += f", tree core {core} by {TREE_CORE_VAR})" if core else ", tree core SGLang's default)"
     overlap = "off" if kw.get("disable_overlap_schedule") else "SGLang's default"
     return (
         f"decode CUDA graphs {decode}; prefill CUDA graphs {prefill}; radix cache {radix}; overlap scheduling {overlap}"

@@ -50,6 +50,25 @@ def part_stats(part: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def decode_tracked(rounds: Sequence[Mapping[str, Any]]) -> dict[str, int] | None:
+    """Per request, round 2 against round 1 (round-2 request ``j`` extends round-1 request ``j``'s whole text):
+    ``requests`` whose round-2 cached tokens exceed their own round-1 prompt tokens, and ``tokens``, the cached
+    tokens beyond those prompts summed over them, of ``of`` requests. A request's prefill states reach its prompt at
+    most, so each such request read a state tracked in round 1's decode back. Judged per request: a run whose tree
+    evicted some requests' states (the pressure proofs) still shows the others'. None where SGLang did not report
+    both counts for every request, or the rounds do not pair up."""
+    if len(rounds) < 2:
+        return None
+    first, second = (list(r.get("meta") or []) for r in rounds[:2])
+    if not first or len(first) != len(second):
+        return None
+    pairs = [(m2.get("cached_tokens"), m1.get("prompt_tokens")) for m1, m2 in zip(first, second)]
+    if not all(type(c) is int and type(p) is int for c, p in pairs):
+        return None
+    beyond = [c - p for c, p in pairs if c > p]
+    return {"requests": len(beyond), "tokens": sum(beyond), "of": len(pairs)}
+
+
 def run_stats(res: dict[str, Any]) -> dict[str, Any]:
     """The summary of one run's result (:func:`.workload.run_plan`'s fields): per round and in all. ``batch1`` is
     always None (the separate-run timing of a batch-1 request is gone; the key stays for the summary's readers)."""
@@ -67,6 +86,7 @@ def run_stats(res: dict[str, Any]) -> dict[str, Any]:
             hist[i] += int(v)
     return {
         "rounds": per_round,
+        "decode_tracked": decode_tracked(rounds),
         "completion_tokens": completion,
         "verify_steps": verify,
         "accept_length": completion / verify if verify else None,

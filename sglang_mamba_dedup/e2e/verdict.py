@@ -342,7 +342,8 @@ def zero_copy_problems(sched: Sequence[Mapping[str, Any]], sessions: bool = Fals
                 "zero-copy on with the radix cache but no commit with a track set was served zero-copy",
             )
         )
-        if any("zc_track_rows" in e for e in on):  # the server's own count (server_state; not in report files)
+        if any("zc_track_rows" in e for e in on):  # where the count reached the reports read (the Engine route's
+            # server_state; a report file has it only once counted, so a server run is not judged by it)
             needed.append(
                 ("zc_track_rows", "zero-copy on with the radix cache but no request crossed a track boundary")
             )
@@ -370,6 +371,15 @@ def cached_problems(results: Sequence[RunResult]) -> list[str]:
                 "no state tracked in round 1 was read back"
             )
             continue
+        per = (r.stats or {}).get("decode_tracked")
+        if isinstance(per, Mapping):  # per request: a request whose state the tree evicted does not hide the others
+            if not per.get("requests"):
+                problems.append(
+                    f"run {k} ({r.mode}): round 2 read {cached} cached tokens, but none of its {per.get('of')} "
+                    "requests more than its own round-1 prompt: only prefill states were read back, none tracked in "
+                    "round 1's decode (lower --mamba-track-interval or raise --max-new-tokens)"
+                )
+            continue
         beyond = decode_tracked_tokens(rounds)
         if beyond is not None and beyond <= 0:
             problems.append(
@@ -381,7 +391,8 @@ def cached_problems(results: Sequence[RunResult]) -> list[str]:
 
 
 def decode_tracked_tokens(rounds: Sequence[Mapping[str, Any]]) -> int | None:
-    """How many of round 2's cached tokens lie beyond round 1's prompts (None where not both reported): round 2
+    """Round totals, where the per-request count (``stats.decode_tracked``, preferred) is not there: how many of
+    round 2's cached tokens lie beyond round 1's prompts (None where not both reported): round 2
     extends each whole round-1 text, and a request's prefix states from its round-1 prefill reach its round-1 prompt
     at most, so a positive count means states tracked during round 1's decode were read back (at least that many
     tokens' worth). R3 of the radix zero-copy review; issue 50 item 4's "say how many"."""

@@ -296,15 +296,19 @@ def test_combine_refuses_runs_of_different_work(tmp_path, capsys):
         return _rows(w, run=name, extra=_opts(**kw))
 
     assert live.unlike_runs(run("A") + run("B") + run("C", radix_cache=True, max_new_tokens=64)) == []
+    # Engine keywords in another order, or another arm's keywords: the same work for these modes
+    same = run("A", engine_args=["a=1", "b=2"]) + run("B", engine_args=["b=2", "a=1"], arm_engine_args={"x": {"k": 1}})
+    assert live.unlike_runs(same) == []
     for kw, what in (
         ({"max_new_tokens": 64}, "max_new_tokens"),
         ({"engine_args": ["tp_size=2"]}, "engine_args"),
-        ({"arm_engine_args": {"replayssm": {"x": 1}}}, "arm_engine_args"),
+        ({"arm_engine_args": {"zero-copy": {"x": 1}}}, "arm_engine_args"),
         ({"dry_run": True}, "dry_run"),
         ({"seed": 1}, "seed"),
     ):
         rows = run("A") + run("B", **kw)
-        assert [what in x for x in live.unlike_runs(rows)] == [True], kw
+        lines = live.unlike_runs(rows)
+        assert lines and all(what in x for x in lines), (kw, lines)
         path = tmp_path / f"mixed-{what}.csv"
         live.write_csv(path, rows, list(rows[0]))
         out = tmp_path / f"o-{what}"
@@ -314,6 +318,67 @@ def test_combine_refuses_runs_of_different_work(tmp_path, capsys):
         assert not out.exists()  # nothing written
         assert live.main(["--combine", str(path), "--runs", "B", "--out", str(out)]) == 0
         capsys.readouterr()
+
+
+def test_another_arm_sits_beside_zero_copy_in_the_combined_verdicts(tmp_path, capsys):
+    """Issue 51 item 6's arms run as their own protocol (``--modes stock,replayssm``): combined with zero-copy's runs
+    or after them into one tree, both arms' verdicts stay (a combination replaced every row of its model and radix
+    setting, and the arms' keywords made their runs "different work")."""
+    arm = {"replayssm": {"enable_linear_replayssm_spec": True}}
+
+    def run(name, mode, c):
+        w = {("stock", e, 64): _samples(1.0, 8, e) for e in (1, 2)}
+        w.update({(mode, e, 64): _samples(c, 8, 7 * e) for e in (1, 2)})
+        opts = _opts(radix_cache=True, arm_engine_args=arm if mode == "replayssm" else {})
+        return _rows(w, run=name, extra={**opts, "gpu": "cpu"})
+
+    zc, rs = (
+        run("A", "zero-copy", 0.95) + run("B", "zero-copy", 0.95),
+        run("C", "replayssm", 0.97) + run("D", "replayssm", 0.97),
+    )
+    got = {(r["mode"], r["runs"]) for r in live.combine(zc + rs)}
+    assert got == {("zero-copy", "A;B"), ("replayssm", "C;D")} and live.unlike_runs(zc + rs) == []
+    f_zc, f_rs = tmp_path / "zc.csv", tmp_path / "rs.csv"
+    live.write_csv(f_zc, zc, list(zc[0]))
+    live.write_csv(f_rs, rs, list(rs[0]))
+    out = ["--out", str(tmp_path / "t")]
+    assert live.main(["--combine", str(f_zc), *out]) == 0 and live.main(["--combine", str(f_rs), *out]) == 0
+    kept = live.read_csv(tmp_path / "t" / "latest" / "cycle_live_combined-cpu.csv")
+    assert sorted((r["mode"], r["runs"]) for r in kept) == [("replayssm", "C;D"), ("zero-copy", "A;B")]
+    capsys.readouterr()
+
+
+def test_combine_refuses_a_run_that_failed_its_own_checks(tmp_path, capsys):
+    """A run that exited 1 (zero-copy not served with a track set, an md5 mismatch, a running cap below the batch)
+    or was cut before its checks did not measure what it says: its pairs are not pooled (they were: the checks'
+    verdict was only printed). Its exit status is on every row and in the runs file; rows from before the column
+    combine as before."""
+    rc, gens, _ = _protocol(tmp_path, "--run", "A", "--radix-cache", out="a")
+    assert rc == 0
+    rows = live.read_csv(gens)
+    assert {r["run_status"] for r in rows} == {"0"}
+    runs = json.loads((tmp_path / "a" / "latest" / "cycle_live_runs-cpu.json").read_text())
+    assert runs["A"]["status"] == 0 and runs["A"]["problems"] == []
+    fake = {"delay_s": 0.01, "factor": {"zero-copy": 0.5}, "break": "zero-copy"}  # its outputs differ: exit 1
+    rc_b, gens_b, _ = _protocol(
+        tmp_path, "--run", "B", "--radix-cache", "--modes", "zero-copy,stock", out="b", fake=fake
+    )
+    assert rc_b == 1 and "PROBLEMS" in capsys.readouterr().out
+    assert json.loads((tmp_path / "b" / "latest" / "cycle_live_runs-cpu.json").read_text())["B"]["problems"]
+    assert {r["run_status"] for r in live.read_csv(gens_b)} == {"1"}
+    assert live.main(["--combine", str(gens), str(gens_b), "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err
+    assert "run 'B' of qwen3.5-0.8b failed its own checks (exit 1" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "c").exists()
+    assert live.main(["--combine", str(gens), str(gens_b), "--runs", "A", "--out", str(tmp_path / "c")]) == 0
+    # cut before its checks (the wall): refused too; no column at all (the 12-04 runs): combined as before
+    cut = [dict(r, run_status=live.RUNNING) for r in live.read_csv(gens_b)]
+    live.write_csv(gens_b, cut, live.GEN_FIELDS)
+    assert live.main(["--combine", str(gens), str(gens_b), "--out", str(tmp_path / "d")]) == 2
+    assert "was cut before its checks" in capsys.readouterr().err
+    old = [{k: v for k, v in r.items() if k != "run_status"} for r in live.read_csv(gens_b)]
+    live.write_csv(gens_b, old, [f for f in live.GEN_FIELDS if f != "run_status"])
+    assert live.main(["--combine", str(gens), str(gens_b), "--out", str(tmp_path / "d")]) == 0
 
 
 def test_health_checks_name_what_failed():

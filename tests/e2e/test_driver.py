@@ -129,7 +129,7 @@ def test_main_zero_copy_with_the_radix_cache_on(workdir, tmp_path, capsys):
         assert spec["plugin"] == {"fault": "zc_no_stage_in", "zero_copy": True, "zero_copy_radix": True}
         assert spec["engine_kwargs"]["disable_radix_cache"] is False
         assert spec["engine_kwargs"]["mamba_track_interval"] == 64
-    assert "radix cache on (mamba strategy auto, track interval 64)" in out
+    assert "radix cache on (mamba strategy auto, track interval 64, tree core " in out
     assert "plugin: zero-copy commit on with the radix cache on (SGLANG_MAMBA_DEDUP_ZERO_COPY=1 and " in out
     starts = [ln for ln in out.splitlines() if ln.startswith("-- run ")]
     assert ["SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX=1" in ln for ln in starts] == [False, True, True]

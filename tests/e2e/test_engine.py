@@ -127,13 +127,13 @@ def test_server_state_line_names_cap_slots_and_commits():
     assert "asked 34 / in force 30" in text and "mamba slots 153" in text and "commits ours 90 of 90" in text
     assert "ledgers 2" in text and "session states materialized 2, tree evictions 0)" in text
     assert (
-        "zero-copy on (radix cache off; commits 88, track boundaries crossed not recorded, with a track set not "
+        "zero-copy on (radix cache off; commits 88, with a track set not recorded, track boundaries crossed not "
         in text
     )
     assert "scheduler 1: no mamba_dedup entry" in text
     st["zero_copy"].update(zc_track_commits=7, zc_track_rows=3, radix_cache="extra_buffer_lazy")
     said = console.server_state_text([st])
     assert (
-        "zero-copy on (radix cache extra_buffer_lazy; commits 88, track boundaries crossed 3, with a track set 7, "
+        "zero-copy on (radix cache extra_buffer_lazy; commits 88, with a track set 7, track boundaries crossed 3, "
         in said
     )

@@ -60,9 +60,11 @@ def test_a_known_proof_goes_on_to_the_setup(tree, proof):
 
 
 def _fake_e2e(tree, summary: dict) -> dict:
-    """A setup that defines what the runner uses, and a ``python3`` whose e2e writes ``summary`` as its JSON summary
-    and exits 0 (every other ``python3`` call is the real one)."""
+    """A setup that defines what the runner uses, and a ``python3`` whose e2e writes ``summary`` as its JSON summary,
+    records its argument list and ``SGLANG_TEST_RETRACT`` (``calls/<route>``), prints the e2e's passing verdict and
+    exits 0 (the server route: ``FAKE_SERVER_RC``); every other ``python3`` call is the real one."""
     (tree / "summary.json").write_text(json.dumps(summary))
+    (tree / "calls").mkdir()
     (tree / "tools" / "gpu-engine" / "_setup.sh").write_text("standin_engine_args=()\ncollect_outputs() { :; }\n")
     bin_dir = tree / "bin"
     bin_dir.mkdir()
@@ -70,7 +72,12 @@ def _fake_e2e(tree, summary: dict) -> dict:
     fake.write_text(
         "#!/usr/bin/env bash\n"
         'if [ "$2" = -m ]; then\n'
+        "  shift 3\n"
+        '  route=offline; for a in "$@"; do [ "$a" = --server ] && route=server; done\n'
+        '  printf "%s\\n" "SGLANG_TEST_RETRACT=${SGLANG_TEST_RETRACT:-}" "$@" > "$FAKE_CALLS/$route"\n'
+        '  if [ "$route" = server ]; then echo "RESULT: FAIL (exit ${FAKE_SERVER_RC:-0})"; exit "${FAKE_SERVER_RC:-0}"; fi\n'
         '  while [ $# -gt 0 ]; do [ "$1" = --json-out ] && cp "$FAKE_SUMMARY" "$2"; shift; done\n'
+        '  echo "RESULT: PASS (exit 0)"\n'
         "  exit 0\n"
         "fi\n"
         f'exec {sys.executable} "$@"\n'
@@ -79,8 +86,19 @@ def _fake_e2e(tree, summary: dict) -> dict:
     return {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "FAKE_SUMMARY": str(tree / "summary.json"),
+        "FAKE_CALLS": str(tree / "calls"),
         "E2E_FAULT": "zc_no_track",
     }
+
+
+def _console_passes(tree) -> bool:
+    """What benchmarks/speed_claim.py makes of the call's console ($OUT/e2e.txt): its last RESULT line."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("speed_claim_for_test", ROOT / "benchmarks" / "speed_claim.py")
+    claim = sys.modules.setdefault("speed_claim_for_test", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(claim)
+    return claim.passed_console((tree / "out" / "e2e.txt").read_text())
 
 
 def _state(evictions):
@@ -106,6 +124,7 @@ def test_the_pressure_proof_needs_evictions_in_the_on_run(tree, on, fault, rc):
     got, out, err = _run(tree, E2E_PROOF="radix-pressure", **env)
     assert got == rc, (got, out, err)
     assert ("RESULT: FAIL -- no tree eviction" in out) is (rc == 10), out
+    assert _console_passes(tree) is (rc == 0)  # the kept console ends with the verdict that decides
 
 
 @pytest.mark.parametrize(
@@ -133,8 +152,68 @@ def test_the_retraction_and_stress_proofs_need_their_events_in_the_on_run(
     got, out, err = _run(tree, E2E_PROOF=proof, **env)
     assert got == rc, (got, out, err)
     assert ("RESULT: FAIL" in out) is (rc == 10) and (said is None or said in out), out
+    assert _console_passes(tree) is (rc == 0)
+    # what makes the proof work reached the e2e: SGLang's retraction switch, and for stress the small pool
+    argv = (tree / "calls" / "offline").read_text().splitlines()
+    assert argv[0] == "SGLANG_TEST_RETRACT=1", argv[0]
+    assert argv[argv.index("--mamba-track-interval") + 1] == "64"
     if proof == "radix-stress":
-        assert "--max-running-requests 16" in out and "--mamba-track-interval 64" in out, out
+        assert argv[argv.index("--max-running-requests") + 1] == "16"
+        assert "max_mamba_cache_size=96" in argv, argv
+
+
+@pytest.mark.parametrize("proof", ["radix-pressure", "radix-stress"])
+def test_the_pressure_proofs_get_the_small_pool_and_only_the_retraction_proofs_the_switch(tree, proof):
+    env = _fake_e2e(tree, {"runs": [{"mode": "on", "server_state": _state(3)}]})
+    work = tree / "out" / "work"
+    work.mkdir(parents=True)
+    (work / "run-2-on.log").write_text("#retracted_reqs: 1\n")
+    assert _run(tree, E2E_PROOF=proof, E2E_MAMBA_CACHE="40", **env)[0] == 0
+    argv = (tree / "calls" / "offline").read_text().splitlines()
+    assert "max_mamba_cache_size=40" in argv and argv[argv.index("--max-running-requests") + 1] == "16"
+    assert argv[0] == ("SGLANG_TEST_RETRACT=1" if proof == "radix-stress" else "SGLANG_TEST_RETRACT="), argv[0]
+
+
+def test_a_stress_run_missing_both_events_says_both_and_its_console_fails(tree):
+    env = _fake_e2e(tree, {"runs": [{"mode": "on", "server_state": _state(0)}]})
+    got, out, err = _run(tree, E2E_PROOF="radix-stress", **env)
+    assert got == 10 and "no tree eviction" in out and "shows no retraction" in out, out
+    assert not _console_passes(tree)
+
+
+@pytest.mark.parametrize("server_rc", [0, 3], ids=["server-passes", "server-fails"])
+def test_the_server_route_never_hides_a_proofs_missing_event(tree, server_rc):
+    """E2E_SERVER_TOO=1: a failed server route made the proof's own check skip, leaving the offline console's
+    PASS last for a stress run that neither evicted nor retracted (audit 2026-12-05b BE2)."""
+    env = _fake_e2e(tree, {"runs": [{"mode": "on", "server_state": _state(0)}]})
+    got, out, err = _run(tree, E2E_PROOF="radix-stress", E2E_SERVER_TOO="1", FAKE_SERVER_RC=str(server_rc), **env)
+    assert got == 10 and not _console_passes(tree), (got, out)
+    assert "no tree eviction" in out and "shows no retraction" in out, out  # each check said what it missed
+    # a proof that held: the server route's status is the call's
+    env2 = dict(env)
+    (tree / "summary.json").write_text(json.dumps({"runs": [{"mode": "on", "server_state": _state(2)}]}))
+    work = tree / "out" / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "run-2-on.log").write_text("#retracted_reqs: 1\n")
+    got, out, err = _run(tree, E2E_PROOF="radix-stress", E2E_SERVER_TOO="1", FAKE_SERVER_RC=str(server_rc), **env2)
+    assert got == server_rc and _console_passes(tree), (got, out)
+
+
+@pytest.mark.parametrize("modes", ["off,on", "on,fault,x", "off,fault", "on"])
+def test_a_proof_without_its_on_run_or_its_negative_control_is_refused(tree, modes):
+    """``E2E_PROOF=radix-default bash run_e2e.sh off,on``: no fault run, yet the console said PASS and counted as a
+    proof (audit 2026-12-05b BE3). Refused in one line before the setup; with both it goes on."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("E2E_")}
+    full.update(OUT=str(tree / "out"), E2E_PROOF="radix-default")
+    r = subprocess.run(
+        ["bash", "tools/gpu-engine/run_e2e.sh", modes], cwd=tree, env=full, capture_output=True, text=True, timeout=60
+    )
+    needs = "on" not in modes.split(",") or "fault" not in modes.split(",")
+    if needs:
+        assert r.returncode == 2 and "setup reached" not in r.stdout and "needs the modes on and fault" in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    else:
+        assert r.returncode == SETUP_REACHED, (r.returncode, r.stdout, r.stderr)
 
 
 PROOF_NAMES = ["radix-default", "radix-lazy", "radix-no-overlap", "radix-interval", "radix-pressure"]

@@ -64,14 +64,19 @@ def test_deployment_defaults_turn_the_radix_off_where_sglang_refuses_it_with_spe
     assert kw["disable_radix_cache"] is False and notes == []
 
 
-def test_describe_settings():
+def test_describe_settings(monkeypatch):
+    monkeypatch.delenv(settings.TREE_CORE_VAR, raising=False)
     kw, _ = settings.deployment_defaults(fields=NEW_FIELDS)
     assert settings.describe_settings(kw) == (
         "decode CUDA graphs on (full); prefill CUDA graphs off; radix cache on (mamba strategy auto, track interval "
-        "SGLang default); overlap scheduling SGLang's default"
+        "SGLang default, tree core SGLang's default); overlap scheduling SGLang's default"
     )
     kw.update(mamba_radix_cache_strategy="extra_buffer", mamba_track_interval=64)
-    assert "radix cache on (mamba strategy extra_buffer, track interval 64)" in settings.describe_settings(kw)
+    monkeypatch.setenv(settings.TREE_CORE_VAR, "python")  # what the H200 proofs ran on (docs/zero-copy.md Q-R8)
+    assert (
+        "radix cache on (mamba strategy extra_buffer, track interval 64, tree core python by "
+        "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND)" in settings.describe_settings(kw)
+    )
     old = settings.describe_settings(
         {"disable_cuda_graph": True, "disable_radix_cache": True, "disable_overlap_schedule": True}
     )

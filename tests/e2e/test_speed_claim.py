@@ -44,14 +44,48 @@ def _rows(models=tuple(claim.MODELS), radix="on", mode="zero-copy", good=GOOD) -
     ]
 
 
+#: one console name per proof (model, proof), as kept in benchmarks/results/latest
+NAMES = {
+    ("qwen3.5-0.8b", "default"): "e2e_h200_0.5.23_zero_copy_radix_default.txt",
+    ("qwen3.5-0.8b", "lazy"): "e2e_h200_0.5.23_zero_copy_radix_lazy.txt",
+    ("qwen3.5-0.8b", "no_overlap"): "e2e_h200_0.5.23_zero_copy_radix_no_overlap.txt",
+    ("qwen3.5-0.8b", "radix off"): "e2e_h200_0.5.23_zero_copy_qwen35.txt",
+    ("nemotron-h-mini", "default"): "e2e_h200_0.5.23_zero_copy_radix_default_nemotron_h.txt",
+    ("nemotron-h-mini", "lazy"): "e2e_h200_0.5.23_zero_copy_radix_lazy_nemotron_h.txt",
+    ("nemotron-h-mini", "no_overlap"): "e2e_h200_0.5.23_zero_copy_radix_no_overlap_nemotron_h.txt",
+    ("nemotron-h-mini", "radix off"): "e2e_h200_0.5.23_zero_copy_nemotron_h.txt",
+    (None, "pressure"): "e2e_h200_0.5.23_zero_copy_radix_pressure.txt",
+    (None, "retract"): "e2e_h200_0.5.23_zero_copy_radix_retract_nemotron_h.txt",
+    (None, "sessions"): "e2e_h200_0.5.23_zero_copy_radix_sessions.txt",
+}
+
+
 def _consoles(folder: Path, text: str = "...\nRESULT: PASS (exit 0)\n", skip: str = "") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    for proofs in claim.PROOFS.values():
-        for proof, patterns in proofs.items():
-            name = patterns[0].replace("*", "0.5.23", 1).replace("*", "_qwen35")
-            if proof != skip:
-                (folder / name).write_text(text)
+    for (_, proof), name in NAMES.items():
+        if proof != skip:
+            (folder / name).write_text(text)
     return folder
+
+
+def test_each_console_name_proves_its_own_proof_only():
+    """A name matches its proof's pattern whole and no other's: a negative-control or streaming console ending the
+    same way (``..._negative_control_zero_copy_qwen35.txt``) proves nothing (the glob ``*_zero_copy_qwen35.txt`` took
+    it)."""
+    import re
+
+    patterns = {(m, p): pat for m, proofs in claim.PROOFS.items() for p, pat in proofs.items()}
+    assert set(patterns) == set(NAMES)
+    for key, name in NAMES.items():
+        assert [k for k, pat in patterns.items() if re.fullmatch(pat, name)] == [key], name
+    for other in (
+        "e2e_h200_0.5.23_negative_control_zero_copy_qwen35.txt",
+        "e2e_h200_0.5.23_streaming_sessions_zero_copy.txt",
+        "e2e_h200_0.5.23_zero_copy_radix_default.txt.bak",
+        "e2e_h200_0.5.13.post1_zero_copy_radix_stress_nemotron_h.txt",
+    ):
+        got = [k for k, pat in patterns.items() if re.fullmatch(pat, other)]
+        assert got == ([(None, "pressure"), (None, "retract")] if "stress" in other else []), (other, got)
 
 
 def test_every_condition_met_gives_the_default_on(tmp_path):
@@ -139,15 +173,90 @@ def test_replayssm_is_told_beside_the_decision(tmp_path):
     assert "not measured" in claim.decide(_rows(), tmp_path).told[0]
 
 
-def test_the_row_shows_each_model_and_radix_setting_with_its_intervals():
-    rows = _rows(models=["qwen3.5-0.8b"], radix="off")[1:] + _rows(models=["nemotron-h-mini"])
-    row = claim.readme_row(rows, claim.Decision(default_on=False, unmet=["x"]))
+def test_the_row_shows_each_model_with_its_intervals_radix_on_once_measured():
+    off = _rows(models=["qwen3.5-0.8b"], radix="off")[1:]
+    row = claim.readme_row(off, claim.Decision(default_on=False, unmet=["x"]))
     assert row.startswith(claim.ROW_HEAD) and row.count(" | ") == 2 and row.endswith(" |")
-    off, on = row.index("Qwen3.5-0.8B radix off"), row.index("Nemotron-H radix on")
-    assert off < on  # radix off first
-    assert "2 runs 12-06: - / 0.98 [0.97, 0.98] / 0.95 [0.94, 0.95]" in row  # batch 1 not measured: "-"
-    assert "equal at 1; faster at 16, 64, 128" in row and "Default: opt-in (1 conditions unmet" in row
+    assert "Qwen3.5-0.8B radix off, 2 runs 12-06: - / 0.98 [0.97, 0.98] / 0.95 [0.94, 0.95]" in row  # "-": batch 1
+    assert "faster at 16, 64, 128" in row and "Default: opt-in (1 unmet conditions" in row
+    both = off + _rows(radix="on")
+    row = claim.readme_row(both, claim.Decision(default_on=False, unmet=["x"]))
+    assert "radix off" not in row and row.index("Nemotron-H radix on") < row.index("Qwen3.5-0.8B radix on")
+    assert "equal at 1; faster at 16, 64, 128" in row
     assert "not measured" in claim.readme_row([], claim.Decision(default_on=False))
+
+
+def test_the_readme_holds_the_longest_row_two_models_give():
+    """Both models measured with the radix cache on, mixed verdicts, intervals of 4 digits, every condition unmet:
+    the README stays within its 12 KiB (tests/plugin/test_patch_table.py) with that row in place of today's."""
+    worst = {
+        1: ("1.0123", "inconclusive"),
+        16: ("0.9987", "equal within +-1 %"),
+        64: ("0.9512", "faster"),
+        128: ("1.0234", "slower"),
+    }
+    rows = _rows(good=worst) + _rows(radix="off", good=worst)
+    for r in rows:
+        r["ci_lo"], r["ci_hi"], r["runs"] = "0.8765", "1.2345", "20261231T2359Z-A;20261230T0000Z-B;20261229T0000Z-C"
+    d = claim.Decision(default_on=False, unmet=["x"] * 99)
+    text = claim.replace_row((ROOT / "README.md").read_text(), claim.readme_row(rows, d))
+    assert len(text.encode()) <= 12 * 1024, len(text.encode())
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda r: _set(r, "qwen3.5-0.8b", 64, ratio="nan"), "batch 64: not >= 4"),
+        (lambda r: _set(r, "qwen3.5-0.8b", 1, ratio=""), "batch 1: not shown not slower"),
+        (lambda r: _set(r, "qwen3.5-0.8b", 16, verdict="equal-ish"), "batch 16: not shown not slower"),
+        (lambda r: _set(r, "qwen3.5-0.8b", 64, runs_agree="nan"), "runs apart by nan"),
+        (lambda r: _set(r, "qwen3.5-0.8b", 64, runs_agree="0.5"), "runs apart by 0.5"),
+        (lambda r: _set(r, "qwen3.5-0.8b", 64, runs="20261206T0100Z-A;20261206T0100Z-A"), "1 run(s), 2 needed"),
+    ],
+    ids=["ratio-nan", "ratio-empty", "verdict-equalish", "agree-nan", "agree-below-1", "one-run-twice"],
+)
+def test_odd_cells_meet_no_condition(tmp_path, change, said):
+    d = claim.decide(change(_rows()), _consoles(tmp_path))
+    assert not d.default_on and any(said in u for u in d.unmet), d.unmet
+
+
+def test_the_verdict_words_are_the_benchmarks():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import _live_stats as stats
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert (claim.FASTER, claim.EQUAL) == (stats.FASTER, stats.EQUAL)
+
+
+@pytest.mark.parametrize("what", ["generates-csv", "foreign-csv", "folder", "bytes", "batch-word", "no-readme"])
+def test_unreadable_inputs_are_one_line(tmp_path, capsys, what):
+    combined, readme = tmp_path / "combined.csv", tmp_path / "README.md"
+    readme.write_text((ROOT / "README.md").read_text())
+    header = ",".join(claim.NEEDED)
+    if what == "generates-csv":
+        combined.write_text("model,run,batch,mode,engine,generate,wall_s\nm,A,1,stock,1,1,0.2\n")
+    elif what == "foreign-csv":
+        combined.write_text("a,b\n1,2\n")
+    elif what == "folder":
+        combined.mkdir()
+    elif what == "bytes":
+        combined.write_bytes(b"\xff\xfe\x00\x81" * 50)
+    elif what == "batch-word":
+        combined.write_text(header + "\nm,x,zero-copy,A;B,0.9,0.8,1.0,faster,1.0,ok\n")
+    else:
+        combined.write_text(header + "\n")
+        readme.unlink()
+    assert claim.main(["--check", "--combined", str(combined), "--readme", str(readme)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("speed_claim.py: "), err
+
+
+def test_a_folder_named_like_a_console_is_no_proof(tmp_path):
+    folder = _consoles(tmp_path / "l", skip="sessions")
+    (folder / NAMES[(None, "sessions")]).mkdir()
+    d = claim.decide(_rows(), folder)
+    assert [u.split(":")[0] for u in d.unmet] == ["radix proof sessions on either model"]
 
 
 def test_the_readmes_row_is_the_tracked_datas_row(tmp_path, capsys):
@@ -170,16 +279,16 @@ def test_the_plugins_default_is_the_decision_of_the_tracked_data(monkeypatch):
     from sglang_mamba_dedup.patches import zero_copy
 
     monkeypatch.delenv(env.ZERO_COPY, raising=False)
+    monkeypatch.delenv(env.ZERO_COPY_RADIX, raising=False)
     d = claim.decide(claim.read_combined(), claim.LATEST)
-    assert zero_copy.wanted() == d.default_on, (
-        f"the data says zero-copy {'on' if d.default_on else 'opt-in'}; unmet: {d.unmet}"
-    )
+    said = f"the data says zero-copy {'on' if d.default_on else 'opt-in'}; unmet: {d.unmet}"
+    assert zero_copy.wanted() == d.default_on, said
+    assert zero_copy.radix_wanted() == d.default_on, said  # the default is about the radix cache on
 
 
 def test_the_stress_proof_stands_for_pressure_and_retraction(tmp_path):
     folder = _consoles(tmp_path, skip="pressure")
-    for p in folder.glob("*radix_retract*"):
-        p.unlink()
+    (folder / NAMES[(None, "retract")]).unlink()
     assert {u.split(":")[0] for u in claim.decide(_rows(), folder).unmet} == {
         "radix proof pressure on either model",
         "radix proof retract on either model",

@@ -255,6 +255,8 @@ def test_zero_copy_with_the_radix_cache_needs_round_2_to_read_beyond_round_1s_pr
     prompt1 = results[1].stats["rounds"][0]["prompt_tokens"]
     assert isinstance(prompt1, int) and prompt1 > 0
     assert verdict.decode_tracked_tokens(results[1].stats["rounds"]) > 0  # the fake engine reads decode states back
+    for r in results:  # the round totals: what a run without per-request counts is judged by
+        r.stats.pop("decode_tracked", None)
     for cached, ok in ((prompt1, False), (prompt1 + 1, True)):
         results[1].stats["rounds"][1]["cached_tokens"] = cached
         v = _judge(*results, zero_copy=True, zero_copy_radix=True)
@@ -268,6 +270,40 @@ def test_zero_copy_with_the_radix_cache_needs_round_2_to_read_beyond_round_1s_pr
     results[1].stats["rounds"][0]["prompt_tokens"] = None
     assert _judge(*results, zero_copy=True, zero_copy_radix=True).code == verdict.EXIT_OK
     assert verdict.decode_tracked_tokens(results[1].stats["rounds"]) is None
+
+
+def _rounds(pairs):
+    """Two rounds' per-request meta from (round-1 prompt tokens, round-2 cached tokens) pairs."""
+    return [
+        {"outputs": [{"output_ids": [1]}] * len(pairs), "meta": [{"prompt_tokens": p} for p, _ in pairs]},
+        {
+            "outputs": [{"output_ids": [1]}] * len(pairs),
+            "meta": [{"prompt_tokens": p + 99, "cached_tokens": c} for p, c in pairs],
+        },
+    ]
+
+
+def test_decode_tracked_states_are_judged_per_request_not_by_the_round_totals():
+    """A pressure or stress proof evicts tree states on purpose: 14 of 34 requests reading nothing back must not hide
+    the 20 that read a decode-tracked state (the round totals, 6,420 cached against 8,738 prompt tokens, failed that
+    good run: audit 2026-12-05b BE1). None of the requests beyond its own prompt still fails."""
+    good = [(257, 257 + 64)] * 20 + [(257, 0)] * 14
+    rounds = _rounds(good)
+    per = stats.decode_tracked(rounds)
+    assert per == {"requests": 20, "tokens": 20 * 64, "of": 34}
+    r = verdict.RunResult(mode="on", ok=True, stats=stats.run_stats({"rounds": rounds}))
+    assert sum(c for _, c in good) < sum(p for p, _ in good)  # the totals say "nothing beyond"
+    assert verdict.cached_problems([r]) == []
+    bad = verdict.RunResult(
+        mode="on", ok=True, stats=stats.run_stats({"rounds": _rounds([(257, 257)] * 20 + [(257, 0)] * 14)})
+    )
+    got = verdict.cached_problems([bad])
+    assert len(got) == 1 and "none of its 34 requests more than its own round-1 prompt" in got[0], got
+    # counts not reported for every request, or rounds that do not pair up: the totals judge, as before
+    assert stats.decode_tracked(_rounds([(257, 300), (257, None)])) is None
+    assert stats.decode_tracked(_rounds(good)[:1]) is None
+    assert stats.decode_tracked([_rounds(good)[0], _rounds(good[:3])[1]]) is None
+    assert stats.decode_tracked(_rounds([(True, 300)])) is None  # a bool is no count
 
 
 @pytest.mark.parametrize("cached", [0, None], ids=["zero", "not-reported"])

@@ -141,7 +141,7 @@ def _expected(release):
             "streaming_session.try_cache_finished_req",
             "model_runner.deferred_mamba_cow_and_clear",
             "mamba_component.prepare_for_caching_req",
-            "mamba_component.evict_component",
+            "unified_radix_cache.evict",
             "batch_result_processor.mamba_check_track_boundary",
         }
         if release == versions.ZERO_COPY_RELEASE

@@ -91,47 +91,77 @@ def test_the_tripwire_fires_once_and_strict_stops(monkeypatch, caplog, kw, why):
         hooks.radix_tripwire(lambda *a, **k: pytest.fail("ran"), _component(**kw), (), {})
 
 
-def _evicting_component(zero_copy: bool):
-    """A real ``MambaComponent`` (built without its constructor) over a one-node tree whose mamba state is on the
-    device: what SGLang's ``evict_component`` reads."""
-    import torch
+def _evicting_cache(zero_copy: bool, mamba_evicted: int):
+    """A real ``UnifiedRadixCache`` (built without its constructor) whose tree walk evicts ``mamba_evicted`` mamba
+    states and 16 tokens: SGLang's own ``_evict`` turns the walk's tally into its ``EvictResult``. The walk stands in
+    for either tree core (the Python one or the default Rust one: ``_evict_components`` drives the core through
+    its interface, whichever it is)."""
     from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-    from sglang.srt.mem_cache.unified_cache.components.mamba import MambaComponent
+    from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-    component = MambaComponent.__new__(MambaComponent)
-    ct = ComponentType.MAMBA
-    component.component_type = ct
-    lru = types.SimpleNamespace(in_list=lambda node: False, insert_mru=lambda node: None)
-    component.tree_core = types.SimpleNamespace(component_evictable_size_={ct: 1}, host_lru_lists={ct: lru})
+    cache = UnifiedRadixCache.__new__(UnifiedRadixCache)
+    cache.disable = False
+    cache.tree_components = (ComponentType.FULL, ComponentType.MAMBA)
+    cache.cache_controller = None
+    cache.metrics_collector = None
+    asked = []
+
+    def walk(request_by_type, tracker, **kw):
+        asked.append(request_by_type[ComponentType.MAMBA])
+        tracker[ComponentType.FULL] += 16
+        tracker[ComponentType.MAMBA] += mamba_evicted
+
+    cache._evict_components = walk
     pool = types.SimpleNamespace(name="mamba pool")
-    component.cache = types.SimpleNamespace(req_to_token_pool=types.SimpleNamespace(mamba_pool=pool))
+    cache.req_to_token_pool = types.SimpleNamespace(mamba_pool=pool)
     state.pool_state(pool).zero_copy = object() if zero_copy else None
-    node = types.SimpleNamespace(component_data={ct: types.SimpleNamespace(value=torch.tensor([5]), host_value=None)})
-    return component, node, ct
+    return cache, asked
 
 
 @pytest.mark.parametrize("zero_copy", [True, False], ids=["zero-copy-pool", "stock-pool"])
 def test_tree_evictions_of_a_zero_copy_pool_are_counted_through_sglangs_own_eviction(monkeypatch, zero_copy):
-    """``MambaComponent.evict_component`` patched as a server installs it: SGLang's own eviction runs (the node's
-    state freed, its answer unchanged) and the states it freed from a zero-copy pool are counted (zc_tree_evictions,
-    read by ``/get_server_info`` and the e2e's pressure proof); a pool without zero-copy is not counted."""
+    """``UnifiedRadixCache._evict`` patched as a server installs it, reached through SGLang's public ``evict``: its
+    answer unchanged, and the mamba states it evicted from a zero-copy pool counted (zc_tree_evictions, read by
+    ``/get_server_info`` and the e2e's pressure proof); a pool without zero-copy, or an eviction of no mamba state,
+    counts nothing. (It wrapped ``MambaComponent.evict_component``, which SGLang's default Rust tree core never
+    calls: audit 2026-12-05b C3.)"""
+    from sglang.srt.mem_cache.base_prefix_cache import EvictParams, EvictResult
+
     from sglang_mamba_dedup import installed, report
 
     monkeypatch.setenv(env.SWITCH, "1")
     monkeypatch.setenv(env.ZERO_COPY, "1")
     assert installed.apply(["zero_copy"]) == {"zero_copy": None}
     try:
-        component, node, ct = _evicting_component(zero_copy)
-        frees: dict = {ct: []}
         before = report.events().get("zc_tree_evictions", 0)
-        assert component.evict_component(node, frees, {ct: []}, []) == (1, 0)
-        assert node.component_data[ct].value is None and [t.tolist() for t in frees[ct]] == [[5]]
-        assert report.events().get("zc_tree_evictions", 0) - before == (1 if zero_copy else 0)
-        assert component.evict_component(node, frees, {ct: []}, []) == (0, 0)  # nothing left: nothing counted
-        assert report.events().get("zc_tree_evictions", 0) - before == (1 if zero_copy else 0)
+        cache, asked = _evicting_cache(zero_copy, 3)
+        got = cache.evict(EvictParams(num_tokens=16, mamba_num=3))
+        assert got == EvictResult(num_tokens_evicted=16, mamba_num_evicted=3) and asked == [3]
+        assert report.events().get("zc_tree_evictions", 0) - before == (3 if zero_copy else 0)
+        cache, _ = _evicting_cache(zero_copy, 0)
+        assert cache.evict(EvictParams(num_tokens=16)).mamba_num_evicted == 0
+        assert report.events().get("zc_tree_evictions", 0) - before == (3 if zero_copy else 0)
     finally:
         installed.revert(["zero_copy"])
         report.clear_events()
+
+
+def test_sglangs_rust_tree_core_never_calls_the_python_component_eviction():
+    """Why the counter sits on the cache: SGLang 0.5.23's default tree core is Rust, and its adapter evicts without
+    the Python ``MambaComponent.evict_component``; both cores are driven by ``UnifiedRadixCache._evict``. Read from
+    the installed wheel, so a release that changes either fails here."""
+    import inspect
+
+    from sglang.srt.environ import envs
+    from sglang.srt.mem_cache import unified_radix_cache
+    from sglang.srt.mem_cache.rust_tree_core import adapter
+
+    assert envs.SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND.default == "rust"
+    assert "evict_component(" not in inspect.getsource(adapter)
+    src = inspect.getsource(unified_radix_cache.UnifiedRadixCache)
+    assert "return self._evict(params)" in src and "self._evict(" in inspect.getsource(
+        unified_radix_cache.UnifiedRadixCache.evict_for_alloc
+    )
 
 
 def test_track_boundaries_of_a_zero_copy_pool_are_counted_by_sglangs_own_host_check(monkeypatch):
@@ -172,3 +202,32 @@ def test_track_boundaries_of_a_zero_copy_pool_are_counted_by_sglangs_own_host_ch
         installed.revert(["zero_copy"])
         report.clear_events()
         restore()
+
+
+def test_the_track_boundary_count_passes_sglangs_answer_and_errors_through():
+    """The wrapper returns SGLang's own answer object (not a copy), lets SGLang's exception out as it is and counts
+    nothing then, and a call it cannot bind (``batch`` by an unknown keyword) still returns SGLang's answer
+    uncounted: the scheduler's host path never fails in our code after SGLang has answered."""
+    from sglang_mamba_dedup import report
+
+    pool = types.SimpleNamespace(name="mamba pool")
+    state.pool_state(pool).zero_copy = object()
+    batch = types.SimpleNamespace(req_to_token_pool=types.SimpleNamespace(mamba_pool=pool))
+    answer = (True, 16)
+    try:
+        before = report.events().get("zc_track_rows", 0)
+        got = hooks.track_boundaries(lambda *a, **k: answer, object(), ("req", batch, "result", 0), {})
+        assert got is answer and report.events().get("zc_track_rows", 0) - before == 1
+
+        class Boom(RuntimeError):
+            pass
+
+        def raises(*a, **k):
+            raise Boom("SGLang's own")
+
+        with pytest.raises(Boom, match="SGLang's own"):
+            hooks.track_boundaries(raises, object(), ("req", batch, "result", 0), {})
+        odd = hooks.track_boundaries(lambda *a, **k: answer, object(), (), {"self": object(), "request": "req"})
+        assert odd is answer and report.events().get("zc_track_rows", 0) - before == 1
+    finally:
+        report.clear_events()

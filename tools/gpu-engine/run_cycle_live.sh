@@ -118,6 +118,8 @@ if [ "$STEP" = B ]; then
   gens=$(ls "$OUT"/latest/cycle_generates-*.csv 2>/dev/null | head -1)
   { echo; echo "== run A and run B combined: the verdict over the Engine pairs of both runs"
     python3 -P benchmarks/bench_live.py --combine "$gens" --out "$OUT"; } 2>&1 | tee -a "$log"
+  crc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] && rc=$crc  # a refused combination (a run that failed its checks, unlike runs) fails the step
 fi
 collect_outputs "$WORK/$PRESET" "*.log" "$OUT/cycle_live-$PRESET-engines.log" "$OUT/cycle_live-$PRESET-reports.json"
 { echo "== GPU processes left after the run:"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>&1

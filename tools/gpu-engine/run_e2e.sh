@@ -63,6 +63,11 @@ if [ -n "${E2E_PROOF:-}" ]; then
     exit 2
   fi
 fi
+# a proof without its on run or its negative control proves nothing, yet its console would say PASS
+if [ -n "${E2E_PROOF:-}" ] && { [[ ",$MODES," != *,on,* ]] || [[ ",$MODES," != *,fault,* ]]; }; then
+  echo "run_e2e.sh: E2E_PROOF=$E2E_PROOF needs the modes on and fault (got '$MODES'; the default is off,on,fault)" >&2
+  exit 2
+fi
 if [ -n "${E2E_TRACK_INTERVAL:-}" ] && ! [[ "$E2E_TRACK_INTERVAL" =~ ^[1-9][0-9]*$ ]]; then
   echo "run_e2e.sh: E2E_TRACK_INTERVAL='$E2E_TRACK_INTERVAL' is not a whole number >= 1" >&2
   exit 2
@@ -112,13 +117,14 @@ python3 -P -m sglang_mamba_dedup.e2e \
   "$@"
 }
 WD=$OUT/work e2e --modes "$MODES" --json-out "$OUT/summary.json" "$@" 2>&1 | tee "$OUT/e2e.txt"
-rc=${PIPESTATUS[0]}
+rc=${PIPESTATUS[0]}  # the offline e2e's: the proof checks below judge its on run and end its console
+src=0
 if [ "${E2E_SERVER_TOO:-0}" = 1 ]; then
   stamp "e2e exit code $rc; launch_server route (off,on)"
   WD=$OUT/work-server e2e --server --modes off,on --json-out "$OUT/summary-server.json" "$@" 2>&1 | tee "$OUT/e2e-server.txt"
   src=${PIPESTATUS[0]}
-  [ "$rc" = 0 ] && rc=$src
 fi
+passed=$rc  # the e2e's own verdict, before a proof's event checks (each of them says what it missed)
 if [ "${E2E_PROOF:-}" = radix-pressure ] || [ "${E2E_PROOF:-}" = radix-stress ]; then
   # the schedulers' own count (/get_server_info: zero_copy.zc_tree_evictions, mamba states the radix tree evicted
   # from a zero-copy pool) in the on run, the one off == on is about (a fault run's evictions prove nothing there);
@@ -132,7 +138,7 @@ def count(run):
 on = [count(r) for r in d.get("runs", []) if r.get("mode") == "on"]
 print(min(on) if on else 0)' "$OUT/summary.json" 2>/dev/null || echo 0)
   stamp "mamba states the radix tree evicted under zero-copy in the on run: $evicted" | tee -a "$OUT/e2e.txt"
-  if [ "$evicted" = 0 ] && [ "$rc" = 0 ]; then
+  if [ "$evicted" = 0 ] && [ "$passed" = 0 ]; then
     echo "RESULT: FAIL -- no tree eviction under zero-copy in the on run (zc_tree_evictions = 0): the pressure proof" \
       "proves nothing" | tee -a "$OUT/e2e.txt"
     rc=10
@@ -143,12 +149,13 @@ if [ "${E2E_PROOF:-}" = radix-retract ] || [ "${E2E_PROOF:-}" = radix-stress ]; 
   # the run off == on is about, as the evictions above; no retraction there: the proof proves nothing
   retracted=$(cat "$OUT"/work/run-*-on.log 2>/dev/null | grep -o '#retracted_reqs: [0-9]*' | awk '{s += $2} END {print s + 0}')
   stamp "retracted requests in the on run (SGLANG_TEST_RETRACT=1): $retracted" | tee -a "$OUT/e2e.txt"
-  if [ "$retracted" = 0 ] && [ "$rc" = 0 ]; then
+  if [ "$retracted" = 0 ] && [ "$passed" = 0 ]; then
     echo "RESULT: FAIL -- the on run's log shows no retraction (#retracted_reqs > 0): the retraction proof proves" \
       "nothing" | tee -a "$OUT/e2e.txt"
     rc=10
   fi
 fi
+[ "$rc" = 0 ] && rc=$src  # the server route's status where the offline proof passed
 # keep what comes back small (at most 8 files): one log of all runs, one JSON of all status reports
 collect_outputs "$OUT/work" 'run-*.log' "$OUT/runs.log" "$OUT/reports.json"
 # which graph replays padded a batch (mode, real -> graph batch), per run

@@ -46,9 +46,9 @@ DEFAULT_VARIANTS=(
   "no-overlap-0.15|qwen3.5-0.8b|--mem-fraction-static 0.15 --disable-overlap-schedule"
   "nemotron-0.15|nemotron-h-mini|--mem-fraction-static 0.15 --disable-flashinfer-autotune"
 )
-# VARIANTS=zc-radix: issue 50 item 6, zero-copy with the radix cache on (its experimental opt-in set for these
-# servers), plugin on, one server per model; then here: SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX=1 python3 -P
-# tools/gpu-engine/record_memory.py OUT WORKDIR (WORKDIR: logs.tar.gz unpacked; the planner plans the launch as served)
+# VARIANTS=zc-radix (alone): issue 50 item 6, zero-copy with the radix cache on (its experimental opt-in set for
+# these servers), plugin on, one server per model; then here: python3 -P tools/gpu-engine/record_memory.py OUT WORKDIR
+# (WORKDIR: logs.tar.gz unpacked; docs/memory.md)
 if [ "${VARIANTS:-}" = zc-radix ]; then
   export SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX=1
   VARIANTS="zc-radix-0.2|qwen3.5-0.8b|--mem-fraction-static 0.2 --enable-mamba-zero-copy-commit|on"
