@@ -245,4 +245,5 @@ def test_every_proof_passes_the_e2es_own_checks_on_both_models(tree, preset):
         parser = cli._build_parser()
         args = parser.parse_args(argv)
         cli._check_usage(parser, args)  # a refusal exits 2 (SystemExit)
-        assert args.time_budget <= 560 and "fault" in args.modes, (proof, args)
+        # the budget lets the third run (the fault) start: three streaming-session runs take ~436 s
+        assert args.time_budget == (560 if proof == "radix-sessions" else 420) and "fault" in args.modes, (proof, args)

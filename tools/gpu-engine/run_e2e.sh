@@ -82,7 +82,11 @@ proof_args=()
 if [ -n "${E2E_PROOF:-}" ]; then
   fault=${E2E_FAULT:-$(python3 -P -c 'from sglang_mamba_dedup.patches import faults; print("zc_no_track" if "zc_no_track" in faults.FAULTS else "zc_no_stage_in")')}
   case "$PRESET" in nemotron-h*) interval=${E2E_TRACK_INTERVAL:-128} ;; *) interval=${E2E_TRACK_INTERVAL:-64} ;; esac
-  proof_args=(--zero-copy --fault "$fault" --time-budget "${E2E_TIME_BUDGET:-420}")
+  # the budget under which the e2e starts its next run: a streaming-session run takes ~145 s (batch 1, 2026-12-03:
+  # 436 s for three), so at 420 its fault run would not start and the proof could not pass
+  budget=420
+  [ "$E2E_PROOF" = radix-sessions ] && budget=560
+  proof_args=(--zero-copy --fault "$fault" --time-budget "${E2E_TIME_BUDGET:-$budget}")
   # the proofs at SGLang's default track interval (256) generate 320 tokens, so round 1's decode crosses it and
   # round 2 reads a decode-tracked state back (the verdict needs both: zc_track_rows > 0, and round 2's cached tokens
   # beyond round 1's prompts)
