@@ -1352,18 +1352,21 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     written = False
     last: dict[tuple[str, int], float] = {}  # the latest wall of each Engine (budget estimates)
 
-    def save() -> None:
+    def save(summary: list[dict] | None = None) -> list[dict]:
+        """Both CSVs and the runs file rewritten (``summary``: already made from these rows); the summary."""
         nonlocal written
         if not rows and not written:
-            return
+            return []
         mark_slow(rows)
-        summary = summarize(rows, resamples=args.bootstrap, seed=args.seed, reps_asked=args.reps)
+        if summary is None:
+            summary = summarize(rows, resamples=args.bootstrap, seed=args.seed, reps_asked=args.reps)
         g, s = write_results(args.out, meta["gpu"], [(model, run_id)], rows, summary)
         run_info["health"] = {f"b{r['batch']} {r['mode']}": r["health"] for r in summary}
         run_info["engines"] = {w.name: w.info for w in workers.values()}
         j = write_runs(args.out, meta["gpu"], {run_id: run_info})
         written = True
         print(f"[files: {g}, {s}, {j}]", flush=True)
+        return summary
 
     def start(mode: str, e: int) -> Worker:
         t0 = time.time()
@@ -1534,9 +1537,9 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         t0 = time.time()
         stop_all(list(workers.values()), args.stop_timeout)
         print(f"[workers stopped in {time.time() - t0:.0f} s]", flush=True)
-        save()
+        summary = save()
     reports = {unit: plugin_report(w.report_dir) for unit, w in workers.items()}
-    summary = summarize(rows, resamples=args.bootstrap, seed=args.seed, reps_asked=args.reps) if rows else []
+    summary = summary if rows else []
     print(_report(args, model, summary, rows, md5s, reports, workers, done, skipped, partial, meta, commit))
     untimed = [m for m in args.modes if not any(r["mode"] == m for r in rows)]
     if status == 0 and untimed:
@@ -1577,7 +1580,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     run_info.update(status=status, problems=problems)
     for r in rows:
         r["run_status"] = status
-    save()
+    save(summary)  # the same rows: the summary made above, not made again
     if written and rows:
         hist_rows = [{"benchmark": SUMMARY_STEM, **r} for r in summary]
         append_history(Path(args.out) / "history.csv", hist_rows)
