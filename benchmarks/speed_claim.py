@@ -33,6 +33,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+if str(Path(__file__).resolve().parent) not in sys.path:  # its siblings, also when loaded by path (the tests)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _live_stats import EQUAL, FASTER  # noqa: E402  (the verdict words the rule reads)
+
 ROOT = Path(__file__).resolve().parents[1]
 LATEST = ROOT / "benchmarks" / "results" / "latest"
 README = ROOT / "README.md"
@@ -65,8 +69,6 @@ PROOFS: dict[str | None, dict[str, str]] = {
     | {"sessions": rf"e2e_h200_{REL}_zero_copy_radix_sessions(?:_nemotron_h)?\.txt"},
 }
 PASS = "RESULT: PASS"
-#: the verdict words of benchmarks/_live_stats.py that the rule reads (a test checks they are the same)
-FASTER, EQUAL = "faster", "equal within +-1 %"
 #: the combined CSV's columns the rule and the row read
 NEEDED = ("model", "batch", "mode", "runs", "ratio", "ci_lo", "ci_hi", "verdict", "runs_agree", "health")
 #: the README row this module writes: the line starting with this

@@ -220,15 +220,6 @@ def test_odd_cells_meet_no_condition(tmp_path, change, said):
     assert not d.default_on and any(said in u for u in d.unmet), d.unmet
 
 
-def test_the_verdict_words_are_the_benchmarks():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import _live_stats as stats
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    assert (claim.FASTER, claim.EQUAL) == (stats.FASTER, stats.EQUAL)
-
-
 @pytest.mark.parametrize("what", ["generates-csv", "foreign-csv", "folder", "bytes", "batch-word", "no-readme"])
 def test_unreadable_inputs_are_one_line(tmp_path, capsys, what):
     combined, readme = tmp_path / "combined.csv", tmp_path / "README.md"
