@@ -88,6 +88,14 @@ def test_each_console_name_proves_its_own_proof_only():
         assert got == ([(None, "pressure"), (None, "retract")] if "stress" in other else []), (other, got)
 
 
+def test_a_negative_control_console_proves_no_proof(tmp_path):
+    folder = _consoles(tmp_path / "l", skip="radix off")
+    (folder / "e2e_h200_0.5.23_negative_control_zero_copy_qwen35.txt").write_text("RESULT: PASS (exit 0)\n")
+    (folder / "e2e_h200_0.5.23_negative_control_zero_copy_nemotron_h.txt").write_text("RESULT: PASS (exit 0)\n")
+    unmet = {u.split(":")[0] for u in claim.decide(_rows(), folder).unmet}
+    assert unmet == {"radix proof radix off on Qwen3.5-0.8B", "radix proof radix off on Nemotron-H"}, unmet
+
+
 def test_every_condition_met_gives_the_default_on(tmp_path):
     d = claim.decide(_rows(), _consoles(tmp_path))
     assert d.default_on and d.unmet == [], d.unmet
