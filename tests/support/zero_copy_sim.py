@@ -460,6 +460,31 @@ class RadixConfig:
         return self.strategy == "extra_buffer_lazy"
 
 
+#: a workload that has not covered :func:`radix_coverage` after ``steps`` steps runs on, up to this many times
+#: ``steps``: a seed's draws alone may withhold every lazy checkpoint, or finish too late for a next turn (1 of 1,800
+#: fresh seeds over the six radix cases on 2026-12-05, none left uncovered with the extension; one CI run drew one)
+RADIX_EXTEND = 3
+
+
+def radix_coverage(cfg: RadixConfig, overlap: bool) -> tuple[str, ...]:
+    """The counters a radix workload must have made non-zero for the comparison to mean what it claims: tracked
+    boundaries in reordered batches; decode-tracked states inserted into the tree and read back by a copy-on-write
+    (not where the lazy allocation fails: the keep slot's checkpoint is withdrawn at most crossings); under overlap, an
+    in-flight verify of a finished request; the lazy bookkeeping's own paths; retraction and re-join."""
+    need = ["track_rows", "reorder", "verify"]
+    if not cfg.lazy_alloc_fail:
+        need += ["tree_insert", "decode_tracked_insert", "cow"]
+    if overlap:
+        need.append("inflight_after_finish")
+    if cfg.lazy_alloc_fail:
+        need.append("lazy_in_place")
+    elif cfg.lazy:
+        need += ["lazy_prealloc", "lazy_promote"]
+    if cfg.retract:
+        need += ["retract", "rejoin"]
+    return tuple(need)
+
+
 def publish_radix_args(cfg: RadixConfig):
     """Publish SGLang 0.5.23 server args for the radix cache on with ``cfg.strategy`` (``extra_buffer`` or
     ``extra_buffer_lazy``), NEXTN with ``D`` draft tokens and a track grid of ``cfg.interval``; returns a function
@@ -534,6 +559,7 @@ class RadixTrace:
     md5: str  # of every output, in order
     counters: Counter[str]
     events: dict = field(default_factory=dict)  # the plugin's status-report events at the end (zero-copy world)
+    steps: int = 0  # the steps run: ``steps`` asked for, more where the workload had not covered enough by then
 
 
 def _env(name: str, value: str):
@@ -843,8 +869,12 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
             if req.done:
                 finish(step, req)
 
-    pending = None
-    for step in range(steps):
+    pending, ran = None, 0
+    need = radix_coverage(cfg, overlap)
+    for step in range(steps * RADIX_EXTEND):
+        if step >= steps and all(counters[k] for k in need):
+            break  # ``steps`` at least, then on until the workload has covered what the comparison is for
+        ran = step + 1
         if cfg.retract and len(running) > 1:  # retract_decode keeps at least one request
             forced = step >= steps // 3 and not counters["retract"]
             if rng.random() < cfg.retract or forced:
@@ -942,5 +972,5 @@ def _run_radix(cfg: RadixConfig, seed: int, scheme: str, fault: str | None, step
     if zc:
         from sglang_mamba_dedup import report
 
-        return RadixTrace(outputs, states, md5.hexdigest(), counters, report.events())
-    return RadixTrace(outputs, states, md5.hexdigest(), counters)
+        return RadixTrace(outputs, states, md5.hexdigest(), counters, report.events(), ran)
+    return RadixTrace(outputs, states, md5.hexdigest(), counters, steps=ran)
