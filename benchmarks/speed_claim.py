@@ -1,7 +1,8 @@
 """What the decode-cycle measurements let us claim (issue 51 item 7): the README's speed row and zero-copy's default,
 both computed from the combined verdicts (``latest/cycle_live_combined-<gpu>.csv``, ``bench_live.py --combine``) and
-the consoles of the radix proofs (``latest/e2e_h200_*_zero_copy_radix_*.txt``); the README row is written from
-here, never by hand (``tests/e2e/test_speed_claim.py`` checks it), and the plugin's default must be the decision.
+the consoles of the radix proofs (``latest/e2e_h200_*_zero_copy_radix_*.txt``, or ``e2e_h100_``); the README row
+is written from here, never by hand (``tests/e2e/test_speed_claim.py`` checks it), and the plugin's default must be
+the decision.
 
     python3 benchmarks/speed_claim.py            # the decision with every unmet condition, then the README row
     python3 benchmarks/speed_claim.py --write    # the row into README.md (replaces the row starting ROW_HEAD)
@@ -53,20 +54,22 @@ AGREE = 1.01
 MIN_RUNS = 2
 #: a release in a console's name (0.5.23, 0.5.13.post1)
 REL = r"\d+\.\d+\.\d+(?:\.post\d+)?"
+#: the lent card a console ran on, in its name (a proof checks md5s, not speed: an H100's proves as an H200's does)
+GPU = r"h[12]00"
 #: the radix proofs of issue 50 item 4 (tools/gpu-engine/run_e2e.sh E2E_PROOF=...) and the radix-off zero-copy proof
 #: of each model (the default covers those launches too): model -> proof -> the whole name of a console that proves
 #: it in LATEST, a regular expression (any release; a name is matched whole, so a negative-control console ending
 #: the same way is not taken); a ``None`` model: on either model. The pressure and retraction proofs run with the
 #: track interval lowered (they stand for the lowered-interval proof too), and ``radix-stress`` is both in one run.
 PROOFS: dict[str | None, dict[str, str]] = {
-    "qwen3.5-0.8b": {p: rf"e2e_h200_{REL}_zero_copy_radix_{p}\.txt" for p in ("default", "lazy", "no_overlap")}
-    | {"radix off": rf"e2e_h200_{REL}_zero_copy_qwen35\.txt"},
+    "qwen3.5-0.8b": {p: rf"e2e_{GPU}_{REL}_zero_copy_radix_{p}\.txt" for p in ("default", "lazy", "no_overlap")}
+    | {"radix off": rf"e2e_{GPU}_{REL}_zero_copy_qwen35\.txt"},
     "nemotron-h-mini": {
-        p: rf"e2e_h200_{REL}_zero_copy_radix_{p}_nemotron_h\.txt" for p in ("default", "lazy", "no_overlap")
+        p: rf"e2e_{GPU}_{REL}_zero_copy_radix_{p}_nemotron_h\.txt" for p in ("default", "lazy", "no_overlap")
     }
-    | {"radix off": rf"e2e_h200_{REL}_zero_copy_nemotron_h\.txt"},
-    None: {p: rf"e2e_h200_{REL}_zero_copy_radix_(?:{p}|stress)(?:_nemotron_h)?\.txt" for p in ("pressure", "retract")}
-    | {"sessions": rf"e2e_h200_{REL}_zero_copy_radix_sessions(?:_nemotron_h)?\.txt"},
+    | {"radix off": rf"e2e_{GPU}_{REL}_zero_copy_nemotron_h\.txt"},
+    None: {p: rf"e2e_{GPU}_{REL}_zero_copy_radix_(?:{p}|stress)(?:_nemotron_h)?\.txt" for p in ("pressure", "retract")}
+    | {"sessions": rf"e2e_{GPU}_{REL}_zero_copy_radix_sessions(?:_nemotron_h)?\.txt"},
 }
 PASS = "RESULT: PASS"
 #: the combined CSV's columns the rule and the row read
@@ -153,7 +156,7 @@ def passed_console(text: str) -> bool:
 def proof_problems(latest: Path = LATEST) -> list[str]:
     """The radix proofs without a passing console in ``latest`` (its files; folders are no consoles)."""
     out = []
-    files = [f for f in Path(latest).glob("e2e_h200_*.txt") if f.is_file()] if Path(latest).is_dir() else []
+    files = [f for f in Path(latest).glob("e2e_h*.txt") if f.is_file()] if Path(latest).is_dir() else []
     for model, proofs in PROOFS.items():
         for proof, pattern in proofs.items():
             found = sorted(f for f in files if re.fullmatch(pattern, f.name))

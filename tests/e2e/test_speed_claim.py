@@ -86,6 +86,11 @@ def test_each_console_name_proves_its_own_proof_only():
     ):
         got = [k for k, pat in patterns.items() if re.fullmatch(pat, other)]
         assert got == ([(None, "pressure"), (None, "retract")] if "stress" in other else []), (other, got)
+    # the card in the name: a proof run on a lent H100 proves as one on an H200 (md5s, not speed); no other card
+    for key, name in NAMES.items():
+        h100 = name.replace("e2e_h200_", "e2e_h100_")
+        assert [k for k, pat in patterns.items() if re.fullmatch(pat, h100)] == [key], h100
+        assert not [k for k, pat in patterns.items() if re.fullmatch(pat, name.replace("_h200_", "_a100_"))], name
 
 
 def test_a_negative_control_console_proves_no_proof(tmp_path):
