@@ -227,6 +227,10 @@ def _with_plugin(
             failures.append((EXIT_OFF_NOT_OFF, "the off run was not off: " + "; ".join(c.reasons)))
     if "on" in planned and not any(r.mode == "on" for r in results):
         failures.append((EXIT_RUN_FAILED, "no 'on' run was started (--time-budget): nothing shows the plugin"))
+    if "fault" in planned and not any(r.mode == "fault" for r in results):
+        failures.append(
+            (EXIT_RUN_FAILED, "no 'fault' run was started (--time-budget): nothing shows the check sees a broken commit")
+        )
     return Verdict(exit_code(failures), failures, compared, checks, plugin, fault)
 
 

@@ -246,4 +246,4 @@ def test_every_proof_passes_the_e2es_own_checks_on_both_models(tree, preset):
         args = parser.parse_args(argv)
         cli._check_usage(parser, args)  # a refusal exits 2 (SystemExit)
         # the budget lets the third run (the fault) start: three streaming-session runs take ~436 s
-        assert args.time_budget == (560 if proof == "radix-sessions" else 420) and "fault" in args.modes, (proof, args)
+        assert args.time_budget == (560 if proof == "radix-sessions" else 520) and "fault" in args.modes, (proof, args)

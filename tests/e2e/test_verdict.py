@@ -414,6 +414,16 @@ def test_no_on_run_started_fails():
     assert _judge(_run("off", OFF), _run("off", OFF)).code == verdict.EXIT_OK  # off,off: nothing to engage
 
 
+def test_no_fault_run_started_fails():
+    """The negative control planned but left out by --time-budget: the equal md5s prove nothing (H100, 2026-12-05:
+    a radix proof's console read "RESULT: PASS (exit 0; 1 planned runs not started)" without its fault run)."""
+    on = _run("on", [status_report(0)])
+    v = _judge(_run("off", OFF), on, planned=["off", "on", "fault"])
+    assert v.code == verdict.EXIT_RUN_FAILED, v.failures
+    assert v.failures[-1][1].startswith("no 'fault' run was started (--time-budget)")
+    assert _judge(_run("off", OFF), on, planned=["off", "on"]).code == verdict.EXIT_OK
+
+
 def test_servers_you_run_are_judged_by_md5_only():
     v = _judge(_run("off"), _run("on"), no_reports=True)  # no reports at all: not readable, not "not engaged"
     assert (v.code, v.plugin) == (verdict.EXIT_OK, [])

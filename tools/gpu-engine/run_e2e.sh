@@ -83,8 +83,10 @@ if [ -n "${E2E_PROOF:-}" ]; then
   fault=${E2E_FAULT:-$(python3 -P -c 'from sglang_mamba_dedup.patches import faults; print("zc_no_track" if "zc_no_track" in faults.FAULTS else "zc_no_stage_in")')}
   case "$PRESET" in nemotron-h*) interval=${E2E_TRACK_INTERVAL:-128} ;; *) interval=${E2E_TRACK_INTERVAL:-64} ;; esac
   # the budget under which the e2e starts its next run: a streaming-session run takes ~145 s (batch 1, 2026-12-03:
-  # 436 s for three), so at 420 its fault run would not start and the proof could not pass
-  budget=420
+  # 436 s for three), so at 420 its fault run would not start and the proof could not pass; 520 for the others: on a
+  # cold H100 (2026-12-05) Nemotron-H's first run took 171 s (Triton compiles), and at 420 the fault run was left out
+  # (248 s + 1.1 x 171 s) although it takes ~60 s warm (a proof without its fault run fails: "no 'fault' run")
+  budget=520
   [ "$E2E_PROOF" = radix-sessions ] && budget=560
   proof_args=(--zero-copy --fault "$fault" --time-budget "${E2E_TIME_BUDGET:-$budget}")
   # the proofs at SGLang's default track interval (256) generate 320 tokens, so round 1's decode crosses it and
