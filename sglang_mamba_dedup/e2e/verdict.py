@@ -228,9 +228,8 @@ def _with_plugin(
     if "on" in planned and not any(r.mode == "on" for r in results):
         failures.append((EXIT_RUN_FAILED, "no 'on' run was started (--time-budget): nothing shows the plugin"))
     if "fault" in planned and not any(r.mode == "fault" for r in results):
-        failures.append(
-            (EXIT_RUN_FAILED, "no 'fault' run was started (--time-budget): nothing shows the check sees a broken commit")
-        )
+        no_fault = "no 'fault' run was started (--time-budget): nothing shows the check sees a broken commit"
+        failures.append((EXIT_RUN_FAILED, no_fault))
     return Verdict(exit_code(failures), failures, compared, checks, plugin, fault)
 
 
