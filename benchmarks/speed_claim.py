@@ -1,5 +1,5 @@
 """What the decode-cycle measurements let us claim (issue 51 item 7): the README's speed row and zero-copy's default,
-both computed from the combined verdicts (``latest/cycle_live_combined-<gpu>.csv``, ``bench_live.py --combine``) and
+both computed from the combined verdicts (every ``latest/cycle_live_combined-<gpu>.csv``, ``bench_live.py --combine``) and
 the consoles of the radix proofs (``latest/e2e_h200_*_zero_copy_radix_*.txt``, or ``e2e_h100_``); the README row
 is written from here, never by hand (``tests/e2e/test_speed_claim.py`` checks it), and the plugin's default must be
 the decision.
@@ -18,7 +18,8 @@ radix cache on (SGLang's default launch), on **both** models (:data:`MODELS`), z
   whose health checks passed (``health`` ok),
 
 and every radix proof of :data:`PROOFS` has its console with ``RESULT: PASS``. Otherwise zero-copy stays opt-in and
-the decision lists what is missing. Zero-copy against SGLang's ReplaySSM-spec on Gated DeltaNet is told beside it
+the decision lists what is missing. Where several cards measured a (model, radix setting), each card's verdict must
+meet the rule (the default is one for every card), and the README shows each model's newest card. Zero-copy against SGLang's ReplaySSM-spec on Gated DeltaNet is told beside it
 (both against stock, from their own pairs), not a condition: issue 50 item 5 asks for the comparison, item 7 for
 the default.
 """
@@ -41,7 +42,8 @@ from _live_stats import EQUAL, FASTER  # noqa: E402  (the verdict words the rule
 ROOT = Path(__file__).resolve().parents[1]
 LATEST = ROOT / "benchmarks" / "results" / "latest"
 README = ROOT / "README.md"
-COMBINED = LATEST / "cycle_live_combined-nvidia-h200.csv"
+#: the combined verdicts, one file per card (its ``gpu`` column names the card; bench_live.py --combine)
+COMBINED_GLOB = "cycle_live_combined-*.csv"
 
 #: the models the default rests on (bench_live presets) and their names in the README
 MODELS = {"qwen3.5-0.8b": "Qwen3.5-0.8B", "nemotron-h-mini": "Nemotron-H"}
@@ -89,7 +91,7 @@ class Unreadable(ValueError):
     """An input the claim cannot be made from, told in one line."""
 
 
-def read_combined(path: Path = COMBINED) -> list[dict]:
+def read_combined(path: Path) -> list[dict]:
     """The combined verdict rows; none when the file is absent. A row without ``radix_cache`` is radix off.
     :class:`Unreadable` for a file that is not the combined CSV (a generates CSV given by mistake, a folder, bytes)."""
     path = Path(path)
@@ -112,8 +114,24 @@ def read_combined(path: Path = COMBINED) -> list[dict]:
         raise Unreadable(f"{path}: unreadable ({type(e).__name__}: {str(e)[:120]})") from None
 
 
-def _index(rows: Sequence[Mapping]) -> dict[tuple[str, str, str, int], Mapping]:
-    return {(r["model"], r["radix_cache"], r["mode"], int(r["batch"])): r for r in rows}
+def read_latest(latest: Path = LATEST) -> list[dict]:
+    """The combined verdicts of every card in ``latest`` (:data:`COMBINED_GLOB`), in one list."""
+    files = sorted(f for f in Path(latest).glob(COMBINED_GLOB) if f.is_file()) if Path(latest).is_dir() else []
+    return [r for f in files for r in read_combined(f)]
+
+
+def card(r: Mapping) -> str:
+    """The card a verdict row ran on, short ("H100" for "NVIDIA H100 80GB HBM3"); "" when the row does not say."""
+    m = re.search(r"\b([A-Z]+\d{2,4}[A-Z]?)\b", str(r.get("gpu") or ""))
+    return m.group(1) if m else str(r.get("gpu") or "").strip()
+
+
+def _index(rows: Sequence[Mapping]) -> dict[tuple[str, str, str, int], list[Mapping]]:
+    """(model, radix, mode, batch) -> its verdict rows, one per card."""
+    out: dict[tuple[str, str, str, int], list[Mapping]] = {}
+    for r in rows:
+        out.setdefault((r["model"], r["radix_cache"], r["mode"], int(r["batch"])), []).append(r)
+    return out
 
 
 def _num(x) -> float | None:
@@ -174,21 +192,25 @@ def decide(rows: Sequence[Mapping], latest: Path = LATEST) -> Decision:
     unmet = []
     for model, name in MODELS.items():
         for b in BATCHES:
-            for p in _row_problems(idx.get((model, "on", "zero-copy", b)), b):
-                unmet.append(f"{name}, radix on, batch {b}: {p}")
+            for r in idx.get((model, "on", "zero-copy", b)) or [None]:
+                on = f" on the {card(r)}" if r is not None and card(r) else ""
+                unmet += [f"{name}, radix on, batch {b}{on}: {p}" for p in _row_problems(r, b)]
     unmet += proof_problems(latest)
     told = []
     for b in BATCHES:
-        z, rs = idx.get(("qwen3.5-0.8b", "on", "zero-copy", b)), idx.get(("qwen3.5-0.8b", "on", "replayssm", b))
-        if z is None or rs is None:
+        rs_by_card = {card(r): r for r in idx.get(("qwen3.5-0.8b", "on", "replayssm", b), [])}
+        zs = idx.get(("qwen3.5-0.8b", "on", "zero-copy", b), [])
+        pairs = [(z, rs_by_card[card(z)]) for z in zs if card(z) in rs_by_card]  # the same card's arms only
+        if not pairs:
             told.append(f"Qwen3.5-0.8B, radix on, batch {b}: zero-copy vs ReplaySSM-spec not measured")
-            continue
-        zr, rr = _num(z.get("ratio")), _num(rs.get("ratio"))
-        than = "unknown" if zr is None or rr is None else "at least as fast as" if zr <= rr else "slower than"
-        told.append(
-            f"Qwen3.5-0.8B, radix on, batch {b}: zero-copy {z.get('ratio')} ({z.get('verdict')}) {than} "
-            f"ReplaySSM-spec {rs.get('ratio')} ({rs.get('verdict')}), both vs stock"
-        )
+        for z, rs in pairs:
+            zr, rr = _num(z.get("ratio")), _num(rs.get("ratio"))
+            than = "unknown" if zr is None or rr is None else "at least as fast as" if zr <= rr else "slower than"
+            on = f" on the {card(z)}" if card(z) else ""
+            told.append(
+                f"Qwen3.5-0.8B, radix on, batch {b}{on}: zero-copy {z.get('ratio')} ({z.get('verdict')}) {than} "
+                f"ReplaySSM-spec {rs.get('ratio')} ({rs.get('verdict')}), both vs stock"
+            )
     return Decision(default_on=not unmet, unmet=unmet, told=told)
 
 
@@ -206,22 +228,29 @@ def readme_row(rows: Sequence[Mapping], decision: Decision) -> str:
     """The README's decode-cycle row: zero-copy / stock at each of :data:`BATCHES` with its 95 % interval over the
     Engine pairs ("-": not measured) and the verdicts, per model, for the radix cache on (the launch users run and
     the default's subject) once measured, else for it off (the README's 12 KiB hold two models, not four groups:
-    the rest is in docs/benchmarks.md), and the default the data gives."""
-    groups: dict[tuple[str, str], dict[int, Mapping]] = {}
+    the rest is in docs/benchmarks.md), and the default the data gives. A model measured on several cards shows the
+    card of its newest run (named in the cell; every card's verdict counts in the decision)."""
+    groups: dict[tuple[str, str, str], dict[int, Mapping]] = {}
     for r in rows:
         if r["mode"] == "zero-copy":
-            groups.setdefault((r["model"], r["radix_cache"]), {})[int(r["batch"])] = r
-    shown = "on" if any(radix == "on" for _, radix in groups) else "off"
+            groups.setdefault((r["model"], r["radix_cache"], card(r)), {})[int(r["batch"])] = r
+    shown = "on" if any(radix == "on" for _, radix, _ in groups) else "off"
+    newest: dict[str, tuple[str, str]] = {}  # model -> (its newest run, the card that ran it)
+    for (model, radix, gpu), by_batch in sorted(groups.items()):
+        last = max(x for r in by_batch.values() for x in [*str(r["runs"]).split(";"), ""])
+        if radix == shown and (model not in newest or last > newest[model][0]):
+            newest[model] = (last, gpu)
     cells = []
-    for (model, radix), by_batch in sorted(groups.items()):
-        if radix != shown:
+    for (model, radix, gpu), by_batch in sorted(groups.items()):
+        if radix != shown or newest[model][1] != gpu:
             continue
         rs = [by_batch[b] for b in sorted(by_batch)]
         runs = sorted({x for r in rs for x in str(r["runs"]).split(";") if x})
         days = sorted({f"{x[4:6]}-{x[6:8]}" for x in runs if re.match(r"\d{8}T", x)})
         ivs = " / ".join(_interval(by_batch.get(b)) for b in BATCHES)
         when = f" {days[0]}" + (f"…{days[-1]}" if len(days) > 1 else "") if days else ""
-        cells.append(f"{MODELS.get(model, model)} radix {radix}, {len(runs)} runs{when}: {ivs}, {_verdicts(rs)}")
+        on = f" ({gpu})" if gpu else ""
+        cells.append(f"{MODELS.get(model, model)} radix {radix}{on}, {len(runs)} runs{when}: {ivs}, {_verdicts(rs)}")
     n = len(decision.unmet)
     default = "**on**" if decision.default_on else f"opt-in ({n} unmet conditions: `benchmarks/speed_claim.py`)"
     body = "; ".join(cells) if cells else "not measured"
@@ -251,7 +280,12 @@ def replace_row(text: str, row: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="speed_claim.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--combined", type=Path, default=COMBINED, help="the combined verdicts (bench_live.py --combine)")
+    p.add_argument(
+        "--combined",
+        type=Path,
+        nargs="+",
+        help=f"the combined verdicts (bench_live.py --combine; default: every {COMBINED_GLOB} in --latest)",
+    )
     p.add_argument("--latest", type=Path, default=LATEST, help="the folder of the proofs' consoles")
     p.add_argument("--readme", type=Path, default=README)
     g = p.add_mutually_exclusive_group()
@@ -259,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--check", action="store_true", help="exit 1 when the README's row is not this data's row")
     args = p.parse_args(argv)
     try:
-        rows = read_combined(args.combined)
+        rows = [r for f in args.combined for r in read_combined(f)] if args.combined else read_latest(args.latest)
         d = decide(rows, args.latest)
         row = readme_row(rows, d)
         text = new = ""

@@ -200,7 +200,8 @@ def test_the_row_shows_each_model_with_its_intervals_radix_on_once_measured():
 
 
 def test_the_readme_holds_the_longest_row_two_models_give():
-    """Both models measured with the radix cache on, mixed verdicts, intervals of 4 digits, every condition unmet:
+    """Both models measured with the radix cache on, mixed verdicts, intervals of 4 digits, cards named, every
+    condition unmet:
     the README stays within its 12 KiB (tests/plugin/test_patch_table.py) with that row in place of today's."""
     worst = {
         1: ("1.0123", "inconclusive"),
@@ -211,6 +212,7 @@ def test_the_readme_holds_the_longest_row_two_models_give():
     rows = _rows(good=worst) + _rows(radix="off", good=worst)
     for r in rows:
         r["ci_lo"], r["ci_hi"], r["runs"] = "0.8765", "1.2345", "20261231T2359Z-A;20261230T0000Z-B;20261229T0000Z-C"
+        r["gpu"] = "NVIDIA H100 80GB HBM3"  # the card named in each cell
     d = claim.Decision(default_on=False, unmet=["x"] * 99)
     text = claim.replace_row((ROOT / "README.md").read_text(), claim.readme_row(rows, d))
     assert len(text.encode()) <= 12 * 1024, len(text.encode())
@@ -284,7 +286,7 @@ def test_the_plugins_default_is_the_decision_of_the_tracked_data(monkeypatch):
 
     monkeypatch.delenv(env.ZERO_COPY, raising=False)
     monkeypatch.delenv(env.ZERO_COPY_RADIX, raising=False)
-    d = claim.decide(claim.read_combined(), claim.LATEST)
+    d = claim.decide(claim.read_latest(), claim.LATEST)
     said = f"the data says zero-copy {'on' if d.default_on else 'opt-in'}; unmet: {d.unmet}"
     assert zero_copy.wanted() == d.default_on, said
     assert zero_copy.radix_wanted() == d.default_on, said  # the default is about the radix cache on
@@ -299,3 +301,39 @@ def test_the_stress_proof_stands_for_pressure_and_retraction(tmp_path):
     }
     (folder / "e2e_h200_0.5.23_zero_copy_radix_stress_nemotron_h.txt").write_text("RESULT: PASS (exit 0)\n")
     assert claim.decide(_rows(), folder).default_on
+
+
+def test_every_card_measured_must_meet_the_rule_and_the_row_shows_each_models_newest_card(tmp_path):
+    """Verdicts of one model from two cards: each card's must meet the rule (the default is one for every card), the
+    unmet condition names its card, ReplaySSM is compared on the same card only, and the README shows each model's
+    newest card, named."""
+    h200 = [dict(r, gpu="NVIDIA H200") for r in _rows()]
+    h100 = [dict(r, gpu="NVIDIA H100 80GB HBM3", runs="20261207T0100Z-A;20261207T0110Z-B") for r in _rows()]
+    folder = _consoles(tmp_path)
+    assert claim.decide(h200 + h100, folder).default_on
+    _set(h100, "qwen3.5-0.8b", 128, ratio="1.0200", verdict="slower")
+    d = claim.decide(h200 + h100, folder)
+    assert not d.default_on and d.unmet == [
+        "Qwen3.5-0.8B, radix on, batch 128 on the H100: not >= 4 % faster (1.0200, slower)"
+    ]
+    row = claim.readme_row(h200 + h100, d)
+    assert row.count("(H100), 2 runs 12-07") == 2 and "(H200)" not in row and "slower at 128" in row
+    assert "(H200), 2 runs 12-06" in claim.readme_row(h200 + [r for r in h100 if r["model"] != "qwen3.5-0.8b"], d)
+    rs = [dict(r, mode="replayssm", ratio="0.9000") for r in h200]
+    told = claim.decide(h200 + h100 + rs, folder).told
+    assert sum("ReplaySSM-spec 0.9000" in t for t in told) == 4 and all("on the H200" in t for t in told), told
+
+
+def test_the_combined_verdicts_of_every_card_in_latest_are_read(tmp_path, capsys):
+    header = list(claim.NEEDED) + ["radix_cache", "gpu"]
+    for gpu, tag in (("NVIDIA H200", "nvidia-h200"), ("NVIDIA H100 80GB HBM3", "nvidia-h100")):
+        lines = [",".join(header)] + [",".join(str(dict(r, gpu=gpu)[k]) for k in header) for r in _rows()]
+        (tmp_path / f"cycle_live_combined-{tag}.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "cycle_live_combined-nvidia-h100.csv.bak").write_text("not read\n")
+    rows = claim.read_latest(tmp_path)
+    assert len(rows) == 2 * len(_rows()) and {claim.card(r) for r in rows} == {"H100", "H200"}
+    _consoles(tmp_path)
+    assert claim.main(["--latest", str(tmp_path)]) == 0
+    assert "zero-copy's default: on wherever its gate passes" in capsys.readouterr().out
+    one = tmp_path / "cycle_live_combined-nvidia-h100.csv"
+    assert claim.main(["--latest", str(tmp_path), "--combined", str(one), str(one)]) == 0
