@@ -40,7 +40,7 @@
 #   radix-stress      radix-pressure and radix-retract in one run (one device call less): the interval lowered, the
 #                     small pool and SGLANG_TEST_RETRACT=1; exits 10 unless the on run evicted AND a run retracted
 # The negative control of every proof is E2E_FAULT (default zc_no_track where the plugin has it, else
-# zc_no_stage_in). A proof's e2e verdict requires off == on, the fault run different, zero-copy engaged,
+# zc_no_stage_in; radix-sessions: zc_no_stage_in, its second turns read no tree state). A proof's e2e verdict requires off == on, the fault run different, zero-copy engaged,
 # commits with a track set served zero-copy > 0 (zc_track_commits) and round 2 cached tokens > 0 in every run.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -80,7 +80,15 @@ stamp "environment ready; running e2e (modes $MODES)"
 PRESET=${E2E_PRESET:-qwen3.5-0.8b}
 proof_args=()
 if [ -n "${E2E_PROOF:-}" ]; then
-  fault=${E2E_FAULT:-$(python3 -P -c 'from sglang_mamba_dedup.patches import faults; print("zc_no_track" if "zc_no_track" in faults.FAULTS else "zc_no_stage_in")')}
+  if [ "$E2E_PROOF" = radix-sessions ]; then
+    # a session's second turn continues from the state the session kept, not from a tree state, and round 1 read
+    # no stale tree state in the radix proofs (their zc_no_track runs first differed in round 2): zc_no_track could
+    # leave this proof's outputs equal; a stage-in dropped changes the first verify of every turn
+    default_fault=zc_no_stage_in
+  else
+    default_fault=$(python3 -P -c 'from sglang_mamba_dedup.patches import faults; print("zc_no_track" if "zc_no_track" in faults.FAULTS else "zc_no_stage_in")')
+  fi
+  fault=${E2E_FAULT:-$default_fault}
   case "$PRESET" in nemotron-h*) interval=${E2E_TRACK_INTERVAL:-128} ;; *) interval=${E2E_TRACK_INTERVAL:-64} ;; esac
   # the budget under which the e2e starts its next run: a streaming-session run takes ~145 s (batch 1, 2026-12-03:
   # 436 s for three), so at 420 its fault run would not start and the proof could not pass; 520 for the others: on a
