@@ -656,8 +656,12 @@ def md5_problems(md5s: Mapping[tuple[int, str], set[str]], base: str = "stock") 
         if mode not in EXACT_MODES:
             continue
         ref = md5s.get((batch, base), set())
-        if len(seen) != 1 or len(ref) != 1 or seen != ref:
+        if len(seen) != 1:  # its own generates disagree (as the radix cache on did before each generate's flush)
+            problems.append(f"batch {batch}: {mode} gave {len(seen)} different outputs over its timed generates")
+        elif len(ref) == 1 and seen != ref:
             problems.append(f"batch {batch}: {mode} md5 {sorted(seen)} vs {base} {sorted(ref)}")
+        elif not ref:
+            problems.append(f"batch {batch}: {mode} has no {base} output to compare with")
     return problems
 
 
@@ -943,8 +947,10 @@ def rss_mb() -> float:
 class FakeEngine:
     """``--dry-run``'s Engine: sleeps ``delay_s * factor[mode] * engine_factor["mode:engine"] * (1 + batch / 64)`` a
     generate (``engine_factor``: one Engine of a mode in a slow "host state"; ``jitter``: a relative spread, seeded),
-    output ids from the prompts (``break``: one mode answers differently); a child process titled like SGLang's
-    scheduler (the probes read it); ``freeze_gc`` as SGLang's; writes a plugin report like the scheduler's."""
+    output ids from the prompts (``break``: one mode answers differently; with the radix cache on a generate after
+    another without ``flush_cache`` between answers differently, as SGLang's prefill from a cached state does;
+    ``"flush": "absent"``: no ``flush_cache``); a child process titled like SGLang's scheduler (the probes read it);
+    ``freeze_gc`` as SGLang's; writes a plugin report like the scheduler's."""
 
     def __init__(self, spec: Mapping) -> None:
         import random
@@ -957,6 +963,11 @@ class FakeEngine:
         self.rng = random.Random(hash((self.mode, spec.get("engine", 1))) & 0xFFFF)
         self.broken = fake.get("break") == self.mode
         self.commits = 0
+        # the radix cache on: the prefix cache fills with each generate and changes the next one's output (as SGLang's
+        # prefill from a cached state differs from a whole prefill); flush_cache empties it
+        self.cached = 0 if spec.get("radix_cache") else None
+        if fake.get("flush") == "absent":  # a release whose Engine has no flush_cache
+            self.flush_cache = None
         self.frozen = 0
         if fake.get("fail") == self.mode:
             raise RuntimeError(f"fake Engine of {self.mode} told to fail at start")
@@ -971,8 +982,11 @@ class FakeEngine:
         time.sleep(self.delay * jit * (1 + len(input_ids) / 64))
         self.commits += n // 2
         outs = []
+        cached = self.cached % 2 if self.cached is not None else 0
+        if self.cached is not None:
+            self.cached += 1
         for p in input_ids:
-            h = (sum(p) + (1 if self.broken else 0)) % 997
+            h = (sum(p) + (1 if self.broken else 0) + cached) % 997
             outs.append({"output_ids": [(h + i) % 1000 for i in range(n)], "meta_info": {"spec_verify_ct": n // 2}})
         self._report()
         return outs
@@ -980,6 +994,12 @@ class FakeEngine:
     def freeze_gc(self) -> None:
         gc.freeze()
         self.frozen += 1
+
+    def flush_cache(self):
+        """As SGLang's ``Engine.flush_cache``: the prefix cache emptied, a result with ``success``."""
+        if self.cached is not None:
+            self.cached = 0
+        return type("FlushCacheReqOutput", (), {"success": True})()
 
     def _report(self) -> None:
         folder = os.environ.get("SGLANG_MAMBA_DEDUP_REPORT_DIR")
@@ -1183,6 +1203,13 @@ def serve(spec_path: str, fd: int) -> int:
     _send(conn, {"ready": True, **info})
     sched = info["pids"]["scheduler"]
     sampling = {"temperature": 0.0, "max_new_tokens": spec["max_new_tokens"], "ignore_eos": True}
+    flush = None
+    if spec.get("radix_cache"):  # every generate from an empty prefix cache: the same work, one output each time
+        from sglang_mamba_dedup.e2e.workload import engine_flush_once, flush_with_retry
+
+        def flush() -> bool | None:
+            return flush_with_retry(lambda: engine_flush_once(engine))
+
     prompts: dict[int, list[list[int]]] = {}
     frozen = 0
     rc = 0
@@ -1206,7 +1233,11 @@ def serve(spec_path: str, fd: int) -> int:
                 prompts[b] = prompts_for(b, spec["vocab"], spec["seed"])
             try:
                 warm = bool(msg.get("warmup"))
+                flushed = flush() if flush else None  # outside the timed window
+                if flushed is False:
+                    raise RuntimeError("the prefix cache could not be emptied before a generate (flush_cache refused)")
                 res = _generate(engine, prompts[b], sampling, probe, bool(spec["gc_off"]) and not warm, sched)
+                res["flushed"] = flushed
             except Exception:  # noqa: BLE001 - told to the driver
                 traceback.print_exc()
                 _send(conn, {"error": traceback.format_exc()[-4000:]})
@@ -1343,6 +1374,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     rows: list[dict] = []
     md5s: dict[tuple[int, str], set[str]] = {}  # the timed generates' outputs
     warm_md5: dict[tuple[int, str], str] = {}  # the warm-ups' (told, not checked)
+    unflushed: set[str] = set()  # with the radix cache on: Engines whose prefix cache was not emptied before a generate
     done: list[int] = []
     skipped: list[int] = []
     partial: list[int] = []
@@ -1414,6 +1446,8 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         count[unit] = count.get(unit, 0) + 1
         last[unit] = r["wall_s"]
         md5s.setdefault((b, mode), set()).add(r["md5"])
+        if args.radix_cache and r.get("flushed") is not True:
+            unflushed.add(workers[unit].name)
         rows.append(
             dict(
                 base_row,
@@ -1547,6 +1581,9 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         print(f"\nFAILED: nothing timed for {', '.join(untimed)} ({why}): no verdict")
         status = 3
     problems = md5_problems(md5s) + cap_problems(workers, args.batches)
+    problems += [
+        f"{n}: its prefix cache was not emptied before each timed generate (flush_cache)" for n in sorted(unflushed)
+    ]
     odd = [f"b{b} {m}" for (b, m), h in sorted(warm_md5.items()) if (b, m) in md5s and md5s[(b, m)] != {h}]
     if odd:
         print(f"note: warm-up output differs from the timed generates' in {', '.join(odd)}")
@@ -1886,6 +1923,12 @@ def _main(args, p: argparse.ArgumentParser) -> int:
         print(
             "note: --radix-cache: zero-copy with the radix cache on is experimental "
             f"({RADIX_OPT_IN}=1 in its Engines); every zero-copy commit must have a track set"
+        )
+    if args.radix_cache:
+        print(
+            "note: --radix-cache: every generate starts from an empty prefix cache (Engine.flush_cache before it, "
+            "outside the timed window): the same work each time (a fresh prompt's prefill, then its decode with "
+            "track rows written), so one output per batch and mode"
         )
     static_gb = None if args.dry_run or args.mem_fraction_static is not None else args.static_gb
     if args.dry_run:

@@ -29,7 +29,7 @@ from ..env import REPORT_DIR, SWITCH, ZERO_COPY
 from ..patches import faults
 from . import interrupts, watchdog
 from .files import open_for_writing
-from .workload import Sessions, flush_with_retry, run_plan
+from .workload import Sessions, engine_flush_once, flush_with_retry, run_plan
 
 #: What runs one generation: ``runner(spec, mode, report_dir, log_path) -> result`` (:func:`run_in_subprocess`
 #: with its defaults, :func:`.server.url_runner`, or a test's stand-in).
@@ -152,15 +152,6 @@ def gpu_info() -> dict[str, Any]:
         return {"name": None, "error": repr(e)}
 
 
-def _engine_flush_once(engine: Any) -> bool | None:
-    """One ``Engine.flush_cache()``: True done, False refused (requests pending), None when there is none."""
-    fn = getattr(engine, "flush_cache", None)
-    if fn is None:
-        return None
-    ok = getattr(fn(), "success", None)
-    return True if ok is None else bool(ok)
-
-
 def _worker_main(argv: list[str]) -> int:
     """Body of the engine process: build the Engine, run :func:`run_plan`, write the result JSON."""
     spec_path, out_path = argv[0], argv[1]
@@ -177,7 +168,7 @@ def _worker_main(argv: list[str]) -> int:
         plan = run_plan(
             spec,
             generate,
-            lambda: flush_with_retry(lambda: _engine_flush_once(engine)),
+            lambda: flush_with_retry(lambda: engine_flush_once(engine)),
             sessions=_engine_sessions(engine, key),
         )
         server_state = engine_server_state(engine.get_server_info)

@@ -230,6 +230,15 @@ def output_problem(outputs: Sequence[Mapping[str, Any]], want: int | None) -> st
     return None
 
 
+def engine_flush_once(engine: Any) -> bool | None:
+    """One ``Engine.flush_cache()``: True done, False refused (requests pending), None when there is none."""
+    fn = getattr(engine, "flush_cache", None)
+    if fn is None:
+        return None
+    ok = getattr(fn(), "success", None)
+    return True if ok is None else bool(ok)
+
+
 def flush_with_retry(
     flush_once: Callable[[], bool | None],
     attempts: int = 40,

@@ -425,7 +425,8 @@ def test_md5_must_be_one_and_equal_to_stocks():
     good = {(1, "stock"): {"a"}, (1, "plugin"): {"a"}, (1, "zero-copy"): {"a"}}
     assert live.md5_problems(good) == []
     assert "plugin" in live.md5_problems({**good, (1, "plugin"): {"b"}})[0]
-    assert live.md5_problems({**good, (1, "zero-copy"): {"a", "b"}})  # two answers within one mode
+    two = live.md5_problems({**good, (1, "zero-copy"): {"a", "b"}})  # two answers within one mode
+    assert two == ["batch 1: zero-copy gave 2 different outputs over its timed generates"], two
     assert live.md5_problems({(1, "plugin"): {"a"}})  # no stock to compare with
     assert live.md5_problems({**good, (1, "no-spec"): {"c"}}) == []  # not an exact mode: told, not judged
 
@@ -1374,3 +1375,26 @@ def test_an_engine_that_admits_fewer_requests_than_the_largest_batch_is_a_proble
     fake["running_cap"]["zero-copy"] = 16
     assert live.main([*argv, "--fake", json.dumps(fake), "--run", "X", "--out", str(tmp_path / "o2")]) == 0
     assert "SGLang admits" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flush", ["flush_cache", "absent"])
+def test_with_the_radix_cache_on_every_generate_starts_from_an_empty_prefix_cache(tmp_path, capsys, flush):
+    """H100 smoke, 2026-12-05: with the radix cache on, a generate that repeats the last one's prompts prefilled from
+    the cached states and answered differently (two outputs among stock's own timed generates at batch 128), and the
+    run failed its md5 check. Each generate now starts from an empty prefix cache (``Engine.flush_cache`` outside
+    the timed window): one output per batch and mode. The fake Engine answers differently after a generate without a
+    flush, so without the flush this run fails; an Engine with no ``flush_cache`` is a problem, not silence."""
+    fake = {"delay_s": 0.002, "factor": {"zero-copy": 0.5}}
+    if flush == "absent":
+        fake["flush"] = "absent"
+    rc, gens, _ = _protocol(tmp_path, "--run", "A", "--radix-cache", fake=fake)
+    out = capsys.readouterr().out
+    md5s = {}
+    for r in live.read_csv(gens):
+        md5s.setdefault(r["batch"], set()).add(r["md5"])
+    if flush == "absent":
+        assert rc == 1 and "its prefix cache was not emptied before each timed generate" in out, out[-2000:]
+        assert any(len(v) > 1 for v in md5s.values()), md5s  # the fake's cache: the failure the flush prevents
+    else:
+        assert rc == 0 and "every generate starts from an empty prefix cache" in out, out[-2000:]
+        assert all(len(v) == 1 for v in md5s.values()), md5s
