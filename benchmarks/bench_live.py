@@ -955,7 +955,7 @@ class FakeEngine:
     def __init__(self, spec: Mapping) -> None:
         import random
 
-        fake = spec["fake"]
+        self.fake = fake = spec["fake"]
         self.mode = spec["mode"]
         self.delay = float(fake.get("delay_s", 0.002)) * float(fake.get("factor", {}).get(self.mode, 1.0))
         self.delay *= float(fake.get("engine_factor", {}).get(f"{self.mode}:{spec.get('engine', 1)}", 1.0))
@@ -996,7 +996,11 @@ class FakeEngine:
         self.frozen += 1
 
     def flush_cache(self):
-        """As SGLang's ``Engine.flush_cache``: the prefix cache emptied, a result with ``success``."""
+        """As SGLang's ``Engine.flush_cache``: the prefix cache emptied, a result with ``success`` (``"flush":
+        "refuse"``: never done, as while requests are pending); ``flush_s``: the time it takes."""
+        time.sleep(float(self.fake.get("flush_s", 0)))
+        if self.fake.get("flush") == "refuse":
+            return type("FlushCacheReqOutput", (), {"success": False})()
         if self.cached is not None:
             self.cached = 0
         return type("FlushCacheReqOutput", (), {"success": True})()
@@ -1203,13 +1207,9 @@ def serve(spec_path: str, fd: int) -> int:
     _send(conn, {"ready": True, **info})
     sched = info["pids"]["scheduler"]
     sampling = {"temperature": 0.0, "max_new_tokens": spec["max_new_tokens"], "ignore_eos": True}
-    flush = None
-    if spec.get("radix_cache"):  # every generate from an empty prefix cache: the same work, one output each time
-        from sglang_mamba_dedup.e2e.workload import engine_flush_once, flush_with_retry
+    from sglang_mamba_dedup.e2e.workload import engine_flush_once, flush_with_retry
 
-        def flush() -> bool | None:
-            return flush_with_retry(lambda: engine_flush_once(engine))
-
+    attempts = int((spec.get("fake") or {}).get("flush_attempts", 40))  # 40 x 0.25 s (the fake's tests: fewer)
     prompts: dict[int, list[list[int]]] = {}
     frozen = 0
     rc = 0
@@ -1226,6 +1226,15 @@ def serve(spec_path: str, fd: int) -> int:
                     frozen = 1
                 _send(conn, {"frozen": frozen, "collected": collected})
                 continue
+            if msg.get("op") == "flush":  # the prefix cache emptied (the radix cache on), asked before each generate
+                t0 = time.perf_counter()
+                flushed = flush_with_retry(lambda: engine_flush_once(engine), attempts=attempts)
+                if flushed is False:
+                    _send(conn, {"error": f"flush_cache refused {attempts} times: the prefix cache was not emptied"})
+                    rc = 1
+                    break
+                _send(conn, {"flushed": flushed, "flush_s": round(time.perf_counter() - t0, 4)})
+                continue
             if msg.get("op") != "generate":
                 break
             b = int(msg["batch"])
@@ -1233,11 +1242,7 @@ def serve(spec_path: str, fd: int) -> int:
                 prompts[b] = prompts_for(b, spec["vocab"], spec["seed"])
             try:
                 warm = bool(msg.get("warmup"))
-                flushed = flush() if flush else None  # outside the timed window
-                if flushed is False:
-                    raise RuntimeError("the prefix cache could not be emptied before a generate (flush_cache refused)")
                 res = _generate(engine, prompts[b], sampling, probe, bool(spec["gc_off"]) and not warm, sched)
-                res["flushed"] = flushed
             except Exception:  # noqa: BLE001 - told to the driver
                 traceback.print_exc()
                 _send(conn, {"error": traceback.format_exc()[-4000:]})
@@ -1421,6 +1426,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         for k in range(args.warmups):
             for unit in units:
                 w = workers[unit]
+                flush(unit)
                 r = w.ask({"op": "generate", "batch": b, "warmup": True}, args.generate_timeout)
                 prev = warm_md5.setdefault((b, unit[0]), r["md5"])
                 if r["md5"] != prev:
@@ -1434,8 +1440,17 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
             run_info["freeze"][f"b{b} {workers[unit].name}"] = f
         run_info["gpu_processes"][f"b{b}"] = gpu.processes()
 
+    def flush(unit: tuple[str, int]) -> None:
+        """With the radix cache on: the Engine's prefix cache emptied before a generate, before its probes too (a
+        flush resets the pools and may retry: none of it is the generate's)."""
+        if args.radix_cache:
+            f = workers[unit].ask({"op": "flush"}, args.generate_timeout)
+            if f.get("flushed") is not True:  # an Engine without flush_cache
+                unflushed.add(workers[unit].name)
+
     def timed(unit: tuple[str, int], b: int, seq: int, count: dict) -> None:
         mode, eng = unit
+        flush(unit)
         ca, ga = cpu_times(), gpu.snapshot()  # outside the worker's timed window
         t0 = time.perf_counter()
         r = workers[unit].ask({"op": "generate", "batch": b}, args.generate_timeout)
@@ -1446,8 +1461,6 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         count[unit] = count.get(unit, 0) + 1
         last[unit] = r["wall_s"]
         md5s.setdefault((b, mode), set()).add(r["md5"])
-        if args.radix_cache and r.get("flushed") is not True:
-            unflushed.add(workers[unit].name)
         rows.append(
             dict(
                 base_row,
@@ -1581,9 +1594,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         print(f"\nFAILED: nothing timed for {', '.join(untimed)} ({why}): no verdict")
         status = 3
     problems = md5_problems(md5s) + cap_problems(workers, args.batches)
-    problems += [
-        f"{n}: its prefix cache was not emptied before each timed generate (flush_cache)" for n in sorted(unflushed)
-    ]
+    problems += [f"{n}: its prefix cache was not emptied before each generate (flush_cache)" for n in sorted(unflushed)]
     odd = [f"b{b} {m}" for (b, m), h in sorted(warm_md5.items()) if (b, m) in md5s and md5s[(b, m)] != {h}]
     if odd:
         print(f"note: warm-up output differs from the timed generates' in {', '.join(odd)}")

@@ -109,9 +109,23 @@ def read_combined(path: Path) -> list[dict]:
         for n, r in enumerate(rows, start=2):
             if not str(r.get("batch", "")).isdigit():
                 raise Unreadable(f"{path} line {n}: batch {r.get('batch')!r} is not a whole number")
+            if ";" in str(r.get("gpu") or ""):
+                raise Unreadable(f"{path} line {n}: a verdict pooled over cards ({r['gpu']}): one card per verdict")
         return rows
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise Unreadable(f"{path}: unreadable ({type(e).__name__}: {str(e)[:120]})") from None
+
+
+def read_named(paths: Sequence[Path]) -> list[dict]:
+    """The combined verdicts of the files named (``--combined``): each must exist, and be named once."""
+    seen: set[Path] = set()
+    for f in map(Path, paths):
+        if not f.exists():
+            raise Unreadable(f"{f}: no such file")
+        if f.resolve() in seen:
+            raise Unreadable(f"{f}: named twice (its verdicts would count twice)")
+        seen.add(f.resolve())
+    return [r for f in paths for r in read_combined(Path(f))]
 
 
 def read_latest(latest: Path = LATEST) -> list[dict]:
@@ -124,6 +138,12 @@ def card(r: Mapping) -> str:
     """The card a verdict row ran on, short ("H100" for "NVIDIA H100 80GB HBM3"); "" when the row does not say."""
     m = re.search(r"\b([A-Z]+\d{2,4}[A-Z]?)\b", str(r.get("gpu") or ""))
     return m.group(1) if m else str(r.get("gpu") or "").strip()
+
+
+def _run_time(run: str) -> str:
+    """A run id's timestamp (``20261204T2054Z-A`` -> ``20261204T2054``); "" (the oldest) for an id without one."""
+    m = re.match(r"(\d{8}T\d{4,6})", run)
+    return m.group(1) if m else ""
 
 
 def _index(rows: Sequence[Mapping]) -> dict[tuple[str, str, str, int], list[Mapping]]:
@@ -191,16 +211,21 @@ def decide(rows: Sequence[Mapping], latest: Path = LATEST) -> Decision:
     idx = _index(rows)
     unmet = []
     for model, name in MODELS.items():
-        for b in BATCHES:
-            for r in idx.get((model, "on", "zero-copy", b)) or [None]:
-                on = f" on the {card(r)}" if r is not None and card(r) else ""
+        # every card that measured this model with the radix cache on answers for every batch
+        gpus = sorted({str(r.get("gpu") or "") for b in BATCHES for r in idx.get((model, "on", "zero-copy", b), [])})
+        for gpu in gpus or [None]:
+            on = f" on the {card({'gpu': gpu})}" if gpu else ""
+            for b in BATCHES:
+                r = next(
+                    (x for x in idx.get((model, "on", "zero-copy", b), []) if str(x.get("gpu") or "") == gpu), None
+                )
                 unmet += [f"{name}, radix on, batch {b}{on}: {p}" for p in _row_problems(r, b)]
     unmet += proof_problems(latest)
     told = []
     for b in BATCHES:
-        rs_by_card = {card(r): r for r in idx.get(("qwen3.5-0.8b", "on", "replayssm", b), [])}
+        rs_by_gpu = {str(r.get("gpu") or ""): r for r in idx.get(("qwen3.5-0.8b", "on", "replayssm", b), [])}
         zs = idx.get(("qwen3.5-0.8b", "on", "zero-copy", b), [])
-        pairs = [(z, rs_by_card[card(z)]) for z in zs if card(z) in rs_by_card]  # the same card's arms only
+        pairs = [(z, rs_by_gpu[g]) for z in zs if (g := str(z.get("gpu") or "")) in rs_by_gpu]  # the same card only
         if not pairs:
             told.append(f"Qwen3.5-0.8B, radix on, batch {b}: zero-copy vs ReplaySSM-spec not measured")
         for z, rs in pairs:
@@ -229,17 +254,19 @@ def readme_row(rows: Sequence[Mapping], decision: Decision) -> str:
     Engine pairs ("-": not measured) and the verdicts, per model, for the radix cache on (the launch users run and
     the default's subject) once measured, else for it off (the README's 12 KiB hold two models, not four groups:
     the rest is in docs/benchmarks.md), and the default the data gives. A model measured on several cards shows the
-    card of its newest run (named in the cell; every card's verdict counts in the decision)."""
+    card that measured every batch with the newest run (named in the cell; every card's verdict counts in the
+    decision)."""
     groups: dict[tuple[str, str, str], dict[int, Mapping]] = {}
     for r in rows:
         if r["mode"] == "zero-copy":
-            groups.setdefault((r["model"], r["radix_cache"], card(r)), {})[int(r["batch"])] = r
+            groups.setdefault((r["model"], r["radix_cache"], str(r.get("gpu") or "")), {})[int(r["batch"])] = r
     shown = "on" if any(radix == "on" for _, radix, _ in groups) else "off"
-    newest: dict[str, tuple[str, str]] = {}  # model -> (its newest run, the card that ran it)
+    newest: dict[str, tuple[tuple[bool, str], str]] = {}  # model -> ((all batches, newest run time), its card)
     for (model, radix, gpu), by_batch in sorted(groups.items()):
-        last = max(x for r in by_batch.values() for x in [*str(r["runs"]).split(";"), ""])
-        if radix == shown and (model not in newest or last > newest[model][0]):
-            newest[model] = (last, gpu)
+        last = max(_run_time(x) for r in by_batch.values() for x in [*str(r["runs"]).split(";"), ""])
+        rank = (set(BATCHES) <= set(by_batch), last)  # a card with every batch first, then the newest
+        if radix == shown and (model not in newest or rank > newest[model][0]):
+            newest[model] = (rank, gpu)
     cells = []
     for (model, radix, gpu), by_batch in sorted(groups.items()):
         if radix != shown or newest[model][1] != gpu:
@@ -249,7 +276,7 @@ def readme_row(rows: Sequence[Mapping], decision: Decision) -> str:
         days = sorted({f"{x[4:6]}-{x[6:8]}" for x in runs if re.match(r"\d{8}T", x)})
         ivs = " / ".join(_interval(by_batch.get(b)) for b in BATCHES)
         when = f" {days[0]}" + (f"…{days[-1]}" if len(days) > 1 else "") if days else ""
-        on = f" ({gpu})" if gpu else ""
+        on = f" ({card({'gpu': gpu})})" if gpu else ""
         cells.append(f"{MODELS.get(model, model)} radix {radix}{on}, {len(runs)} runs{when}: {ivs}, {_verdicts(rs)}")
     n = len(decision.unmet)
     default = "**on**" if decision.default_on else f"opt-in ({n} unmet conditions: `benchmarks/speed_claim.py`)"
@@ -293,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--check", action="store_true", help="exit 1 when the README's row is not this data's row")
     args = p.parse_args(argv)
     try:
-        rows = [r for f in args.combined for r in read_combined(f)] if args.combined else read_latest(args.latest)
+        rows = read_named(args.combined) if args.combined else read_latest(args.latest)
         d = decide(rows, args.latest)
         row = readme_row(rows, d)
         text = new = ""

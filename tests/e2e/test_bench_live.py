@@ -1377,24 +1377,30 @@ def test_an_engine_that_admits_fewer_requests_than_the_largest_batch_is_a_proble
     assert "SGLang admits" not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("flush", ["flush_cache", "absent"])
+@pytest.mark.parametrize("flush", ["flush_cache", "absent", "refuse"])
 def test_with_the_radix_cache_on_every_generate_starts_from_an_empty_prefix_cache(tmp_path, capsys, flush):
     """H100 smoke, 2026-12-05: with the radix cache on, a generate that repeats the last one's prompts prefilled from
     the cached states and answered differently (two outputs among stock's own timed generates at batch 128), and the
-    run failed its md5 check. Each generate now starts from an empty prefix cache (``Engine.flush_cache`` outside
-    the timed window): one output per batch and mode. The fake Engine answers differently after a generate without a
-    flush, so without the flush this run fails; an Engine with no ``flush_cache`` is a problem, not silence."""
-    fake = {"delay_s": 0.002, "factor": {"zero-copy": 0.5}}
-    if flush == "absent":
-        fake["flush"] = "absent"
+    run failed its md5 check. Each generate now starts from an emptied prefix cache (``Engine.flush_cache``), asked
+    for before the generate and its probes: neither its wall time nor its round trip holds the flush (the fake's
+    takes 50 ms, a generate a few). The fake Engine answers differently after a generate without a flush, so without
+    the flush this run fails; an Engine with no ``flush_cache`` is a problem, a refused flush fails the Engine."""
+    fake = {"delay_s": 0.002, "factor": {"zero-copy": 0.5}, "flush_s": 0.05, "flush_attempts": 2}
+    if flush != "flush_cache":
+        fake["flush"] = flush
     rc, gens, _ = _protocol(tmp_path, "--run", "A", "--radix-cache", fake=fake)
     out = capsys.readouterr().out
+    if flush == "refuse":
+        assert rc == 2 and "flush_cache refused 2 times: the prefix cache was not emptied" in out, out[-2000:]
+        return
+    rows = live.read_csv(gens)
     md5s = {}
-    for r in live.read_csv(gens):
+    for r in rows:
         md5s.setdefault(r["batch"], set()).add(r["md5"])
     if flush == "absent":
-        assert rc == 1 and "its prefix cache was not emptied before each timed generate" in out, out[-2000:]
+        assert rc == 1 and "its prefix cache was not emptied before each generate" in out, out[-2000:]
         assert any(len(v) > 1 for v in md5s.values()), md5s  # the fake's cache: the failure the flush prevents
     else:
         assert rc == 0 and "every generate starts from an empty prefix cache" in out, out[-2000:]
         assert all(len(v) == 1 for v in md5s.values()), md5s
+        assert max(float(r["rtt_s"]) for r in rows) < 0.05 and max(float(r["wall_s"]) for r in rows) < 0.05, rows[0]

@@ -336,4 +336,38 @@ def test_the_combined_verdicts_of_every_card_in_latest_are_read(tmp_path, capsys
     assert claim.main(["--latest", str(tmp_path)]) == 0
     assert "zero-copy's default: on wherever its gate passes" in capsys.readouterr().out
     one = tmp_path / "cycle_live_combined-nvidia-h100.csv"
-    assert claim.main(["--latest", str(tmp_path), "--combined", str(one), str(one)]) == 0
+    assert claim.main(["--latest", str(tmp_path), "--combined", str(one)]) == 0
+    capsys.readouterr()
+    for argv, said in (
+        ([str(one), str(tmp_path / ".." / tmp_path.name / one.name)], "named twice"),  # would count twice
+        ([str(tmp_path / "cycle_live_combined-nvidia-h10.csv")], "no such file"),  # a typo: not "not measured"
+    ):
+        assert claim.main(["--latest", str(tmp_path), "--combined", *argv]) == 2
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_card_answers_for_every_batch_and_a_pooled_card_is_refused(tmp_path, capsys):
+    """Audit 2026-12-05: an H100 that measured batch 64 only raised nothing for its other batches (the H200's rows
+    stood for them), and the README showed the partial card as the newest; a verdict pooled over two cards counted
+    as the first card's; a run id without a timestamp sorted as the newest."""
+    h200 = [dict(r, gpu="NVIDIA H200") for r in _rows()]
+    part = [dict(r, gpu="NVIDIA H100 80GB HBM3", runs="20261209T0100Z-A;20261209T0110Z-B") for r in _rows()]
+    part = [r for r in part if r["batch"] == "64"]
+    folder = _consoles(tmp_path)
+    d = claim.decide(h200 + part, folder)
+    assert sorted(u.split(":")[0] for u in d.unmet) == sorted(
+        f"{m}, radix on, batch {b} on the H100" for m in ("Qwen3.5-0.8B", "Nemotron-H") for b in (1, 16, 128)
+    ), d.unmet
+    row = claim.readme_row(h200 + part, d)
+    assert "(H200), 2 runs 12-06" in row and "(H100)" not in row, row  # the card with every batch is shown
+    named = [dict(r, gpu="NVIDIA H100 80GB HBM3", runs="smoke-radix;smoke-2") for r in _rows()]
+    assert "(H200)" in claim.readme_row(h200 + named, d)  # no timestamp: not the newest
+    header = list(claim.NEEDED) + ["radix_cache", "gpu"]
+    pooled = tmp_path / "pooled.csv"
+    lines = [",".join(header)] + [
+        ",".join(str(dict(r, gpu="NVIDIA H100;NVIDIA H200")[k]) for k in header) for r in _rows()
+    ]
+    pooled.write_text("\n".join(lines) + "\n")
+    assert claim.main(["--latest", str(tmp_path), "--combined", str(pooled)]) == 2
+    assert "pooled over cards" in capsys.readouterr().err
