@@ -524,8 +524,9 @@ def _workload(opts: Mapping, key: str, mode: str):
 
 
 def unlike_runs(rows: Iterable[Mapping]) -> list[str]:
-    """Runs of one model and radix setting whose workload options (:data:`WORKLOAD_OPTIONS`, for each mode) differ:
-    their pairs measure different things and are not pooled; one line per model, setting, mode and option."""
+    """Runs of one model and radix setting whose workload options (:data:`WORKLOAD_OPTIONS`, for each mode) or
+    cards (``gpu``) differ: their pairs measure different things and are not pooled; one line per model, setting,
+    mode and option."""
     seen: dict[tuple, dict[str, str]] = {}
     for r in rows:
         try:
@@ -538,6 +539,10 @@ def unlike_runs(rows: Iterable[Mapping]) -> list[str]:
             seen.setdefault((str(r["model"]), radix_of(r), mode, k), {}).setdefault(
                 str(r.get("run", "")), json.dumps(_workload(opts, k, mode), sort_keys=True)
             )
+        # the card too: a verdict is one card's (speed_claim refuses one pooled over cards)
+        seen.setdefault((str(r["model"]), radix_of(r), mode, "gpu"), {}).setdefault(
+            str(r.get("run", "")), json.dumps(str(r.get("gpu") or ""))
+        )
     return [
         f"{model}, radix cache {radix}, {mode}: runs differ in {k} ("
         + "; ".join(f"{run or '-'}: {v}" for run, v in sorted(by_run.items()))
