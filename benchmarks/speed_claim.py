@@ -1,6 +1,6 @@
 """What the decode-cycle measurements let us claim (issue 51 item 7): the README's speed row and zero-copy's default,
-both computed from the combined verdicts (every ``latest/cycle_live_combined-<gpu>.csv``, ``bench_live.py --combine``) and
-the consoles of the radix proofs (``latest/e2e_h200_*_zero_copy_radix_*.txt``, or ``e2e_h100_``); the README row
+both computed from the combined verdicts (every ``latest/cycle_live_combined-<gpu>.csv``, ``bench_live.py
+--combine``) and the consoles of the radix proofs (``latest/e2e_h200_*_zero_copy_radix_*.txt``, or ``e2e_h100_``); the README row
 is written from here, never by hand (``tests/e2e/test_speed_claim.py`` checks it), and the plugin's default must be
 the decision.
 
@@ -19,7 +19,8 @@ radix cache on (SGLang's default launch), on **both** models (:data:`MODELS`), z
 
 and every radix proof of :data:`PROOFS` has its console with ``RESULT: PASS``. Otherwise zero-copy stays opt-in and
 the decision lists what is missing. Where several cards measured a (model, radix setting), each card's verdict must
-meet the rule (the default is one for every card), and the README shows each model's newest card. Zero-copy against SGLang's ReplaySSM-spec on Gated DeltaNet is told beside it
+meet the rule at every batch (the default is one for every card), and the README shows the card that measured
+every batch with the newest run. Zero-copy against SGLang's ReplaySSM-spec on Gated DeltaNet is told beside it
 (both against stock, from their own pairs), not a condition: issue 50 item 5 asks for the comparison, item 7 for
 the default.
 """
@@ -134,10 +135,15 @@ def read_latest(latest: Path = LATEST) -> list[dict]:
     return [r for f in files for r in read_combined(f)]
 
 
-def card(r: Mapping) -> str:
-    """The card a verdict row ran on, short ("H100" for "NVIDIA H100 80GB HBM3"); "" when the row does not say."""
-    m = re.search(r"\b([A-Z]+\d{2,4}[A-Z]?)\b", str(r.get("gpu") or ""))
-    return m.group(1) if m else str(r.get("gpu") or "").strip()
+def gpu_of(r: Mapping) -> str:
+    """The card a verdict row ran on, its whole name ("NVIDIA H100 80GB HBM3"); "" when the row does not say."""
+    return str(r.get("gpu") or "")
+
+
+def card(gpu: str) -> str:
+    """A card's short name, for the reader ("H100" for "NVIDIA H100 80GB HBM3"); rows are told apart by the whole."""
+    m = re.search(r"\b([A-Z]+\d{2,4}[A-Z]?)\b", gpu)
+    return m.group(1) if m else gpu.strip()
 
 
 def _run_time(run: str) -> str:
@@ -212,26 +218,24 @@ def decide(rows: Sequence[Mapping], latest: Path = LATEST) -> Decision:
     unmet = []
     for model, name in MODELS.items():
         # every card that measured this model with the radix cache on answers for every batch
-        gpus = sorted({str(r.get("gpu") or "") for b in BATCHES for r in idx.get((model, "on", "zero-copy", b), [])})
+        gpus = sorted({gpu_of(r) for b in BATCHES for r in idx.get((model, "on", "zero-copy", b), [])})
         for gpu in gpus or [None]:
-            on = f" on the {card({'gpu': gpu})}" if gpu else ""
+            on = f" on the {card(gpu)}" if gpu else ""
             for b in BATCHES:
-                r = next(
-                    (x for x in idx.get((model, "on", "zero-copy", b), []) if str(x.get("gpu") or "") == gpu), None
-                )
+                r = next((x for x in idx.get((model, "on", "zero-copy", b), []) if gpu_of(x) == gpu), None)
                 unmet += [f"{name}, radix on, batch {b}{on}: {p}" for p in _row_problems(r, b)]
     unmet += proof_problems(latest)
     told = []
     for b in BATCHES:
-        rs_by_gpu = {str(r.get("gpu") or ""): r for r in idx.get(("qwen3.5-0.8b", "on", "replayssm", b), [])}
+        rs_by_gpu = {gpu_of(r): r for r in idx.get(("qwen3.5-0.8b", "on", "replayssm", b), [])}
         zs = idx.get(("qwen3.5-0.8b", "on", "zero-copy", b), [])
-        pairs = [(z, rs_by_gpu[g]) for z in zs if (g := str(z.get("gpu") or "")) in rs_by_gpu]  # the same card only
+        pairs = [(z, rs_by_gpu[gpu_of(z)]) for z in zs if gpu_of(z) in rs_by_gpu]  # the same card only
         if not pairs:
             told.append(f"Qwen3.5-0.8B, radix on, batch {b}: zero-copy vs ReplaySSM-spec not measured")
         for z, rs in pairs:
             zr, rr = _num(z.get("ratio")), _num(rs.get("ratio"))
             than = "unknown" if zr is None or rr is None else "at least as fast as" if zr <= rr else "slower than"
-            on = f" on the {card(z)}" if card(z) else ""
+            on = f" on the {card(gpu_of(z))}" if gpu_of(z) else ""
             told.append(
                 f"Qwen3.5-0.8B, radix on, batch {b}{on}: zero-copy {z.get('ratio')} ({z.get('verdict')}) {than} "
                 f"ReplaySSM-spec {rs.get('ratio')} ({rs.get('verdict')}), both vs stock"
@@ -259,7 +263,7 @@ def readme_row(rows: Sequence[Mapping], decision: Decision) -> str:
     groups: dict[tuple[str, str, str], dict[int, Mapping]] = {}
     for r in rows:
         if r["mode"] == "zero-copy":
-            groups.setdefault((r["model"], r["radix_cache"], str(r.get("gpu") or "")), {})[int(r["batch"])] = r
+            groups.setdefault((r["model"], r["radix_cache"], gpu_of(r)), {})[int(r["batch"])] = r
     shown = "on" if any(radix == "on" for _, radix, _ in groups) else "off"
     newest: dict[str, tuple[tuple[bool, str], str]] = {}  # model -> ((all batches, newest run time), its card)
     for (model, radix, gpu), by_batch in sorted(groups.items()):
@@ -276,7 +280,7 @@ def readme_row(rows: Sequence[Mapping], decision: Decision) -> str:
         days = sorted({f"{x[4:6]}-{x[6:8]}" for x in runs if re.match(r"\d{8}T", x)})
         ivs = " / ".join(_interval(by_batch.get(b)) for b in BATCHES)
         when = f" {days[0]}" + (f"…{days[-1]}" if len(days) > 1 else "") if days else ""
-        on = f" ({card({'gpu': gpu})})" if gpu else ""
+        on = f" ({card(gpu)})" if gpu else ""
         cells.append(f"{MODELS.get(model, model)} radix {radix}{on}, {len(runs)} runs{when}: {ivs}, {_verdicts(rs)}")
     n = len(decision.unmet)
     default = "**on**" if decision.default_on else f"opt-in ({n} unmet conditions: `benchmarks/speed_claim.py`)"

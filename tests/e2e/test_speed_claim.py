@@ -331,7 +331,7 @@ def test_the_combined_verdicts_of_every_card_in_latest_are_read(tmp_path, capsys
         (tmp_path / f"cycle_live_combined-{tag}.csv").write_text("\n".join(lines) + "\n")
     (tmp_path / "cycle_live_combined-nvidia-h100.csv.bak").write_text("not read\n")
     rows = claim.read_latest(tmp_path)
-    assert len(rows) == 2 * len(_rows()) and {claim.card(r) for r in rows} == {"H100", "H200"}
+    assert len(rows) == 2 * len(_rows()) and {claim.card(claim.gpu_of(r)) for r in rows} == {"H100", "H200"}
     _consoles(tmp_path)
     assert claim.main(["--latest", str(tmp_path)]) == 0
     assert "zero-copy's default: on wherever its gate passes" in capsys.readouterr().out

@@ -40,8 +40,9 @@
 #   radix-stress      radix-pressure and radix-retract in one run (one device call less): the interval lowered, the
 #                     small pool and SGLANG_TEST_RETRACT=1; exits 10 unless the on run evicted AND a run retracted
 # The negative control of every proof is E2E_FAULT (default zc_no_track where the plugin has it, else
-# zc_no_stage_in; radix-sessions: zc_no_stage_in, its second turns read no tree state). A proof's e2e verdict requires off == on, the fault run different, zero-copy engaged,
-# commits with a track set served zero-copy > 0 (zc_track_commits) and round 2 cached tokens > 0 in every run.
+# zc_no_stage_in; radix-sessions: zc_no_stage_in, its second turns read no tree state). A proof's e2e verdict
+# requires off == on, the fault run different, zero-copy engaged, commits with a track set served zero-copy > 0
+# (zc_track_commits) and round 2 cached tokens > 0 in every run.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
