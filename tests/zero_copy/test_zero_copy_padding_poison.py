@@ -12,7 +12,13 @@ scratch rows of the live requests outside the batch, the discard row 0, the pool
 them in a verify) and the conv slots outside the batch. Shown: the poisoned rows stay NaN, the batch's outputs are
 finite and equal those of the same batch run unpadded, and the batch's rows hold what the unpadded run wrote. On a
 CUDA GPU the padded batch also runs as a replay of a captured CUDA graph (``graph`` ids). The negative control sends
-the padded entries to a poisoned live row (the "row 1" build of FACTS §13): the check sees it.
+the padded entries to a live row outside the batch (the "row 1" build of FACTS §13): the check sees it.
+
+"Untouched" is bitwise: the poison is a NaN with a payload of ours (``_POISON``), compared as int32. An "all NaN"
+check is not enough, because a padded entry's conv output is SGLang's ``torch.empty_like``, never written: on some
+runs the padded entry computes NaN from that garbage and writes NaN over NaN (a CI run on 0.5.23, seed 1802020579,
+where the negative control's broken padding then went unseen). The negative control fills its victim row with
+random finite values, so any write at all changes its bits.
 """
 
 from __future__ import annotations
@@ -52,11 +58,14 @@ def _case(seed: int, graph_bs: int, live: int):
     return rows, slots, rpi, batch_slots, victims
 
 
+_POISON = 0x7FC05A5A  # a quiet float32 NaN with a payload of ours; a NaN a kernel computes has other bits
+
+
 def _poison(w: World, rows, slots, gen: torch.Generator) -> None:
-    """Every state outside the batch NaN; the batch's scratch rows and conv slots random, finite."""
-    nan = float("nan")
+    """Every state outside the batch ``_POISON``; the batch's scratch rows and conv slots random, finite."""
     for t in (w.temporal, w.conv, w.inter_ssm, w.inter_conv):
-        t.fill_(nan)
+        assert t.dtype == torch.float32, "the poison is a float32 bit pattern"
+        t.view(torch.int32).fill_(_POISON)
     for r in rows:
         w.inter_ssm[0, r] = torch.randn(w.inter_ssm[0, r].shape, generator=gen).to(w.inter_ssm.dtype).to(DEVICE)
     for s in slots:
@@ -81,8 +90,9 @@ def _restore(w: World, snap: dict[str, torch.Tensor]) -> None:
     w.zc.accepted.copy_(snap["accepted"])
 
 
-def _all_nan(t: torch.Tensor) -> bool:
-    return bool(torch.isnan(t.float()).all())
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equal (float32): NaN equals the same NaN, and a NaN written over a NaN is seen."""
+    return torch.equal(a.view(torch.int32), b.view(torch.int32))
 
 
 def _run_padded(w: World, drafts, rpi, batch_slots, graph: bool):
@@ -139,20 +149,22 @@ def test_padding_never_reaches_a_live_row(zero_copy_patched, kind, graph_bs, liv
     assert torch.isfinite(y[:live]).all() and torch.isfinite(out[:live].float()).all(), f"{where}: a NaN was read"
     assert torch.equal(y[:live], y_ref) and torch.equal(out[:live], out_ref), f"{where}: outputs differ from unpadded"
     for v in victims:  # the live requests outside the batch: untouched
-        assert _all_nan(w.inter_ssm[0, v]) and _all_nan(w.inter_conv[0, v]), f"{where}: padding wrote row {v}"
+        untouched = [_same_bits(getattr(w, n)[0, v], before[n][0, v]) for n in ("inter_ssm", "inter_conv")]
+        assert all(untouched), f"{where}: padding wrote row {v}"
     for r in rows:  # the batch's rows hold what the unpadded run wrote
         assert torch.equal(w.inter_ssm[0, r], ref["inter_ssm"][0, r]), f"{where}: row {r} SSM steps"
         assert torch.equal(w.inter_conv[0, r], ref["inter_conv"][0, r]), f"{where}: row {r} conv windows"
-    assert _all_nan(w.temporal), f"{where}: a verify wrote the pool's SSM states"
+    assert _same_bits(w.temporal, before["temporal"]), f"{where}: a verify wrote the pool's SSM states"
     outside = [s for s in range(SLOTS) if s not in slots]
-    assert _all_nan(w.conv[0, outside]), f"{where}: a verify wrote a conv slot outside the batch"
+    assert _same_bits(w.conv[0, outside], before["conv"][0, outside]), f"{where}: a verify wrote a conv slot outside"
     assert torch.equal(w.zc.accepted, before["accepted"]), f"{where}: a verify moved accepted"
 
 
 @pytest.mark.parametrize("graph", GRAPH, ids=["eager", "cuda-graph"][: len(GRAPH)])
 def test_padding_sent_to_a_live_row_is_seen(zero_copy_patched, monkeypatch, graph):
     """Negative control: the padded entries' scratch row is a live request's outside the batch (FACTS §13's "row 1"
-    build): the poisoned row is written, and the check above sees it, eagerly and in a CUDA-graph replay."""
+    build): that row is written, and the bitwise check above sees it, eagerly and in a CUDA-graph replay. The victim
+    row holds random finite values here, so the write shows whatever the padded entry computes (NaN included)."""
     seed = random.SystemRandom().randrange(2**31)
     gen = torch.Generator().manual_seed(seed)
     w = World(D, torch.float32, True, gen, "gdn")
@@ -166,6 +178,8 @@ def test_padding_sent_to_a_live_row_is_seen(zero_copy_patched, monkeypatch, grap
 
     monkeypatch.setattr(bookkeeping.seed_index, "seeded_rows", broken)
     _poison(w, rows, slots, gen)
+    w.inter_ssm[0, victim] = torch.randn(w.inter_ssm[0, victim].shape, generator=gen).to(DEVICE)
+    before = w.inter_ssm[0, victim].clone()
     drafts = torch.randn(4, D, DIM, generator=gen)
     _run_padded(w, drafts, rpi, batch_slots, graph)
-    assert not _all_nan(w.inter_ssm[0, victim]), f"seed {seed}: the broken padding did not write row {victim}"
+    assert not _same_bits(w.inter_ssm[0, victim], before), f"seed {seed}: the broken padding did not write row {victim}"
