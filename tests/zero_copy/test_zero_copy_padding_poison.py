@@ -32,6 +32,7 @@ import torch
 from sglang_mamba_dedup import versions
 from sglang_mamba_dedup.patches.zero_copy import bookkeeping
 from tests.support import integration as iu
+from tests.support.kernels import bits
 from tests.support.zero_copy_world import DEVICE, DIM, ROWS, SLOTS, World
 
 pytestmark = [
@@ -91,8 +92,8 @@ def _restore(w: World, snap: dict[str, torch.Tensor]) -> None:
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bitwise equal (float32): NaN equals the same NaN, and a NaN written over a NaN is seen."""
-    return torch.equal(a.view(torch.int32), b.view(torch.int32))
+    """Bitwise equal: NaN equals the same NaN, and a NaN written over a NaN is seen."""
+    return torch.equal(bits(a), bits(b))
 
 
 def _run_padded(w: World, drafts, rpi, batch_slots, graph: bool):
