@@ -165,7 +165,9 @@ def test_padding_never_reaches_a_live_row(zero_copy_patched, kind, graph_bs, liv
 def test_padding_sent_to_a_live_row_is_seen(zero_copy_patched, monkeypatch, graph):
     """Negative control: the padded entries' scratch row is a live request's outside the batch (FACTS §13's "row 1"
     build): that row is written, and the bitwise check above sees it, eagerly and in a CUDA-graph replay. The victim
-    row holds random finite values here, so the write shows whatever the padded entry computes (NaN included)."""
+    row holds random finite values here, so the write shows whatever the padded entry computes (NaN included). GDN
+    only: SGLang's Mamba2 ``selective_state_update`` stores no intermediate state for an entry whose slot is the pad
+    slot, so the same broken rows reach no row there (the mamba2 cases above stay green with this breakage)."""
     seed = random.SystemRandom().randrange(2**31)
     gen = torch.Generator().manual_seed(seed)
     w = World(D, torch.float32, True, gen, "gdn")
