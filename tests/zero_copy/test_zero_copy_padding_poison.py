@@ -9,7 +9,7 @@ the row index says. Here SGLang's own verify kernels (``causal_conv1d_update`` a
 or the Mamba2 ``selective_state_update``; through the plugin's Z2/Z3/Z4 wrappers, ``World.verify`` of
 ``test_zero_copy_kernels.py``) run a padded batch with every state that must not be touched poisoned with NaN: the
 scratch rows of the live requests outside the batch, the discard row 0, the pool's SSM states (zero-copy never reads
-them in a verify) and the conv slots outside the batch. Shown: the poisoned rows stay NaN, the batch's outputs are
+them in a verify) and the conv slots outside the batch. Shown: the poisoned rows keep their bits, the batch's outputs are
 finite and equal those of the same batch run unpadded, and the batch's rows hold what the unpadded run wrote. On a
 CUDA GPU the padded batch also runs as a replay of a captured CUDA graph (``graph`` ids). The negative control sends
 the padded entries to a live row outside the batch (the "row 1" build of FACTS §13): the check sees it.
