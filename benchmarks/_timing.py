@@ -280,9 +280,28 @@ def write_csv(path: Path, rows: list[dict], fields: list[str] | None = None) -> 
         w.writerows(rows)
 
 
+def read_history(path: Path) -> tuple[list[str], list[dict]]:
+    """The header and rows of a history CSV. A row with more cells than the header, or an unnamed column, raises
+    ``ValueError`` naming the line: rewriting such a file would put the surplus cells, as one Python list, under an
+    unnamed column (on 2026-12-04 36 rows of the decode-cycle benchmark were appended past a shorter header)."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        header, rows = list(reader.fieldnames or []), []
+        if "" in header:
+            raise ValueError(f"column {header.index('') + 1} of the header has no name ({path})")
+        for r in reader:
+            if None in r:
+                raise ValueError(
+                    f"line {reader.line_num} has {len(r[None])} cells more than the header's {len(header)} ({path})"
+                )
+            rows.append(r)
+    return header, rows
+
+
 def append_history(path: Path, rows: list[dict]) -> None:
     """Append ``rows`` to the history CSV ``path``; a column it lacks extends its header (the file rewritten).
-    A history outside the tree's results starts as a copy of the tree's."""
+    A history outside the tree's results starts as a copy of the tree's. A ragged file or a row with an unnamed
+    column raises ``ValueError`` before anything is written (:func:`read_history`)."""
     tree = RESULTS / "history.csv"
     if not path.exists() and path.resolve() != tree.resolve() and tree.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -290,11 +309,11 @@ def append_history(path: Path, rows: list[dict]) -> None:
     header: list[str] = []
     old: list[dict] = []
     if path.exists():
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            header, old = list(reader.fieldnames or []), list(reader)
+        header, old = read_history(path)
     fields = list(header or HISTORY_KEYS)
     for r in rows:
+        if None in r or "" in r:
+            raise ValueError(f"{path}: a new row has an unnamed column: nothing appended")
         fields += [k for k in r if k not in fields]
     if fields != header:  # a new file or new columns
         write_csv(path, old + rows, fields)

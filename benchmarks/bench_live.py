@@ -103,7 +103,7 @@ from _live_stats import (  # noqa: E402
     slow_state,
     verdict,
 )
-from _timing import RESULTS, append_history, checkout_on_path, git_commit, slug, write_csv  # noqa: E402
+from _timing import RESULTS, append_history, checkout_on_path, git_commit, read_history, slug, write_csv  # noqa: E402
 from bench_cycle import MODES as _CYCLE_MODES  # noqa: E402
 from bench_cycle import check, engine_kwargs, model_facts, plugin_report, prompts_for  # noqa: E402
 
@@ -674,6 +674,21 @@ def fits(now: float, deadline: float, estimate_s: float) -> bool:
     return now + estimate_s <= deadline
 
 
+def compile_excess(warmups_s: Sequence[float], timed_median_s: float) -> float:
+    """What a batch's warm-ups took beyond twice a timed generate: the kernels compiled on a fresh machine (SGLang's
+    Triton kernels, once per machine: their cache is on its disk). On the 12-05 H100 the first Nemotron-H Engine's
+    warm-ups took 47.5 s and 35.6 s against 0.30 s and 0.48 s timed."""
+    return sum(max(0.0, w - 2 * timed_median_s) for w in warmups_s)
+
+
+def next_engine_need(starts: Sequence[float], batches_s: Sequence[float]) -> float:
+    """The time the next Engine of a sequential run needs: 1.2 x the slowest start but the run's first (a fresh
+    machine compiles then, unless it is the only one) plus the longest time an Engine spent in its batches, each
+    without its compile excess (:func:`compile_excess`). Counting the first Engine's compiles refused every
+    further Engine of the 12-05 H100 Nemotron-H run (~203 s asked, ~195 s left; the next Engines took ~100 s)."""
+    return 1.2 * max(starts[1:] or starts or [0.0]) + max(batches_s or [0.0])
+
+
 def _table(rows: Sequence[Mapping], cols: Sequence[str]) -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
@@ -799,7 +814,9 @@ def merge_outputs(sources: Sequence[Path], out: Path) -> list[Path]:
             if not isinstance(runs, dict):
                 raise Refused(f"--merge: {path} is not a JSON object of runs")
             runs_files.append((path, runs))
-        histories.append(_read_source(Path(src) / "history.csv", read_csv))
+        histories.append(_read_source(Path(src) / "history.csv", lambda p: read_history(p)[1] if p.exists() else []))
+    hist = Path(out) / "history.csv"
+    have_rows = {_history_key(r) for r in _read_source(hist, lambda p: read_history(p)[1] if p.exists() else [])}
     written = []
     for path, key, fields, rows in csvs:
         if "radix_cache" in key:  # a combined file from before the radix column: radix-off verdicts
@@ -815,8 +832,6 @@ def merge_outputs(sources: Sequence[Path], out: Path) -> list[Path]:
         have.update(runs)
         dest.write_text(json.dumps(have, indent=1, sort_keys=True))
         written.append(dest)
-    hist = Path(out) / "history.csv"
-    have_rows = {_history_key(r) for r in read_csv(hist)}
     for src_rows in histories:
         new = [r for r in src_rows if r.get("benchmark") == SUMMARY_STEM]
         new = [r for r in new if _history_key(r) not in have_rows]
@@ -832,13 +847,13 @@ def _read_source(path: Path, read):
     try:
         return read(path)
     except (OSError, UnicodeDecodeError, csv.Error, ValueError) as e:
-        raise Refused(f"--merge: {path} is unreadable ({type(e).__name__}: {str(e)[:120]})") from None
+        raise Refused(f"--merge: {path} is unreadable ({type(e).__name__}: {str(e)[:300]})") from None
 
 
 def _history_key(row: dict) -> tuple:
-    """A history row as a hashable, orderable key: the shared history.csv holds rows of other benchmarks with more
-    fields than its header (``csv.DictReader`` files them under the key None, as a list)."""
-    return tuple(sorted((str(k), str(v)) for k, v in row.items()))
+    """A history row as a hashable, orderable key, its empty cells left out: one row read from two files whose
+    headers differ (a device's copy has the columns of newer runs) has one key."""
+    return tuple(sorted((str(k), str(v)) for k, v in row.items() if v not in ("", None)))
 
 
 def _check_generate_row(r: Mapping, where: str) -> None:
@@ -951,7 +966,8 @@ def rss_mb() -> float:
 
 class FakeEngine:
     """``--dry-run``'s Engine: sleeps ``delay_s * factor[mode] * engine_factor["mode:engine"] * (1 + batch / 64)`` a
-    generate (``engine_factor``: one Engine of a mode in a slow "host state"; ``jitter``: a relative spread, seeded),
+    generate (``engine_factor``: one Engine of a mode in a slow "host state"; ``jitter``: a relative spread, seeded;
+    ``compile_s``: a batch size's first generate under ``compile_dir``, shared by the Engines, takes that longer),
     output ids from the prompts (``break``: one mode answers differently; with the radix cache on a generate after
     another without ``flush_cache`` between answers differently, as SGLang's prefill from a cached state does;
     ``"flush": "absent"``: no ``flush_cache``); a child process titled like SGLang's scheduler (the probes read it);
@@ -983,6 +999,12 @@ class FakeEngine:
 
     def generate(self, input_ids, sampling_params):
         n = int(sampling_params["max_new_tokens"])
+        if self.fake.get("compile_dir"):  # a batch size's first generate on the machine compiles (a cache on disk)
+            mark = Path(self.fake["compile_dir"]) / f"b{len(input_ids)}"
+            if not mark.exists():
+                time.sleep(float(self.fake.get("compile_s", 0)))
+                mark.parent.mkdir(parents=True, exist_ok=True)
+                mark.touch()
         jit = 1 + self.jitter * self.rng.uniform(-1, 1)
         time.sleep(self.delay * jit * (1 + len(input_ids) / 64))
         self.commits += n // 2
@@ -1392,6 +1414,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     status = 0
     written = False
     last: dict[tuple[str, int], float] = {}  # the latest wall of each Engine (budget estimates)
+    warm_s: dict[tuple[tuple[str, int], int], list[float]] = {}  # (Engine, batch) -> its warm-ups' walls
 
     def save(summary: list[dict] | None = None) -> list[dict]:
         """Both CSVs and the runs file rewritten (``summary``: already made from these rows); the summary."""
@@ -1436,6 +1459,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                 if r["md5"] != prev:
                     warm_md5[(b, unit[0])] = "differs between Engines"
                 last[unit] = r["wall_s"]
+                warm_s.setdefault((unit, b), []).append(r["wall_s"])
                 print(
                     f"[b{b} {w.name} warm-up {k + 1}/{args.warmups} {r['wall_s']:.3f} s md5 {r['md5'][:8]}]", flush=True
                 )
@@ -1509,9 +1533,9 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     try:
         if args.sequential:
             starts: list[float] = []
-            spent: list[float] = []  # each Engine's batches
+            spent: list[float] = []  # each Engine's batches, without its compiles
             for unit in sequential_order(args.modes, n_eng):
-                need = 1.2 * max(starts[1:] or starts or [0.0]) + max(spent or [0.0])
+                need = next_engine_need(starts, spent)
                 if starts and not fits(time.time(), deadline, need):
                     not_started += [f"{m}-e{e}" for m, e in sequential_order(args.modes, n_eng)[len(starts) :]]
                     print(f"[budget: Engines not started {not_started} (the next needs ~{need:.0f} s)]", flush=True)
@@ -1521,6 +1545,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                 starts.append(time.time() - t0)
                 base_row = dict(model=model, date=date, commit=commit, options=opts, **meta)
                 t1 = time.time()
+                compiled = 0.0
                 for b in args.batches:
                     if not fits(time.time(), deadline, 2 * (args.warmups + args.reps) * last.get(unit, 0.0)):
                         partial.append(b)
@@ -1529,11 +1554,15 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                     count: dict = {}
                     for seq in range(1, args.reps + 1):
                         timed(unit, b, seq, count)
+                    med = statistics.median(r["wall_s"] for r in rows[-args.reps :])
+                    compiled += compile_excess(warm_s.get((unit, b), []), med)
+                    print(f"[b{b} {w.name}: {args.reps} timed, median {med:.4f} s]", flush=True)
+                spent.append(time.time() - t1 - compiled)
+                if compiled >= 1.0:
                     print(
-                        f"[b{b} {w.name}: {args.reps} timed, median {statistics.median(r['wall_s'] for r in rows[-args.reps :]):.4f} s]",
+                        f"[{w.name}: {compiled:.0f} s of its warm-ups were compiles, not counted for the next Engines]",
                         flush=True,
                     )
-                spent.append(time.time() - t1)
                 stop_all([w], args.stop_timeout)
                 print(f"[{w.name}: stopped]", flush=True)
                 save()
@@ -1866,7 +1895,7 @@ def main(argv: list[str] | None = None) -> int:
         "--fake",
         dest="fake_text",
         help="--dry-run: JSON {delay_s, jitter, factor: {mode: x}, engine_factor: {'mode:engine': x}, start_s, "
-        "break: mode, fail: mode}",
+        "compile_s, compile_dir, break: mode, fail: mode}",
     )
     p.add_argument("--merge", nargs="+", type=Path, help="merge these device outputs ($OUT copies) into --out")
     p.add_argument(

@@ -243,6 +243,10 @@ def decide(rows: Sequence[Mapping], latest: Path = LATEST) -> Decision:
     return Decision(default_on=not unmet, unmet=unmet, told=told)
 
 
+def _plural(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
 def _verdicts(rs: Sequence[Mapping]) -> str:
     """'inconclusive at all' or 'faster at 64, 128; inconclusive at 1, 16'."""
     by: dict[str, list[str]] = {}
@@ -281,7 +285,9 @@ def readme_row(rows: Sequence[Mapping], decision: Decision) -> str:
         ivs = " / ".join(_interval(by_batch.get(b)) for b in BATCHES)
         when = f" {days[0]}" + (f"…{days[-1]}" if len(days) > 1 else "") if days else ""
         on = f" ({card(gpu)})" if gpu else ""
-        cells.append(f"{MODELS.get(model, model)} radix {radix}{on}, {len(runs)} runs{when}: {ivs}, {_verdicts(rs)}")
+        cells.append(
+            f"{MODELS.get(model, model)} radix {radix}{on}, {len(runs)} run{_plural(len(runs))}{when}: {ivs}, {_verdicts(rs)}"
+        )
     n = len(decision.unmet)
     default = "**on**" if decision.default_on else f"opt-in ({n} unmet conditions: `benchmarks/speed_claim.py`)"
     body = "; ".join(cells) if cells else "not measured"

@@ -5,6 +5,7 @@ hand edit fails); the plugin's default is the decision the tracked data gives.""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -270,7 +271,8 @@ def test_the_readmes_row_is_the_tracked_datas_row(tmp_path, capsys):
     readme = tmp_path / "README.md"
     text = (ROOT / "README.md").read_text()
     row = next(line for line in text.split("\n") if line.startswith(claim.ROW_HEAD))
-    readme.write_text(text.replace(row, row.replace("0.95 [", "0.93 [", 1)))
+    ratio = re.search(r"\d\.\d\d \[", row).group(0)  # the row's first ratio, edited by hand
+    readme.write_text(text.replace(row, row.replace(ratio, ("0.93 [" if ratio != "0.93 [" else "0.94 ["), 1)))
     assert claim.main(["--check", "--readme", str(readme)]) == 1  # a hand edit
     assert claim.main(["--write", "--readme", str(readme)]) == 0 and readme.read_text() == text
     readme.write_text(text.replace(row, ""))
