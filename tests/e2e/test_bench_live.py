@@ -895,6 +895,17 @@ def test_a_first_engine_that_compiles_does_not_stop_the_run(tmp_path, capsys):
     assert sorted(p.name for p in (tmp_path / "kernel-cache").iterdir()) == ["b1"]  # compiled once
 
 
+def test_a_set_of_modes_starts_only_when_all_of_it_fits(tmp_path, capsys):
+    # an Engine takes ~1 s (its start) here: set 1 (s1 z1) ends near 2.1 s of the 4.2, leaving room for one more
+    # Engine but not for a set of two: z2 alone would pair with nothing
+    fake = {"delay_s": 0.002, "start_s": 1.0}
+    argv = ("--sequential", "--engines-per-mode", "2", "--budget-s", "4.2", "--stop-reserve-s", "0", "--batches", "1")
+    rc, gens, _ = _run(tmp_path, *argv, "--modes", "stock,zero-copy", fake=fake)
+    text = capsys.readouterr().out
+    assert rc == 0 and "Engines not started ['zero-copy-e2', 'stock-e2'] (the next set needs" in text, text
+    assert {(r["mode"], r["engine"]) for r in live.read_csv(gens)} == {("stock", "1"), ("zero-copy", "1")}
+
+
 # ---------------------------------------------------------------- bad input: refused at the start (issue 51 item 4)
 
 

@@ -19,8 +19,11 @@
 #   Time per call, from the 12-04 evening runs: an Engine is ready 51-64 s after its worker starts (start_s 39-51 s;
 #   92-111 s for the first Engine on a fresh machine, which compiles SGLang's Triton kernels), a round of the four
 #   batches takes ~2.0 s (0.23 + 0.30 + 0.53 + 0.81..0.89 s), so 10 generates per batch ~20 s, stopping ~2 s: 74-86 s
-#   per Engine, 6 Engines 444-516 s, plus setup ~30-60 s: 475-575 s of the 580 s wall. An Engine whose start and
-#   batches no longer fit the budget is not started (said, PARTIAL): its pair is missing, never half-timed.
+#   per Engine, 6 Engines 444-516 s, plus setup ~30-60 s: 475-575 s of the 580 s wall. A set of modes (s1 z1) whose
+#   Engines no longer fit the budget is not started (said, PARTIAL): a missing pair, never a half-timed one.
+#   With --radix-cache (12-05 evening, an H100): ~100 s per Qwen3.5 Engine (a flush before every generate), so 4-5
+#   Engines a call; Nemotron-H's six fit in 492 s on a machine warm from a call before. A fresh machine's first Engine
+#   compiles in its warm-ups (47.5 s at batch 1 on Nemotron-H); the next Engines' estimate leaves that out.
 # LIVE_STEP=A|B runs that step (B needs A's files from this machine's /tmp); LIVE_STEP=prime: one stock Engine,
 # 3 warm-ups and 2 generates per batch (compiles the kernels; a one-alive stock reference); a single run as before:
 #   bash tools/gpu-engine/run_cycle_live.sh [PRESET] [bench_live.py options ...]   # PRESET: qwen3.5-0.8b (default),
