@@ -2,7 +2,8 @@
 health checks says why: a run header (kernel, CPU topology, clocks, the GPU's state) and per-generate probes read
 **outside** the timed window: the scheduler's and the worker's on-CPU and run-queue time, timeslices, involuntary
 context switches and last CPU (``/proc/<pid>/task/*/schedstat``, ``stat``, ``status``); per-CPU steal and busy time
-(``/proc/stat``); the GPU's energy, clocks, power, temperature and throttle reasons (NVML via ``pynvml``, no CUDA
+(``/proc/stat``); the on-CPU time of a fixed piece of work on the scheduler's CPU just before the generate
+(:func:`cpu_work_us`); the GPU's energy, clocks, power, temperature and throttle reasons (NVML via ``pynvml``, no CUDA
 context). Per Engine, once after it started (:func:`start_probe`, outside any timed window): its scheduler's CPU
 affinity, the NUMA nodes its memory may use and holds, ``PYTHONHASHSEED`` in its environment and a short ``py-spy
 dump`` when ``py-spy`` is on PATH, to tell a whole-Engine slow state from a fast one. Every probe degrades to
@@ -16,6 +17,7 @@ import platform
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -26,8 +28,9 @@ _TICK_MS = 1000.0 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 SCHED_FIELDS = ["sched_cpu_ms", "sched_wait_ms", "sched_slices", "sched_nvcsw", "sched_cpu_last"]
 WORKER_FIELDS = ["worker_cpu_ms", "worker_wait_ms", "worker_cpu_last"]
 HOST_FIELDS = ["steal_ms", "steal_max_cpu_ms", "steal_sched_cpu_ms", "cpu_busy_pct"]
+SPEED_FIELDS = ["sched_cpu_work_us"]  # cpu_work_us, read just before the generate
 GPU_FIELDS = ["energy_j", "sm_mhz", "mem_mhz", "power_w", "temp_c", "throttle"]
-PROBE_FIELDS = SCHED_FIELDS + WORKER_FIELDS + HOST_FIELDS + GPU_FIELDS
+PROBE_FIELDS = SCHED_FIELDS + WORKER_FIELDS + HOST_FIELDS + SPEED_FIELDS + GPU_FIELDS
 
 
 def _read(path: str | Path) -> str | None:
@@ -129,6 +132,30 @@ def cpu_times() -> dict[int, list[int]] | None:
         if parts and parts[0].startswith("cpu") and parts[0][3:].isdigit():
             out[int(parts[0][3:])] = [int(x) for x in parts[1:9]] + [0] * max(0, 9 - len(parts))
     return out or None
+
+
+def cpu_work_us(cpu: int | str | None, loops: int = 50_000) -> float | str:
+    """The on-CPU time (us) of a fixed piece of pure-Python work on ``cpu`` (the scheduler's, just before a generate):
+    the speed of that vCPU's host core at the moment, which a KVM guest without ``cpufreq`` sees nowhere else (a
+    slower host clock, a busy host SMT sibling). The calling thread's time only (``thread_time``), so the scheduler
+    idling on the same CPU does not count; its affinity is restored. :data:`ABSENT` without a CPU or affinity.
+    Added after the 2026-12-05 H100 runs, where the wall stepped 30-45 % within an Engine on one vCPU and no other
+    probe moved but the GPU's power."""
+    if cpu in (None, ABSENT) or not hasattr(os, "sched_setaffinity"):
+        return ABSENT
+    try:
+        old = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {int(cpu)})
+    except (OSError, ValueError):
+        return ABSENT
+    try:
+        acc = 0
+        t0 = time.thread_time_ns()
+        for i in range(loops):
+            acc ^= i * i
+        return round((time.thread_time_ns() - t0) / 1e3, 1) if acc >= 0 else ABSENT
+    finally:
+        os.sched_setaffinity(0, old)
 
 
 def cpu_delta(a: Mapping | None, b: Mapping | None, sched_cpu=None) -> dict:

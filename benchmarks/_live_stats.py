@@ -36,7 +36,7 @@ ENGINE_OFF = 0.05
 #: the probe columns compared between a flagged Engine and its mode's others (medians per batch; CPUs as sets)
 SLOW_PROBES = (
     "sched_cpu_ms", "sched_wait_ms", "sched_slices", "sched_nvcsw", "worker_cpu_ms", "worker_wait_ms",
-    "steal_ms", "steal_sched_cpu_ms", "cpu_busy_pct", "energy_j", "sm_mhz", "mem_mhz", "power_w", "temp_c",
+    "steal_ms", "steal_sched_cpu_ms", "cpu_busy_pct", "sched_cpu_work_us", "energy_j", "sm_mhz", "mem_mhz", "power_w", "temp_c",
 )  # fmt: skip
 SLOW_CPUS = ("sched_cpu_last", "worker_cpu_last")
 #: two-sided 95 % quantiles of Student's t, by degrees of freedom
@@ -238,6 +238,48 @@ def analyse(rows: Sequence[Mapping], base: str = "stock", exclude: Iterable[tupl
                 "pair_spread": math.exp(max(d for *_, d in ds) - min(d for *_, d in ds)),
             }
     return out
+
+
+#: the probes compared between an Engine's slow generates and its others (:func:`slow_within_engines`)
+WITHIN_PROBES = ("power_w", "sched_cpu_work_us", "steal_ms", "sched_wait_ms", "sm_mhz", "cpu_busy_pct")
+WITHIN_OFF = 0.10
+
+
+def slow_within_engines(rows: Sequence[Mapping], off: float = WITHIN_OFF) -> str:
+    """The generates more than ``off`` slower than their Engine's median at their batch (a step within an Engine, as
+    on the 2026-12-05 H100: 0.74 s then 0.51 s on one vCPU), against the others: how many, and the mean of each
+    probe of :data:`WITHIN_PROBES` over each side, e.g. ``power_w 239 vs 305``. A probe that moves with the wall names
+    the cause; none moving says it is outside what the guest sees."""
+    groups: dict[tuple, list[Mapping]] = {}
+    for r in rows:
+        groups.setdefault((r.get("model"), r.get("run"), r["batch"], r["mode"], r["engine"]), []).append(r)
+    slow, rest = [], []
+    for g in groups.values():
+        med = statistics.median(float(r["wall_s"]) for r in g)
+        for r in g:
+            (slow if float(r["wall_s"]) > (1 + off) * med else rest).append(r)
+    head = f"generates > {1 + off:g}x their Engine's median at their batch: {len(slow)} of {len(slow) + len(rest)}"
+    if not slow or not rest:
+        return head
+
+    def mean(side: Sequence[Mapping], col: str) -> float | None:
+        vals = [v for v in (_number(r.get(col)) for r in side) if v is not None]
+        return statistics.fmean(vals) if vals else None
+
+    said = []
+    for col in WITHIN_PROBES:
+        a, b = mean(slow, col), mean(rest, col)
+        if a is not None and b is not None:
+            said.append(f"{col} {a:.4g} vs {b:.4g}")
+    return head + ("; probes, slow vs the rest (means): " + ", ".join(said) if said else "; no probe read")
+
+
+def _number(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
 
 
 def _probe_median(group: Sequence[Mapping], col: str) -> float | None:

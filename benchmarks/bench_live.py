@@ -80,6 +80,7 @@ from _live_probes import (  # noqa: E402
     cpu_delta,
     cpu_list,
     cpu_times,
+    cpu_work_us,
     engine_pids,
     gpu_delta,
     proc_delta,
@@ -101,6 +102,7 @@ from _live_stats import (  # noqa: E402
     hier_bootstrap_ratio,
     robust_cv,
     slow_state,
+    slow_within_engines,
     verdict,
 )
 from _timing import RESULTS, append_history, checkout_on_path, git_commit, read_history, slug, write_csv  # noqa: E402
@@ -206,7 +208,9 @@ GEN_FIELDS = [
     *META_FIELDS,
 ]
 #: per (batch, mode): the medians of these probe columns over the mode's timed generates
-PROBE_MEDIANS = ("sched_cpu_ms", "sched_wait_ms", "steal_ms", "cpu_busy_pct", "energy_j", "sm_mhz", "power_w")
+PROBE_MEDIANS = (
+    "sched_cpu_ms", "sched_wait_ms", "steal_ms", "cpu_busy_pct", "sched_cpu_work_us", "energy_j", "sm_mhz", "power_w",
+)  # fmt: skip
 SUMMARY_FIELDS = [
     *SUMMARY_KEY,
     "n",
@@ -1479,13 +1483,15 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     def timed(unit: tuple[str, int], b: int, seq: int, count: dict) -> None:
         mode, eng = unit
         flush(unit)
+        sched = proc_snapshot((workers[unit].info.get("pids") or {}).get("scheduler", ABSENT))
+        work = cpu_work_us(sched["last"] if sched else None)  # the scheduler's CPU's speed, before the window
         ca, ga = cpu_times(), gpu.snapshot()  # outside the worker's timed window
         t0 = time.perf_counter()
         r = workers[unit].ask({"op": "generate", "batch": b}, args.generate_timeout)
         rtt = time.perf_counter() - t0
         cb, gb = cpu_times(), gpu.snapshot()
         probes = dict(r["probes"])
-        probes.update(cpu_delta(ca, cb, probes.get("sched_cpu_last")), **gpu_delta(ga, gb))
+        probes.update(cpu_delta(ca, cb, probes.get("sched_cpu_last")), **gpu_delta(ga, gb), sched_cpu_work_us=work)
         count[unit] = count.get(unit, 0) + 1
         last[unit] = r["wall_s"]
         md5s.setdefault((b, mode), set()).add(r["md5"])
@@ -1541,7 +1547,11 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                 if starts and not fits(time.time(), deadline, need):
                     not_started += [f"{m}-e{e}" for m, e in sequential_order(args.modes, n_eng)[len(starts) :]]
                     what = "the next set" if i % len(args.modes) == 0 else "the next"
-                    print(f"[budget: Engines not started {not_started} ({what} needs ~{need:.0f} s)]", flush=True)
+                    left = deadline - time.time()
+                    print(
+                        f"[budget: Engines not started {not_started} ({what} needs ~{need:.0f} s, {left:.0f} s left)]",
+                        flush=True,
+                    )
                     break
                 t0 = time.time()
                 w = start(*unit)
@@ -1691,7 +1701,7 @@ def _report(args, model, summary, rows, md5s, reports, workers, done, skipped, p
     cols = ["run", "batch", "mode", "n", "median_s", "engine_medians", "ratio [95 % over pairs]", "df", "verdict"]
     cols += ["flagged", "ratio_wo", "verdict_wo"]
     cols += ["pair_ratios", "cv_max", "engines_spread", "health", "over generates*", "gc_gen2"]
-    cols += ["sched_wait_ms_med", "steal_ms_med", "energy_j_med"]
+    cols += ["sched_wait_ms_med", "steal_ms_med", "sched_cpu_work_us_med", "energy_j_med"]
     parts = [
         f"\n## {model}: wall per generate, Engines alive {'one at a time (--sequential)' if args.sequential else 'at once'} "
         f"(s; sglang {meta['sglang']}, {meta['gpu']}, commit {commit})",
@@ -1699,6 +1709,7 @@ def _report(args, model, summary, rows, md5s, reports, workers, done, skipped, p
         "* over generates: conditional on these Engines, not a verdict",
         f"\nslow (> {SLOW_FACTOR}x the median of its batch and mode) per mode: "
         + ", ".join(f"{m} {s}/{n}" for m, (s, n) in slow_by_mode(rows).items()),
+        "within Engines, " + slow_within_engines(rows),
         "\nEngines: "
         + "; ".join(
             f"{w.name}: start {w.info.get('start_s')} s, pids {json.dumps(w.info.get('pids'))}, mem_fraction_static "

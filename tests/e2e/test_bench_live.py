@@ -443,6 +443,45 @@ def test_the_arms_change_only_their_engine_keywords():
     assert live.MODES["replayssm"] == live.MODES["no-spec"] == live.MODES["stock"] == {"SGLANG_MAMBA_DEDUP": "0"}
 
 
+def test_the_cpu_work_probe_runs_on_the_cpu_asked_and_gives_the_affinity_back():
+    mine = sorted(os.sched_getaffinity(0))
+    seen = []
+    real = os.sched_setaffinity
+
+    def spy(pid, cpus):
+        seen.append(set(cpus))
+        real(pid, cpus)
+
+    os.sched_setaffinity = spy
+    try:
+        us = probes.cpu_work_us(mine[-1])
+    finally:
+        os.sched_setaffinity = real
+    assert isinstance(us, float) and us > 0
+    assert seen == [{mine[-1]}, set(mine)] and sorted(os.sched_getaffinity(0)) == mine
+    more = probes.cpu_work_us(mine[0], loops=400_000)  # 8x the work: more on-CPU time
+    assert more > us
+    for bad in (None, probes.ABSENT, 10**6, "x"):  # no CPU, or one this machine lacks
+        assert probes.cpu_work_us(bad) == probes.ABSENT
+    assert sorted(os.sched_getaffinity(0)) == mine
+
+
+def test_the_slow_generates_within_an_engine_are_compared_with_the_rest_probe_by_probe():
+    # one Engine steps from 0.51 s to 0.74 s at one batch (the 12-05 H100), its power falls; the other is steady
+    rows = []
+    for w in [0.51] * 5 + [0.74] * 3:
+        rows.append(dict(model="m", run="A", batch="128", mode="zero-copy", engine="3", wall_s=str(w),
+                         power_w="380" if w < 0.6 else "290", sched_cpu_work_us="2000", steal_ms="absent"))  # fmt: skip
+    rows += [
+        dict(model="m", run="A", batch="128", mode="stock", engine="1", wall_s="0.70", power_w="300") for _ in range(8)
+    ]
+    text = stats.slow_within_engines(rows)
+    assert text.startswith("generates > 1.1x their Engine's median at their batch: 3 of 16")
+    assert "power_w 290 vs 330.8" in text and "sched_cpu_work_us 2000 vs 2000" in text and "steal_ms" not in text
+    flat = [dict(r, wall_s="0.5") for r in rows]
+    assert stats.slow_within_engines(flat) == "generates > 1.1x their Engine's median at their batch: 0 of 16"
+
+
 def test_the_probes_read_proc_or_say_absent():
     import os as _os
 
@@ -662,6 +701,7 @@ def test_every_row_has_its_probes_and_the_run_its_header(tmp_path, capsys):
     if probes.proc_snapshot(os.getpid()):  # /proc with schedstat: the fake scheduler child was read
         assert all(r["sched_cpu_ms"] != "absent" and r["sched_cpu_last"] != "absent" for r in rows)
         assert all(float(r["worker_cpu_ms"]) >= 0 for r in rows)
+        assert all(float(r["sched_cpu_work_us"]) > 0 for r in rows)  # the work ran on the scheduler's CPU
     assert all(float(r["t_end"]) > float(r["t_start"]) for r in rows)
     runs = json.loads((tmp_path / "out" / "latest" / "cycle_live_runs-cpu.json").read_text())
     h = runs["P"]["header"]
@@ -902,7 +942,11 @@ def test_a_set_of_modes_starts_only_when_all_of_it_fits(tmp_path, capsys):
     argv = ("--sequential", "--engines-per-mode", "2", "--budget-s", "4.2", "--stop-reserve-s", "0", "--batches", "1")
     rc, gens, _ = _run(tmp_path, *argv, "--modes", "stock,zero-copy", fake=fake)
     text = capsys.readouterr().out
-    assert rc == 0 and "Engines not started ['zero-copy-e2', 'stock-e2'] (the next set needs" in text, text
+    assert (
+        rc == 0
+        and "Engines not started ['zero-copy-e2', 'stock-e2'] (the next set needs" in text
+        and " s left)]" in text
+    ), text
     assert {(r["mode"], r["engine"]) for r in live.read_csv(gens)} == {("stock", "1"), ("zero-copy", "1")}
 
 
