@@ -1448,6 +1448,12 @@ def test_the_device_runner_refuses_odd_steps_and_reverses_modes_given_with_an_eq
         assert modes == {("A", "stock"), ("A", "plugin"), ("B", "stock"), ("B", "plugin")}, modes
         rc, log, _ = run(preset, LIVE_STEP="B", LIVE_B="foo")
         assert rc == 2 and "LIVE_B" in log, log[-1500:]
+        # run A had --modes=stock,plugin: a B without them (or a radix-on B after a radix-off A) is not its pair
+        rc, log, _ = run(preset, "--radix-cache", LIVE_STEP="B")
+        assert rc == 2 and "step B needs run A's options" in log, log[-1500:]
+        rc, log, out = run(preset, LIVE_STEP="next")  # "next" with other options: run A again, said
+        assert rc == 0 and "this call runs A with these" in log and "step A" in log, log[-1500:]
+        assert {r["mode"] for r in live.read_csv(out / "latest" / "cycle_generates-cpu.csv")} == {"stock", "zero-copy"}
         shutil.rmtree(state / "A")
         rc, log, _ = run(preset, LIVE_STEP="B")
         assert rc == 2 and "run A's files" in log, log[-1500:]

@@ -24,7 +24,8 @@
 #   With --radix-cache (12-05 evening, an H100): ~100 s per Qwen3.5 Engine (a flush before every generate), so 4-5
 #   Engines a call; Nemotron-H's six fit in 492 s on a machine warm from a call before. A fresh machine's first Engine
 #   compiles in its warm-ups (47.5 s at batch 1 on Nemotron-H); the next Engines' estimate leaves that out.
-# LIVE_STEP=A|B runs that step (B needs A's files from this machine's /tmp); LIVE_STEP=prime: one stock Engine,
+# LIVE_STEP=A|B runs that step (B needs A's files from this machine's /tmp and A's options: LIVE_STEP=next runs A
+# again when the options differ, e.g. a radix-off run A before a radix-on protocol); LIVE_STEP=prime: one stock Engine,
 # 3 warm-ups and 2 generates per batch (compiles the kernels; a one-alive stock reference); a single run as before:
 #   bash tools/gpu-engine/run_cycle_live.sh [PRESET] [bench_live.py options ...]   # PRESET: qwen3.5-0.8b (default),
 #                                                                                 # nemotron-h-mini
@@ -61,14 +62,21 @@ case "$WALL" in ''|*[!0-9]*) stamp "LIVE_WALL_S must be whole seconds (got '$WAL
 case "${LIVE_B:-auto}" in auto|alive|sequential) ;; *) stamp "LIVE_B must be auto, alive or sequential (got '$LIVE_B')"; exit 2 ;; esac
 STATE=/tmp/cycle-live-state/$PRESET  # survives between calls while the machine stays warm
 STEP=${LIVE_STEP:-single}
+OPTS=$(printf '%q ' "$@")  # step B must run with run A's options (B reverses the modes itself)
+a_opts() { cat "$STATE/A.options" 2>/dev/null; }
 if [ "$STEP" = next ]; then
   if [ ! -f "$STATE/A.done" ]; then STEP=A
+  elif [ "$(a_opts)" != "$OPTS" ]; then
+    stamp "run A on this machine had other options ($(a_opts)): this call runs A with these ($OPTS)"; STEP=A
   elif [ ! -f "$STATE/B.done" ]; then STEP=B
   else stamp "A and B are done on this machine ($STATE): nothing to run (LIVE_STEP=A starts again)"; exit 4; fi
 fi
 case "$STEP" in single|prime|A|B) ;; *) stamp "LIVE_STEP must be next, prime, A or B (got $STEP)"; exit 2 ;; esac
 if [ "$STEP" = B ] && { [ ! -f "$STATE/A.done" ] || ! ls "$STATE"/A/latest/cycle_generates-*.csv >/dev/null 2>&1; }; then
   stamp "step B needs run A's files from this machine ($STATE/A): the machine went back? run LIVE_STEP=next again"; exit 2
+fi
+if [ "$STEP" = B ] && [ "$(a_opts)" != "$OPTS" ]; then
+  stamp "step B needs run A's options ($(a_opts)), got ($OPTS): the two runs would not be one protocol"; exit 2
 fi
 stamp "step $STEP ($PRESET)"
 source tools/gpu-engine/_setup.sh  # wheels, the plugin, the stand-ins, $OUT/env.txt, standin_engine_args
@@ -130,7 +138,10 @@ collect_outputs "$WORK/$PRESET" "*.log" "$OUT/cycle_live-$PRESET-engines.log" "$
 rm -f "$OUT/env.txt"  # in the log: the files that come back are at most 8
 if [ "$STEP" != single ] && [ "$rc" -eq 0 ]; then  # a clean run: the next step may follow
   mkdir -p "$STATE"
-  if [ "$STEP" = A ]; then rm -rf "$STATE/A"; mkdir -p "$STATE/A"; cp -r "$OUT/latest" "$OUT/history.csv" "$STATE/A/"; fi
+  if [ "$STEP" = A ]; then
+    rm -rf "$STATE/A"; mkdir -p "$STATE/A"; cp -r "$OUT/latest" "$OUT/history.csv" "$STATE/A/"
+    printf '%s' "$OPTS" > "$STATE/A.options"
+  fi
   [ "$STEP" = prime ] && rm -f "$STATE/A.done" "$STATE/B.done"
   [ "$STEP" = A ] && rm -f "$STATE/B.done"
   touch "$STATE/$STEP.done"
