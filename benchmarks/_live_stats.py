@@ -248,7 +248,7 @@ WITHIN_OFF = 0.10
 def slow_within_engines(rows: Sequence[Mapping], off: float = WITHIN_OFF) -> str:
     """The generates more than ``off`` slower than their Engine's median at their batch (a step within an Engine, as
     on the 2026-12-05 H100: 0.74 s then 0.51 s on one vCPU), against the others: how many, and the mean of each
-    probe of :data:`WITHIN_PROBES` over each side, e.g. ``power_w 239 vs 305``. A probe that moves with the wall names
+    probe of :data:`WITHIN_PROBES` over each side, e.g. ``power_w 237.4 vs 303.2``. A probe that moves with the wall names
     the cause; none moving says it is outside what the guest sees."""
     groups: dict[tuple, list[Mapping]] = {}
     for r in rows:
@@ -263,7 +263,7 @@ def slow_within_engines(rows: Sequence[Mapping], off: float = WITHIN_OFF) -> str
         return head
 
     def mean(side: Sequence[Mapping], col: str) -> float | None:
-        vals = [v for v in (_number(r.get(col)) for r in side) if v is not None]
+        vals = [v for v in (finite_number(r.get(col)) for r in side) if v is not None]
         return statistics.fmean(vals) if vals else None
 
     said = []
@@ -274,7 +274,8 @@ def slow_within_engines(rows: Sequence[Mapping], off: float = WITHIN_OFF) -> str
     return head + ("; probes, slow vs the rest (means): " + ", ".join(said) if said else "; no probe read")
 
 
-def _number(x) -> float | None:
+def finite_number(x) -> float | None:
+    """A finite number, else None (an empty cell, ``absent``, NaN, a word)."""
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -283,14 +284,7 @@ def _number(x) -> float | None:
 
 
 def _probe_median(group: Sequence[Mapping], col: str) -> float | None:
-    vals = []
-    for r in group:
-        try:
-            v = float(r.get(col))  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(v):
-            vals.append(v)
+    vals = [v for v in (finite_number(r.get(col)) for r in group) if v is not None]
     return statistics.median(vals) if vals else None
 
 

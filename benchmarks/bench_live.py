@@ -689,7 +689,7 @@ def next_engine_need(starts: Sequence[float], batches_s: Sequence[float]) -> flo
     """The time the next Engine of a sequential run needs: 1.2 x the slowest start but the run's first (a fresh
     machine compiles then, unless it is the only one) plus the longest time an Engine spent in its batches, each
     without its compile excess (:func:`compile_excess`). Counting the first Engine's compiles refused every
-    further Engine of the 12-05 H100 Nemotron-H run (~203 s asked, ~195 s left; the next Engines took ~100 s)."""
+    further Engine of the 12-05 H100 Nemotron-H run (~203 s asked; the next call's Engines took ~75 s each)."""
     return 1.2 * max(starts[1:] or starts or [0.0]) + max(batches_s or [0.0])
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -39,6 +38,7 @@ from pathlib import Path
 if str(Path(__file__).resolve().parent) not in sys.path:  # its siblings, also when loaded by path (the tests)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _live_stats import EQUAL, FASTER  # noqa: E402  (the verdict words the rule reads)
+from _live_stats import finite_number as _num  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LATEST = ROOT / "benchmarks" / "results" / "latest"
@@ -158,15 +158,6 @@ def _index(rows: Sequence[Mapping]) -> dict[tuple[str, str, str, int], list[Mapp
     for r in rows:
         out.setdefault((r["model"], r["radix_cache"], r["mode"], int(r["batch"])), []).append(r)
     return out
-
-
-def _num(x) -> float | None:
-    """A finite number, else None (an empty cell, NaN, a word)."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _row_problems(r: Mapping | None, batch: int) -> list[str]:
