@@ -138,17 +138,18 @@ def _num(r: Mapping, key: str, default: float = 0.0) -> float:
         return default
 
 
-def engine_stats(rows: Iterable[Mapping]) -> dict[tuple, dict]:
-    """(model, run, batch, mode, engine) -> n, median_s, m (median log wall), cv (robust), switch (max/min of the
-    generates without a gen-2 collection), gc2 (timed generates with one), frozen (every generate after a freeze)."""
+def engine_stats(rows: Iterable[Mapping], col: str = "wall_s") -> dict[tuple, dict]:
+    """(model, run, batch, mode, engine) -> n, median_s, m (median log), cv (robust), switch (max/min of the
+    generates without a gen-2 collection), gc2 (timed generates with one), frozen (every generate after a freeze),
+    all of the column ``col`` (seconds: the wall, or ``gpu_busy_s``, the GPU's busy time)."""
     groups: dict[tuple, list[Mapping]] = {}
     for r in rows:
         key = (str(r["model"]), str(r.get("run", "")), int(r["batch"]), str(r["mode"]), int(r.get("engine") or 1))
         groups.setdefault(key, []).append(r)
     out = {}
     for key, group in groups.items():
-        walls = [float(r["wall_s"]) for r in group]
-        clean = [float(r["wall_s"]) for r in group if not int(_num(r, "gc_gen2"))] or walls
+        walls = [float(r[col]) for r in group]
+        clean = [float(r[col]) for r in group if not int(_num(r, "gc_gen2"))] or walls
         out[key] = {
             "n": len(walls),
             "median_s": statistics.median(walls),
@@ -214,10 +215,12 @@ def pair_intervals(diffs: Mapping[int, Sequence[float]], margin: float = EQUAL_M
     return out
 
 
-def analyse(rows: Sequence[Mapping], base: str = "stock", exclude: Iterable[tuple] = ()) -> dict[tuple, dict]:
+def analyse(
+    rows: Sequence[Mapping], base: str = "stock", exclude: Iterable[tuple] = (), col: str = "wall_s"
+) -> dict[tuple, dict]:
     """(model, batch, mode) -> the pair analysis over every run in ``rows``: ratio, lo, hi, pairs, df, sd_from,
-    verdict, why, per-pair ratios, per-run ratios."""
-    stats = engine_stats(rows)
+    verdict, why, per-pair ratios, per-run ratios; of the column ``col`` (the wall, or the GPU's busy time)."""
+    stats = engine_stats(rows, col)
     diffs = pair_diffs(stats, base, exclude)
     by_mode: dict[tuple[str, str], dict[int, list]] = {}
     for (model, batch, mode), ds in diffs.items():
@@ -281,6 +284,16 @@ def finite_number(x) -> float | None:
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) else None
+
+
+#: the GPU's busy time per generate of an Engine at a batch (``bench_live --gpu-busy``), analysed as the wall is
+BUSY_COL = "gpu_busy_s"
+
+
+def busy_rows(rows: Iterable[Mapping]) -> list[Mapping]:
+    """The rows that carry a GPU busy time (a positive finite ``gpu_busy_s``): runs without ``--gpu-busy`` and rows
+    from before the column have none."""
+    return [r for r in rows if (v := finite_number(r.get(BUSY_COL))) is not None and v > 0]
 
 
 def _probe_median(group: Sequence[Mapping], col: str) -> float | None:

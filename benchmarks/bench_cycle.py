@@ -95,7 +95,7 @@ def cycle_profile(events: Iterable[Mapping], linear_layers: int, wall_s: float) 
         "wall_us_per_cycle": round(per(wall_s * 1e6), 1),
         "host_gap_us_per_cycle": round(per(wall_s * 1e6 - busy), 1),
         "wall_s": round(wall_s, 4),
-        "gpu_busy_s": round(busy / 1e6, 4),
+        "gpu_busy_s": round(busy / 1e6, 6),
     }
 
 
@@ -134,17 +134,36 @@ def prompts_for(batch: int, vocab: int, seed: int = 0) -> list[list[int]]:
     return [[rng.randrange(10, vocab - 10) for _ in range(rng.randrange(64, 256))] for _ in range(batch)]
 
 
-def _trace_events(folder: Path, deadline: float) -> list[dict]:
-    """The Chrome trace SGLang's profiler wrote into ``folder`` (waits for it until ``deadline``)."""
+def _trace_events(folder: Path, deadline: float, settle_s: float = 1.0) -> list[dict]:
+    """The Chrome trace SGLang's profiler wrote into ``folder`` (waits for it until ``deadline``; ``settle_s`` once
+    it is there: the writer may still be closing it)."""
     while True:
         found = sorted(folder.rglob("*.trace.json.gz"))
         if found:
-            time.sleep(1.0)  # the writer may still be closing it
+            time.sleep(settle_s)
             with gzip.open(found[-1], "rt") as f:
                 return json.load(f).get("traceEvents", [])
         if time.time() > deadline:
             raise TimeoutError(f"no trace in {folder}")
         time.sleep(0.5)
+
+
+def profiled_generate(
+    engine, ids, sampling: Mapping, folder: Path, linear_layers: int, timeout_s: float = 120.0, settle_s: float = 1.0
+) -> dict:
+    """One generate under SGLang's profiler (GPU activities only) -> :func:`cycle_profile` of its trace (the GPU's
+    busy time, per verify cycle too). The trace is written into ``folder`` and removed once read (it is large; its
+    numbers are kept). Shared by this benchmark and ``bench_live --gpu-busy``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    engine.start_profile(output_dir=str(folder), activities=["GPU"])
+    t0 = time.perf_counter()
+    engine.generate(input_ids=ids, sampling_params=dict(sampling))
+    wall = time.perf_counter() - t0
+    engine.stop_profile()
+    try:
+        return cycle_profile(_trace_events(folder, time.time() + timeout_s, settle_s), linear_layers, wall)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def worker(spec: dict) -> dict:
@@ -169,15 +188,7 @@ def worker(spec: dict) -> dict:
             entry = {"times": times, "md5": sorted(digests), "accept_length": tokens / verify_ct if verify_ct else None}
             if spec.get("profile"):
                 folder = Path(spec["profile_dir"]) / f"b{batch}"
-                folder.mkdir(parents=True, exist_ok=True)
-                engine.start_profile(output_dir=str(folder), activities=["GPU"])
-                t0 = time.perf_counter()
-                engine.generate(input_ids=ids, sampling_params=sampling)
-                wall = time.perf_counter() - t0
-                engine.stop_profile()
-                events = _trace_events(folder, time.time() + 120)
-                entry["profile"] = cycle_profile(events, spec["linear_layers"], wall)
-                shutil.rmtree(folder, ignore_errors=True)  # a trace is large; its numbers are kept
+                entry["profile"] = profiled_generate(engine, ids, sampling, folder, spec["linear_layers"])
             res["batches"][str(batch)] = entry
     finally:
         engine.shutdown()

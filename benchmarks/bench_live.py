@@ -33,6 +33,12 @@ The protocol (docs/benchmarks.md, "The decode cycle, the protocol"; the review
   apart (``radix_cache`` column).
   Health checks (printed and written): robust CV <= 1.5 % per Engine and batch, no switch of host state, the Engines
   of one mode within 1.5 %, no gen-2 gc in a timed generate, gc frozen.
+* ``--gpu-busy N`` (sequential only): after an Engine's timed generates at a batch, ``N`` more generates under
+  SGLang's profiler (GPU activities; outside every timed window, each after the same flush): the GPU's busy time
+  per generate (the union of its kernels and copies, bench_cycle's ``profiled_generate``), their median written as
+  ``gpu_busy_s`` on each of that Engine's timed rows at that batch, and analysed as the wall is (Engine pairs,
+  interval, verdict): a measure the host's state does not move (the 12-05 H100 host changed the wall by up to 64 %
+  with the GPU's work the same; docs/benchmarks.md). The wall stays the measure of the verdict.
 * Every exact mode's output ids must equal stock's at every batch (md5; a mismatch exits 1), the plugin's scheduler
   reports must show it engaged; an Engine that fails exits 2; a run that timed nothing (or not every mode) exits 3.
 * ``--budget-s``: no palindrome is started that would end after the budget (less ``--stop-reserve-s``); the files are
@@ -89,6 +95,7 @@ from _live_probes import (  # noqa: E402
     start_probe,
 )
 from _live_stats import (  # noqa: E402
+    BUSY_COL,
     EQUAL,
     FASTER,
     INCONCLUSIVE,
@@ -96,7 +103,9 @@ from _live_stats import (  # noqa: E402
     VERDICTS,
     analyse,
     bootstrap_ratio,
+    busy_rows,
     engine_stats,
+    finite_number,
     flagged_names,
     health,
     hier_bootstrap_ratio,
@@ -107,7 +116,7 @@ from _live_stats import (  # noqa: E402
 )
 from _timing import RESULTS, append_history, checkout_on_path, git_commit, read_history, slug, write_csv  # noqa: E402
 from bench_cycle import MODES as _CYCLE_MODES  # noqa: E402
-from bench_cycle import check, engine_kwargs, model_facts, plugin_report, prompts_for  # noqa: E402
+from bench_cycle import check, engine_kwargs, model_facts, plugin_report, profiled_generate, prompts_for  # noqa: E402
 
 __all__ = [  # re-exported for the tests and for readers of this file
     "EQUAL",
@@ -203,6 +212,8 @@ GEN_FIELDS = [
     "md5",
     "t_start",
     "t_end",
+    BUSY_COL,  # the GPU's busy time of this Engine's profiled generates at this batch (median; --gpu-busy)
+    "gpu_us_per_cycle",
     *PROBE_FIELDS,
     "run_status",
     *META_FIELDS,
@@ -210,7 +221,10 @@ GEN_FIELDS = [
 #: per (batch, mode): the medians of these probe columns over the mode's timed generates
 PROBE_MEDIANS = (
     "sched_cpu_ms", "sched_wait_ms", "steal_ms", "cpu_busy_pct", "sched_cpu_work_us", "energy_j", "sm_mhz", "power_w",
+    BUSY_COL,
 )  # fmt: skip
+#: the GPU-busy analysis beside the wall's (--gpu-busy): per run in the summary, over the runs in the combination
+BUSY_FIELDS = ["busy_pairs", "busy_ratio", "busy_ci_lo", "busy_ci_hi", "busy_verdict"]
 SUMMARY_FIELDS = [
     *SUMMARY_KEY,
     "n",
@@ -230,6 +244,7 @@ SUMMARY_FIELDS = [
     "flagged",
     "ratio_wo",
     "verdict_wo",
+    *BUSY_FIELDS,
     "pair_ratios",
     "pair_spread",
     "engine_medians",
@@ -274,6 +289,8 @@ COMBINED_FIELDS = [
     "why_wo",
     "run_ratios",
     "runs_agree",
+    *BUSY_FIELDS,
+    "busy_runs_agree",
     "pair_ratios",
     "health",
     "commits",
@@ -281,6 +298,10 @@ COMBINED_FIELDS = [
     "gpu",
 ]
 SLOW_FACTOR = 1.3
+#: --gpu-busy: the seconds a profiled generate may take beyond a generate to write and read its trace, and the guess
+#: of its time before one was measured (bench_cycle's H200 profiled rounds: ~5 s per profiled generate)
+PROFILE_READ_S = 120.0
+PROFILE_GUESS_S = 10.0
 #: ``run_status`` of a generate row while its run has not finished its checks (a run cut by the wall keeps it)
 RUNNING = "running"
 
@@ -382,6 +403,19 @@ def _fmt(x, nd: int = 4):
     return "" if x is None else round(x, nd)
 
 
+def busy_fields(a: Mapping | None) -> dict:
+    """:data:`BUSY_FIELDS` of one GPU-busy pair analysis (empty when there is none: no ``--gpu-busy``)."""
+    if a is None:
+        return dict.fromkeys(BUSY_FIELDS, "")
+    return {
+        "busy_pairs": a["pairs"],
+        "busy_ratio": _fmt(a["ratio"]),
+        "busy_ci_lo": _fmt(a["lo"]),
+        "busy_ci_hi": _fmt(a["hi"]),
+        "busy_verdict": a["verdict"],
+    }
+
+
 def _median_of(group: Sequence[Mapping], col: str):
     vals = []
     for r in group:
@@ -405,11 +439,14 @@ def summarize(
     checks = health(rows)
     pairs: dict[tuple, dict] = {}
     pairs_wo: dict[tuple, dict] = {}
+    busy: dict[tuple, dict] = {}
     flags = slow_state(rows)
     for run in sorted({k[1] for k in groups}):
         mine = [r for r in rows if str(r.get("run", "")) == run]
         for (model, batch, mode), a in analyse(mine, base).items():
             pairs[(model, run, batch, mode)] = a
+        for (model, batch, mode), a in analyse(busy_rows(mine), base, col=BUSY_COL).items():
+            busy[(model, run, batch, mode)] = a
         for (model, batch, mode), a in analyse(mine, base, exclude=flags).items():
             pairs_wo[(model, run, batch, mode)] = a
     out = []
@@ -456,6 +493,7 @@ def summarize(
             verdict_wo="",
         )
         s.update(empty, gen_ratio="", gen_ci_lo="", gen_ci_hi="", eng_ci_lo="", eng_ci_hi="")
+        s.update(busy_fields(busy.get((model, run, batch, mode))))
         if mode == base:
             s.update(ratio=1.0, verdict="base")
         elif ref:
@@ -590,6 +628,7 @@ def _combine_one(rows: Sequence[Mapping], base: str) -> list[dict]:
     checks = health(rows)
     flags = slow_state(rows)
     without = analyse(rows, base, exclude=flags) if flags else None
+    busy = analyse(busy_rows(rows), base, col=BUSY_COL)
     meta: dict[tuple, dict[str, set]] = {}
     for r in rows:
         m = meta.setdefault((r["model"], int(r["batch"])), {"commit": set(), "sglang": set(), "gpu": set()})
@@ -607,6 +646,8 @@ def _combine_one(rows: Sequence[Mapping], base: str) -> list[dict]:
         ]
         m = meta.get((model, batch), {})
         mine = {k: f for k, f in flags.items() if k[0] == model and k[2] in (base, mode)}
+        b = busy.get((model, batch, mode))
+        brr = b["run_ratios"] if b else {}
         w = a if without is None else without.get((model, batch, mode))
         wo = (
             {"pairs_wo": 0, "ratio_wo": "", "ci_lo_wo": "", "ci_hi_wo": "", "verdict_wo": INCONCLUSIVE}
@@ -639,6 +680,8 @@ def _combine_one(rows: Sequence[Mapping], base: str) -> list[dict]:
                 **wo,
                 "run_ratios": ";".join(f"{run}:{rr[run]:.4f}" for run in runs),
                 "runs_agree": _fmt(max(rr.values()) / min(rr.values())) if len(rr) > 1 else "",
+                **busy_fields(b),
+                "busy_runs_agree": _fmt(max(brr.values()) / min(brr.values())) if len(brr) > 1 else "",
                 "pair_ratios": a["pair_ratios"],
                 "health": "ok" if not bad else " | ".join(bad),
                 "commits": ";".join(sorted(m.get("commit", ()))),
@@ -715,7 +758,16 @@ def combined_table(rows: Sequence[Mapping]) -> str:
             if r["ci_lo_wo"] != ""
             else f"{r['ratio_wo'] or '-'} [-] {r['verdict_wo']}"
         )
-        shown.append(dict(r, interval=iv, health=short, flagged=r["flagged"] or "none", **{"without flagged": wo}))
+        gpu = (
+            f"{r['busy_ratio']} [{r['busy_ci_lo']}, {r['busy_ci_hi']}] {r['busy_verdict']}"
+            if r.get("busy_ratio") not in ("", None)
+            else "-"
+        )
+        shown.append(
+            dict(
+                r, interval=iv, health=short, flagged=r["flagged"] or "none", **{"without flagged": wo, "gpu busy": gpu}
+            )
+        )
     cols = [
         "model",
         "radix_cache",
@@ -731,6 +783,8 @@ def combined_table(rows: Sequence[Mapping]) -> str:
         "without flagged",
         "run_ratios",
         "runs_agree",
+        "gpu busy",
+        "busy_runs_agree",
         "health",
     ]
     return _table(shown, cols)
@@ -988,6 +1042,8 @@ class FakeEngine:
         self.rng = random.Random(hash((self.mode, spec.get("engine", 1))) & 0xFFFF)
         self.broken = fake.get("break") == self.mode
         self.commits = 0
+        self.profiling: Path | None = None  # the profiler's folder while it runs (start_profile .. stop_profile)
+        self.events: list[dict] = []
         # the radix cache on: the prefix cache fills with each generate and changes the next one's output (as SGLang's
         # prefill from a cached state differs from a whole prefill); flush_cache empties it
         self.cached = 0 if spec.get("radix_cache") else None
@@ -1011,6 +1067,8 @@ class FakeEngine:
                 mark.touch()
         jit = 1 + self.jitter * self.rng.uniform(-1, 1)
         time.sleep(self.delay * jit * (1 + len(input_ids) / 64))
+        if self.profiling is not None:
+            self._record(len(input_ids))
         self.commits += n // 2
         outs = []
         cached = self.cached % 2 if self.cached is not None else 0
@@ -1025,6 +1083,29 @@ class FakeEngine:
     def freeze_gc(self) -> None:
         gc.freeze()
         self.frozen += 1
+
+    def start_profile(self, output_dir: str, activities) -> None:
+        """As SGLang's profiler: the GPU's kernels of every generate until :meth:`stop_profile` go into a Chrome trace
+        in ``output_dir``. The fake's busy time is ``busy_s * factor[mode] * (1 + batch / 64)``: the GPU's work,
+        which neither ``engine_factor`` nor ``jitter`` (the host's states) moves."""
+        assert list(activities) == ["GPU"], activities
+        self.profiling, self.events = Path(output_dir), []
+
+    def _record(self, batch: int) -> None:
+        busy = float(self.fake.get("busy_s", 0.001)) * float(self.fake.get("factor", {}).get(self.mode, 1.0))
+        dur = busy * (1 + batch / 64) * 1e6 / 8  # µs, 8 kernels with gaps between them
+        t = len(self.events) * 2 * dur
+        name = "fused_sigmoid_gating_delta_rule_update_kernel"
+        self.events += [{"cat": "kernel", "name": name, "ts": t + 2 * i * dur, "dur": dur} for i in range(8)]
+
+    def stop_profile(self) -> None:
+        import gzip
+
+        folder, self.profiling = self.profiling, None
+        assert folder is not None, "stop_profile without start_profile"
+        folder.mkdir(parents=True, exist_ok=True)
+        with gzip.open(folder / "fake.trace.json.gz", "wt") as f:
+            json.dump({"traceEvents": self.events}, f)
 
     def flush_cache(self):
         """As SGLang's ``Engine.flush_cache``: the prefix cache emptied, a result with ``success`` (``"flush":
@@ -1265,11 +1346,27 @@ def serve(spec_path: str, fd: int) -> int:
                     break
                 _send(conn, {"flushed": flushed})
                 continue
-            if msg.get("op") != "generate":
+            if msg.get("op") not in ("generate", "profile"):
                 break
             b = int(msg["batch"])
             if b not in prompts:
                 prompts[b] = prompts_for(b, spec["vocab"], spec["seed"])
+            if msg["op"] == "profile":  # --gpu-busy: outside every timed window
+                try:
+                    folder = Path(spec_path).parent / f"trace-{os.getpid()}-b{b}"
+                    settle = 0.0 if spec.get("fake") is not None else 1.0
+                    t0 = time.time()
+                    res = profiled_generate(
+                        engine, prompts[b], sampling, folder, int(spec.get("linear_layers") or 0), settle_s=settle
+                    )
+                    res["profile_s"] = round(time.time() - t0, 3)
+                except Exception:  # noqa: BLE001 - told to the driver
+                    traceback.print_exc()
+                    _send(conn, {"error": traceback.format_exc()[-4000:]})
+                    rc = 1
+                    break
+                _send(conn, res)
+                continue
             try:
                 warm = bool(msg.get("warmup"))
                 res = _generate(engine, prompts[b], sampling, probe, bool(spec["gc_off"]) and not warm, sched)
@@ -1523,6 +1620,28 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
             )
         )
 
+    prof_s: list[float] = []  # what each profiled generate took, its trace written and read (the budget's estimate)
+
+    def profile(unit: tuple[str, int], b: int, timed_rows: Sequence[dict]) -> None:
+        """``--gpu-busy`` profiled generates of this Engine at this batch, each after the same flush as a timed one,
+        outside every timed window: their median GPU busy time (and GPU time per verify cycle) onto ``timed_rows``."""
+        got = []
+        for _ in range(args.gpu_busy):
+            flush(unit)
+            r = workers[unit].ask({"op": "profile", "batch": b}, args.generate_timeout + PROFILE_READ_S)
+            prof_s.append(float(r.get("profile_s") or 0.0))
+            got.append(r)
+        busy = statistics.median(float(r["gpu_busy_s"]) for r in got)
+        per = [v for v in (finite_number(r.get("gpu_us_per_cycle")) for r in got) if v is not None]
+        for row in timed_rows:
+            row[BUSY_COL] = round(busy, 6)
+            row["gpu_us_per_cycle"] = round(statistics.median(per), 1) if per else ""
+        print(
+            f"[b{b} {workers[unit].name}: GPU busy {busy:.4f} s per generate (median of {len(got)} profiled), "
+            f"{prof_s[-1]:.1f} s each with its trace]",
+            flush=True,
+        )
+
     def batch_done(b: int, count: dict) -> None:
         done.append(b)
         meds = {
@@ -1560,7 +1679,9 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                 t1 = time.time()
                 compiled = 0.0
                 for b in args.batches:
-                    if not fits(time.time(), deadline, 2 * (args.warmups + args.reps) * last.get(unit, 0.0)):
+                    per_b = 2 * (args.warmups + args.reps) * last.get(unit, 0.0)
+                    per_b += args.gpu_busy * (max(prof_s) if prof_s else PROFILE_GUESS_S + 2 * last.get(unit, 0.0))
+                    if not fits(time.time(), deadline, per_b):
                         partial.append(b)
                         break
                     warm_and_freeze([unit], b)
@@ -1570,6 +1691,8 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                     med = statistics.median(r["wall_s"] for r in rows[-args.reps :])
                     compiled += compile_excess(warm_s.get((unit, b), []), med)
                     print(f"[b{b} {w.name}: {args.reps} timed, median {med:.4f} s]", flush=True)
+                    if args.gpu_busy:
+                        profile(unit, b, rows[-args.reps :])
                 spent.append(time.time() - t1 - compiled)
                 if compiled >= 1.0:
                     print(
@@ -1696,12 +1819,18 @@ def _report(args, model, summary, rows, md5s, reports, workers, done, skipped, p
                 f"{s['ratio']} [{s['ci_lo']}, {s['ci_hi']}]" if s["ci_lo"] != "" else f"{s['ratio']} [-]"
             )
             s["over generates*"] = f"{s['gen_ratio']} [{s['gen_ci_lo']}, {s['gen_ci_hi']}]"
+            if s.get("busy_ratio") not in ("", None):
+                s["gpu busy ratio"] = (
+                    f"{s['busy_ratio']} [{s['busy_ci_lo'] or '-'}, {s['busy_ci_hi'] or '-'}] {s['busy_verdict']}"
+                )
         s["health"] = "ok" if s["health"] == "ok" else "FAIL"
         shown.append(s)
     cols = ["run", "batch", "mode", "n", "median_s", "engine_medians", "ratio [95 % over pairs]", "df", "verdict"]
     cols += ["flagged", "ratio_wo", "verdict_wo"]
     cols += ["pair_ratios", "cv_max", "engines_spread", "health", "over generates*", "gc_gen2"]
     cols += ["sched_wait_ms_med", "steal_ms_med", "sched_cpu_work_us_med", "energy_j_med"]
+    if any(s.get("busy_ratio") not in ("", None) for s in summary):  # --gpu-busy: the host-independent measure
+        cols += [f"{BUSY_COL}_med", "gpu busy ratio"]
     parts = [
         f"\n## {model}: wall per generate, Engines alive {'one at a time (--sequential)' if args.sequential else 'at once'} "
         f"(s; sglang {meta['sglang']}, {meta['gpu']}, commit {commit})",
@@ -1777,6 +1906,10 @@ def _check(args, p: argparse.ArgumentParser) -> None:
         p.error(f"--warmups must be >= 0 (got {args.warmups})")
     if args.engines_per_mode < 1:
         p.error(f"--engines-per-mode must be >= 1 (got {args.engines_per_mode})")
+    if args.gpu_busy < 0:
+        p.error(f"--gpu-busy must be >= 0 profiled generates (got {args.gpu_busy})")
+    if args.gpu_busy and not args.sequential:
+        p.error("--gpu-busy is for --sequential runs: with Engines alive at once a profile would see the others' work")
     if args.omp_threads is not None and args.omp_threads < 1:
         p.error(f"--omp-threads must be >= 1 (got {args.omp_threads})")
     if args.bootstrap < 1:
@@ -1838,6 +1971,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=16, help="timed generates per Engine and batch (even: palindromes)")
     p.add_argument("--warmups", type=int, default=3, help="generates per Engine and batch before gc is frozen")
     p.add_argument("--engines-per-mode", type=int, default=3, help="Engines (workers) per mode; pairs by number")
+    p.add_argument(
+        "--gpu-busy",
+        type=int,
+        default=0,
+        metavar="N",
+        help="per Engine and batch, N profiled generates after the timed ones: the GPU's busy time, analysed beside "
+        "the wall (--sequential only; default 0: none)",
+    )
     p.add_argument(
         "--sequential",
         action="store_true",
@@ -2017,6 +2158,7 @@ def _main(args, p: argparse.ArgumentParser) -> int:
         "static_gb": static_gb,
         "fake": fake,
         "radix_cache": args.radix_cache,
+        "linear_layers": layers,
     }
     options = {
         "batches": args.batches,
@@ -2024,6 +2166,7 @@ def _main(args, p: argparse.ArgumentParser) -> int:
         "reps": args.reps,
         "warmups": args.warmups,
         "engines_per_mode": args.engines_per_mode,
+        "gpu_busy": args.gpu_busy,
         "sequential": args.sequential,
         "omp_threads": args.omp_threads,
         "max_new_tokens": args.max_new_tokens,

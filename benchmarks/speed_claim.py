@@ -22,7 +22,8 @@ the decision lists what is missing. Where several cards measured a (model, radix
 meet the rule at every batch (the default is one for every card), and the README shows the card that measured
 every batch with the newest run. Zero-copy against SGLang's ReplaySSM-spec on Gated DeltaNet is told beside it
 (both against stock, from their own pairs), not a condition: issue 50 item 5 asks for the comparison, item 7 for
-the default.
+the default. So is the GPU's busy time (``bench_live --gpu-busy``: zero-copy / stock over the same pairs), a measure
+the host's state does not move: the default stays a claim about the wall users see.
 """
 
 from __future__ import annotations
@@ -231,6 +232,17 @@ def decide(rows: Sequence[Mapping], latest: Path = LATEST) -> Decision:
                 f"Qwen3.5-0.8B, radix on, batch {b}{on}: zero-copy {z.get('ratio')} ({z.get('verdict')}) {than} "
                 f"ReplaySSM-spec {rs.get('ratio')} ({rs.get('verdict')}), both vs stock"
             )
+    for model, name in MODELS.items():  # the GPU's busy time beside the wall (bench_live --gpu-busy), not a condition
+        for b in BATCHES:
+            for z in idx.get((model, "on", "zero-copy", b), []):
+                if _num(z.get("busy_ratio")) is None:
+                    continue
+                on = f" on the {card(gpu_of(z))}" if gpu_of(z) else ""
+                apart = f", runs apart by {z['busy_runs_agree']}" if z.get("busy_runs_agree") else ""
+                told.append(
+                    f"{name}, radix on, batch {b}{on}: GPU busy zero-copy / stock {z['busy_ratio']} "
+                    f"[{z.get('busy_ci_lo') or '-'}, {z.get('busy_ci_hi') or '-'}] ({z.get('busy_verdict')}{apart})"
+                )
     return Decision(default_on=not unmet, unmet=unmet, told=told)
 
 

@@ -753,15 +753,22 @@ def test_sequential_runs_one_engine_at_a_time(tmp_path, capsys):
     assert {r["verdict"] for r in live.read_csv(summary) if r["mode"] == "zero-copy"} <= set(live.VERDICTS)
 
 
-def test_two_runs_combined_give_one_verdict_over_their_pairs(tmp_path, capsys):
-    fake = {"delay_s": 0.01, "factor": {"zero-copy": 0.5}}
-    assert _protocol(tmp_path, "--run", "A", fake=fake, out="a")[0] == 0
-    assert _protocol(tmp_path, "--run", "B", "--modes", "zero-copy,stock", fake=fake, out="b")[0] == 0
+def _combine_ab(tmp_path, capsys):
+    """``--combine`` of the dry runs written under ``tmp_path/a`` and ``tmp_path/b`` into ``tmp_path/c``: the two
+    generate files, the printed table, the combined rows by (batch, mode)."""
     capsys.readouterr()
     a, b = (tmp_path / x / "latest" / "cycle_generates-cpu.csv" for x in ("a", "b"))
     assert live.main(["--combine", str(a), str(b), "--out", str(tmp_path / "c")]) == 0
     text = capsys.readouterr().out
     got = {(r["batch"], r["mode"]): r for r in live.read_csv(tmp_path / "c" / "latest" / "cycle_live_combined-cpu.csv")}
+    return a, b, text, got
+
+
+def test_two_runs_combined_give_one_verdict_over_their_pairs(tmp_path, capsys):
+    fake = {"delay_s": 0.01, "factor": {"zero-copy": 0.5}}
+    assert _protocol(tmp_path, "--run", "A", fake=fake, out="a")[0] == 0
+    assert _protocol(tmp_path, "--run", "B", "--modes", "zero-copy,stock", fake=fake, out="b")[0] == 0
+    a, b, text, got = _combine_ab(tmp_path, capsys)
     z = got[("16", "zero-copy")]
     assert z["runs"] == "A;B" and z["pairs"] == "4" and z["verdict"] in live.VERDICTS
     # each batch its own SD over its 4 pairs (3 df), never pooled over the batches
@@ -969,6 +976,8 @@ def _refused(tmp_path, capsys, argv):
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
+        (["--gpu-busy", "-1"], "--gpu-busy"),
+        (["--gpu-busy", "1", "--alive-at-once"], "--sequential"),
         (["--batches", "0"], "--batches"),
         (["--batches", "-1"], "--batches"),
         (["--batches", "1,x"], "--batches"),
@@ -1149,6 +1158,8 @@ def test_the_device_runner_does_a_then_b_and_combines(tmp_path, radix):
     combined = live.read_csv(tmp_path / "out1" / "latest" / "cycle_live_combined-cpu.csv")
     assert {(r["radix_cache"], r["runs"]) for r in combined} == {("on" if radix else "off", ";".join(runs))}
     assert opts["radix_cache"] is radix
+    # the runner asks for the GPU's busy time: every combined verdict has one beside the wall's
+    assert opts["gpu_busy"] == 1 and all(r["busy_ratio"] and r["busy_verdict"] for r in combined), combined
 
 
 def test_a_real_engine_gets_its_arms_keywords_and_reports_its_graphs_and_pids(monkeypatch):
@@ -1534,3 +1545,64 @@ def test_with_the_radix_cache_on_every_generate_starts_from_an_empty_prefix_cach
         assert rc == 0 and "every generate starts from an empty prefix cache" in out, out[-2000:]
         assert all(len(v) == 1 for v in md5s.values()), md5s
         assert max(float(r["rtt_s"]) for r in rows) < 0.2 and max(float(r["wall_s"]) for r in rows) < 0.2, rows[0]
+
+
+# ---------------------------------------------------------------- the GPU's busy time beside the wall (--gpu-busy)
+
+
+def _busy_run(tmp_path, run, *extra, out="out", fake=None):
+    """A sequential dry run, 2 Engines per mode, whose wall the host's states move (a slow stock Engine, 30 %
+    jitter) while the GPU's work is zero-copy 0.9 of stock's (the fake's busy time)."""
+    fake = fake or {
+        "delay_s": 0.002,
+        "busy_s": 0.01,
+        "factor": {"zero-copy": 0.9},
+        "jitter": 0.3,
+        "engine_factor": {"stock:2": 1.4},
+    }
+    argv = ["--dry-run", "--out", str(tmp_path / out), "--work", str(tmp_path / "work"), "--batches", "1,16"]
+    argv += ["--reps", "4", "--warmups", "1", "--engines-per-mode", "2", "--run", run, "--fake", json.dumps(fake)]
+    return live.main([*argv, *extra]), tmp_path / out / "latest"
+
+
+def test_gpu_busy_sees_the_gpu_work_the_host_hides(tmp_path, capsys):
+    rc, latest = _busy_run(tmp_path, "A", "--gpu-busy", "2")
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    rows = live.read_csv(latest / "cycle_generates-cpu.csv")
+    # the profiled generates are not timed rows: 4 per Engine and batch, as without them
+    assert Counter((r["batch"], r["mode"], r["engine"]) for r in rows) == {
+        (b, m, e): 4 for b in ("1", "16") for m in PROTOCOL for e in ("1", "2")
+    }
+    for r in rows:  # each timed row carries its Engine's busy time at that batch: the fake GPU's work, no host state
+        factor = 0.9 if r["mode"] == "zero-copy" else 1.0
+        assert float(r[live.BUSY_COL]) == pytest.approx(0.01 * factor * (1 + int(r["batch"]) / 64), rel=1e-4), r
+    assert len(re.findall(r"GPU busy [0-9.]+ s per generate \(median of 2 profiled\)", text)) == 2 * 2 * 2
+    summary = {(r["batch"], r["mode"]): r for r in live.read_csv(latest / "cycle_live-cpu.csv")}
+    for b in ("1", "16"):
+        z = summary[(b, "zero-copy")]
+        assert float(z["busy_ratio"]) == pytest.approx(0.9, rel=1e-3) and z["busy_verdict"] == live.FASTER, z
+        assert z["busy_pairs"] == "2"
+        assert z["verdict"] != live.FASTER  # the wall, moved by the host's states, cannot say it
+    assert "gpu busy ratio" in text
+    assert not list((tmp_path / "work").rglob("trace-*")), "a profile's trace was left behind"
+
+
+def test_without_gpu_busy_the_rows_and_the_verdicts_have_none(tmp_path, capsys):
+    rc, latest = _busy_run(tmp_path, "A", "--batches", "1")
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert all(r[live.BUSY_COL] == "" for r in live.read_csv(latest / "cycle_generates-cpu.csv"))
+    assert all(r["busy_ratio"] == "" for r in live.read_csv(latest / "cycle_live-cpu.csv"))
+    assert "gpu busy ratio" not in text and "profiled" not in text
+
+
+def test_two_runs_combine_their_gpu_busy_pairs_and_say_how_far_apart(tmp_path, capsys):
+    assert _busy_run(tmp_path, "A", "--gpu-busy", "1", out="a")[0] == 0
+    fake = {"delay_s": 0.002, "busy_s": 0.01, "factor": {"zero-copy": 0.85}}  # run B's GPU work differs
+    assert _busy_run(tmp_path, "B", "--gpu-busy", "1", "--modes", "zero-copy,stock", out="b", fake=fake)[0] == 0
+    a, b, text, got = _combine_ab(tmp_path, capsys)
+    z = got[("16", "zero-copy")]
+    assert z["busy_pairs"] == "4" and float(z["busy_runs_agree"]) == pytest.approx(0.9 / 0.85, rel=1e-3), z
+    assert float(z["busy_ratio"]) == pytest.approx((0.9 * 0.85) ** 0.5, rel=1e-3)
+    assert "| gpu busy | busy_runs_agree |" in text

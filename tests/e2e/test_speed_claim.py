@@ -373,3 +373,32 @@ def test_a_card_answers_for_every_batch_and_a_pooled_card_is_refused(tmp_path, c
     pooled.write_text("\n".join(lines) + "\n")
     assert claim.main(["--latest", str(tmp_path), "--combined", str(pooled)]) == 2
     assert "pooled over cards" in capsys.readouterr().err
+
+
+def test_the_claim_tells_the_gpu_busy_verdict_beside_the_wall():
+    rows = [
+        {
+            "model": "nemotron-h-mini",
+            "radix_cache": "on",
+            "batch": "64",
+            "mode": "zero-copy",
+            "ratio": "0.99",
+            "verdict": "inconclusive",
+            "runs": "A;B",
+            "runs_agree": "1.2",
+            "health": "ok",
+            "gpu": "NVIDIA H100 80GB HBM3",
+            "busy_ratio": "0.9312",
+            "busy_ci_lo": "0.92",
+            "busy_ci_hi": "0.94",
+            "busy_verdict": "faster",
+            "busy_runs_agree": "1.004",
+        }
+    ]
+    d = claim.decide(rows)
+    assert not d.default_on  # the GPU's busy time is told, never a condition met
+    told = [t for t in d.told if "GPU busy" in t]
+    assert told == [
+        "Nemotron-H, radix on, batch 64 on the H100: GPU busy zero-copy / stock 0.9312 [0.92, 0.94] "
+        "(faster, runs apart by 1.004)"
+    ], d.told

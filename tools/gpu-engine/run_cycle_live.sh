@@ -94,7 +94,8 @@ case "$STEP" in
   B) step_args=(--run "$run_id-B") ;;
 esac
 design_args=()
-[ "${LIVE_B:-auto}" = alive ] && design_args=(--alive-at-once)
+busy_args=(--gpu-busy 1)  # the GPU's busy time beside the wall (one profiled generate per Engine and batch)
+[ "${LIVE_B:-auto}" = alive ] && { design_args=(--alive-at-once); busy_args=(); }  # profiles: one Engine alive only
 case "$STEP" in
   A) step_args+=(${design_args[@]+"${design_args[@]}"}) ;;
   B)
@@ -120,9 +121,10 @@ log="$OUT/cycle_live-$PRESET.txt"
 stamp "bench_live $PRESET step $STEP: ${left}s of the wall left, budget ${budget}s"
 # the user's options after the defaults, the step's last (they win: --run, --modes of run B)
 # --omp-threads 1: one intra-op thread per SGLang process (hygiene, the review's call); --warmups 2 --reps 8: six
-# Engines in one call (see the time above); the user's options may change either
+# Engines in one call (see the time above); --gpu-busy 1 (12-05 night: the host moved the wall, not the GPU's work;
+# ~5 s more per Engine and batch, so fewer Engines a call); the user's options may change any of them
 timeout -k 5 $(( left - 12 )) python3 -P benchmarks/bench_live.py --preset "$PRESET" --out "$OUT" --work "$WORK" \
-  --budget-s "$budget" --omp-threads 1 --warmups 2 --reps 8 "${standin_engine_args[@]}" ${preset_args[@]+"${preset_args[@]}"} "$@" \
+  --budget-s "$budget" --omp-threads 1 --warmups 2 --reps 8 ${busy_args[@]+"${busy_args[@]}"} "${standin_engine_args[@]}" ${preset_args[@]+"${preset_args[@]}"} "$@" \
   ${step_args[@]+"${step_args[@]}"} 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 if [ "$STEP" = B ]; then
