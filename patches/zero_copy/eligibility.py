@@ -260,6 +260,17 @@ def _draft_on_a_zero_copy_pool() -> None:
     return None
 
 
+def replayssm_hint(backend, settings: Mapping[str, Any]) -> str:
+    """The sentence zero-copy's log line adds on a Gated DeltaNet pool of a release with ReplaySSM-spec: that SGLang's
+    own copy-free verify measured faster (it also skips the per-draft SSM writes; not bit-exact to stock), else ""."""
+    if type(backend).__name__ == "Mamba2AttnBackend" or "enable_linear_replayssm_spec" not in settings:
+        return ""
+    return (
+        "; on Gated DeltaNet SGLang's --enable-linear-replayssm-spec measured faster than zero-copy (prefix cache "
+        "on, a lent H100) and is not bit-exact to stock (docs/benchmarks.md)"
+    )
+
+
 def _capturing() -> bool:
     import torch
 
@@ -307,12 +318,13 @@ def decide(backend):
         logger.info(
             "sglang-mamba-dedup: zero-copy commit on (%d scratch rows of %d steps, linear layers %d-%d, %s): verify "
             "seeds from the scratch, the commit moves no SSM bytes; the scratch rows hold the live SSM states, a "
-            "running request's slot in the pool is stale between verifies",
+            "running request's slot in the pool is stale between verifies%s",
             zc.accepted.shape[0],
             zc.pitch,
             *zc.layers,
             "radix cache off"
             if zc.radix is None
             else f"radix cache on, mamba strategy {zc.radix}: track slots written by the same launch, experimental",
+            replayssm_hint(backend, settings),
         )
     return zc

@@ -118,6 +118,8 @@ def test_the_decision_is_once_per_pool_and_logged(monkeypatch, caplog):
     assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
     assert "zero-copy commit on" in caplog.records[0].message
     assert "hold the live SSM states" in caplog.records[0].message  # m-Z3: the stale slot is said
+    # a Gated DeltaNet pool: the log names SGLang's faster ReplaySSM-spec (docs/benchmarks.md, 2026-12-05 night)
+    assert "--enable-linear-replayssm-spec measured faster" in caplog.records[0].message
     assert report.events()["zero_copy"] == "on"
 
 
@@ -472,3 +474,13 @@ def test_the_pool_the_log_line_and_server_info_say_the_radix_cache_zero_copy_ser
     finally:
         report.clear_events()
     assert entry["decision"] == "on" and entry["radix_cache"] == strategy and "zc_track_commits" in entry
+
+
+def test_the_replayssm_hint_is_for_gated_deltanet_on_a_release_that_has_it():
+    class Mamba2AttnBackend:  # the name the gate reads
+        pass
+
+    assert "replayssm-spec measured faster" in eligibility.replayssm_hint(_backend(), dict(SAFE))
+    assert eligibility.replayssm_hint(Mamba2AttnBackend(), dict(SAFE)) == ""  # Mamba2: ReplaySSM does not cover it
+    without = {k: v for k, v in SAFE.items() if k != "enable_linear_replayssm_spec"}
+    assert eligibility.replayssm_hint(_backend(), without) == ""  # a release without ReplaySSM-spec
