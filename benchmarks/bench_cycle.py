@@ -96,6 +96,7 @@ def cycle_profile(events: Iterable[Mapping], linear_layers: int, wall_s: float) 
         "host_gap_us_per_cycle": round(per(wall_s * 1e6 - busy), 1),
         "wall_s": round(wall_s, 4),
         "gpu_busy_s": round(busy / 1e6, 6),
+        "gpu_kernel_s": round(gpu_us / 1e6, 6),  # the kernels alone (no copies over PCIe), summed
     }
 
 

@@ -213,6 +213,7 @@ GEN_FIELDS = [
     "t_start",
     "t_end",
     BUSY_COL,  # the GPU's busy time of this Engine's profiled generates at this batch (median; --gpu-busy)
+    "gpu_kernel_s",  # of that busy time, the kernels alone (copies over PCIe left out), median
     "gpu_us_per_cycle",
     *PROBE_FIELDS,
     "run_status",
@@ -1632,9 +1633,11 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
             prof_s.append(float(r.get("profile_s") or 0.0))
             got.append(r)
         busy = statistics.median(float(r["gpu_busy_s"]) for r in got)
+        kern = statistics.median(float(r["gpu_kernel_s"]) for r in got)
         per = [v for v in (finite_number(r.get("gpu_us_per_cycle")) for r in got) if v is not None]
         for row in timed_rows:
             row[BUSY_COL] = round(busy, 6)
+            row["gpu_kernel_s"] = round(kern, 6)
             row["gpu_us_per_cycle"] = round(statistics.median(per), 1) if per else ""
         print(
             f"[b{b} {workers[unit].name}: GPU busy {busy:.4f} s per generate (median of {len(got)} profiled), "

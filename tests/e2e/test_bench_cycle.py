@@ -50,6 +50,7 @@ def test_a_trace_becomes_per_cycle_numbers():
     assert p["cycles"] == 3
     assert p["kernels_per_cycle"] == 4 and p["gpu_us_per_cycle"] == 30
     assert p["commit_us_per_cycle"] == 4 and p["verify_us_per_cycle"] == 20
+    assert p["gpu_busy_s"] == 120e-6 and p["gpu_kernel_s"] == 90e-6  # busy counts the copies, kernel_s does not
     assert p["wall_us_per_cycle"] == 200 and p["host_gap_us_per_cycle"] == 200 - 40
 
 

@@ -1577,6 +1577,7 @@ def test_gpu_busy_sees_the_gpu_work_the_host_hides(tmp_path, capsys):
     for r in rows:  # each timed row carries its Engine's busy time at that batch: the fake GPU's work, no host state
         factor = 0.9 if r["mode"] == "zero-copy" else 1.0
         assert float(r[live.BUSY_COL]) == pytest.approx(0.01 * factor * (1 + int(r["batch"]) / 64), rel=1e-4), r
+        assert r["gpu_kernel_s"] == r[live.BUSY_COL]  # the fake's GPU runs kernels only, one after the other
     assert len(re.findall(r"GPU busy [0-9.]+ s per generate \(median of 2 profiled\)", text)) == 2 * 2 * 2
     summary = {(r["batch"], r["mode"]): r for r in live.read_csv(latest / "cycle_live-cpu.csv")}
     for b in ("1", "16"):
