@@ -33,8 +33,9 @@ The protocol (docs/benchmarks.md, "The decode cycle, the protocol"; the review
   apart (``radix_cache`` column).
   Health checks (printed and written): robust CV <= 1.5 % per Engine and batch, no switch of host state, the Engines
   of one mode within 1.5 %, no gen-2 gc in a timed generate, gc frozen.
-* ``--gpu-busy N`` (sequential only): after an Engine's timed generates at a batch, ``N`` more generates under
-  SGLang's profiler (GPU activities; outside every timed window, each after the same flush): the GPU's busy time
+* ``--gpu-busy N`` (sequential only): after all of an Engine's timed generates (so that nothing the profiler leaves
+  behind reaches a timed window), per batch ``N`` more generates under SGLang's profiler (GPU activities, each after
+  the same flush): the GPU's busy time
   per generate (the union of its kernels and copies, bench_cycle's ``profiled_generate``), their median written as
   ``gpu_busy_s`` on each of that Engine's timed rows at that batch, and analysed as the wall is (Engine pairs,
   interval, verdict): a measure the host's state does not move (the 12-05 H100 host changed the wall by up to 64 %
@@ -1681,6 +1682,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                 base_row = dict(model=model, date=date, commit=commit, options=opts, **meta)
                 t1 = time.time()
                 compiled = 0.0
+                timed_rows: dict[int, list[dict]] = {}  # batch -> this Engine's timed rows (--gpu-busy fills them)
                 for b in args.batches:
                     per_b = 2 * (args.warmups + args.reps) * last.get(unit, 0.0)
                     per_b += args.gpu_busy * (max(prof_s) if prof_s else PROFILE_GUESS_S + 2 * last.get(unit, 0.0))
@@ -1694,8 +1696,11 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                     med = statistics.median(r["wall_s"] for r in rows[-args.reps :])
                     compiled += compile_excess(warm_s.get((unit, b), []), med)
                     print(f"[b{b} {w.name}: {args.reps} timed, median {med:.4f} s]", flush=True)
-                    if args.gpu_busy:
-                        profile(unit, b, rows[-args.reps :])
+                    timed_rows[b] = rows[-args.reps :]
+                # the profiled generates after every timed one of this Engine: whatever the profiler leaves behind in
+                # its processes (CUPTI's callbacks, a slower launch) reaches none of its timed windows
+                for b, mine in timed_rows.items() if args.gpu_busy else ():
+                    profile(unit, b, mine)
                 spent.append(time.time() - t1 - compiled)
                 if compiled >= 1.0:
                     print(

@@ -1579,6 +1579,12 @@ def test_gpu_busy_sees_the_gpu_work_the_host_hides(tmp_path, capsys):
         assert float(r[live.BUSY_COL]) == pytest.approx(0.01 * factor * (1 + int(r["batch"]) / 64), rel=1e-4), r
         assert r["gpu_kernel_s"] == r[live.BUSY_COL]  # the fake's GPU runs kernels only, one after the other
     assert len(re.findall(r"GPU busy [0-9.]+ s per generate \(median of 2 profiled\)", text)) == 2 * 2 * 2
+    # each Engine's profiled generates after all of its timed ones: the profiler's after-effects reach no window
+    events = re.findall(r"\[b\d+ (\S+): (?:4 timed|GPU busy)", text)
+    kinds = re.findall(r"\[b\d+ \S+: (4 timed|GPU busy)", text)
+    for name in set(events):
+        mine = [k for e, k in zip(events, kinds, strict=True) if e == name]
+        assert mine == ["4 timed", "4 timed", "GPU busy", "GPU busy"], (name, mine)
     summary = {(r["batch"], r["mode"]): r for r in live.read_csv(latest / "cycle_live-cpu.csv")}
     for b in ("1", "16"):
         z = summary[(b, "zero-copy")]
