@@ -1613,3 +1613,23 @@ def test_two_runs_combine_their_gpu_busy_pairs_and_say_how_far_apart(tmp_path, c
     assert z["busy_pairs"] == "4" and float(z["busy_runs_agree"]) == pytest.approx(0.9 / 0.85, rel=1e-3), z
     assert float(z["busy_ratio"]) == pytest.approx((0.9 * 0.85) ** 0.5, rel=1e-3)
     assert "| gpu busy | busy_runs_agree |" in text
+
+
+def test_the_budget_counts_the_profiles_still_to_come(tmp_path, capsys):
+    """The profiled generates come after all of an Engine's timed ones: each batch's check counts those of the batches
+    before it too. Here a profile takes 3 s: zero-copy-e1 (knowing that from stock-e1) times three batches and leaves
+    the fourth, instead of timing four and ending its profiles past the budget."""
+    import time
+
+    fake = {"delay_s": 0.001, "busy_s": 0.01, "profile_s": 3.0}
+    argv = ["--dry-run", "--out", str(tmp_path / "o"), "--work", str(tmp_path / "w"), "--batches", "1,16,64,128"]
+    argv += ["--reps", "2", "--warmups", "0", "--engines-per-mode", "1", "--gpu-busy", "1", "--fake", json.dumps(fake)]
+    t0 = time.time()
+    rc = live.main([*argv, "--budget-s", "14", "--stop-reserve-s", "0"])
+    took = time.time() - t0
+    text = capsys.readouterr().out
+    # stock-e1's first check guessed 10 s a profile: it timed batch 1 alone (the run's rc says what stock lacks)
+    assert rc in (0, 1) and "PARTIAL" in text, text
+    assert took < 15.0, (took, text)
+    profiled = re.findall(r"\[b(\d+) (\S+): GPU busy", text)
+    assert ("128", "zero-copy-e1") not in profiled and ("1", "zero-copy-e1") in profiled, profiled
