@@ -24,6 +24,8 @@
 #   With --radix-cache (12-05 evening, an H100): ~100 s per Qwen3.5 Engine (a flush before every generate), so 4-5
 #   Engines a call; Nemotron-H's six fit in 492 s on a machine warm from a call before. A fresh machine's first Engine
 #   compiles in its warm-ups (47.5 s at batch 1 on Nemotron-H); the next Engines' estimate leaves that out.
+#   --gpu-busy 1 (the runner's default since 12-05 night; LIVE_B=alive drops it): after each Engine's timed generates,
+#   one profiled generate per batch gives the GPU's busy time beside the wall (~5 s each: ~20 s more per Engine).
 # LIVE_STEP=A|B runs that step (B needs A's files from this machine's /tmp and A's options: LIVE_STEP=next runs A
 # again when the options differ, e.g. a radix-off run A before a radix-on protocol); LIVE_STEP=prime: one stock Engine,
 # 3 warm-ups and 2 generates per batch (compiles the kernels; a one-alive stock reference); a single run as before:
