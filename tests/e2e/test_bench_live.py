@@ -1633,3 +1633,18 @@ def test_the_budget_counts_the_profiles_still_to_come(tmp_path, capsys):
     assert took < 15.0, (took, text)
     profiled = re.findall(r"\[b(\d+) (\S+): GPU busy", text)
     assert ("128", "zero-copy-e1") not in profiled and ("1", "zero-copy-e1") in profiled, profiled
+
+
+def test_a_profile_that_fails_costs_the_gpu_busy_column_never_the_wall(tmp_path, capsys):
+    fake = {"delay_s": 0.002, "busy_s": 0.01, "profile_fail": "zero-copy"}
+    rc, latest = _busy_run(tmp_path, "A", "--gpu-busy", "1", "--batches", "1", fake=fake)
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    rows = live.read_csv(latest / "cycle_generates-cpu.csv")
+    assert Counter(r["mode"] for r in rows) == {"stock": 8, "zero-copy": 8}  # every timed generate kept
+    assert {r["mode"] for r in rows if r[live.BUSY_COL]} == {"stock"}
+    assert text.count("no GPU busy time, the profile failed: RuntimeError: fake profiler told to fail") == 2
+    z = {r["mode"]: r for r in live.read_csv(latest / "cycle_live-cpu.csv")}["zero-copy"]
+    assert z["busy_ratio"] == "" and z["verdict"] in live.VERDICTS
+    runs = json.loads((latest / "cycle_live_runs-cpu.json").read_text())
+    assert set(runs["A"]["profile_errors"]) == {"b1 zero-copy-e1", "b1 zero-copy-e2"}
