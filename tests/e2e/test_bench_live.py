@@ -1648,3 +1648,15 @@ def test_a_profile_that_fails_costs_the_gpu_busy_column_never_the_wall(tmp_path,
     assert z["busy_ratio"] == "" and z["verdict"] in live.VERDICTS
     runs = json.loads((latest / "cycle_live_runs-cpu.json").read_text())
     assert set(runs["A"]["profile_errors"]) == {"b1 zero-copy-e1", "b1 zero-copy-e2"}
+
+
+def test_the_device_runner_asks_for_gpu_busy_only_where_bench_live_takes_it(tmp_path):
+    """The runner's ``--gpu-busy 1`` is dropped with Engines alive at once (``LIVE_B=alive`` or the user's
+    ``--alive-at-once``), which bench_live refuses with it; a one-alive run keeps it."""
+    run = _runner_tree(tmp_path)
+    for args, env, busy in [((), {}, 1), (("--alive-at-once", "--engines-per-mode", "1"), {}, 0)]:
+        rc, text, out = run("busy-test", *args, **env)
+        assert rc == 0, text[-3000:]
+        opts = json.loads(live.read_csv(out / "latest" / "cycle_generates-cpu.csv")[0]["options"])
+        assert opts["gpu_busy"] == busy and opts["sequential"] is (not args), (args, opts)
+    shutil.rmtree(Path("/tmp/bench-live") / "busy-test", ignore_errors=True)

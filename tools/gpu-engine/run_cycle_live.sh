@@ -89,7 +89,8 @@ rm -rf "$WORK/$PRESET"
 run_id=$(date -u +%Y%m%dT%H%MZ)
 step_args=()
 modes_given=""
-for a in "$@"; do case "$a" in --modes|--modes=*) modes_given=1 ;; esac; done  # "--modes a,b" or "--modes=a,b"
+alive_given=""
+for a in "$@"; do case "$a" in --modes|--modes=*) modes_given=1 ;; --alive-at-once) alive_given=1 ;; esac; done  # "--modes a,b" or "--modes=a,b"
 case "$STEP" in
   prime) step_args=(--modes stock --engines-per-mode 1 --reps 2 --warmups 3 --run "$run_id-prime") ;;
   A) step_args=(--run "$run_id-A") ;;
@@ -98,6 +99,7 @@ esac
 design_args=()
 busy_args=(--gpu-busy 1)  # the GPU's busy time beside the wall (one profiled generate per Engine and batch)
 [ "${LIVE_B:-auto}" = alive ] && { design_args=(--alive-at-once); busy_args=(); }  # profiles: one Engine alive only
+[ -n "$alive_given" ] && busy_args=()  # the user's --alive-at-once too (bench_live refuses --gpu-busy with it)
 case "$STEP" in
   A) step_args+=(${design_args[@]+"${design_args[@]}"}) ;;
   B)
