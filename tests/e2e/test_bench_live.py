@@ -1630,7 +1630,9 @@ def test_the_budget_counts_the_profiles_still_to_come(tmp_path, capsys):
     text = capsys.readouterr().out
     # stock-e1's first check guessed 10 s a profile: it timed batch 1 alone (the run's rc says what stock lacks)
     assert rc in (0, 1) and "PARTIAL" in text, text
-    assert took < 15.0, (took, text)
+    # the batch left out is the evidence; the time only a loose bound (a loaded 2-core machine starts workers slowly):
+    # never a whole profile past the budget
+    assert took < 14 + 3.0, (took, text)
     profiled = re.findall(r"\[b(\d+) (\S+): GPU busy", text)
     assert ("128", "zero-copy-e1") not in profiled and ("1", "zero-copy-e1") in profiled, profiled
 
