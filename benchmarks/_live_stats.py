@@ -33,10 +33,12 @@ ENGINES_AGREE = 0.015
 SWITCH_MAX = 1.10
 #: the whole-Engine slow-state rule: an Engine this far off its mode's other Engines at every batch is flagged
 ENGINE_OFF = 0.05
-#: the probe columns compared between a flagged Engine and its mode's others (medians per batch; CPUs as sets)
+#: the probe columns compared between a flagged Engine and its mode's others (medians per batch; CPUs as sets); the
+#: GPU's busy time (``--gpu-busy``) among them: an Engine slow with it unmoved was slowed by the host, not its GPU work
 SLOW_PROBES = (
     "sched_cpu_ms", "sched_wait_ms", "sched_slices", "sched_nvcsw", "worker_cpu_ms", "worker_wait_ms",
     "steal_ms", "steal_sched_cpu_ms", "cpu_busy_pct", "sched_cpu_work_us", "energy_j", "sm_mhz", "mem_mhz", "power_w", "temp_c",
+    "gpu_busy_s", "gpu_kernel_s",
 )  # fmt: skip
 SLOW_CPUS = ("sched_cpu_last", "worker_cpu_last")
 #: two-sided 95 % quantiles of Student's t, by degrees of freedom
@@ -303,7 +305,8 @@ def _probe_median(group: Sequence[Mapping], col: str) -> float | None:
 
 def _what_differed(groups: Mapping[tuple, list], key: tuple, others: Sequence[tuple], off: float) -> str:
     """The probe columns of Engine ``key`` that differ from its mode's other Engines (in the same direction by more
-    than :data:`ENGINE_OFF` at every batch; CPUs: the ones only it ran on), e.g. ``sched_cpu_ms x1.14, sched_cpu_last 15 (others 0)``."""
+    than :data:`ENGINE_OFF` at every batch; CPUs: the ones only it ran on), e.g. ``sched_cpu_ms x1.14, sched_cpu_last 15 (others 0)``;
+    the GPU's busy time whenever it was measured, moved or not."""
     model, run, mode, eng = key
     batches = sorted({b for (mo, ru, b, md, e) in groups if (mo, ru, md, e) == key})
     said = []
@@ -324,6 +327,8 @@ def _what_differed(groups: Mapping[tuple, list], key: tuple, others: Sequence[tu
         else:
             if ratios and (all(x > 1 + ENGINE_OFF for x in ratios) or all(x < 1 - ENGINE_OFF for x in ratios)):
                 said.append(f"{col} x{statistics.median(ratios):.3g}")
+            elif ratios and col == BUSY_COL:  # said either way: the GPU's own work did not move with the wall
+                said.append(f"{col} x{statistics.median(ratios):.3g} (its GPU work unmoved: the host slowed it)")
 
     def cpus(engs: Sequence[int], col: str) -> set[str]:
         seen = {str(r.get(col)) for e in engs for b in batches for r in groups.get((model, run, b, mode, e), ())}

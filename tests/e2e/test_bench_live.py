@@ -196,6 +196,22 @@ def test_a_whole_engine_slow_state_is_flagged_with_its_probes():
     assert any("zero-copy-e2 whole-Engine slow state" in x for x in h[("m", "B", 64, "zero-copy")])
 
 
+def test_a_flagged_engine_says_whether_its_gpu_work_moved_with_its_wall():
+    # --gpu-busy: the same GPU busy time on every Engine -> the host slowed zero-copy e2; 15 % more -> its GPU work
+    host = _slow_run("B")
+    for r in host:
+        r[stats.BUSY_COL] = 0.5 if r["mode"] == "stock" else 0.45
+    probes = stats.slow_state(host)[("m", "B", "zero-copy", 2)]["probes"]
+    assert "gpu_busy_s x1 (its GPU work unmoved: the host slowed it)" in probes and "sched_cpu_ms" in probes
+    gpu = _slow_run("B")
+    for r in gpu:
+        r[stats.BUSY_COL] = 0.45 * (1.15 if (r["mode"], r["engine"]) == ("zero-copy", 2) else 1.0)
+    probes = stats.slow_state(gpu)[("m", "B", "zero-copy", 2)]["probes"]
+    assert "gpu_busy_s x1.15" in probes and "unmoved" not in probes
+    # without --gpu-busy nothing is said of it
+    assert "gpu_busy" not in stats.slow_state(_slow_run("B"))[("m", "B", "zero-copy", 2)]["probes"]
+
+
 def test_the_verdict_is_given_with_and_without_flagged_engines():
     rows = _slow_run("A", z2=1.0) + _slow_run("B", z2=1.15)
     table = {(r["batch"], r["mode"]): r for r in live.combine(rows)}
