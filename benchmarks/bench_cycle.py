@@ -24,6 +24,7 @@ other models kept from the tree's copy), ``cycle_profile-<gpu>.csv``, both appen
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import gzip
 import hashlib
@@ -48,8 +49,13 @@ MODES = {  # mode -> the plugin's variables in its Engine's process
 }
 #: kernel names (substrings) of the commit: SGLang 0.5.23's scatters, the plugin's kernel (the zero-copy stage-in too)
 COMMIT_KERNELS = ("_fused_mamba_state_scatter_with_mask_kernel", "_fused_conv_window_scatter", "_fused_commit_kernel")
-#: the verify's state-update kernel of each mixer: one launch per linear layer per verify cycle
-VERIFY_KERNELS = ("fused_sigmoid_gating_delta_rule_update_kernel", "_selective_scan_update_kernel")
+#: the verify's state-update kernel of each mixer: one launch per linear layer per verify cycle (GDN, Mamba2, and GDN
+#: under ReplaySSM-spec: 0.5.23 ``gdn_replayssm_spec_decode`` launches its circular kernel once a call)
+VERIFY_KERNELS = (
+    "fused_sigmoid_gating_delta_rule_update_kernel",
+    "_selective_scan_update_kernel",
+    "gdn_replayssm_spec_circular_kernel",
+)
 WALL_FIELDS = ["model", "batch", "mode", "round", "median_s", "min_s", "max_s", "reps"]
 
 
@@ -142,9 +148,13 @@ def _trace_events(folder: Path, deadline: float, settle_s: float = 1.0) -> list[
         found = sorted(folder.rglob("*.trace.json.gz"))
         if found:
             time.sleep(settle_s)
-            with gzip.open(found[-1], "rt") as f:
-                return json.load(f).get("traceEvents", [])
-        if time.time() > deadline:
+            try:
+                with gzip.open(found[-1], "rt") as f:
+                    return json.load(f).get("traceEvents", [])
+            except (EOFError, OSError, ValueError):  # still being written: read it again until the deadline
+                if time.time() > deadline:
+                    raise
+        elif time.time() > deadline:
             raise TimeoutError(f"no trace in {folder}")
         time.sleep(0.5)
 
@@ -158,7 +168,12 @@ def profiled_generate(
     folder.mkdir(parents=True, exist_ok=True)
     engine.start_profile(output_dir=str(folder), activities=["GPU"])
     t0 = time.perf_counter()
-    engine.generate(input_ids=ids, sampling_params=dict(sampling))
+    try:
+        engine.generate(input_ids=ids, sampling_params=dict(sampling))
+    except BaseException:
+        with contextlib.suppress(Exception):  # a profiler left running refuses every later start_profile
+            engine.stop_profile()
+        raise
     wall = time.perf_counter() - t0
     engine.stop_profile()
     try:

@@ -39,8 +39,10 @@ The protocol (docs/benchmarks.md, "The decode cycle, the protocol"; the review
   ``profiled_generate``; ``gpu_kernel_s`` the kernels alone), their median written as ``gpu_busy_s`` on each of that
   Engine's timed rows at that batch and analysed as the wall is (Engine pairs, interval, verdict): a measure the
   host's state does not move (the 12-05 H100 host changed the wall by up to 64 % with the GPU's work the same;
-  docs/benchmarks.md). The wall stays the measure of the verdict; a profile that fails is said, its column left
-  empty, and the run goes on.
+  docs/benchmarks.md). The wall stays the measure of the verdict. The Engine's timed rows are written before its
+  profiles. A profile that fails (an error, no trace within ``PROFILE_TRACE_WAIT_S``, a trace without the GPU's
+  activity, the Engine gone under it) is said in one line and kept in the runs file, no later Engine is profiled
+  (each try would cost the call's time), and the run goes on with its timed rows whole.
 * Every exact mode's output ids must equal stock's at every batch (md5; a mismatch exits 1), the plugin's scheduler
   reports must show it engaged; an Engine that fails exits 2; a run that timed nothing (or not every mode) exits 3.
 * ``--budget-s``: no palindrome is started that would end after the budget (less ``--stop-reserve-s``); the files are
@@ -294,6 +296,7 @@ COMBINED_FIELDS = [
     "runs_agree",
     *BUSY_FIELDS,
     "busy_runs_agree",
+    "busy_runs",  # the runs whose Engines gave GPU busy pairs (a run without --gpu-busy gives none)
     "pair_ratios",
     "health",
     "commits",
@@ -305,6 +308,9 @@ SLOW_FACTOR = 1.3
 #: of its time before one was measured (bench_cycle's H200 profiled rounds: ~5 s per profiled generate)
 PROFILE_READ_S = 120.0
 PROFILE_GUESS_S = 10.0
+#: how long a profiled generate waits for its trace file after ``stop_profile`` returned (SGLang 0.5.23 exports the
+#: trace before it answers, so a trace not there by then never comes: a longer wait would only spend the call)
+PROFILE_TRACE_WAIT_S = 15.0
 #: ``run_status`` of a generate row while its run has not finished its checks (a run cut by the wall keeps it)
 RUNNING = "running"
 
@@ -420,13 +426,9 @@ def busy_fields(a: Mapping | None) -> dict:
 
 
 def _median_of(group: Sequence[Mapping], col: str):
-    vals = []
-    for r in group:
-        try:
-            vals.append(float(r.get(col)))
-        except (TypeError, ValueError):
-            continue
-    return round(statistics.median(vals), 3) if vals else ABSENT
+    """The median of ``col``'s finite values (3 decimals; seconds of GPU busy time 6), or ``absent``."""
+    vals = [v for v in (finite_number(r.get(col)) for r in group) if v is not None]
+    return round(statistics.median(vals), 6 if col == BUSY_COL else 3) if vals else ABSENT
 
 
 def summarize(
@@ -685,6 +687,7 @@ def _combine_one(rows: Sequence[Mapping], base: str) -> list[dict]:
                 "runs_agree": _fmt(max(rr.values()) / min(rr.values())) if len(rr) > 1 else "",
                 **busy_fields(b),
                 "busy_runs_agree": _fmt(max(brr.values()) / min(brr.values())) if len(brr) > 1 else "",
+                "busy_runs": ";".join(sorted(brr)),
                 "pair_ratios": a["pair_ratios"],
                 "health": "ok" if not bad else " | ".join(bad),
                 "commits": ";".join(sorted(m.get("commit", ()))),
@@ -762,7 +765,8 @@ def combined_table(rows: Sequence[Mapping]) -> str:
             else f"{r['ratio_wo'] or '-'} [-] {r['verdict_wo']}"
         )
         gpu = (
-            f"{r['busy_ratio']} [{r['busy_ci_lo']}, {r['busy_ci_hi']}] {r['busy_verdict']}"
+            f"{r['busy_ratio']} [{r['busy_ci_lo'] or '-'}, {r['busy_ci_hi'] or '-'}] {r['busy_verdict']}"
+            + (f" (from {r['busy_runs']} only)" if r.get("busy_runs") and r["busy_runs"] != r["runs"] else "")
             if r.get("busy_ratio") not in ("", None)
             else "-"
         )
@@ -1042,7 +1046,7 @@ class FakeEngine:
         self.delay = float(fake.get("delay_s", 0.002)) * float(fake.get("factor", {}).get(self.mode, 1.0))
         self.delay *= float(fake.get("engine_factor", {}).get(f"{self.mode}:{spec.get('engine', 1)}", 1.0))
         self.jitter = float(fake.get("jitter", 0.0))
-        self.rng = random.Random(hash((self.mode, spec.get("engine", 1))) & 0xFFFF)
+        self.rng = random.Random(f"{self.mode}:{spec.get('engine', 1)}")  # the same jitter in every process
         self.broken = fake.get("break") == self.mode
         self.commits = 0
         self.profiling: Path | None = None  # the profiler's folder while it runs (start_profile .. stop_profile)
@@ -1109,9 +1113,16 @@ class FakeEngine:
         folder, self.profiling = self.profiling, None
         assert folder is not None, "stop_profile without start_profile"
         time.sleep(float(self.fake.get("profile_s", 0)))  # writing a trace takes time (the budget's tests)
+        # a profiler that breaks on the machine: "die" (the Engine killed under it), "notrace" (no trace ever
+        # written), "idle" (a trace without GPU activity, as a CUPTI that records nothing)
+        how = (self.fake.get("profile_break") or {}).get(self.mode)
+        if how == "die":
+            os._exit(3)
+        if how == "notrace":
+            return
         folder.mkdir(parents=True, exist_ok=True)
         with gzip.open(folder / "fake.trace.json.gz", "wt") as f:
-            json.dump({"traceEvents": self.events}, f)
+            json.dump({"traceEvents": [] if how == "idle" else self.events}, f)
 
     def flush_cache(self):
         """As SGLang's ``Engine.flush_cache``: the prefix cache emptied, a result with ``success`` (``"flush":
@@ -1360,10 +1371,15 @@ def serve(spec_path: str, fd: int) -> int:
             if msg["op"] == "profile":  # --gpu-busy: outside every timed window
                 try:
                     folder = Path(spec_path).parent / f"trace-{os.getpid()}-b{b}"
-                    settle = 0.0 if spec.get("fake") is not None else 1.0
                     t0 = time.time()
                     res = profiled_generate(
-                        engine, prompts[b], sampling, folder, int(spec.get("linear_layers") or 0), settle_s=settle
+                        engine,
+                        prompts[b],
+                        sampling,
+                        folder,
+                        int(spec.get("linear_layers") or 0),
+                        timeout_s=float((spec.get("fake") or {}).get("trace_wait_s", PROFILE_TRACE_WAIT_S)),
+                        settle_s=0.0,  # the trace is whole once stop_profile returned; a torn read is retried
                     )
                     res["profile_s"] = round(time.time() - t0, 3)
                 except Exception as e:  # noqa: BLE001 - the wall is measured: told, the Engine goes on
@@ -1625,24 +1641,39 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         )
 
     prof_s: list[float] = []  # what each profiled generate took, its trace written and read (the budget's estimate)
+    prof_failed: list[str] = []  # the first failed profile: no Engine after it is profiled (a profiler that fails once
+    # fails again: each further try would cost the call's time, never the wall's rows)
 
-    def profile(unit: tuple[str, int], b: int, timed_rows: Sequence[dict]) -> None:
+    def profile(unit: tuple[str, int], b: int, timed_rows: Sequence[dict]) -> bool:
         """``--gpu-busy`` profiled generates of this Engine at this batch, each after the same flush as a timed one,
-        outside every timed window: their median GPU busy time (and GPU time per verify cycle) onto ``timed_rows``."""
-        got = []
+        outside every timed window: their median GPU busy time (and GPU time per verify cycle) onto ``timed_rows``.
+        False when a profile failed (an error, no trace, no GPU activity, the Engine gone): said in one line and kept
+        in the runs file; no more profiles in this run; the Engine's timed rows stand (its timed generates are done)."""
+        got, name = [], workers[unit].name
         for _ in range(args.gpu_busy):
-            flush(unit)
-            r = workers[unit].ask({"op": "profile", "batch": b}, args.generate_timeout + PROFILE_READ_S)
-            if "profile_error" in r:  # a profiler that fails costs the GPU-busy column, never the wall's rows
-                run_info.setdefault("profile_errors", {})[f"b{b} {workers[unit].name}"] = r["profile_error"]
+            t0 = time.time()
+            try:
+                flush(unit)
+                r = workers[unit].ask({"op": "profile", "batch": b}, args.generate_timeout + PROFILE_READ_S)
+            except EngineFailed as e:  # the Engine died under the profiler: its timed rows are complete
+                r = {"profile_error": f"the Engine failed: {str(e).splitlines()[0][:300]}"}
+            busy = finite_number(r.get(BUSY_COL))
+            if "profile_error" not in r and not (busy and busy > 0):
+                r = {"profile_error": f"no GPU activity in the trace ({BUSY_COL} {r.get(BUSY_COL)!r})"}
+            prof_s.append(float(r.get("profile_s") or time.time() - t0))  # a failed one costs time too
+            if "profile_error" in r:
+                prof_failed.append(f"b{b} {name}")
+                run_info.setdefault("profile_errors", {})[f"b{b} {name}"] = r["profile_error"]
                 print(
-                    f"[b{b} {workers[unit].name}: no GPU busy time, the profile failed: {r['profile_error']}]",
+                    f"[b{b} {name}: no GPU busy time, the profile failed: {r['profile_error']}; "
+                    "no further profiles in this run]",
                     flush=True,
                 )
-                return
-            prof_s.append(float(r.get("profile_s") or 0.0))
+                break
             got.append(r)
-        busy = statistics.median(float(r["gpu_busy_s"]) for r in got)
+        if not got:
+            return not prof_failed
+        busy = statistics.median(float(r[BUSY_COL]) for r in got)
         kern = statistics.median(float(r["gpu_kernel_s"]) for r in got)
         per = [v for v in (finite_number(r.get("gpu_us_per_cycle")) for r in got) if v is not None]
         for row in timed_rows:
@@ -1650,10 +1681,11 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
             row["gpu_kernel_s"] = round(kern, 6)
             row["gpu_us_per_cycle"] = round(statistics.median(per), 1) if per else ""
         print(
-            f"[b{b} {workers[unit].name}: GPU busy {busy:.4f} s per generate (median of {len(got)} profiled), "
+            f"[b{b} {name}: GPU busy {busy:.4f} s per generate (median of {len(got)} profiled), "
             f"{prof_s[-1]:.1f} s each with its trace]",
             flush=True,
         )
+        return not prof_failed
 
     def batch_done(b: int, count: dict) -> None:
         done.append(b)
@@ -1696,7 +1728,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                     per_b = 2 * (args.warmups + args.reps) * last.get(unit, 0.0)
                     # with this batch's profiled generates, those of the batches before it, done after the last
                     one = max(prof_s) if prof_s else PROFILE_GUESS_S + 2 * last.get(unit, 0.0)
-                    per_b += args.gpu_busy * one * (len(timed_rows) + 1)
+                    per_b += (args.gpu_busy if not prof_failed else 0) * one * (len(timed_rows) + 1)
                     if not fits(time.time(), deadline, per_b):
                         partial.append(b)
                         break
@@ -1710,8 +1742,11 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                     timed_rows[b] = rows[-args.reps :]
                 # the profiled generates after every timed one of this Engine: whatever the profiler leaves behind in
                 # its processes (CUPTI's callbacks, a slower launch) reaches none of its timed windows
-                for b, mine in timed_rows.items() if args.gpu_busy else ():
-                    profile(unit, b, mine)
+                if args.gpu_busy and timed_rows and not prof_failed:
+                    save()  # its timed rows on disk first: a wall that cuts a profile short loses none of them
+                    for b, mine in timed_rows.items():
+                        if not profile(unit, b, mine):
+                            break
                 spent.append(time.time() - t1 - compiled)
                 if compiled >= 1.0:
                     print(
@@ -1769,6 +1804,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         print(f"\nENGINE FAILED: {e}", flush=True)
         status = 2
     finally:
+        save()  # before the workers stop: a worker busy in a profile may hold stop_all until the wall's SIGKILL
         t0 = time.time()
         stop_all(list(workers.values()), args.stop_timeout)
         print(f"[workers stopped in {time.time() - t0:.0f} s]", flush=True)

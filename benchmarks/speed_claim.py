@@ -233,16 +233,25 @@ def decide(rows: Sequence[Mapping], latest: Path = LATEST) -> Decision:
                 f"ReplaySSM-spec {rs.get('ratio')} ({rs.get('verdict')}), both vs stock"
             )
     for model, name in MODELS.items():  # the GPU's busy time beside the wall (bench_live --gpu-busy), not a condition
-        for b in BATCHES:
-            for z in idx.get((model, "on", "zero-copy", b), []):
-                if _num(z.get("busy_ratio")) is None:
-                    continue
-                on = f" on the {card(gpu_of(z))}" if gpu_of(z) else ""
-                apart = f", runs apart by {z['busy_runs_agree']}" if z.get("busy_runs_agree") else ""
-                told.append(
-                    f"{name}, radix on, batch {b}{on}: GPU busy zero-copy / stock {z['busy_ratio']} "
-                    f"[{z.get('busy_ci_lo') or '-'}, {z.get('busy_ci_hi') or '-'}] ({z.get('busy_verdict')}{apart})"
-                )
+        busy = [
+            (b, z)
+            for b in BATCHES
+            for mode in ("zero-copy", "replayssm")
+            for z in idx.get((model, "on", mode, b), [])
+            if _num(z.get("busy_ratio")) is not None
+        ]
+        if not busy:
+            told.append(f"{name}, radix on: GPU busy time not measured (bench_live --gpu-busy)")
+        for b, z in busy:
+            on = f" on the {card(gpu_of(z))}" if gpu_of(z) else ""
+            apart = f", runs apart by {z['busy_runs_agree']}" if z.get("busy_runs_agree") else ""
+            few = z.get("busy_runs") and z["busy_runs"] != z.get("runs")
+            apart += f", from {z['busy_runs']} only of {z.get('runs')}" if few else ""
+            what = "zero-copy" if z.get("mode") == "zero-copy" else "ReplaySSM-spec"
+            told.append(
+                f"{name}, radix on, batch {b}{on}: GPU busy {what} / stock {z['busy_ratio']} "
+                f"[{z.get('busy_ci_lo') or '-'}, {z.get('busy_ci_hi') or '-'}] ({z.get('busy_verdict')}{apart})"
+            )
     return Decision(default_on=not unmet, unmet=unmet, told=told)
 
 

@@ -105,3 +105,44 @@ def test_an_engine_counts_only_its_own_reports(tmp_path, monkeypatch):
     args = type("Args", (), {"profile_round": 0, "engine_timeout": 5})()
     res = bench.run_engine(args, "plugin", 1, {}, tmp_path)
     assert res["report"]["reports"] == 1 and res["report"]["commits_all"] == 3, res["report"]
+
+
+def test_a_trace_still_being_written_is_read_again_until_whole(tmp_path):
+    """``profiled_generate`` reads the trace with no settle time (SGLang exports it before ``stop_profile`` returns); a
+    file caught half-written is read again until the deadline, not taken for a failed profile."""
+    import gzip
+    import json
+    import threading
+    import time
+
+    whole = gzip.compress(json.dumps({"traceEvents": [{"cat": "kernel", "ts": 0, "dur": 5}]}).encode())
+    path = tmp_path / "x.trace.json.gz"
+    path.write_bytes(whole[: len(whole) // 2])  # torn: an EOFError for a reader now
+    threading.Timer(0.6, path.write_bytes, args=(whole,)).start()
+    assert bench._trace_events(tmp_path, time.time() + 10, settle_s=0.0) == [{"cat": "kernel", "ts": 0, "dur": 5}]
+    path.write_bytes(whole[:10])  # never whole: the read's own error once the deadline has passed
+    with pytest.raises((EOFError, OSError, ValueError)):
+        bench._trace_events(tmp_path, time.time() + 0.3, settle_s=0.0)
+    path.unlink()
+    with pytest.raises(TimeoutError):
+        bench._trace_events(tmp_path, time.time() + 0.3, settle_s=0.0)
+
+
+def test_a_generate_that_fails_under_the_profiler_stops_it(tmp_path):
+    """SGLang refuses every later ``start_profile`` while one runs: a generate that raises under the profiler stops it
+    before the error goes on."""
+    calls = []
+
+    class Engine:
+        def start_profile(self, **kw):
+            calls.append("start")
+
+        def generate(self, **kw):
+            raise RuntimeError("the generate failed")
+
+        def stop_profile(self):
+            calls.append("stop")
+
+    with pytest.raises(RuntimeError, match="the generate failed"):
+        bench.profiled_generate(Engine(), [[1, 2]], {"max_new_tokens": 2}, tmp_path / "t", 2, timeout_s=0.2)
+    assert calls == ["start", "stop"]

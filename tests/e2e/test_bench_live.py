@@ -21,6 +21,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import sys
 from collections import Counter
 from pathlib import Path
@@ -1606,6 +1607,7 @@ def test_gpu_busy_sees_the_gpu_work_the_host_hides(tmp_path, capsys):
         z = summary[(b, "zero-copy")]
         assert float(z["busy_ratio"]) == pytest.approx(0.9, rel=1e-3) and z["busy_verdict"] == live.FASTER, z
         assert z["busy_pairs"] == "2"
+        assert float(z["gpu_busy_s_med"]) == pytest.approx(0.009 * (1 + int(b) / 64), rel=1e-4)  # not 3 decimals
         assert z["verdict"] != live.FASTER  # the wall, moved by the host's states, cannot say it
     assert "gpu busy ratio" in text
     assert not list((tmp_path / "work").rglob("trace-*")), "a profile's trace was left behind"
@@ -1631,6 +1633,19 @@ def test_two_runs_combine_their_gpu_busy_pairs_and_say_how_far_apart(tmp_path, c
     assert "| gpu busy | busy_runs_agree |" in text
 
 
+def test_a_combination_says_when_its_gpu_busy_verdict_rests_on_one_run(tmp_path, capsys):
+    # run A with --gpu-busy, run B without: the busy verdict is run A's alone, and the row and the table say so
+    assert _busy_run(tmp_path, "A", "--gpu-busy", "1", out="a")[0] == 0
+    assert _busy_run(tmp_path, "B", "--modes", "zero-copy,stock", out="b")[0] == 0
+    a, b, text, got = _combine_ab(tmp_path, capsys)
+    z = got[("16", "zero-copy")]
+    assert z["runs"] == "A;B" and z["pairs"] == "4" and z["busy_runs"] == "A" and z["busy_pairs"] == "2", z
+    assert z["busy_runs_agree"] == "" and "faster (from A only)" in text
+    capsys.readouterr()
+    assert live.main(["--combine", str(a), "--out", str(tmp_path / "d")]) == 0  # one run: nothing to say
+    assert "only)" not in capsys.readouterr().out
+
+
 def test_the_budget_counts_the_profiles_still_to_come(tmp_path, capsys):
     """The profiled generates come after all of an Engine's timed ones: each batch's check counts those of the batches
     before it too. Here a profile takes 3 s: zero-copy-e1 (knowing that from stock-e1) times three batches and leaves
@@ -1653,28 +1668,90 @@ def test_the_budget_counts_the_profiles_still_to_come(tmp_path, capsys):
     assert ("128", "zero-copy-e1") not in profiled and ("1", "zero-copy-e1") in profiled, profiled
 
 
-def test_a_profile_that_fails_costs_the_gpu_busy_column_never_the_wall(tmp_path, capsys):
-    fake = {"delay_s": 0.002, "busy_s": 0.01, "profile_fail": "zero-copy"}
-    rc, latest = _busy_run(tmp_path, "A", "--gpu-busy", "1", "--batches", "1", fake=fake)
+@pytest.mark.parametrize(
+    "breaks, said",
+    [
+        ({"profile_fail": "zero-copy"}, "RuntimeError: fake profiler told to fail"),  # the profiler does not start
+        ({"profile_break": {"zero-copy": "die"}}, "the Engine failed: zero-copy-e1: worker gone"),  # killed under it
+        ({"profile_break": {"zero-copy": "notrace"}, "trace_wait_s": 0.5}, "TimeoutError: no trace in"),  # none written
+        (
+            {"profile_break": {"zero-copy": "idle"}},
+            "no GPU activity in the trace (gpu_busy_s 0.0)",
+        ),  # CUPTI saw nothing
+    ],
+    ids=["fails-to-start", "engine-dies", "no-trace", "no-gpu-activity"],
+)
+def test_a_profile_that_fails_costs_the_gpu_busy_column_never_the_wall(tmp_path, capsys, breaks, said):
+    """A profile that fails in any way (the 12-05 audit's B2-B4) is said in one line and kept in the runs file; no
+    further Engine is profiled (each try would cost the call's time); every Engine still starts and times its batches,
+    and the run stays whole (its status 0: ``--combine`` pools it)."""
+    import time
+
+    fake = {"delay_s": 0.002, "busy_s": 0.01, **breaks}
+    t0 = time.time()
+    rc, latest = _busy_run(tmp_path, "A", "--gpu-busy", "1", "--batches", "1,16", fake=fake)
+    took = time.time() - t0
     text = capsys.readouterr().out
     assert rc == 0, text
     rows = live.read_csv(latest / "cycle_generates-cpu.csv")
-    assert Counter(r["mode"] for r in rows) == {"stock": 8, "zero-copy": 8}  # every timed generate kept
-    assert {r["mode"] for r in rows if r[live.BUSY_COL]} == {"stock"}
-    assert text.count("no GPU busy time, the profile failed: RuntimeError: fake profiler told to fail") == 2
-    z = {r["mode"]: r for r in live.read_csv(latest / "cycle_live-cpu.csv")}["zero-copy"]
+    # every Engine (s1 z1 z2 s2) timed both batches; only stock-e1, profiled before zero-copy-e1 failed, has a busy time
+    assert Counter((r["mode"], r["engine"]) for r in rows) == {(m, e): 8 for m in PROTOCOL for e in ("1", "2")}
+    assert {(r["mode"], r["engine"]) for r in rows if r[live.BUSY_COL]} == {("stock", "1")}
+    assert {r["run_status"] for r in rows} == {"0"}
+    lines = [x for x in text.splitlines() if "the profile failed" in x]
+    assert len(lines) == 1 and "[b1 zero-copy-e1: no GPU busy time" in lines[0] and said in lines[0], lines
+    assert "no further profiles in this run" in lines[0]
+    assert len(re.findall(r"GPU busy [0-9.]+ s per generate", text)) == 2  # stock-e1's two batches, nobody else's
+    z = {(r["batch"], r["mode"]): r for r in live.read_csv(latest / "cycle_live-cpu.csv")}[("1", "zero-copy")]
     assert z["busy_ratio"] == "" and z["verdict"] in live.VERDICTS
     runs = json.loads((latest / "cycle_live_runs-cpu.json").read_text())
-    assert set(runs["A"]["profile_errors"]) == {"b1 zero-copy-e1", "b1 zero-copy-e2"}
+    assert list(runs["A"]["profile_errors"]) == ["b1 zero-copy-e1"]
+    assert took < 60, took  # a missing trace is waited for trace_wait_s once, not per Engine and batch
+    combined, _ = live.combine_files([latest / "cycle_generates-cpu.csv"], None)  # pooled: the run is whole
+    assert {r["pairs"] for r in combined if r["mode"] == "zero-copy"} == {2}, combined
+
+
+def test_a_wall_that_cuts_a_profile_short_loses_no_timed_row(tmp_path):
+    """An Engine's timed rows are on disk before its profiled generates: the runner's hard wall (SIGKILL after
+    SIGTERM) during a long profile leaves them (the audit's B6: they were only in memory until the Engine stopped)."""
+    import subprocess
+    import sys
+    import time
+
+    fake = {"delay_s": 0.002, "busy_s": 0.01, "profile_s": 60}
+    out = tmp_path / "o"
+    argv = [sys.executable, str(ROOT / "benchmarks" / "bench_live.py"), "--dry-run", "--out", str(out), "--work"]
+    argv += [str(tmp_path / "w"), "--modes", "stock", "--batches", "1", "--reps", "4", "--warmups", "0"]
+    argv += ["--engines-per-mode", "1", "--gpu-busy", "1", "--run", "A", "--fake", json.dumps(fake)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    seen, deadline = [], time.time() + 120
+    try:
+        for line in proc.stdout:  # until the Engine's timed rows are written, then into its 60 s profile
+            seen.append(line)
+            if "4 timed, median" in "".join(seen) and line.startswith("[files:") or time.time() > deadline:
+                break
+        time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    assert "4 timed, median" in "".join(seen), "".join(seen)
+    rows = live.read_csv(out / "latest" / "cycle_generates-cpu.csv")
+    assert [r["seq"] for r in rows] == ["1", "2", "3", "4"] and {r["run_status"] for r in rows} == {live.RUNNING}
 
 
 def test_the_device_runner_asks_for_gpu_busy_only_where_bench_live_takes_it(tmp_path):
     """The runner's ``--gpu-busy 1`` is dropped with Engines alive at once (``LIVE_B=alive`` or the user's
     ``--alive-at-once``), which bench_live refuses with it; a one-alive run keeps it."""
     run = _runner_tree(tmp_path)
-    for args, env, busy in [((), {}, 1), (("--alive-at-once", "--engines-per-mode", "1"), {}, 0)]:
+    cases = [
+        ((), {}, 1, True),
+        (("--alive-at-once", "--engines-per-mode", "1"), {}, 0, False),
+        (("--engines-per-mode", "1"), {"LIVE_STEP": "A", "LIVE_B": "alive"}, 0, False),
+        ((), {"LIVE_STEP": "prime"}, 0, True),  # a prime compiles: nothing of it is analysed
+    ]
+    for args, env, busy, sequential in cases:
         rc, text, out = run("busy-test", *args, **env)
         assert rc == 0, text[-3000:]
-        opts = json.loads(live.read_csv(out / "latest" / "cycle_generates-cpu.csv")[0]["options"])
-        assert opts["gpu_busy"] == busy and opts["sequential"] is (not args), (args, opts)
+        opts = json.loads(live.read_csv(out / "latest" / "cycle_generates-cpu.csv")[-1]["options"])
+        assert opts["gpu_busy"] == busy and opts["sequential"] is sequential, (args, env, opts)
     shutil.rmtree(Path("/tmp/bench-live") / "busy-test", ignore_errors=True)

@@ -24,8 +24,13 @@
 #   With --radix-cache (12-05 evening, an H100): ~100 s per Qwen3.5 Engine (a flush before every generate), so 4-5
 #   Engines a call; Nemotron-H's six fit in 492 s on a machine warm from a call before. A fresh machine's first Engine
 #   compiles in its warm-ups (47.5 s at batch 1 on Nemotron-H); the next Engines' estimate leaves that out.
-#   --gpu-busy 1 (the runner's default since 12-05 night; LIVE_B=alive drops it): after each Engine's timed generates,
-#   one profiled generate per batch gives the GPU's busy time beside the wall (~5 s each: ~20 s more per Engine).
+#   --gpu-busy 1 (the runner's default since 12-05 night; LIVE_B=alive and LIVE_STEP=prime drop it): after each
+#   Engine's timed generates, one profiled generate per batch gives the GPU's busy time beside the wall (~4.4 s each,
+#   the trace's export: ~18 s more per Engine). On a fresh machine run A of a radix-on Qwen3.5 protocol then keeps one
+#   set (s1 z1: 179 + 98 s with the first Engine's compiles, the next set's estimate ~260 s of the ~250 s left) where
+#   it kept two without profiles; run B on the warm machine keeps two (the 12-05 audit's B1). A profile that fails
+#   (no trace within 15 s, none of the GPU's activity in it, the Engine gone) is said once and ends the run's
+#   profiles; the timed rows stand.
 # LIVE_STEP=A|B runs that step (B needs A's files from this machine's /tmp and A's options: LIVE_STEP=next runs A
 # again when the options differ, e.g. a radix-off run A before a radix-on protocol); LIVE_STEP=prime: one stock Engine,
 # 3 warm-ups and 2 generates per batch (compiles the kernels; a one-alive stock reference); a single run as before:
@@ -100,6 +105,7 @@ design_args=()
 busy_args=(--gpu-busy 1)  # the GPU's busy time beside the wall (one profiled generate per Engine and batch)
 [ "${LIVE_B:-auto}" = alive ] && { design_args=(--alive-at-once); busy_args=(); }  # profiles: one Engine alive only
 [ -n "$alive_given" ] && busy_args=()  # the user's --alive-at-once too (bench_live refuses --gpu-busy with it)
+[ "$STEP" = prime ] && busy_args=()  # a prime compiles the kernels: it is not analysed, its profiles would be waste
 case "$STEP" in
   A) step_args+=(${design_args[@]+"${design_args[@]}"}) ;;
   B)
