@@ -1471,7 +1471,10 @@ def test_the_device_runner_refuses_odd_steps_and_reverses_modes_given_with_an_eq
         rc, log, _ = run(preset, LIVE_WALL_S="abc")
         assert rc == 2 and "LIVE_WALL_S" in log and "unbound" not in log, log[-1500:]
         assert run(preset, "--modes=stock,plugin", LIVE_STEP="A")[0] == 0
-        rc, log, out = run(preset, "--modes=stock,plugin", LIVE_STEP="B", LIVE_B="alive")
+        # run A had one Engine alive at a time: a B with them alive at once is another design, not its pair
+        rc, log, _ = run(preset, "--modes=stock,plugin", LIVE_STEP="B", LIVE_B="alive")
+        assert rc == 2 and "step B needs run A's options" in log and "LIVE_B=alive" in log, log[-1500:]
+        rc, log, out = run(preset, "--modes=stock,plugin", LIVE_STEP="B")
         assert rc == 0, log[-2000:]
         modes = {(r["run"][-1], r["mode"]) for r in live.read_csv(out / "latest" / "cycle_generates-cpu.csv")}
         assert modes == {("A", "stock"), ("A", "plugin"), ("B", "stock"), ("B", "plugin")}, modes

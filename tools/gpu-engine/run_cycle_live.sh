@@ -69,7 +69,8 @@ case "$WALL" in ''|*[!0-9]*) stamp "LIVE_WALL_S must be whole seconds (got '$WAL
 case "${LIVE_B:-auto}" in auto|alive|sequential) ;; *) stamp "LIVE_B must be auto, alive or sequential (got '$LIVE_B')"; exit 2 ;; esac
 STATE=/tmp/cycle-live-state/$PRESET  # survives between calls while the machine stays warm
 STEP=${LIVE_STEP:-single}
-OPTS=$(printf '%q ' "$@")  # step B must run with run A's options (B reverses the modes itself)
+# step B must run with run A's options (B reverses the modes itself) and design (LIVE_B: alive at once or one alive)
+OPTS="LIVE_B=${LIVE_B:-auto} $(printf '%q ' "$@")"
 a_opts() { cat "$STATE/A.options" 2>/dev/null; }
 if [ "$STEP" = next ]; then
   if [ ! -f "$STATE/A.done" ]; then STEP=A
@@ -132,7 +133,7 @@ stamp "bench_live $PRESET step $STEP: ${left}s of the wall left, budget ${budget
 # the user's options after the defaults, the step's last (they win: --run, --modes of run B)
 # --omp-threads 1: one intra-op thread per SGLang process (hygiene, the review's call); --warmups 2 --reps 8: six
 # Engines in one call (see the time above); --gpu-busy 1 (12-05 night: the host moved the wall, not the GPU's work;
-# ~5 s more per Engine and batch, so fewer Engines a call); the user's options may change any of them
+# ~4.4 s more per Engine and batch, so fewer Engines a call); the user's options may change any of them
 timeout -k 5 $(( left - 12 )) python3 -P benchmarks/bench_live.py --preset "$PRESET" --out "$OUT" --work "$WORK" \
   --budget-s "$budget" --omp-threads 1 --warmups 2 --reps 8 ${busy_args[@]+"${busy_args[@]}"} "${standin_engine_args[@]}" ${preset_args[@]+"${preset_args[@]}"} "$@" \
   ${step_args[@]+"${step_args[@]}"} 2>&1 | tee "$log"
