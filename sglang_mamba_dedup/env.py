@@ -21,8 +21,8 @@ the verify seeds each request from the scratch column its last verify wrote, and
 
 ZERO_COPY_RADIX = "SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX"
 """Boolean, with :data:`ZERO_COPY`: also serve zero-copy with the radix cache on (docs/zero-copy.md §12; the mamba
-strategy ``extra_buffer`` or ``extra_buffer_lazy``). Experimental: built and CPU-proven, awaiting its H200 proof;
-without it the radix cache on keeps today's commit. A value neither yes nor no is named in the gate's line (off)."""
+strategy ``extra_buffer`` or ``extra_buffer_lazy``). Its own opt-in, proven end to end on GDN and Mamba2
+(docs/e2e.md); without it the radix cache on keeps today's commit. A value neither yes nor no is named in the gate's line (off)."""
 
 ZERO_COPY_FLAG = "--enable-mamba-zero-copy-commit"
 """The launch flag for :data:`ZERO_COPY` (it also switches the plugin on, like :data:`FLAG`)."""

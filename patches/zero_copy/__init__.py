@@ -51,7 +51,7 @@ def value_problem() -> str | None:
 
 def radix_wanted() -> bool:
     """The operator opted in to zero-copy with the radix cache on (:data:`~sglang_mamba_dedup.env.ZERO_COPY_RADIX`,
-    a yes value): experimental, built and CPU-proven, awaiting its H200 proof."""
+    a yes value): its own opt-in, proven end to end on GDN and Mamba2 (docs/e2e.md)."""
     return env.enabled(env.ZERO_COPY_RADIX)
 
 
@@ -72,8 +72,8 @@ def radix_said() -> str:
             "or extra_buffer_lazy only)"
         )
     return (
-        "with the radix cache on: off (experimental: built and CPU-proven, awaiting its H200 proof; "
-        f"{env.ZERO_COPY_RADIX}=1 to try it)"
+        "with the radix cache on: off (its own opt-in, proven end to end in docs/e2e.md; "
+        f"{env.ZERO_COPY_RADIX}=1 to use it)"
     )
 
 

@@ -48,8 +48,8 @@ def _radix_opted_in(radix_off: Any) -> bool:
 def _radix_experimental() -> str:
     """Why the radix cache on keeps today's commit without the opt-in (or with a value not understood)."""
     return radix_value_problem() or (
-        "the radix cache is on: zero-copy with the radix cache is built and CPU-proven but awaits its H200 proof, "
-        f"so it is experimental and off; set {env.ZERO_COPY_RADIX}=1 to try it"
+        "the radix cache is on: zero-copy with the radix cache is proven end to end (docs/e2e.md) but is still its "
+        f"own opt-in, so it is off; set {env.ZERO_COPY_RADIX}=1 to use it"
     )
 
 

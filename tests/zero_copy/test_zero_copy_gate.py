@@ -378,8 +378,8 @@ RADIX_REFUSED = [
 def test_the_radix_cache_on_is_experimental_and_off_without_its_variable(monkeypatch):
     monkeypatch.delenv(env.ZERO_COPY_RADIX, raising=False)
     problem = eligibility.settings_problem(dict(RADIX_ON))
-    assert problem.startswith("the radix cache is on: zero-copy with the radix cache is built and CPU-proven")
-    assert "H200" in problem and f"set {env.ZERO_COPY_RADIX}=1 to try it" in problem and "\n" not in problem
+    assert problem.startswith("the radix cache is on: zero-copy with the radix cache is proven end to end")
+    assert "own opt-in" in problem and f"set {env.ZERO_COPY_RADIX}=1 to use it" in problem and "\n" not in problem
     monkeypatch.setenv(env.ZERO_COPY_RADIX, "0")
     assert eligibility.settings_problem(dict(RADIX_ON)).startswith("the radix cache is on: zero-copy")
     monkeypatch.setenv(env.ZERO_COPY_RADIX, "maybe")
@@ -427,8 +427,8 @@ def test_doctor_and_the_activation_line_say_whether_zero_copy_serves_with_the_ra
     for value, said in (
         (
             None,
-            f"with the radix cache on: off (experimental: built and CPU-proven, awaiting its H200 proof; "
-            f"{env.ZERO_COPY_RADIX}=1 to try it)",
+            f"with the radix cache on: off (its own opt-in, proven end to end in docs/e2e.md; "
+            f"{env.ZERO_COPY_RADIX}=1 to use it)",
         ),
         ("1", "with the radix cache on: served, experimental"),
         ("sure", f"with the radix cache on: off ({env.ZERO_COPY_RADIX}='sure' is not understood"),
