@@ -157,9 +157,9 @@ ARM_ENGINE_KWARGS: dict[str, dict] = {
 }
 #: the modes whose output ids must equal stock's bit for bit (the others' md5 is printed, not judged)
 EXACT_MODES = ("stock", "plugin", "zero-copy")
-#: zero-copy's opt-in for the radix cache on (``sglang_mamba_dedup.env.ZERO_COPY_RADIX``), set in the zero-copy
-#: Engines' environment with ``--radix-cache``.
-RADIX_OPT_IN = "SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX"
+#: zero-copy's opt-out for the radix cache on (``sglang_mamba_dedup.env.ZERO_COPY_RADIX``): unset in every Engine
+#: (their environment drops the driver's ``SGLANG_MAMBA_DEDUP*``), so zero-copy serves ``--radix-cache`` runs.
+RADIX_OPT_OUT = "SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX"
 
 
 def cap_problems(workers: Mapping, batches: Sequence[int]) -> list[str]:
@@ -1143,7 +1143,8 @@ class FakeEngine:
         ev = {"commit_calls": self.commits, "ours_commit_calls": self.commits if on else 0}
         if zc:
             ev.update(zero_copy="on", zc_commit_calls=self.commits)
-            if os.environ.get(RADIX_OPT_IN) == "1":  # the radix cache on: every commit has a track set
+            opt_out = os.environ.get(RADIX_OPT_OUT, "").strip().lower() not in ("", "1", "on", "true", "yes")
+            if self.cached is not None and not opt_out:  # the radix cache on, as the gate: every commit is tracked
                 ev["zc_track_commits"] = self.commits
         Path(folder).mkdir(parents=True, exist_ok=True)
         (Path(folder) / f"status-{os.getpid()}-fake.json").write_text(json.dumps({"events": ev}))
@@ -1434,8 +1435,6 @@ class Worker:
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith("SGLANG_MAMBA_DEDUP")}
         env.update(MODES[mode], SGLANG_MAMBA_DEDUP_REPORT_DIR=str(self.report_dir), PYTHONUNBUFFERED="1")
-        if spec.get("radix_cache") and MODES[mode].get("SGLANG_MAMBA_DEDUP_ZERO_COPY") == "1":
-            env[RADIX_OPT_IN] = "1"  # zero-copy with the radix cache on (experimental): its gate's opt-in
         if omp_threads:  # before Python starts: torch and the BLAS libraries read them at import
             env.update(OMP_NUM_THREADS=str(omp_threads), MKL_NUM_THREADS=str(omp_threads))
         self.conn, child = Pipe()
@@ -2084,8 +2083,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--radix-cache",
         action="store_true",
-        help="radix cache on in every mode; zero-copy's Engines get its experimental radix opt-in and every "
-        "zero-copy commit must have had a track set",
+        help="radix cache on in every mode; every zero-copy commit must have had a track set (the plugin's radix "
+        "opt-out unset in every Engine)",
     )
     p.add_argument("--engine-arg", action="append", default=[], help="KEY=VALUE for sglang.Engine (repeatable)")
     p.add_argument("--budget-s", type=float, default=0, help="the run's wall budget (0: none)")
@@ -2175,8 +2174,8 @@ def _main(args, p: argparse.ArgumentParser) -> int:
         args.run = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     if args.radix_cache and "zero-copy" in args.modes:
         print(
-            "note: --radix-cache: zero-copy with the radix cache on is experimental "
-            f"({RADIX_OPT_IN}=1 in its Engines); every zero-copy commit must have a track set"
+            f"note: --radix-cache: zero-copy serves with the radix cache on ({RADIX_OPT_OUT} unset in its Engines); "
+            "every zero-copy commit must have a track set"
         )
     if args.radix_cache:
         print(

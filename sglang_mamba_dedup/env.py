@@ -20,9 +20,10 @@ ZERO_COPY = "SGLANG_MAMBA_DEDUP_ZERO_COPY"
 the verify seeds each request from the scratch column its last verify wrote, and the commit moves no SSM bytes."""
 
 ZERO_COPY_RADIX = "SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX"
-"""Boolean, with :data:`ZERO_COPY`: also serve zero-copy with the radix cache on (docs/zero-copy.md §12; the mamba
-strategy ``extra_buffer`` or ``extra_buffer_lazy``). Its own opt-in, proven end to end on GDN and Mamba2
-(docs/e2e.md); without it the radix cache on keeps today's commit. A value neither yes nor no is named in the gate's line (off)."""
+"""Boolean, on unless set to a no value: with :data:`ZERO_COPY`, zero-copy also serves with the radix cache on
+(docs/zero-copy.md §12; the mamba strategy ``extra_buffer`` or ``extra_buffer_lazy``), proven end to end on GDN and
+Mamba2 (docs/e2e.md). ``0`` keeps the radix cache on today's commit (zero-copy then serves radix-off launches only); a
+value neither yes nor no does the same, named in the gate's line. No effect without :data:`ZERO_COPY`."""
 
 ZERO_COPY_FLAG = "--enable-mamba-zero-copy-commit"
 """The launch flag for :data:`ZERO_COPY` (it also switches the plugin on, like :data:`FLAG`)."""

@@ -50,9 +50,10 @@ def value_problem() -> str | None:
 
 
 def radix_wanted() -> bool:
-    """The operator opted in to zero-copy with the radix cache on (:data:`~sglang_mamba_dedup.env.ZERO_COPY_RADIX`,
-    a yes value): its own opt-in, proven end to end on GDN and Mamba2 (docs/e2e.md)."""
-    return env.enabled(env.ZERO_COPY_RADIX)
+    """Zero-copy may serve with the radix cache on: :data:`~sglang_mamba_dedup.env.ZERO_COPY_RADIX` unset, empty or a
+    yes value (proven end to end on GDN and Mamba2, docs/e2e.md); a no value is the operator's opt-out, a value not
+    understood keeps it off too (:func:`radix_value_problem` says so)."""
+    return os.environ.get(env.ZERO_COPY_RADIX, "").strip() == "" or env.enabled(env.ZERO_COPY_RADIX)
 
 
 def radix_value_problem() -> str | None:
@@ -68,13 +69,15 @@ def radix_said() -> str:
         return f"with the radix cache on: off ({problem})"
     if radix_wanted():
         return (
-            f"with the radix cache on: served, experimental ({env.ZERO_COPY_RADIX}=1; mamba strategy extra_buffer "
-            "or extra_buffer_lazy only)"
+            "with the radix cache on: served (mamba strategy extra_buffer or extra_buffer_lazy only; "
+            f"{env.ZERO_COPY_RADIX}=0 keeps it off there)"
         )
-    return (
-        "with the radix cache on: off (its own opt-in, proven end to end in docs/e2e.md; "
-        f"{env.ZERO_COPY_RADIX}=1 to use it)"
-    )
+    return f"with the radix cache on: off ({radix_opt_out()}: the operator's opt-out)"
+
+
+def radix_opt_out() -> str:
+    """The opt-out as set, ``NAME='value'`` (the gate's line and :func:`radix_said`)."""
+    return f"{env.ZERO_COPY_RADIX}={env.shown(os.environ.get(env.ZERO_COPY_RADIX, ''))!r}"
 
 
 def release_ok(version: str | None = None) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 from sglang_mamba_dedup import env, report, resolved, state
 from sglang_mamba_dedup.resolved import ABSENT
 
-from . import asked, pool_of, radix_value_problem, radix_wanted
+from . import asked, pool_of, radix_opt_out, radix_value_problem, radix_wanted
 
 logger = logging.getLogger("sglang_mamba_dedup")
 
@@ -40,16 +40,16 @@ def _off_or_absent(value: Any) -> bool:
     return value is ABSENT or not value
 
 
-def _radix_opted_in(radix_off: Any) -> bool:
-    """The radix cache off, or on with the operator's opt-in to the experimental path (:data:`env.ZERO_COPY_RADIX`)."""
+def _radix_allowed(radix_off: Any) -> bool:
+    """The radix cache off, or on without the operator's opt-out (:data:`env.ZERO_COPY_RADIX`)."""
     return bool(radix_off) or radix_wanted()
 
 
-def _radix_experimental() -> str:
-    """Why the radix cache on keeps today's commit without the opt-in (or with a value not understood)."""
+def _radix_kept_off() -> str:
+    """Why the radix cache on keeps today's commit: the operator's opt-out (or a value not understood)."""
     return radix_value_problem() or (
-        "the radix cache is on: zero-copy with the radix cache is proven end to end (docs/e2e.md) but is still its "
-        f"own opt-in, so it is off; set {env.ZERO_COPY_RADIX}=1 to use it"
+        f"the radix cache is on and {radix_opt_out()} keeps zero-copy off there (unset it to serve zero-copy with "
+        "the radix cache, proven end to end in docs/e2e.md)"
     )
 
 
@@ -76,7 +76,7 @@ def _lazy_needs_overlap(lazy: Any, no_overlap: Any) -> bool:
 #: everything else that reads or writes tree or request slots is not analysed and refused, one line each.
 _RADIX = "disable_radix_cache"
 RADIX_RULES: tuple[Rule, ...] = (
-    Rule((_RADIX,), _radix_opted_in, _radix_experimental),
+    Rule((_RADIX,), _radix_allowed, _radix_kept_off),
     Rule(
         (_RADIX, "mamba_radix_cache_strategy", "enable_mamba_extra_buffer"),
         _radix_on_and(lambda _strategy, extra: extra is not ABSENT and bool(extra)),
@@ -324,7 +324,7 @@ def decide(backend):
             *zc.layers,
             "radix cache off"
             if zc.radix is None
-            else f"radix cache on, mamba strategy {zc.radix}: track slots written by the same launch, experimental",
+            else f"radix cache on, mamba strategy {zc.radix}: track slots written by the same launch",
             replayssm_hint(backend, settings),
         )
     return zc

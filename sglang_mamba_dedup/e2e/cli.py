@@ -37,9 +37,9 @@ and :func:`main`, which hands the checked options to :func:`.driver.run`.
 
 ``--zero-copy`` adds ``SGLANG_MAMBA_DEDUP_ZERO_COPY=1`` to the "on" and "fault" runs and requires their schedulers
 to serve commits zero-copy; with the radix cache on (the default; ``--no-radix-cache`` keeps it off) those runs
-also get ``SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX=1`` and must serve commits with a track set zero-copy, and every run's
-round 2 must read cached tokens back (:func:`.verdict.judge_runs`); without it the variables are removed from every
-run. ``--mamba-radix-cache-strategy``, ``--mamba-track-interval`` and ``--disable-overlap-schedule`` are SGLang's
+must also serve commits with a track set zero-copy, and every run's round 2 must read cached tokens back
+(:func:`.verdict.judge_runs`); without it the variables are removed from every run (and the radix opt-out
+``SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX`` from every run always). ``--mamba-radix-cache-strategy``, ``--mamba-track-interval`` and ``--disable-overlap-schedule`` are SGLang's
 options, the same in every run; the combinations that prove nothing or that SGLang refuses are usage errors
 (:func:`.settings.radix_problem`). ``--fault`` picks the negative control's fault (:data:`sglang_mamba_dedup.patches.faults.FAULTS`).
 ``--streaming-sessions`` runs rounds 1 and 2 as two turns of a streaming session per prompt (the Engine route);
@@ -309,7 +309,7 @@ def _build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the zero-copy commit: SGLANG_MAMBA_DEDUP_ZERO_COPY=1 in the on and fault runs (never in the off "
         "run); their schedulers must report it on and commits served zero-copy, else exit 8. With the radix cache "
-        "on (the default) those runs also get SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX=1 and must show commits with a "
+        "on (the default) those runs must also show commits with a "
         "track set served zero-copy (zc_track_commits > 0), and every run's round 2 must read cached tokens, else "
         "exit 8; with --no-radix-cache the radix cache is off in every run. Without it the variables are removed "
         "from every run",

@@ -32,7 +32,7 @@ class RunContext:
     track_expected: bool = False  # the "on" run must show commits with track slots through our kernel
     track_reason: str = ""  # why (or why not)
     workload: dict[str, str] = dataclasses.field(default_factory=dict)  # md5 per part of the run spec
-    zero_copy_radix: bool = False  # --zero-copy with the radix cache on (the on and fault runs get ZERO_COPY_RADIX=1)
+    zero_copy_radix: bool = False  # --zero-copy with the radix cache on (served by default: no variable)
     # set while running
     not_started: list[str] = dataclasses.field(default_factory=list)  # the runs --time-budget left out
     not_written: list[str] = dataclasses.field(default_factory=list)  # results promised (--json-out ...) not written

@@ -36,8 +36,8 @@ from .workload import Sessions, engine_flush_once, flush_with_retry, run_plan
 Runner = Callable[[dict[str, Any], str, Path, Path], dict[str, Any]]
 
 
-#: The plugin's experimental switch that lets its gate accept zero-copy with the radix cache on (SGLang's extra
-#: buffer); declared by the plugin (issue 50), set here only in the servers' environment.
+#: The plugin's opt-out of zero-copy with the radix cache on (declared by the plugin, issue 50): removed from every
+#: run, so a parent's ``0`` never keeps a radix-on ``--zero-copy`` run on today's commit.
 ZERO_COPY_RADIX = "SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX"
 
 
@@ -49,15 +49,15 @@ def run_env(
     zero_copy_radix: bool = False,
 ) -> dict[str, str]:
     """A run's plugin variables (the spec's ``plugin``): the fault ``fault`` in a "fault" run, ``ZERO_COPY=1`` in
-    the "on" and "fault" runs with ``zero_copy``, and :data:`ZERO_COPY_RADIX` ``=1`` there too with
-    ``zero_copy_radix`` (zero-copy with the radix cache on); each removed where not asked for (also when the
-    parent has it)."""
+    the "on" and "fault" runs with ``zero_copy``; each removed where not asked for (also when the parent has it).
+    :data:`ZERO_COPY_RADIX` is removed from every run: zero-copy serves the radix cache on without it
+    (``zero_copy_radix``, the spec's record of that case, sets nothing)."""
     faults.set_env(env, mode == "fault", fault)
-    for name, wanted in ((ZERO_COPY, zero_copy), (ZERO_COPY_RADIX, zero_copy and zero_copy_radix)):
-        if wanted and mode != "off":
-            env[name] = "1"
-        else:
-            env.pop(name, None)
+    if zero_copy and mode != "off":
+        env[ZERO_COPY] = "1"
+    else:
+        env.pop(ZERO_COPY, None)
+    env.pop(ZERO_COPY_RADIX, None)
     return env
 
 

@@ -95,10 +95,7 @@ def _zero_copy_words(st: dict[str, Any]) -> str:
     if st.get("zero_copy_refused"):
         return ", zero-copy commit asked for (a server refuses it here; its accepted table is still reserved)"
     if st.get("zero_copy_radix"):
-        return (
-            f", zero-copy commit with the radix cache on ({st['zero_copy_radix']}, experimental; its accepted table "
-            "reserved)"
-        )
+        return f", zero-copy commit with the radix cache on ({st['zero_copy_radix']}; its accepted table reserved)"
     return ", zero-copy commit (its accepted table reserved)"
 
 

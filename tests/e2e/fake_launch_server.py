@@ -6,8 +6,8 @@ of an earlier sequence since the last flush), prints an activation line like the
 ``--enable-mamba-conv-dedup`` is given, and spawns a child "scheduler" process that writes a status report
 into SGLANG_MAMBA_DEDUP_REPORT_DIR, so the driver's stop must take the whole process group down (with the flag
 and SGLANG_MAMBA_DEDUP_ZERO_COPY=1 the report shows the zero-copy commit on, or FAKE_SERVER_ZERO_COPY's decision;
-with the radix cache on, as the plugin's gate, "off: radix cache on" unless SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX=1, and
-then ``zc_track_commits`` FAKE_SERVER_ZC_TRACK, default 5, ``absent``: not recorded).
+with the radix cache on, as the plugin's gate, "off: radix cache on" where SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX=0 (the
+opt-out), else ``zc_track_commits`` FAKE_SERVER_ZC_TRACK, default 5, ``absent``: not recorded).
 FAKE_SERVER_FAIL=1 exits before it is healthy (FAKE_SERVER_FAIL=on: only with the flag); FAKE_SERVER_NO_TRACK=1
 reports no commit with track slots; FAKE_SERVER_LOG=path appends "off|on PATH" of every request there;
 FAKE_SERVER_CHILD_PID_FILE=path appends the child's pid there (FAKE_SERVER_CHILD_SLOW=seconds: at once, then the
@@ -48,7 +48,7 @@ if d:
         ev["dedup_layout"] = {"state": "upstream", "reason": None, "dense_bytes": 200, "physical_bytes": 100}
     if flag and os.environ.get("SGLANG_MAMBA_DEDUP_ZERO_COPY") == "1":
         radix = sys.argv[3] == "1"
-        if radix and os.environ.get("SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX") != "1":
+        if radix and os.environ.get("SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX") == "0":
             ev.update(zero_copy="off: radix cache on", zc_commit_calls=0)
         else:
             ev.update(zero_copy=os.environ.get("FAKE_SERVER_ZERO_COPY", "on"), zc_commit_calls=8)

@@ -1496,18 +1496,19 @@ def test_the_device_runner_refuses_odd_steps_and_reverses_modes_given_with_an_eq
         shutil.rmtree(Path("/tmp/bench-live") / preset, ignore_errors=True)
 
 
-def test_the_radix_cache_on_gives_zero_copy_its_opt_in_and_checks_the_track_sets(tmp_path, capsys, monkeypatch):
-    """Issue 50 item 5 with issue 51's benchmark: ``--radix-cache`` sets zero-copy's radix opt-in in the zero-copy
-    Engines only (their fake reports then show every commit with a track set) and the run is EQUAL; an Engine whose
-    commits had no track set (the opt-in lost) is a problem, exit 1."""
+def test_the_radix_cache_on_serves_zero_copy_and_checks_the_track_sets(tmp_path, capsys, monkeypatch):
+    """Issue 50 item 5 with issue 51's benchmark: with ``--radix-cache`` zero-copy's Engines serve it (their fake
+    reports, like the gate, show every commit with a track set) and the run is EQUAL; an Engine whose commits had no
+    track set (here the plugin's radix opt-out set in its mode) is a problem, exit 1."""
     from sglang_mamba_dedup import env
 
-    assert live.RADIX_OPT_IN == env.ZERO_COPY_RADIX
+    assert live.RADIX_OPT_OUT == env.ZERO_COPY_RADIX
+    monkeypatch.setenv(env.ZERO_COPY_RADIX, "0")  # the driver's own: never reaches an Engine
     argv = ["--dry-run", "--out", str(tmp_path / "o"), "--work", str(tmp_path / "w"), "--batches", "1", "--reps", "2"]
     argv += ["--engines-per-mode", "1", "--fake", json.dumps({"delay_s": 0.002}), "--radix-cache"]
     assert live.main(argv) == 0
     text = capsys.readouterr().out
-    assert "zero-copy with the radix cache on is experimental" in text and "EQUAL outputs" in text, text
+    assert "zero-copy serves with the radix cache on" in text and "EQUAL outputs" in text, text
     assert json.loads(live.read_csv(tmp_path / "o" / "latest" / "cycle_generates-cpu.csv")[0]["options"])["radix_cache"]
     reports = {
         ("zero-copy", 1): {"zc_commit_calls": 8, "zc_track_commits": 8},
@@ -1517,7 +1518,7 @@ def test_the_radix_cache_on_gives_zero_copy_its_opt_in_and_checks_the_track_sets
     reports[("zero-copy", 1)]["zc_track_commits"] = 0
     (problem,) = live.radix_problems(reports, True)
     assert problem.startswith("zero-copy e1: not every commit served zero-copy with a track set"), problem
-    monkeypatch.setattr(live, "RADIX_OPT_IN", "SMD_TEST_NOT_THE_OPT_IN")  # the Engines never get the opt-in
+    monkeypatch.setitem(live.MODES, "zero-copy", {**live.MODES["zero-copy"], env.ZERO_COPY_RADIX: "0"})
     assert live.main([*argv, "--run", "X", "--out", str(tmp_path / "o2")]) == 1
     assert "not every commit served zero-copy with a track set" in capsys.readouterr().out
 

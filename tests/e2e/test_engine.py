@@ -20,14 +20,15 @@ ZCR = "SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX"
         ("on", {"zero_copy": True, "fault": "zc_no_stage_in"}, {ZC: "1"}),
         ("fault", {"zero_copy": True, "fault": "zc_no_stage_in"}, {FAULT: "zc_no_stage_in", ZC: "1"}),
         ("off", {"zero_copy": True, "zero_copy_radix": True}, {}),
-        ("on", {"zero_copy": True, "zero_copy_radix": True}, {ZC: "1", ZCR: "1"}),
-        ("fault", {"zero_copy": True, "zero_copy_radix": True}, {FAULT: "commit_step0", ZC: "1", ZCR: "1"}),
+        ("on", {"zero_copy": True, "zero_copy_radix": True}, {ZC: "1"}),
+        ("fault", {"zero_copy": True, "zero_copy_radix": True}, {FAULT: "commit_step0", ZC: "1"}),
         ("on", {"zero_copy": False, "zero_copy_radix": True}, {}),
     ],
 )
 def test_run_env_sets_the_fault_and_zero_copy_per_mode(mode, plugin, want):
-    """The parent's own values never reach a run: each variable is set where asked for, removed elsewhere."""
-    parent = {FAULT: "stale", ZC: "1", ZCR: "1", "KEEP": "x"}
+    """The parent's own values never reach a run: each variable is set where asked for, removed elsewhere; the
+    radix opt-out is removed from every run (zero-copy serves the radix cache on without a variable)."""
+    parent = {FAULT: "stale", ZC: "1", ZCR: "0", "KEEP": "x"}
     assert engine.run_env(parent, mode, **plugin) == {**want, "KEEP": "x"}
     assert engine.ZERO_COPY_RADIX == ZCR
 

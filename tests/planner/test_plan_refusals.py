@@ -131,18 +131,19 @@ def test_a_config_file_given_as_the_model_path_is_named_a_file(model, capsys):
 @pytest.mark.parametrize(
     "extra, why",
     [
-        ((), "the radix cache is on"),  # m5
+        ((), "the radix cache is on and SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX='0' keeps zero-copy off there"),  # m5
         (
             ("--disable-radix-cache", "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "6"),
             "topk > 1",
         ),  # m8
     ],
 )
-def test_zero_copy_a_server_would_refuse_is_said(model, capsys, extra, why):
-    """m5, m8: the zero-copy flag on a launch the gate refuses (radix cache on; a tree verify) was planned under
-    "zero-copy commit" with nothing saying a server keeps today's commit."""
+def test_zero_copy_a_server_would_refuse_is_said(model, capsys, monkeypatch, extra, why):
+    """m5, m8: the zero-copy flag on a launch the gate refuses (radix cache on with the operator's radix opt-out; a
+    tree verify) was planned under "zero-copy commit" with nothing saying a server keeps today's commit."""
     if not versions.release().zero_copy:
         pytest.skip("zero-copy is built for another release")
+    monkeypatch.setenv("SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX", "0")  # no effect with the radix cache off (m8)
     launch = [*base(model, *extra), "--enable-mamba-zero-copy-commit"]
     rc, out, err = _run(capsys, *H200, "--", *launch)
     assert rc == 0, err
@@ -157,15 +158,15 @@ def test_zero_copy_a_server_would_refuse_is_said(model, capsys, extra, why):
      (("--disable-radix-cache",), None)],
     ids=["default", "lazy", "radix-off"],
 )  # fmt: skip
-def test_zero_copy_with_the_radix_cache_opted_in_is_planned_as_served(model, capsys, monkeypatch, extra, strategy):
-    """Issue 50 item 2: with the experimental opt-in, ``plan`` says a server of this launch serves zero-copy with
-    the radix cache on and the strategy it resolves to (the gate's own reading); without it, that it refuses."""
+def test_zero_copy_with_the_radix_cache_on_is_planned_as_served(model, capsys, monkeypatch, extra, strategy):
+    """Issue 50 item 2: ``plan`` says a server of this launch serves zero-copy with the radix cache on and the
+    strategy it resolves to (the gate's own reading); with the operator's radix opt-out, that it refuses."""
     from sglang_mamba_dedup import env
 
     if not versions.release().zero_copy:
         pytest.skip("zero-copy is built for another release")
     launch = [*base(model, *extra), "--enable-mamba-zero-copy-commit"]
-    monkeypatch.setenv(env.ZERO_COPY_RADIX, "1")
+    monkeypatch.delenv(env.ZERO_COPY_RADIX, raising=False)
     doc = _json(capsys, launch)
     st = doc["settings"]
     assert st["zero_copy"] is True and st["zero_copy_refused"] is None and st["zero_copy_radix"] == strategy, st
@@ -175,8 +176,8 @@ def test_zero_copy_with_the_radix_cache_opted_in_is_planned_as_served(model, cap
     if strategy is None:
         assert "zero-copy commit (its accepted table reserved)" in head, head
     else:
-        assert f"zero-copy commit with the radix cache on ({strategy}, experimental" in head, head
-    monkeypatch.delenv(env.ZERO_COPY_RADIX)
+        assert f"zero-copy commit with the radix cache on ({strategy}; its accepted table reserved)" in head, head
+    monkeypatch.setenv(env.ZERO_COPY_RADIX, "0")
     st = _json(capsys, launch)["settings"]
     assert (st["zero_copy_refused"] is None) is (strategy is None) and st["zero_copy_radix"] is None, st
 

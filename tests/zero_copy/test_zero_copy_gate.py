@@ -190,7 +190,7 @@ def test_pool_of_finds_the_pool_from_every_hooked_object():
 def test_a_rule_over_several_settings_is_one_row():
     """Design review D10: a rule may read several settings (the radix gate's "radix on only with the extra buffer");
     the refusal names them all, and a setting the release does not have refuses unless the rule says what it means.
-    Today's rules are unchanged: the radix cache on is refused whatever the buffer."""
+    The gate's own rule reads the same pair: the radix cache on is served with the extra buffer only."""
     rule = eligibility.Rule(
         ("disable_radix_cache", "enable_mamba_extra_buffer"),
         lambda radix_off, extra: radix_off or extra,
@@ -205,7 +205,8 @@ def test_a_rule_over_several_settings_is_one_row():
     assert eligibility.settings_problem(dict(SAFE, disable_radix_cache=True), rules) == (
         "cannot read SGLang's setting enable_mamba_extra_buffer"
     )
-    assert "radix cache is on" in eligibility.settings_problem(dict(on_no_buffer, enable_mamba_extra_buffer=True))
+    assert "radix cache is on with the mamba strategy no_buffer" in eligibility.settings_problem(on_no_buffer)
+    assert eligibility.settings_problem(dict(on_no_buffer, enable_mamba_extra_buffer=True)) is None
 
 
 # the second audit's zero-copy cases (issue 36: m-Z1, m-Z2, m-Z5), each failing on the code before the fix ----------
@@ -375,13 +376,27 @@ RADIX_REFUSED = [
 ]
 
 
-def test_the_radix_cache_on_is_experimental_and_off_without_its_variable(monkeypatch):
-    monkeypatch.delenv(env.ZERO_COPY_RADIX, raising=False)
+@pytest.mark.parametrize("value", [None, "", " ", "1", "on", "TRUE", "yes"], ids=repr)
+def test_the_radix_cache_on_is_served_unless_the_operator_opts_out(monkeypatch, value):
+    """One switch: zero-copy asked for serves the radix cache on too (its proofs passed, docs/e2e.md); the variable
+    is an opt-out only."""
+    if value is None:
+        monkeypatch.delenv(env.ZERO_COPY_RADIX, raising=False)
+    else:
+        monkeypatch.setenv(env.ZERO_COPY_RADIX, value)
+    assert eligibility.settings_problem(dict(RADIX_ON)) is None and zero_copy.radix_wanted()
+
+
+@pytest.mark.parametrize("value", ["0", "off", "False", " no "], ids=repr)
+def test_the_radix_opt_out_keeps_the_radix_cache_on_todays_commit_in_one_line(monkeypatch, value):
+    monkeypatch.setenv(env.ZERO_COPY_RADIX, value)
     problem = eligibility.settings_problem(dict(RADIX_ON))
-    assert problem.startswith("the radix cache is on: zero-copy with the radix cache is proven end to end")
-    assert "own opt-in" in problem and f"set {env.ZERO_COPY_RADIX}=1 to use it" in problem and "\n" not in problem
-    monkeypatch.setenv(env.ZERO_COPY_RADIX, "0")
-    assert eligibility.settings_problem(dict(RADIX_ON)).startswith("the radix cache is on: zero-copy")
+    assert problem.startswith(f"the radix cache is on and {env.ZERO_COPY_RADIX}={value!r} keeps zero-copy off there")
+    assert "\n" not in problem and not zero_copy.radix_wanted()
+    assert eligibility.settings_problem(dict(RADIX_ON, disable_radix_cache=True)) is None  # radix off: still served
+
+
+def test_a_radix_value_not_understood_keeps_it_off_and_says_so(monkeypatch):
     monkeypatch.setenv(env.ZERO_COPY_RADIX, "maybe")
     problem = eligibility.settings_problem(dict(RADIX_ON))
     assert problem.startswith(f"{env.ZERO_COPY_RADIX}='maybe' is not understood; accepted values: 1, on") and (
@@ -395,13 +410,13 @@ def test_the_radix_cache_on_is_experimental_and_off_without_its_variable(monkeyp
     ids=["extra_buffer", "extra_buffer_lazy", "extra_buffer-no_overlap"],
 )
 def test_the_radix_cache_on_passes_with_the_extra_buffer(monkeypatch, settings):
-    monkeypatch.setenv(env.ZERO_COPY_RADIX, "1")
+    monkeypatch.delenv(env.ZERO_COPY_RADIX, raising=False)
     assert eligibility.settings_problem(dict(settings)) is None
 
 
 @pytest.mark.parametrize("case,changes,why", RADIX_REFUSED, ids=[r[0] for r in RADIX_REFUSED])
 def test_the_radix_cache_on_refuses_the_rest_with_one_line_each(monkeypatch, case, changes, why):
-    monkeypatch.setenv(env.ZERO_COPY_RADIX, "1")
+    monkeypatch.delenv(env.ZERO_COPY_RADIX, raising=False)
     problem = eligibility.settings_problem(dict(RADIX_ON, **changes))
     assert problem is not None and why in problem and "\n" not in problem, (case, problem)
     off = dict(RADIX_ON, **changes, disable_radix_cache=True)  # with the radix cache off, none of these matters
@@ -427,10 +442,11 @@ def test_doctor_and_the_activation_line_say_whether_zero_copy_serves_with_the_ra
     for value, said in (
         (
             None,
-            f"with the radix cache on: off (its own opt-in, proven end to end in docs/e2e.md; "
-            f"{env.ZERO_COPY_RADIX}=1 to use it)",
+            f"with the radix cache on: served (mamba strategy extra_buffer or extra_buffer_lazy only; "
+            f"{env.ZERO_COPY_RADIX}=0 keeps it off there)",
         ),
-        ("1", "with the radix cache on: served, experimental"),
+        ("1", "with the radix cache on: served (mamba strategy"),
+        ("0", f"with the radix cache on: off ({env.ZERO_COPY_RADIX}='0': the operator's opt-out)"),
         ("sure", f"with the radix cache on: off ({env.ZERO_COPY_RADIX}='sure' is not understood"),
     ):
         if value is None:
@@ -459,7 +475,7 @@ def test_the_pool_the_log_line_and_server_info_say_the_radix_cache_zero_copy_ser
     backend = _backend()
     monkeypatch.setattr(eligibility, "read_settings", lambda: dict(settings))
     monkeypatch.setenv(env.ZERO_COPY, "1")
-    monkeypatch.setenv(env.ZERO_COPY_RADIX, "1")
+    monkeypatch.delenv(env.ZERO_COPY_RADIX, raising=False)
     with caplog.at_level(logging.INFO, logger="sglang_mamba_dedup"):
         zc = eligibility.decide(backend)
     assert isinstance(zc, bookkeeping.ZeroCopy) and zc.radix == strategy

@@ -46,11 +46,11 @@ DEFAULT_VARIANTS=(
   "no-overlap-0.15|qwen3.5-0.8b|--mem-fraction-static 0.15 --disable-overlap-schedule"
   "nemotron-0.15|nemotron-h-mini|--mem-fraction-static 0.15 --disable-flashinfer-autotune"
 )
-# VARIANTS=zc-radix (alone): issue 50 item 6, zero-copy with the radix cache on (its experimental opt-in set for
-# these servers), plugin on, one server per model; then here: python3 -P tools/gpu-engine/record_memory.py OUT WORKDIR
+# VARIANTS=zc-radix (alone): issue 50 item 6, zero-copy with the radix cache on (served by default; the radix
+# opt-out unset for these servers), plugin on, one server per model; then here: python3 -P tools/gpu-engine/record_memory.py OUT WORKDIR
 # (WORKDIR: logs.tar.gz unpacked; docs/memory.md)
 if [ "${VARIANTS:-}" = zc-radix ]; then
-  export SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX=1
+  unset SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX
   VARIANTS="zc-radix-0.2|qwen3.5-0.8b|--mem-fraction-static 0.2 --enable-mamba-zero-copy-commit|on"
   VARIANTS+=";zc-radix-nemotron-0.15|nemotron-h-mini|--mem-fraction-static 0.15 --disable-flashinfer-autotune"
   VARIANTS+=" --enable-mamba-zero-copy-commit|on"
