@@ -2010,7 +2010,9 @@ def _check(args, p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    # no abbreviations: the device runner reads the options by their full names (audit 2026-12-05c M10: ``--alive``
+    # meant --alive-at-once to bench_live, and nothing to the runner, which then kept --gpu-busy)
+    p = _Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter, allow_abbrev=False)
     p.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
     p.add_argument("--model-dir", type=Path, help="a checkpoint (built with --preset when missing)")
     p.add_argument("--preset", default="qwen3.5-0.8b", help="random-weight preset (sglang_mamba_dedup.e2e)")

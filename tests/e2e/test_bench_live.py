@@ -996,6 +996,8 @@ def _refused(tmp_path, capsys, argv):
     [
         (["--gpu-busy", "-1"], "--gpu-busy"),
         (["--gpu-busy", "1", "--alive-at-once"], "--sequential"),
+        (["--alive"], "unrecognized arguments: --alive"),  # no abbreviations: the runner reads full names (M10)
+        (["--radix"], "unrecognized arguments: --radix"),
         (["--batches", "0"], "--batches"),
         (["--batches", "-1"], "--batches"),
         (["--batches", "1,x"], "--batches"),
