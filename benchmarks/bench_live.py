@@ -1642,6 +1642,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     prof_s: list[float] = []  # what each profiled generate took, its trace written and read (the budget's estimate)
     prof_failed: list[str] = []  # the first failed profile: no Engine after it is profiled (a profiler that fails once
     # fails again: each further try would cost the call's time, never the wall's rows)
+    prof_cut: list[str] = []  # the first profile the budget left out: none after it either (audit 2026-12-05c M8)
 
     def profile(unit: tuple[str, int], b: int, timed_rows: Sequence[dict]) -> bool:
         """``--gpu-busy`` profiled generates of this Engine at this batch, each after the same flush as a timed one,
@@ -1650,6 +1651,17 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         in the runs file; no more profiles in this run; the Engine's timed rows stand (its timed generates are done)."""
         got, name = [], workers[unit].name
         for _ in range(args.gpu_busy):
+            # once a profile's time is known, each fits the budget or none is tried: the first Engine's batch checks
+            # guessed PROFILE_GUESS_S, which profiles slower than that overran by all of its profiles (M8)
+            if prof_s and not fits(time.time(), deadline, max(prof_s)):
+                prof_cut.append(f"b{b} {name}")
+                run_info["profiles_cut"] = prof_cut[0]
+                print(
+                    f"[budget: no further profiles in this run (b{b} {name} and after; one takes ~{max(prof_s):.0f} s,"
+                    f" {max(0.0, deadline - time.time()):.0f} s left); the timed rows stand]",
+                    flush=True,
+                )
+                break
             t0 = time.time()
             try:
                 flush(unit)
@@ -1671,7 +1683,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                 break
             got.append(r)
         if not got:
-            return not prof_failed
+            return not (prof_failed or prof_cut)
         busy = statistics.median(float(r[BUSY_COL]) for r in got)
         kern = statistics.median(float(r["gpu_kernel_s"]) for r in got)
         per = [v for v in (finite_number(r.get("gpu_us_per_cycle")) for r in got) if v is not None]
@@ -1684,7 +1696,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
             f"{prof_s[-1]:.1f} s each with its trace]",
             flush=True,
         )
-        return not prof_failed
+        return not (prof_failed or prof_cut)
 
     def batch_done(b: int, count: dict) -> None:
         done.append(b)
@@ -1727,7 +1739,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                     per_b = 2 * (args.warmups + args.reps) * last.get(unit, 0.0)
                     # with this batch's profiled generates, those of the batches before it, done after the last
                     one = max(prof_s) if prof_s else PROFILE_GUESS_S + 2 * last.get(unit, 0.0)
-                    per_b += (args.gpu_busy if not prof_failed else 0) * one * (len(timed_rows) + 1)
+                    per_b += (args.gpu_busy if not (prof_failed or prof_cut) else 0) * one * (len(timed_rows) + 1)
                     if not fits(time.time(), deadline, per_b):
                         partial.append(b)
                         break
@@ -1741,7 +1753,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                     timed_rows[b] = rows[-args.reps :]
                 # the profiled generates after every timed one of this Engine: whatever the profiler leaves behind in
                 # its processes (CUPTI's callbacks, a slower launch) reaches none of its timed windows
-                if args.gpu_busy and timed_rows and not prof_failed:
+                if args.gpu_busy and timed_rows and not (prof_failed or prof_cut):
                     save()  # its timed rows on disk first: a wall that cuts a profile short loses none of them
                     for b, mine in timed_rows.items():
                         if not profile(unit, b, mine):

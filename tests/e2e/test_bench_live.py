@@ -1675,6 +1675,33 @@ def test_the_budget_counts_the_profiles_still_to_come(tmp_path, capsys):
     assert ("128", "zero-copy-e1") not in profiled and ("1", "zero-copy-e1") in profiled, profiled
 
 
+def test_profiles_slower_than_the_guess_overrun_the_budget_by_one_at_most(tmp_path, capsys, monkeypatch):
+    """Audit 2026-12-05c M8: the first Engine's batch checks guess a profile's time (here 0.5 s for 3 s profiles); its
+    four profiles then ran 12 s into a 7 s budget. Once one profile is measured each must fit, or no further profile
+    runs: the four batches stay timed, the cut is said once and kept in the runs file."""
+    import time
+
+    monkeypatch.setattr(live, "PROFILE_GUESS_S", 0.5)
+    fake = {"delay_s": 0.001, "busy_s": 0.01, "profile_s": 3.0}
+    argv = ["--dry-run", "--out", str(tmp_path / "o"), "--work", str(tmp_path / "w"), "--batches", "1,16,64,128"]
+    argv += ["--modes", "stock", "--reps", "2", "--warmups", "0", "--engines-per-mode", "1", "--gpu-busy", "1"]
+    t0 = time.time()
+    rc = live.main([*argv, "--fake", json.dumps(fake), "--budget-s", "7", "--stop-reserve-s", "0", "--run", "A"])
+    took = time.time() - t0
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    profiled = re.findall(r"\[b(\d+) stock-e1: GPU busy", text)
+    assert 1 <= len(profiled) < 4 and took < 7 + 3.0 + 1.0, (took, profiled, text)
+    (line,) = [x for x in text.splitlines() if "no further profiles" in x]
+    assert line.startswith(f"[budget: no further profiles in this run (b{[1, 16, 64, 128][len(profiled)]} stock-e1 ")
+    latest = tmp_path / "o" / "latest"
+    rows = live.read_csv(latest / "cycle_generates-cpu.csv")
+    assert sorted({int(r["batch"]) for r in rows}) == [1, 16, 64, 128] and len(rows) == 8
+    assert len({r["batch"] for r in rows if r[live.BUSY_COL]}) == len(profiled)
+    runs = json.loads((latest / "cycle_live_runs-cpu.json").read_text())
+    assert runs["A"]["profiles_cut"] == line.split("(")[1].split(" and after")[0]
+
+
 @pytest.mark.parametrize(
     "breaks, said",
     [
