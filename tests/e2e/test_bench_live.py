@@ -1691,7 +1691,8 @@ def test_profiles_slower_than_the_guess_overrun_the_budget_by_one_at_most(tmp_pa
     text = capsys.readouterr().out
     assert rc == 0, text
     profiled = re.findall(r"\[b(\d+) stock-e1: GPU busy", text)
-    assert 1 <= len(profiled) < 4 and took < 7 + 3.0 + 1.0, (took, profiled, text)
+    # the profiles left out are the evidence; the time only a loose bound (a loaded 2-core CI host is slower)
+    assert 1 <= len(profiled) < 4 and took < 7 + 2 * 3.0 + 2.0, (took, profiled, text)
     (line,) = [x for x in text.splitlines() if "no further profiles" in x]
     assert line.startswith(f"[budget: no further profiles in this run (b{[1, 16, 64, 128][len(profiled)]} stock-e1 ")
     latest = tmp_path / "o" / "latest"
