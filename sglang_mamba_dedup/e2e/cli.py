@@ -39,8 +39,8 @@ and :func:`main`, which hands the checked options to :func:`.driver.run`.
 to serve commits zero-copy; with the radix cache on (the default; ``--no-radix-cache`` keeps it off) those runs
 must also serve commits with a track set zero-copy, and every run's round 2 must read cached tokens back
 (:func:`.verdict.judge_runs`); without it the variables are removed from every run (and the radix opt-out
-``SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX`` from every run always). ``--mamba-radix-cache-strategy``, ``--mamba-track-interval`` and ``--disable-overlap-schedule`` are SGLang's
-options, the same in every run; the combinations that prove nothing or that SGLang refuses are usage errors
+``SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX`` from every run always). ``--mamba-radix-cache-strategy``,
+``--mamba-track-interval`` and ``--disable-overlap-schedule`` are SGLang's options, the same in every run; the combinations that prove nothing or that SGLang refuses are usage errors
 (:func:`.settings.radix_problem`). ``--fault`` picks the negative control's fault (:data:`sglang_mamba_dedup.patches.faults.FAULTS`).
 ``--streaming-sessions`` runs rounds 1 and 2 as two turns of a streaming session per prompt (the Engine route);
 with ``--zero-copy`` the on runs must also materialize the states the sessions kept.
