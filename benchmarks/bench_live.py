@@ -1143,6 +1143,7 @@ class FakeEngine:
         ev = {"commit_calls": self.commits, "ours_commit_calls": self.commits if on else 0}
         if zc:
             ev.update(zero_copy="on", zc_commit_calls=self.commits)
+            # the gate's reading (``patches.zero_copy.radix_wanted``) written out: the fake imports none of the plugin
             opt_out = os.environ.get(RADIX_OPT_OUT, "").strip().lower() not in ("", "1", "on", "true", "yes")
             if self.cached is not None and not opt_out:  # the radix cache on, as the gate: every commit is tracked
                 ev["zc_track_commits"] = self.commits
