@@ -298,7 +298,8 @@ def readme_row(rows: Sequence[Mapping], decision: Decision) -> str:
         when = f" {days[0]}" + (f"…{days[-1]}" if len(days) > 1 else "") if days else ""
         on = f" ({card(gpu)})" if gpu else ""
         cells.append(
-            f"{MODELS.get(model, model)} radix {radix}{on}, {len(runs)} run{_plural(len(runs))}{when}: {ivs}, {_verdicts(rs)}"
+            f"{MODELS.get(model, model)} radix {radix}{on}, {len(runs)} run{_plural(len(runs))}{when}{_apart(rs)}: "
+            f"{ivs}, {_verdicts(rs)}"
         )
     n = len(decision.unmet)
     default = "**on**" if decision.default_on else f"opt-in ({n} unmet conditions: `benchmarks/speed_claim.py`)"
@@ -306,6 +307,16 @@ def readme_row(rows: Sequence[Mapping], decision: Decision) -> str:
     return (
         f"{ROW_HEAD}, 95 % over Engine pairs, batch {' / '.join(map(str, BATCHES))} | 1 | {body}. Default: {default} |"
     )
+
+
+def _apart(rs: Sequence[Mapping]) -> str:
+    """' (1.02-1.06 apart)' when the runs' own ratios are further apart than :data:`AGREE` at some batch (the pooled
+    verdict then rests on runs that disagree, which the row says); '' when they agree or there is one run."""
+    agree = [a for a in (_num(r.get("runs_agree")) for r in rs) if a is not None]
+    if not agree or max(agree) <= AGREE:
+        return ""
+    lo, hi = min(agree), max(agree)
+    return f" ({hi:.2f} apart)" if f"{lo:.2f}" == f"{hi:.2f}" else f" ({lo:.2f}-{hi:.2f} apart)"
 
 
 def _interval(r: Mapping | None) -> str:

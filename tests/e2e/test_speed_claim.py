@@ -214,9 +214,30 @@ def test_the_readme_holds_the_longest_row_two_models_give():
     for r in rows:
         r["ci_lo"], r["ci_hi"], r["runs"] = "0.8765", "1.2345", "20261231T2359Z-A;20261230T0000Z-B;20261229T0000Z-C"
         r["gpu"] = "NVIDIA H100 80GB HBM3"  # the card named in each cell
+        r["runs_agree"] = "1.0123" if r["batch"] == "1" else "1.2345"  # runs apart, said in each cell
     d = claim.Decision(default_on=False, unmet=["x"] * 99)
-    text = claim.replace_row((ROOT / "README.md").read_text(), claim.readme_row(rows, d))
+    row = claim.readme_row(rows, d)
+    assert row.count("3 runs 12-29…12-31 (1.01-1.23 apart): ") == 2, row
+    text = claim.replace_row((ROOT / "README.md").read_text(), row)
     assert len(text.encode()) <= 12 * 1024, len(text.encode())
+
+
+def test_the_row_says_when_the_runs_of_a_pooled_verdict_are_more_than_one_percent_apart():
+    rows = _rows()  # every batch's runs within 0.4 %
+    row = claim.readme_row(rows, claim.Decision(default_on=True))
+    assert "apart" not in row and "Nemotron-H radix on, 2 runs 12-06: " in row, row
+    rows = _set(rows, "nemotron-h-mini", 16, runs_agree="1.0557")
+    rows = _set(rows, "nemotron-h-mini", 128, runs_agree="1.0188")
+    row = claim.readme_row(rows, claim.Decision(default_on=False, unmet=["x"]))
+    assert "Nemotron-H radix on, 2 runs 12-06 (1.00-1.06 apart): " in row, row
+    assert "Qwen3.5-0.8B radix on, 2 runs 12-06: " in row, row  # its runs agree: nothing said
+    one = _set(_rows(), "qwen3.5-0.8b", 64, runs_agree="1.2")
+    for r in one:
+        if r["model"] == "qwen3.5-0.8b":
+            r["runs_agree"] = "1.2"
+    assert "Qwen3.5-0.8B radix on, 2 runs 12-06 (1.20 apart): " in claim.readme_row(
+        one, claim.Decision(default_on=False)
+    )
 
 
 @pytest.mark.parametrize(
