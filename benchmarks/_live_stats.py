@@ -33,6 +33,8 @@ ENGINES_AGREE = 0.015
 SWITCH_MAX = 1.10
 #: the whole-Engine slow-state rule: an Engine this far off its mode's other Engines at every batch is flagged
 ENGINE_OFF = 0.05
+#: two runs agree when their own ratios are within +-1 % (max/min <= this; issue 51 item 5)
+RUNS_AGREE = 1.01
 #: the probe columns compared between a flagged Engine and its mode's others (medians per batch; CPUs as sets); the
 #: GPU's busy time (``--gpu-busy``) among them: an Engine slow with it unmoved was slowed by the host, not its GPU work
 SLOW_PROBES = (
@@ -296,6 +298,19 @@ def busy_rows(rows: Iterable[Mapping]) -> list[Mapping]:
     """The rows that carry a GPU busy time (a positive finite ``gpu_busy_s``): runs without ``--gpu-busy`` and rows
     from before the column have none."""
     return [r for r in rows if (v := finite_number(r.get(BUSY_COL))) is not None and v > 0]
+
+
+def host_gap_ms(rows: Iterable[Mapping]) -> dict[tuple, float]:
+    """(model, batch, mode, run) -> the host's part of a generate: the median over its timed generates of the wall
+    less its Engine's GPU busy time at that batch, in ms; only rows with a busy time (``--gpu-busy``). What moves it
+    and not the busy time is the host's: the scheduler's Python, launches, waits."""
+    groups: dict[tuple, list[float]] = {}
+    for r in busy_rows(rows):
+        wall = finite_number(r.get("wall_s"))
+        if wall is not None:
+            key = (r["model"], int(r["batch"]), r["mode"], str(r.get("run", "")))
+            groups.setdefault(key, []).append(wall - float(r[BUSY_COL]))
+    return {k: 1000 * statistics.median(v) for k, v in groups.items()}
 
 
 def _probe_median(group: Sequence[Mapping], col: str) -> float | None:

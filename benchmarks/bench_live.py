@@ -103,6 +103,7 @@ from _live_stats import (  # noqa: E402
     EQUAL,
     FASTER,
     INCONCLUSIVE,
+    RUNS_AGREE,
     SLOWER,
     VERDICTS,
     analyse,
@@ -113,6 +114,7 @@ from _live_stats import (  # noqa: E402
     flagged_names,
     health,
     hier_bootstrap_ratio,
+    host_gap_ms,
     robust_cv,
     slow_state,
     slow_within_engines,
@@ -297,6 +299,7 @@ COMBINED_FIELDS = [
     *BUSY_FIELDS,
     "busy_runs_agree",
     "busy_runs",  # the runs whose Engines gave GPU busy pairs (a run without --gpu-busy gives none)
+    "host_gap_ms",  # per run: the host's part of a generate (wall - GPU busy, median ms), stock / this mode
     "pair_ratios",
     "health",
     "commits",
@@ -634,6 +637,7 @@ def _combine_one(rows: Sequence[Mapping], base: str) -> list[dict]:
     flags = slow_state(rows)
     without = analyse(rows, base, exclude=flags) if flags else None
     busy = analyse(busy_rows(rows), base, col=BUSY_COL)
+    gaps = host_gap_ms(rows)
     meta: dict[tuple, dict[str, set]] = {}
     for r in rows:
         m = meta.setdefault((r["model"], int(r["batch"])), {"commit": set(), "sglang": set(), "gpu": set()})
@@ -688,6 +692,11 @@ def _combine_one(rows: Sequence[Mapping], base: str) -> list[dict]:
                 **busy_fields(b),
                 "busy_runs_agree": _fmt(max(brr.values()) / min(brr.values())) if len(brr) > 1 else "",
                 "busy_runs": ";".join(sorted(brr)),
+                "host_gap_ms": ";".join(
+                    f"{run}:{gaps[(model, batch, base, run)]:.1f}/{gaps[(model, batch, mode, run)]:.1f}"
+                    for run in runs
+                    if (model, batch, base, run) in gaps and (model, batch, mode, run) in gaps
+                ),
                 "pair_ratios": a["pair_ratios"],
                 "health": "ok" if not bad else " | ".join(bad),
                 "commits": ";".join(sorted(m.get("commit", ()))),
@@ -740,6 +749,36 @@ def next_engine_need(starts: Sequence[float], batches_s: Sequence[float]) -> flo
     without its compile excess (:func:`compile_excess`). Counting the first Engine's compiles refused every
     further Engine of the 12-05 H100 Nemotron-H run (~203 s asked; the next call's Engines took ~75 s each)."""
     return 1.2 * max(starts[1:] or starts or [0.0]) + max(batches_s or [0.0])
+
+
+def runs_apart_notes(table: Sequence[Mapping], base: str = "stock") -> list[str]:
+    """One line per combined row (:func:`combine`) whose runs' own ratios are more than :data:`RUNS_AGREE` apart:
+    whether the GPU's busy time moved with them, and the host's part of a generate per run (``host_gap_ms``), so a
+    pair of runs that does not agree says what moved (issue 51 item 5)."""
+    out = []
+    for r in table:
+        apart = finite_number(r.get("runs_agree"))
+        if apart is None or apart <= RUNS_AGREE:
+            continue
+        busy = finite_number(r.get("busy_runs_agree"))
+        if busy is None:
+            what = "the GPU's busy time was not measured in two runs (--gpu-busy): the wall cannot be split"
+        elif busy <= RUNS_AGREE:
+            what = (
+                f"the GPU's busy time agreed ({busy:.4f} apart): its work did not move, the host's part of the wall did"
+            )
+        else:
+            what = f"the GPU's busy time moved too ({busy:.4f} apart)"
+        gaps = ", ".join(
+            f"{run} {g.replace('/', ' / ')}"
+            for run, _, g in (x.rpartition(":") for x in str(r["host_gap_ms"]).split(";") if x)
+        )
+        out.append(
+            f"runs apart: {r['model']} radix {r.get('radix_cache', 'off')} batch {r['batch']} {r['mode']}: the wall's "
+            f"run ratios ({str(r['run_ratios']).replace(';', ', ')}) are {apart:.4f} apart (> {RUNS_AGREE}); {what}"
+            + (f"; host part of a generate, ms ({base} / {r['mode']}): {gaps}" if gaps else "")
+        )
+    return out
 
 
 def _table(rows: Sequence[Mapping], cols: Sequence[str]) -> str:
@@ -2178,6 +2217,8 @@ def _main(args, p: argparse.ArgumentParser) -> int:
             )
             return 3
         print(combined_table(table))
+        for line in runs_apart_notes(table):
+            print(line)
         print(f"[files: {path}]")
         return 0
     _check(args, p)

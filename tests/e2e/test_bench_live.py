@@ -22,6 +22,7 @@ import random
 import re
 import shutil
 import signal
+import statistics
 import sys
 from collections import Counter
 from pathlib import Path
@@ -1638,6 +1639,54 @@ def test_two_runs_combine_their_gpu_busy_pairs_and_say_how_far_apart(tmp_path, c
     assert z["busy_pairs"] == "4" and float(z["busy_runs_agree"]) == pytest.approx(0.9 / 0.85, rel=1e-3), z
     assert float(z["busy_ratio"]) == pytest.approx((0.9 * 0.85) ** 0.5, rel=1e-3)
     assert "| gpu busy | busy_runs_agree |" in text
+
+
+@pytest.mark.parametrize("moved", ["host", "gpu"])
+def test_runs_apart_say_whether_the_gpu_work_or_the_hosts_part_moved(tmp_path, capsys, moved):
+    """Run B's zero-copy Engines are slower than run A's: by their host's part (the fake's sleep beyond its GPU
+    work) or by their GPU work. The combination says which, per batch, with each run's host part per generate. The
+    fake's sleeps may overshoot on a loaded host, never undershoot: the host parts are checked from below."""
+    even = {"delay_s": 0.05, "busy_s": 0.01, "factor": {"zero-copy": 0.9}}
+    slow = (
+        {**even, "engine_factor": {"zero-copy:1": 1.5, "zero-copy:2": 1.5}}
+        if moved == "host"
+        else {**even, "factor": {"zero-copy": 1.2}}  # wall and GPU work alike
+    )
+    assert _busy_run(tmp_path, "A", "--gpu-busy", "1", out="a", fake=even)[0] == 0
+    assert _busy_run(tmp_path, "B", "--gpu-busy", "1", "--modes", "zero-copy,stock", out="b", fake=slow)[0] == 0
+    a, b, text, got = _combine_ab(tmp_path, capsys)
+    notes = [line for line in text.splitlines() if line.startswith("runs apart: ")]
+    assert len(notes) == 2, text  # batches 1 and 16
+    for batch, note in zip(("1", "16"), notes, strict=True):
+        z = got[(batch, "zero-copy")]
+        assert float(z["runs_agree"]) > 1.2 and f"batch {batch} zero-copy" in note, (z, note)
+        gaps = {
+            run: tuple(map(float, g.split("/")))
+            for run, _, g in (x.rpartition(":") for x in z["host_gap_ms"].split(";"))
+        }
+        assert set(gaps) == {"A", "B"}, z["host_gap_ms"]
+        scale = 1 + int(batch) / 64  # the fake's work grows with the batch
+        assert gaps["A"][0] >= 40 * scale - 0.5 and gaps["A"][1] >= 36 * scale - 0.5, gaps  # 50 / 45 ms, 10 / 9 of GPU
+        if moved == "host":
+            assert "its work did not move, the host's part of the wall did" in note, note
+            assert gaps["B"][1] >= 58.5 * scale - 0.5, gaps  # 0.9 x 50 x 1.5 ms, 9 of GPU work
+        else:
+            assert "the GPU's busy time moved too" in note and "did not move" not in note, note
+            assert gaps["B"][1] >= 48 * scale - 0.5, gaps  # 60 ms, 12 of GPU work
+        assert f"A {gaps['A'][0]:.1f} / {gaps['A'][1]:.1f}, B {gaps['B'][0]:.1f} / {gaps['B'][1]:.1f}" in note, note
+        for run, path in (("A", a), ("B", b)):  # each the median of wall - busy over its timed generates
+            for i, mode in enumerate(("stock", "zero-copy")):
+                mine = [r for r in live.read_csv(path) if r["batch"] == batch and r["mode"] == mode]
+                want = 1000 * statistics.median(float(r["wall_s"]) - float(r[live.BUSY_COL]) for r in mine)
+                assert gaps[run][i] == pytest.approx(want, abs=0.051), (run, mode, gaps, want)
+
+
+def test_runs_that_agree_or_lack_gpu_busy_say_so():
+    row = {"model": "m", "radix_cache": "on", "batch": 1, "mode": "zero-copy", "run_ratios": "A:0.9;B:0.95"}
+    assert live.runs_apart_notes([{**row, "runs_agree": "1.0099", "host_gap_ms": "A:1/2;B:3/4"}]) == []
+    assert live.runs_apart_notes([{**row, "runs_agree": "", "host_gap_ms": ""}]) == []  # one run
+    (note,) = live.runs_apart_notes([{**row, "runs_agree": "1.0556", "busy_runs_agree": "", "host_gap_ms": ""}])
+    assert "1.0556 apart" in note and "not measured in two runs (--gpu-busy)" in note and "host part" not in note
 
 
 def test_a_combination_says_when_its_gpu_busy_verdict_rests_on_one_run(tmp_path, capsys):

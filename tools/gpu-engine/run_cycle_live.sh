@@ -15,7 +15,8 @@
 #   call 1, step "A": run A, Engines s1 z1 z2 s2 s3 z3 in turn, its files kept in /tmp for call 2;
 #   call 2, step "B": run B, the start order reversed (zero-copy, stock: z1 s1 s2 z2 z3 s3); then both runs' rows in
 #          one set of files and the verdict over the Engine pairs of both runs, with and without the Engines the
-#          whole-Engine slow-state rule flags (bench_live.py --combine), table at the end of the log.
+#          whole-Engine slow-state rule flags (bench_live.py --combine), table at the end of the log, then a line
+#          per batch whose runs are more than 1 % apart: did the GPU's work move, or the host's part of the wall.
 #   Time per call, from the 12-04 evening runs: an Engine is ready 51-64 s after its worker starts (start_s 39-51 s;
 #   92-111 s for the first Engine on a fresh machine, which compiles SGLang's Triton kernels), a round of the four
 #   batches takes ~2.0 s (0.23 + 0.30 + 0.53 + 0.81..0.89 s), so 10 generates per batch ~20 s, stopping ~2 s: 74-86 s
