@@ -176,7 +176,15 @@ def _row_problems(r: Mapping | None, batch: int) -> list[str]:
     if len(runs) < MIN_RUNS:
         out.append(f"{len(runs)} run(s), {MIN_RUNS} needed")
     elif agree is None or not 1 <= agree <= AGREE:
-        out.append(f"runs apart by {r.get('runs_agree')} (> {AGREE})")
+        busy = _num(r.get("busy_runs_agree"))
+        why = (
+            ""
+            if busy is None
+            else f"; the GPU busy time {busy:.4f} apart: the host's part moved"
+            if busy <= AGREE
+            else f"; the GPU busy time {busy:.4f} apart too"
+        )
+        out.append(f"runs apart by {r.get('runs_agree')} (> {AGREE}{why})")
     if r.get("health") != "ok":
         out.append("health checks failed")
     return out

@@ -126,7 +126,15 @@ def _set(rows, model, batch, **kw):
         (lambda r: _set(r, "qwen3.5-0.8b", 1, ratio="1.03", verdict="slower"), "batch 1: not shown not slower"),
         (lambda r: _set(r, "nemotron-h-mini", 16, verdict="inconclusive"), "batch 16: not shown not slower"),
         (lambda r: _set(r, "qwen3.5-0.8b", 64, runs="20261206T0100Z-A"), "1 run(s), 2 needed"),
-        (lambda r: _set(r, "qwen3.5-0.8b", 1, runs_agree="1.0150"), "runs apart by 1.0150"),
+        (lambda r: _set(r, "qwen3.5-0.8b", 1, runs_agree="1.0150"), "runs apart by 1.0150 (> 1.01)"),
+        (
+            lambda r: _set(r, "qwen3.5-0.8b", 16, runs_agree="1.0557", busy_runs_agree="1.0003"),
+            "runs apart by 1.0557 (> 1.01; the GPU busy time 1.0003 apart: the host's part moved)",
+        ),
+        (
+            lambda r: _set(r, "qwen3.5-0.8b", 16, runs_agree="1.0557", busy_runs_agree="1.0400"),
+            "runs apart by 1.0557 (> 1.01; the GPU busy time 1.0400 apart too)",
+        ),
         (
             lambda r: _set(r, "nemotron-h-mini", 1, health="20261206T0100Z-A: stock-e1 robust CV 2.0 % > 1.5 %"),
             "health",
@@ -141,6 +149,8 @@ def _set(rows, model, batch, **kw):
         "b16-inconclusive",
         "one-run",
         "runs-apart",
+        "runs-apart-host",
+        "runs-apart-gpu-too",
         "health",
         "no-nemotron",
         "radix-off-only",
