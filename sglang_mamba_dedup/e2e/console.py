@@ -16,10 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..env import FAULT, FLAG, SWITCH, ZERO_COPY
+from ..env import FAULT, FLAG, SWITCH, ZERO_COPY, ZERO_COPY_RADIX
 from ..patches import faults
 from .context import RunContext, RunResult
-from .engine import ZERO_COPY_RADIX
 from .reports import commit_counts, describe_report
 from .server import describe_command
 from .settings import describe_settings

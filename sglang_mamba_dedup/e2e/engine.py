@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..env import REPORT_DIR, SWITCH, ZERO_COPY
+from ..env import REPORT_DIR, SWITCH, ZERO_COPY, ZERO_COPY_RADIX
 from ..patches import faults
 from . import interrupts, watchdog
 from .files import open_for_writing
@@ -34,11 +34,6 @@ from .workload import Sessions, engine_flush_once, flush_with_retry, run_plan
 #: What runs one generation: ``runner(spec, mode, report_dir, log_path) -> result`` (:func:`run_in_subprocess`
 #: with its defaults, :func:`.server.url_runner`, or a test's stand-in).
 Runner = Callable[[dict[str, Any], str, Path, Path], dict[str, Any]]
-
-
-#: The plugin's opt-out of zero-copy with the radix cache on (declared by the plugin, issue 50): removed from every
-#: run, so a parent's ``0`` never keeps a radix-on ``--zero-copy`` run on today's commit.
-ZERO_COPY_RADIX = "SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX"
 
 
 def run_env(
