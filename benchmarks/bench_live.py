@@ -14,7 +14,11 @@ The protocol (docs/benchmarks.md, "The decode cycle, the protocol"; the review
   (each sizes its pools from the memory free when it starts; ``--static-gb`` gives each the same static bytes), a
   further set (one per mode) only when it and ``--min-timed-s`` fit the budget; idle schedulers then sleep on their
   sockets (``--sleep-on-idle``, on by default there, off when sequential; SGLang's default busy-polls a core per idle
-  Engine). No pinning, SGLang's own CUDA-graph list (``--engine-arg cuda_graph_bs*`` is refused).
+  Engine). ``--pairs-alive``: sequential, but each set of modes (``[s1 z1] [z2 s2] [s3 z3]``) alive together, its
+  generates in palindromes (``s1 z1 z1 s1 ...``), idle schedulers busy-polling as when sequential (a pair's modes
+  take turns, so each waits on the other alike): the 12-06 H100 host ran Python ~2x slower in spells of ~60 s,
+  longer than a generate and shorter than an Engine's batches (``benchmarks/host_speed.py``, docs/benchmarks.md),
+  which one Engine alive at a time puts on one mode only. No pinning, SGLang's own CUDA-graph list (``--engine-arg cuda_graph_bs*`` is refused).
 * Per batch (in the order given): ``--warmups`` (3) generates per Engine, then in every Engine ``gc.collect()`` and
   ``Engine.freeze_gc()`` (the worker, the scheduler and the detokenizer), then ``--reps`` (16) timed generates per
   Engine (alive at once: in palindromes, ``s1 z1 s2 z2 z2 s2 z1 s1 ...``); the same prompts in every mode (random ids, seeded), greedy,
@@ -340,6 +344,22 @@ def sequential_order(modes: Sequence[str], engines: int) -> list[tuple[str, int]
     """``--sequential``: the Engines one after the other, each set of modes in turn forward and reversed
     (``s1 z1 z2 s2`` for two modes and two Engines each)."""
     return [(m, e) for e in range(1, engines + 1) for m in (modes if e % 2 else list(reversed(modes)))]
+
+
+def design_words(args) -> str:
+    """How the run's Engines were alive, for its headers."""
+    if not args.sequential:
+        return "at once"
+    return "a pair at a time (--pairs-alive)" if args.pairs_alive else "one at a time (--sequential)"
+
+
+def engine_groups(order: Sequence[tuple[str, int]], size: int) -> list[list[tuple[str, int]]]:
+    """The Engines of a sequential run in the groups alive together: one each (``size`` 1, the default), or with
+    ``--pairs-alive`` each set of modes (``size`` = the number of modes: ``[s1 z1] [z2 s2] [s3 z3]``), in
+    :func:`sequential_order`'s order."""
+    if size < 1 or len(order) % size:
+        raise ValueError(f"{len(order)} Engines do not split into groups of {size}")
+    return [list(order[i : i + size]) for i in range(0, len(order), size)]
 
 
 def slow_flags(walls: Sequence[float], factor: float = SLOW_FACTOR) -> list[bool]:
@@ -1754,13 +1774,15 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     try:
         if args.sequential:
             starts: list[float] = []
-            spent: list[float] = []  # each Engine's batches, without its compiles
-            for i, unit in enumerate(sequential_order(args.modes, n_eng)):
+            spent: list[float] = []  # each Engine's batches, without its compiles (a set alive together: its share)
+            order = sequential_order(args.modes, n_eng)
+            for group in engine_groups(order, len(args.modes) if args.pairs_alive else 1):
+                i = order.index(group[0])
                 # a set of modes starts only when all of it fits: an Engine without its set's other modes has no
                 # pair (the 12-05 H100 run A timed s1 z1 z2, and z2 paired with nothing)
                 need = next_engine_need(starts, spent) * (len(args.modes) - i % len(args.modes))
                 if starts and not fits(time.time(), deadline, need):
-                    not_started += [f"{m}-e{e}" for m, e in sequential_order(args.modes, n_eng)[len(starts) :]]
+                    not_started += [f"{m}-e{e}" for m, e in order[i:]]
                     what = "the next set" if i % len(args.modes) == 0 else "the next"
                     left = deadline - time.time()
                     print(
@@ -1768,44 +1790,56 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                         flush=True,
                     )
                     break
-                t0 = time.time()
-                w = start(*unit)
-                starts.append(time.time() - t0)
+                ws = []
+                for unit in group:  # --pairs-alive: the set's Engines started one after the other, then timed together
+                    t0 = time.time()
+                    ws.append(start(*unit))
+                    starts.append(time.time() - t0)
                 base_row = dict(model=model, date=date, commit=commit, options=opts, **meta)
                 t1 = time.time()
                 compiled = 0.0
-                timed_rows: dict[int, list[dict]] = {}  # batch -> this Engine's timed rows (--gpu-busy fills them)
+                timed_rows: dict[tuple[str, int], dict[int, list[dict]]] = {u: {} for u in group}  # --gpu-busy fills
                 for b in args.batches:
-                    per_b = 2 * (args.warmups + args.reps) * last.get(unit, 0.0)
+                    per_b = sum(2 * (args.warmups + args.reps) * last.get(u, 0.0) for u in group)
                     # with this batch's profiled generates, those of the batches before it, done after the last
-                    one = max(prof_s) if prof_s else PROFILE_GUESS_S + 2 * last.get(unit, 0.0)
-                    per_b += (args.gpu_busy if not (prof_failed or prof_cut) else 0) * one * (len(timed_rows) + 1)
+                    slowest = max(last.get(u, 0.0) for u in group)
+                    one = max(prof_s) if prof_s else PROFILE_GUESS_S + 2 * slowest
+                    n_prof = (args.gpu_busy if not (prof_failed or prof_cut) else 0) * len(group)
+                    per_b += n_prof * one * (len(timed_rows[group[0]]) + 1)
                     if not fits(time.time(), deadline, per_b):
                         partial.append(b)
                         break
-                    warm_and_freeze([unit], b)
+                    warm_and_freeze(group, b)
                     count: dict = {}
-                    for seq in range(1, args.reps + 1):
+                    first = len(rows)
+                    # one Engine: its generates in a row; a set alive together: palindromes over its Engines, so a
+                    # spell of the host's (docs/benchmarks.md, 2026-12-06: ~2x for ~60 s) slows every mode alike
+                    for seq, unit in enumerate(balanced_order(group, args.reps), start=1):
                         timed(unit, b, seq, count)
-                    med = statistics.median(r["wall_s"] for r in rows[-args.reps :])
-                    compiled += compile_excess(warm_s.get((unit, b), []), med)
-                    print(f"[b{b} {w.name}: {args.reps} timed, median {med:.4f} s]", flush=True)
-                    timed_rows[b] = rows[-args.reps :]
-                # the profiled generates after every timed one of this Engine: whatever the profiler leaves behind in
-                # its processes (CUPTI's callbacks, a slower launch) reaches none of its timed windows
-                if args.gpu_busy and timed_rows and not (prof_failed or prof_cut):
+                    for unit, w in zip(group, ws):
+                        mine = [r for r in rows[first:] if (r["mode"], r["engine"]) == unit]
+                        med = statistics.median(r["wall_s"] for r in mine)
+                        compiled += compile_excess(warm_s.get((unit, b), []), med)
+                        print(f"[b{b} {w.name}: {args.reps} timed, median {med:.4f} s]", flush=True)
+                        timed_rows[unit][b] = mine
+                # the profiled generates after every timed one of this set: whatever the profiler leaves behind in
+                # its processes (CUPTI's callbacks, a slower launch) reaches none of its timed windows; one Engine
+                # generates at a time, so a profile sees its own GPU work only
+                if args.gpu_busy and timed_rows[group[0]] and not (prof_failed or prof_cut):
                     save()  # its timed rows on disk first: a wall that cuts a profile short loses none of them
-                    for b, mine in timed_rows.items():
-                        if not profile(unit, b, mine):
+                    for unit in group:
+                        if not all(profile(unit, b, mine) for b, mine in timed_rows[unit].items()):
                             break
-                spent.append(time.time() - t1 - compiled)
+                share = (time.time() - t1 - compiled) / len(group)
+                spent.append(share)
+                names = " ".join(w.name for w in ws)
                 if compiled >= 1.0:
                     print(
-                        f"[{w.name}: {compiled:.0f} s of its warm-ups were compiles, not counted for the next Engines]",
+                        f"[{names}: {compiled:.0f} s of its warm-ups were compiles, not counted for the next Engines]",
                         flush=True,
                     )
-                stop_all([w], args.stop_timeout)
-                print(f"[{w.name}: stopped]", flush=True)
+                stop_all(ws, args.stop_timeout)
+                print(f"[{names}: stopped]", flush=True)
                 save()
             done += [b for b in args.batches if all((b, m) in md5s for m in args.modes)]
         else:
@@ -1938,7 +1972,7 @@ def _report(args, model, summary, rows, md5s, reports, workers, done, skipped, p
     if any(s.get("busy_ratio") not in ("", None) for s in summary):  # --gpu-busy: the host-independent measure
         cols += [f"{BUSY_COL}_med", "gpu busy ratio"]
     parts = [
-        f"\n## {model}: wall per generate, Engines alive {'one at a time (--sequential)' if args.sequential else 'at once'} "
+        f"\n## {model}: wall per generate, Engines alive {design_words(args)} "
         f"(s; sglang {meta['sglang']}, {meta['gpu']}, commit {commit})",
         _table(shown, cols),
         "* over generates: conditional on these Engines, not a verdict",
@@ -2014,6 +2048,8 @@ def _check(args, p: argparse.ArgumentParser) -> None:
         p.error(f"--engines-per-mode must be >= 1 (got {args.engines_per_mode})")
     if args.gpu_busy < 0:
         p.error(f"--gpu-busy must be >= 0 profiled generates (got {args.gpu_busy})")
+    if args.pairs_alive and not args.sequential:
+        p.error("--pairs-alive is a sequential design (each set of modes alive together): not with --alive-at-once")
     if args.gpu_busy and not args.sequential:
         p.error("--gpu-busy is for --sequential runs: with Engines alive at once a profile would see the others' work")
     if args.omp_threads is not None and args.omp_threads < 1:
@@ -2100,6 +2136,12 @@ def main(argv: list[str] | None = None) -> int:
         help="every Engine alive at once, timed in palindromes (s1 z1 s2 z2 z2 s2 z1 s1 ...)",
     )
     p.add_argument(
+        "--pairs-alive",
+        action="store_true",
+        help="sequential, but each set of modes alive together ([s1 z1] [z2 s2] [s3 z3]), its generates in "
+        "palindromes (s1 z1 z1 s1 ...): a spell of the host's slows both modes of a pair alike",
+    )
+    p.add_argument(
         "--sleep-on-idle",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -2130,7 +2172,8 @@ def main(argv: list[str] | None = None) -> int:
         "--static-gb",
         type=float,
         help="each Engine's static memory (GiB): its fraction of what is free when it starts (default 24, 16 with "
-        "more than one Engine per mode, 48 with --radix-cache one Engine at a time); an Engine that admits fewer "
+        "more than one Engine per mode alive at once, 48 with --radix-cache one Engine at a time, 32 with "
+        "--radix-cache --pairs-alive); an Engine that admits fewer "
         "running requests than the largest batch is a problem (exit 1)",
     )
     p.add_argument("--mem-fraction-static", type=float, help="a fixed fraction instead of --static-gb")
@@ -2225,7 +2268,11 @@ def _main(args, p: argparse.ArgumentParser) -> int:
     if args.sleep_on_idle is None:
         args.sleep_on_idle = not args.sequential
     if args.static_gb is None:  # with the radix cache on a request holds ~5 mamba slots: batch 128 needs ~46 GiB
-        args.static_gb = 48.0 if args.radix_cache and args.sequential else 24.0 if args.engines_per_mode == 1 else 16.0
+        # --pairs-alive: two Engines alive, 32 each fits an H100 (Qwen3.5 at batch 128 wants 48: an H200)
+        if args.radix_cache and args.sequential:
+            args.static_gb = 32.0 if args.pairs_alive else 48.0
+        else:
+            args.static_gb = 24.0 if args.engines_per_mode == 1 or args.pairs_alive else 16.0
     if args.run is None:
         args.run = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     if args.radix_cache and "zero-copy" in args.modes:
@@ -2278,6 +2325,7 @@ def _main(args, p: argparse.ArgumentParser) -> int:
         "engines_per_mode": args.engines_per_mode,
         "gpu_busy": args.gpu_busy,
         "sequential": args.sequential,
+        "pairs_alive": args.pairs_alive,
         "omp_threads": args.omp_threads,
         "max_new_tokens": args.max_new_tokens,
         "radix_cache": args.radix_cache,
@@ -2295,7 +2343,7 @@ def _main(args, p: argparse.ArgumentParser) -> int:
     work.mkdir(parents=True, exist_ok=True)
     print(
         f"model {model} ({layers} linear layers); modes {args.modes}, {args.engines_per_mode} Engine(s) each, "
-        f"{'one alive at a time' if args.sequential else 'alive at once'}; batches {args.batches}; {args.warmups} "
+        f"alive {design_words(args)}; batches {args.batches}; {args.warmups} "
         f"warm-ups and {args.reps} timed generates of {args.max_new_tokens} tokens per Engine and batch; out {args.out}; "
         f"options {json.dumps(options, sort_keys=True)}; engine {json.dumps(kw, sort_keys=True)}",
         flush=True,

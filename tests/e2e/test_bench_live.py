@@ -680,6 +680,51 @@ def test_the_default_is_sequential_three_engines_per_mode_sleep_off(tmp_path, ca
     assert opts["sequential"] is False and opts["sleep_on_idle"] is True
 
 
+def test_engine_groups_are_one_engine_or_one_set_of_modes_in_the_sequential_order():
+    order = live.sequential_order(["stock", "zero-copy"], 3)
+    assert live.engine_groups(order, 1) == [[u] for u in order]
+    assert live.engine_groups(order, 2) == [
+        [("stock", 1), ("zero-copy", 1)],
+        [("zero-copy", 2), ("stock", 2)],
+        [("stock", 3), ("zero-copy", 3)],
+    ]
+    for size in (0, 4):
+        with pytest.raises(ValueError, match="groups of"):
+            live.engine_groups(order, size)
+
+
+def test_pairs_alive_times_each_set_of_modes_together_in_palindromes_one_set_after_another(tmp_path, capsys):
+    """``--pairs-alive``: the Engines of a set (one per mode) alive together, their timed generates interleaved in
+    palindromes at every batch (so a spell of the host's slows both modes of a pair alike), the next set started only
+    once this one has stopped; its profiles (``--gpu-busy``) fill every timed row; the design is written down."""
+    out, work = tmp_path / "o", tmp_path / "w"
+    argv = ["--dry-run", "--out", str(out), "--work", str(work), "--batches", "1,16", "--reps", "4"]
+    argv += ["--warmups", "1", "--engines-per-mode", "2", "--pairs-alive", "--gpu-busy", "1", "--run", "P"]
+    argv += ["--fake", json.dumps({"delay_s": 0.004, "factor": {"zero-copy": 0.5}})]
+    assert live.main(argv) == 0
+    log = capsys.readouterr().out
+    rows = live.read_csv(out / "latest" / "cycle_generates-cpu.csv")
+    assert len(rows) == 2 * 2 * 2 * 4
+    s, z = "stock", "zero-copy"
+    first = {1: [s, z, z, s, s, z, z, s], 2: [z, s, s, z, z, s, s, z]}  # set 2 starts with the other mode
+    for e, modes in first.items():
+        for b in ("1", "16"):
+            mine = sorted(
+                (r for r in rows if r["engine"] == str(e) and r["batch"] == b), key=lambda r: float(r["t_start"])
+            )
+            assert [r["mode"] for r in mine] == modes, (e, b, [r["mode"] for r in mine])
+            assert [int(r["seq"]) for r in mine] == list(range(1, 9))
+    one = [r for r in rows if r["engine"] == "1"]
+    two = [r for r in rows if r["engine"] == "2"]
+    assert max(float(r["t_end"]) for r in one) < min(float(r["t_start"]) for r in two)
+    assert log.index("[stock-e1 zero-copy-e1: stopped]") < log.index("[zero-copy-e2: starting its Engine")
+    assert log.index("[zero-copy-e1: starting its Engine") < log.index("[b1 stock-e1: 4 timed")  # both alive
+    assert all(float(r["gpu_busy_s"]) > 0 for r in rows)
+    opts = json.loads(rows[0]["options"])
+    assert opts["pairs_alive"] is True and opts["sequential"] is True and opts["sleep_on_idle"] is False
+    assert "Engines alive a pair at a time (--pairs-alive)" in log
+
+
 def test_the_protocol_alive_at_once(tmp_path, capsys):
     rc, gens, summary = _protocol(tmp_path, "--run", "A")
     text = capsys.readouterr().out
@@ -997,6 +1042,7 @@ def _refused(tmp_path, capsys, argv):
     [
         (["--gpu-busy", "-1"], "--gpu-busy"),
         (["--gpu-busy", "1", "--alive-at-once"], "--sequential"),
+        (["--pairs-alive", "--alive-at-once"], "--pairs-alive"),
         (["--alive"], "unrecognized arguments: --alive"),  # no abbreviations: the runner reads full names (M10)
         (["--radix"], "unrecognized arguments: --radix"),
         (["--batches", "0"], "--batches"),
@@ -1828,14 +1874,16 @@ def test_the_device_runner_asks_for_gpu_busy_only_where_bench_live_takes_it(tmp_
     ``--alive-at-once``), which bench_live refuses with it; a one-alive run keeps it."""
     run = _runner_tree(tmp_path)
     cases = [
-        ((), {}, 1, True),
-        (("--alive-at-once", "--engines-per-mode", "1"), {}, 0, False),
-        (("--engines-per-mode", "1"), {"LIVE_STEP": "A", "LIVE_B": "alive"}, 0, False),
-        ((), {"LIVE_STEP": "prime"}, 0, True),  # a prime compiles: nothing of it is analysed
+        ((), {}, 1, True, False),
+        (("--alive-at-once", "--engines-per-mode", "1"), {}, 0, False, False),
+        (("--engines-per-mode", "1"), {"LIVE_STEP": "A", "LIVE_B": "alive"}, 0, False, False),
+        (("--engines-per-mode", "1"), {"LIVE_STEP": "A", "LIVE_B": "pairs"}, 1, True, True),  # one mode generates
+        ((), {"LIVE_STEP": "prime"}, 0, True, False),  # a prime compiles: nothing of it is analysed
     ]
-    for args, env, busy, sequential in cases:
+    for args, env, busy, sequential, pairs in cases:
         rc, text, out = run("busy-test", *args, **env)
         assert rc == 0, text[-3000:]
         opts = json.loads(live.read_csv(out / "latest" / "cycle_generates-cpu.csv")[-1]["options"])
         assert opts["gpu_busy"] == busy and opts["sequential"] is sequential, (args, env, opts)
+        assert opts.get("pairs_alive", False) is pairs, (args, env, opts)
     shutil.rmtree(Path("/tmp/bench-live") / "busy-test", ignore_errors=True)

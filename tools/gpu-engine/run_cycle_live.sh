@@ -38,7 +38,10 @@
 #   bash tools/gpu-engine/run_cycle_live.sh [PRESET] [bench_live.py options ...]   # PRESET: qwen3.5-0.8b (default),
 #                                                                                 # nemotron-h-mini
 # LIVE_B=alive runs both steps' Engines alive at once instead (--alive-at-once, sleep-on-idle on; the 12-04 run A
-# design), LIVE_B=sequential or auto (the default) keeps bench_live's sequential default.
+# design), LIVE_B=pairs each set of modes alive together, timed in palindromes, one set after another (--pairs-alive:
+# the 12-06 H100 host ran Python ~2x slower for spells of ~60 s, longer than a generate and shorter than an Engine,
+# so a pair's modes must share them; benchmarks/host_speed.py), LIVE_B=sequential or auto (the default) keeps
+# bench_live's sequential default.
 # Options after PRESET go to every run of the protocol too (they win over the runner's --warmups 2 --reps 8), e.g.
 # the later arms (issue 51 item 6), same protocol:
 #   LIVE_STEP=next ... run_cycle_live.sh qwen3.5-0.8b --modes stock,replayssm   (or plugin, or no-spec; B reverses)
@@ -67,7 +70,7 @@ stamp() { echo "[run_cycle_live +$(( $(date +%s) - T0 ))s] $*"; }
 # the preset names folders that are emptied (rm -rf): a plain name only
 case "$PRESET" in .*|*/*|"") stamp "the preset must be a plain name (got '$PRESET')"; exit 2 ;; esac
 case "$WALL" in ''|*[!0-9]*) stamp "LIVE_WALL_S must be whole seconds (got '$WALL')"; exit 2 ;; esac
-case "${LIVE_B:-auto}" in auto|alive|sequential) ;; *) stamp "LIVE_B must be auto, alive or sequential (got '$LIVE_B')"; exit 2 ;; esac
+case "${LIVE_B:-auto}" in auto|alive|sequential|pairs) ;; *) stamp "LIVE_B must be auto, alive, pairs or sequential (got '$LIVE_B')"; exit 2 ;; esac
 STATE=/tmp/cycle-live-state/$PRESET  # survives between calls while the machine stays warm
 STEP=${LIVE_STEP:-single}
 # step B must run with run A's options (B reverses the modes itself) and design (LIVE_B: alive at once or one alive)
@@ -106,6 +109,7 @@ esac
 design_args=()
 busy_args=(--gpu-busy 1)  # the GPU's busy time beside the wall (one profiled generate per Engine and batch)
 [ "${LIVE_B:-auto}" = alive ] && { design_args=(--alive-at-once); busy_args=(); }  # profiles: one Engine alive only
+[ "${LIVE_B:-auto}" = pairs ] && design_args=(--pairs-alive)  # each set of modes alive together, palindromes
 [ -n "$alive_given" ] && busy_args=()  # the user's --alive-at-once too (bench_live refuses --gpu-busy with it)
 [ "$STEP" = prime ] && busy_args=()  # a prime compiles the kernels: it is not analysed, its profiles would be waste
 case "$STEP" in
