@@ -693,13 +693,19 @@ def test_engine_groups_are_one_engine_or_one_set_of_modes_in_the_sequential_orde
             live.engine_groups(order, size)
 
 
-def test_pairs_alive_times_each_set_of_modes_together_in_palindromes_one_set_after_another(tmp_path, capsys):
+@pytest.mark.parametrize("busy_engines", [0, 1], ids=["every-engine-profiled", "first-engine-profiled"])
+def test_pairs_alive_times_each_set_of_modes_together_in_palindromes_one_set_after_another(
+    tmp_path, capsys, busy_engines
+):
     """``--pairs-alive``: the Engines of a set (one per mode) alive together, their timed generates interleaved in
     palindromes at every batch (so a spell of the host's slows both modes of a pair alike), the next set started only
-    once this one has stopped; its profiles (``--gpu-busy``) fill every timed row; the design is written down."""
+    once this one has stopped; its profiles (``--gpu-busy``) fill the timed rows of every Engine, or with
+    ``--gpu-busy-engines 1`` of the first of each mode only, whose pair still gives the GPU-busy ratio; the design is
+    written down."""
     out, work = tmp_path / "o", tmp_path / "w"
     argv = ["--dry-run", "--out", str(out), "--work", str(work), "--batches", "1,16", "--reps", "4"]
     argv += ["--warmups", "1", "--engines-per-mode", "2", "--pairs-alive", "--gpu-busy", "1", "--run", "P"]
+    argv += ["--gpu-busy-engines", str(busy_engines)]
     argv += ["--fake", json.dumps({"delay_s": 0.004, "factor": {"zero-copy": 0.5}})]
     assert live.main(argv) == 0
     log = capsys.readouterr().out
@@ -719,8 +725,14 @@ def test_pairs_alive_times_each_set_of_modes_together_in_palindromes_one_set_aft
     assert max(float(r["t_end"]) for r in one) < min(float(r["t_start"]) for r in two)
     assert log.index("[stock-e1 zero-copy-e1: stopped]") < log.index("[zero-copy-e2: starting its Engine")
     assert log.index("[zero-copy-e1: starting its Engine") < log.index("[b1 stock-e1: 4 timed")  # both alive
-    assert all(float(r["gpu_busy_s"]) > 0 for r in rows)
+    profiled = [r for r in rows if r["engine"] == "1" or not busy_engines]
+    assert profiled and all(float(r["gpu_busy_s"]) > 0 for r in profiled)
+    assert all(r["gpu_busy_s"] == "" for r in rows if r not in profiled)
+    assert log.count("per generate (median of 1 profiled)") == (4 if busy_engines else 8)
+    summary = live.read_csv(out / "latest" / "cycle_live-cpu.csv")
+    assert all(r["busy_ratio"] not in ("", None) for r in summary if r["mode"] == "zero-copy")
     opts = json.loads(rows[0]["options"])
+    assert opts["gpu_busy_engines"] == busy_engines
     assert opts["pairs_alive"] is True and opts["sequential"] is True and opts["sleep_on_idle"] is False
     assert "Engines alive a pair at a time (--pairs-alive)" in log
 
@@ -1043,6 +1055,8 @@ def _refused(tmp_path, capsys, argv):
         (["--gpu-busy", "-1"], "--gpu-busy"),
         (["--gpu-busy", "1", "--alive-at-once"], "--sequential"),
         (["--pairs-alive", "--alive-at-once"], "--pairs-alive"),
+        (["--gpu-busy-engines", "1"], "wants --gpu-busy"),
+        (["--gpu-busy", "1", "--gpu-busy-engines", "-1"], "--gpu-busy-engines must be >= 0"),
         (["--alive"], "unrecognized arguments: --alive"),  # no abbreviations: the runner reads full names (M10)
         (["--radix"], "unrecognized arguments: --radix"),
         (["--batches", "0"], "--batches"),
@@ -1886,4 +1900,5 @@ def test_the_device_runner_asks_for_gpu_busy_only_where_bench_live_takes_it(tmp_
         opts = json.loads(live.read_csv(out / "latest" / "cycle_generates-cpu.csv")[-1]["options"])
         assert opts["gpu_busy"] == busy and opts["sequential"] is sequential, (args, env, opts)
         assert opts.get("pairs_alive", False) is pairs, (args, env, opts)
+        assert opts.get("gpu_busy_engines", 0) == busy, (args, env, opts)  # the runner profiles the first Engines
     shutil.rmtree(Path("/tmp/bench-live") / "busy-test", ignore_errors=True)
