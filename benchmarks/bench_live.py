@@ -768,7 +768,8 @@ def compile_excess(warmups_s: Sequence[float], timed_median_s: float) -> float:
 def next_engine_need(starts: Sequence[float], batches_s: Sequence[float]) -> float:
     """The time the next Engine of a sequential run needs: 1.2 x the slowest start but the run's first (a fresh
     machine compiles then, unless it is the only one) plus the longest time an Engine spent in its batches, each
-    without its compile excess (:func:`compile_excess`). Counting the first Engine's compiles refused every
+    without its compile excess (:func:`compile_excess`) and its profiles (added by the caller for an Engine that
+    ``--gpu-busy-engines`` profiles: an unprofiled set was charged the first set's, 2026-12-06 review). Counting the first Engine's compiles refused every
     further Engine of the 12-05 H100 Nemotron-H run (~203 s asked; the next call's Engines took ~75 s each)."""
     return 1.2 * max(starts[1:] or starts or [0.0]) + max(batches_s or [0.0])
 
@@ -1786,7 +1787,13 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                 i = order.index(group[0])
                 # a set of modes starts only when all of it fits: an Engine without its set's other modes has no
                 # pair (the 12-05 H100 run A timed s1 z1 z2, and z2 paired with nothing)
-                need = next_engine_need(starts, spent) * (len(args.modes) - i % len(args.modes))
+                rest = order[i : i + len(args.modes) - i % len(args.modes)]  # this Engine and the rest of its set
+                need = next_engine_need(starts, spent) * len(rest)
+                # their profiles on top, only for the Engines profiled (--gpu-busy-engines): ``spent`` has none
+                if not (prof_failed or prof_cut):
+                    one = max(prof_s) if prof_s else PROFILE_GUESS_S
+                    need += args.gpu_busy * len(args.batches) * one * sum(map(profiled, rest))
+                run_info.setdefault("need_s", {})[" ".join(f"{m}-e{e}" for m, e in group)] = round(need, 2)
                 if starts and not fits(time.time(), deadline, need):
                     not_started += [f"{m}-e{e}" for m, e in order[i:]]
                     what = "the next set" if i % len(args.modes) == 0 else "the next"
@@ -1804,6 +1811,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                 base_row = dict(model=model, date=date, commit=commit, options=opts, **meta)
                 t1 = time.time()
                 compiled = 0.0
+                prof_spent = 0.0
                 timed_rows: dict[tuple[str, int], dict[int, list[dict]]] = {u: {} for u in group}  # --gpu-busy fills
                 for b in args.batches:
                     per_b = sum(2 * (args.warmups + args.reps) * last.get(u, 0.0) for u in group)
@@ -1838,10 +1846,12 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                     and not (prof_failed or prof_cut)
                 ):
                     save()  # its timed rows on disk first: a wall that cuts a profile short loses none of them
+                    t_prof = time.time()
                     for unit in filter(profiled, group):
                         if not all(profile(unit, b, mine) for b, mine in timed_rows[unit].items()):
                             break
-                share = (time.time() - t1 - compiled) / len(group)
+                    prof_spent = time.time() - t_prof  # left out of ``spent``: the next set's need adds its own
+                share = (time.time() - t1 - compiled - prof_spent) / len(group)
                 spent.append(share)
                 names = " ".join(w.name for w in ws)
                 if compiled >= 1.0:

@@ -737,6 +737,26 @@ def test_pairs_alive_times_each_set_of_modes_together_in_palindromes_one_set_aft
     assert "Engines alive a pair at a time (--pairs-alive)" in log
 
 
+@pytest.mark.parametrize("busy_engines", [0, 1], ids=["every-engine-profiled", "first-engine-profiled"])
+def test_a_set_is_charged_the_profiles_of_its_own_engines_only(tmp_path, capsys, busy_engines):
+    """The budget's need of a further set (the runs file's ``need_s``): its Engines' time without any profiles, plus
+    2 s per profile only where ``--gpu-busy-engines`` profiles it. Charging set 2 the first set's profiles (they were
+    in its time) would have left no room for the third pair that profiling one Engine per mode was to buy."""
+    out, work = tmp_path / "o", tmp_path / "w"
+    argv = ["--dry-run", "--out", str(out), "--work", str(work), "--batches", "1", "--reps", "2", "--warmups", "1"]
+    argv += ["--engines-per-mode", "2", "--pairs-alive", "--gpu-busy", "1", "--gpu-busy-engines", str(busy_engines)]
+    argv += ["--fake", json.dumps({"delay_s": 0.002, "profile_s": 2.0}), "--run", "N"]
+    assert live.main(argv) == 0
+    capsys.readouterr()
+    need = json.loads((out / "latest" / "cycle_live_runs-cpu.json").read_text())["N"]["need_s"]
+    assert set(need) == {"stock-e1 zero-copy-e1", "zero-copy-e2 stock-e2"}
+    second = need["zero-copy-e2 stock-e2"]
+    if busy_engines:
+        assert second < 2.0, need  # no profile of its own: set 1's 2 x 2 s are not in it
+    else:
+        assert second >= 2 * 2.0, need  # its own two profiles
+
+
 def test_the_protocol_alive_at_once(tmp_path, capsys):
     rc, gens, summary = _protocol(tmp_path, "--run", "A")
     text = capsys.readouterr().out
@@ -1892,6 +1912,7 @@ def test_the_device_runner_asks_for_gpu_busy_only_where_bench_live_takes_it(tmp_
         (("--alive-at-once", "--engines-per-mode", "1"), {}, 0, False, False),
         (("--engines-per-mode", "1"), {"LIVE_STEP": "A", "LIVE_B": "alive"}, 0, False, False),
         (("--engines-per-mode", "1"), {"LIVE_STEP": "A", "LIVE_B": "pairs"}, 1, True, True),  # one mode generates
+        (("--engines-per-mode", "1"), {"LIVE_B": "pairs"}, 1, True, True),  # a single run takes the design too
         ((), {"LIVE_STEP": "prime"}, 0, True, False),  # a prime compiles: nothing of it is analysed
     ]
     for args, env, busy, sequential, pairs in cases:

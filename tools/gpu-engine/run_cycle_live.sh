@@ -115,7 +115,7 @@ busy_args=(--gpu-busy 1 --gpu-busy-engines 1)  # the GPU's busy time beside the 
 [ -n "$alive_given" ] && busy_args=()  # the user's --alive-at-once too (bench_live refuses --gpu-busy with it)
 [ "$STEP" = prime ] && busy_args=()  # a prime compiles the kernels: it is not analysed, its profiles would be waste
 case "$STEP" in
-  A) step_args+=(${design_args[@]+"${design_args[@]}"}) ;;
+  A|single) step_args+=(${design_args[@]+"${design_args[@]}"}) ;;  # a single run takes LIVE_B too (it ran one alive)
   B)
     step_args+=(${design_args[@]+"${design_args[@]}"})
     if [ -z "$modes_given" ]; then step_args+=(--modes zero-copy,stock)
