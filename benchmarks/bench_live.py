@@ -1782,6 +1782,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         if args.sequential:
             starts: list[float] = []
             spent: list[float] = []  # each Engine's batches, without its compiles (a set alive together: its share)
+            prof_engine_s: list[float] = []  # each profiled Engine's profiles (--gpu-busy), all its batches together
             order = sequential_order(args.modes, n_eng)
             for group in engine_groups(order, len(args.modes) if args.pairs_alive else 1):
                 i = order.index(group[0])
@@ -1789,10 +1790,10 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                 # pair (the 12-05 H100 run A timed s1 z1 z2, and z2 paired with nothing)
                 rest = order[i : i + len(args.modes) - i % len(args.modes)]  # this Engine and the rest of its set
                 need = next_engine_need(starts, spent) * len(rest)
-                # their profiles on top, only for the Engines profiled (--gpu-busy-engines): ``spent`` has none
-                if not (prof_failed or prof_cut):
-                    one = max(prof_s) if prof_s else PROFILE_GUESS_S
-                    need += args.gpu_busy * len(args.batches) * one * sum(map(profiled, rest))
+                # their profiles on top, only for the Engines profiled (--gpu-busy-engines): ``spent`` has none; a
+                # profiled Engine's as long as the longest an earlier one took for its (the batches it timed)
+                if prof_engine_s and not (prof_failed or prof_cut):
+                    need += max(prof_engine_s) * sum(map(profiled, rest))
                 run_info.setdefault("need_s", {})[" ".join(f"{m}-e{e}" for m, e in group)] = round(need, 2)
                 if starts and not fits(time.time(), deadline, need):
                     not_started += [f"{m}-e{e}" for m, e in order[i:]]
@@ -1851,6 +1852,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                         if not all(profile(unit, b, mine) for b, mine in timed_rows[unit].items()):
                             break
                     prof_spent = time.time() - t_prof  # left out of ``spent``: the next set's need adds its own
+                    prof_engine_s.append(prof_spent / sum(map(profiled, group)))
                 share = (time.time() - t1 - compiled - prof_spent) / len(group)
                 spent.append(share)
                 names = " ".join(w.name for w in ws)
