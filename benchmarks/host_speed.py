@@ -115,13 +115,11 @@ def write(rows: Sequence[Mapping], path: Path) -> None:
 
 
 def corr(a: Sequence[float], b: Sequence[float]) -> float:
-    """Pearson's correlation; nan when either side does not vary."""
-    ma, mb = statistics.fmean(a), statistics.fmean(b)
-    sa = math.fsum((x - ma) ** 2 for x in a)
-    sb = math.fsum((y - mb) ** 2 for y in b)
-    if not sa or not sb:
+    """Pearson's correlation (``statistics.correlation``); nan when either side does not vary."""
+    try:
+        return statistics.correlation(a, b)
+    except statistics.StatisticsError:
         return math.nan
-    return math.fsum((x - ma) * (y - mb) for x, y in zip(a, b)) / math.sqrt(sa * sb)
 
 
 def bins(rows: Sequence[Mapping], width: float) -> list[tuple[float, int, float]]:
