@@ -281,6 +281,31 @@ def slow_within_engines(rows: Sequence[Mapping], off: float = WITHIN_OFF) -> str
     return head + ("; probes, slow vs the rest (means): " + ", ".join(said) if said else "; no probe read")
 
 
+#: the host probe of a generate: the scheduler's CPU's time for a fixed loop just before it (``_live_probes.cpu_work_us``)
+HOST_COL = "sched_cpu_work_us"
+#: a probe this many times its run's fast time counts as a slow host (``benchmarks/host_speed.py``'s threshold)
+HOST_SLOW_X = 1.5
+
+
+def host_slow_share(rows: Iterable[Mapping]) -> dict[tuple[str, str], float]:
+    """(model, run) -> the share of its timed generates that started with the host slow: their host probe over
+    :data:`HOST_SLOW_X` times the run's fast time (the 5th percentile of its probes, so one lucky sample does not set
+    it). On the 12-05/12-06 H100 each pair of runs with one at 23-62 % was 7-35 % apart at some batch, and the one
+    pair that agreed within 1 % at every batch had 5 % and 0 % (docs/benchmarks.md). Runs without the probe have no
+    entry."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        v = finite_number(r.get(HOST_COL))
+        if v is not None and v > 0:
+            groups.setdefault((str(r.get("model", "")), str(r.get("run", ""))), []).append(v)
+    out = {}
+    for key, vals in groups.items():
+        vals.sort()
+        fast = vals[int(0.05 * (len(vals) - 1))]
+        out[key] = sum(v > HOST_SLOW_X * fast for v in vals) / len(vals)
+    return out
+
+
 def finite_number(x) -> float | None:
     """A finite number, else None (an empty cell, ``absent``, NaN, a word)."""
     try:

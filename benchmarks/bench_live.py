@@ -51,6 +51,9 @@ The protocol (docs/benchmarks.md, "The decode cycle, the protocol"; the review
   (each try would cost the call's time), and the run goes on with its timed rows whole.
 * Every exact mode's output ids must equal stock's at every batch (md5; a mismatch exits 1), the plugin's scheduler
   reports must show it engaged; an Engine that fails exits 2; a run that timed nothing (or not every mode) exits 3.
+* A batch above an Engine's running-request cap (SGLang's in force, read at its start) is said once and timed in no
+  Engine from then on (it would run in pieces, its output that cap's), listed as not timed; the rest of the run
+  stands (the 12-06 H100 pair at 32 GiB with the radix cache on admitted 102 of batch 128).
 * ``--budget-s``: no palindrome is started that would end after the budget (less ``--stop-reserve-s``); the files are
   rewritten after every batch, so a run cut short leaves clean files. Bad options are refused before anything runs
   or is written, with one line.
@@ -108,6 +111,7 @@ from _live_stats import (  # noqa: E402
     BUSY_COL,
     EQUAL,
     FASTER,
+    HOST_SLOW_X,
     INCONCLUSIVE,
     RUNS_AGREE,
     SLOWER,
@@ -121,6 +125,7 @@ from _live_stats import (  # noqa: E402
     health,
     hier_bootstrap_ratio,
     host_gap_ms,
+    host_slow_share,
     robust_cv,
     slow_state,
     slow_within_engines,
@@ -170,19 +175,21 @@ EXACT_MODES = ("stock", "plugin", "zero-copy")
 RADIX_OPT_OUT = "SGLANG_MAMBA_DEDUP_ZERO_COPY_RADIX"
 
 
-def cap_problems(workers: Mapping, batches: Sequence[int]) -> list[str]:
-    """Engines whose running-request cap in force (SGLang's, read at start) is below the largest batch: that batch
-    would run in pieces, and its wall time would not be the batch's (with the radix cache on each request holds ~5
-    mamba slots: `plan` says the fraction that admits it)."""
-    out = []
-    for w in workers.values():
-        cap = w.info.get("running_cap")
-        if isinstance(cap, int) and not isinstance(cap, bool) and cap < max(batches):
-            out.append(
-                f"{w.name}: SGLang admits {cap} running requests, fewer than batch {max(batches)} (raise --static-gb; "
-                "sglang-mamba-dedup plan -- <the launch> says what admits it)"
-            )
-    return out
+def over_cap(workers: Sequence, batches: Sequence[int]) -> dict[int, str]:
+    """The batches above the running-request cap in force (SGLang's, read at each Engine's start) of any of these
+    Engines, each with the Engine that caps it lowest. Such a batch runs in pieces: its wall is not the batch's, and
+    its output depends on the cap (the 12-06 H100 pair at 32 GiB: 102 and 103 admitted, two outputs at batch 128, each
+    equal to stock's at the same cap), so it is not timed. With the radix cache on each request holds ~5 mamba slots:
+    `plan` says the fraction that admits it."""
+    capped = [
+        (w.info["running_cap"], w.name)
+        for w in workers
+        if isinstance(w.info.get("running_cap"), int) and not isinstance(w.info.get("running_cap"), bool)
+    ]
+    if not capped:
+        return {}
+    cap, name = min(capped)
+    return {b: f"{name} admits {cap} running requests" for b in batches if b > cap}
 
 
 def radix_problems(reports: Mapping, radix_cache: bool) -> list[str]:
@@ -306,6 +313,7 @@ COMBINED_FIELDS = [
     "busy_runs_agree",
     "busy_runs",  # the runs whose Engines gave GPU busy pairs (a run without --gpu-busy gives none)
     "host_gap_ms",  # per run: the host's part of a generate (wall - GPU busy, median ms), stock / this mode
+    "host_slow",  # per run: the share of its generates that started with the host slow (host_slow_share)
     "pair_ratios",
     "health",
     "commits",
@@ -660,6 +668,7 @@ def _combine_one(rows: Sequence[Mapping], base: str) -> list[dict]:
     without = analyse(rows, base, exclude=flags) if flags else None
     busy = analyse(busy_rows(rows), base, col=BUSY_COL)
     gaps = host_gap_ms(rows)
+    slow_host = host_slow_share(rows)
     meta: dict[tuple, dict[str, set]] = {}
     for r in rows:
         m = meta.setdefault((r["model"], int(r["batch"])), {"commit": set(), "sglang": set(), "gpu": set()})
@@ -718,6 +727,9 @@ def _combine_one(rows: Sequence[Mapping], base: str) -> list[dict]:
                     f"{run}:{gaps[(model, batch, base, run)]:.1f}/{gaps[(model, batch, mode, run)]:.1f}"
                     for run in runs
                     if (model, batch, base, run) in gaps and (model, batch, mode, run) in gaps
+                ),
+                "host_slow": ";".join(
+                    f"{run}:{slow_host[(model, run)]:.2f}" for run in runs if (model, run) in slow_host
                 ),
                 "pair_ratios": a["pair_ratios"],
                 "health": "ok" if not bad else " | ".join(bad),
@@ -796,10 +808,15 @@ def runs_apart_notes(table: Sequence[Mapping], base: str = "stock") -> list[str]
             f"{run} {g.replace('/', ' / ')}"
             for run, _, g in (x.rpartition(":") for x in str(r["host_gap_ms"]).split(";") if x)
         )
+        slow = ", ".join(
+            f"{run} {float(share):.0%}"
+            for run, _, share in (x.rpartition(":") for x in str(r.get("host_slow", "")).split(";") if x)
+        )
         out.append(
             f"runs apart: {r['model']} radix {r.get('radix_cache', 'off')} batch {r['batch']} {r['mode']}: the wall's "
             f"run ratios ({str(r['run_ratios']).replace(';', ', ')}) are {apart:.4f} apart (> {RUNS_AGREE}); {what}"
             + (f"; host part of a generate, ms ({base} / {r['mode']}): {gaps}" if gaps else "")
+            + (f"; generates begun with the host slow (> {HOST_SLOW_X:g}x its fast time): {slow}" if slow else "")
         )
     return out
 
@@ -1593,6 +1610,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     skipped: list[int] = []
     partial: list[int] = []
     not_started: list[str] = []
+    capped: dict[int, str] = {}  # batches not timed: above an Engine's running-request cap (over_cap)
     meta = {"gpu": "unknown", "sglang": "-"}
     status = 0
     written = False
@@ -1765,6 +1783,17 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         """Whether ``--gpu-busy`` profiles this Engine: every Engine, or the first ``--gpu-busy-engines`` of each mode."""
         return bool(args.gpu_busy) and (not args.gpu_busy_engines or unit[1] <= args.gpu_busy_engines)
 
+    def cap_batches(ws: Sequence) -> None:
+        """Batches above these Engines' running cap: said once each, then not timed in any Engine of the run."""
+        for b, why in over_cap(ws, [b for b in args.batches if b not in capped]).items():
+            capped[b] = why
+            run_info.setdefault("over_cap", {})[str(b)] = why
+            print(
+                f"[b{b} not timed: {why}, fewer than the batch (it would run in pieces, and its output depend on "
+                "the cap); raise --static-gb: sglang-mamba-dedup plan -- <the launch> says what admits it]",
+                flush=True,
+            )
+
     def batch_done(b: int, count: dict) -> None:
         done.append(b)
         meds = {
@@ -1810,11 +1839,12 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                     ws.append(start(*unit))
                     starts.append(time.time() - t0)
                 base_row = dict(model=model, date=date, commit=commit, options=opts, **meta)
+                cap_batches(ws)
                 t1 = time.time()
                 compiled = 0.0
                 prof_spent = 0.0
                 timed_rows: dict[tuple[str, int], dict[int, list[dict]]] = {u: {} for u in group}  # --gpu-busy fills
-                for b in args.batches:
+                for b in (b for b in args.batches if b not in capped):
                     per_b = sum(2 * (args.warmups + args.reps) * last.get(u, 0.0) for u in group)
                     # with this batch's profiled generates, those of the batches before it, done after the last
                     slowest = max(last.get(u, 0.0) for u in group)
@@ -1884,8 +1914,9 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                     starts.append(time.time() - t0)
                 units += [(m, e) for m in args.modes]
             base_row = dict(model=model, date=date, commit=commit, options=opts, **meta)
+            cap_batches([workers[u] for u in units])
             prev_batch = 0
-            for b in args.batches:
+            for b in (b for b in args.batches if b not in capped):
                 scale = max(1.0, b / prev_batch) if prev_batch else 1.0
                 per_round = sum(last.values())
                 if not fits(time.time(), deadline, (args.warmups + 2) * scale * per_round):
@@ -1907,7 +1938,7 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
                 save()
                 if partial:
                     break
-            skipped += [x for x in args.batches if x not in done and x not in skipped and x not in partial]
+            skipped += [x for x in args.batches if x not in done + skipped + partial + list(capped)]
     except EngineFailed as e:
         print(f"\nENGINE FAILED: {e}", flush=True)
         status = 2
@@ -1923,9 +1954,10 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
     untimed = [m for m in args.modes if not any(r["mode"] == m for r in rows)]
     if status == 0 and untimed:
         why = "the budget" if (skipped or partial or not_started) else "no batch"
+        why = "every batch over SGLang's running cap" if capped and set(capped) >= set(args.batches) else why
         print(f"\nFAILED: nothing timed for {', '.join(untimed)} ({why}): no verdict")
         status = 3
-    problems = md5_problems(md5s) + cap_problems(workers, args.batches)
+    problems = md5_problems(md5s)
     problems += [f"{n}: its prefix cache was not emptied before each generate (flush_cache)" for n in sorted(unflushed)]
     odd = [f"b{b} {m}" for (b, m), h in sorted(warm_md5.items()) if (b, m) in md5s and md5s[(b, m)] != {h}]
     if odd:
@@ -1968,6 +2000,8 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         print(
             f"PARTIAL: budget reached; batches cut short {partial}, not run {skipped}, Engines not started {not_started}"
         )
+    if capped:
+        print(f"PARTIAL: not timed over SGLang's running cap: {', '.join(f'b{b} ({w})' for b, w in capped.items())}")
     return status
 
 
@@ -2002,6 +2036,15 @@ def _report(args, model, summary, rows, md5s, reports, workers, done, skipped, p
         f"\nslow (> {SLOW_FACTOR}x the median of its batch and mode) per mode: "
         + ", ".join(f"{m} {s}/{n}" for m, (s, n) in slow_by_mode(rows).items()),
         "within Engines, " + slow_within_engines(rows),
+        "the host: "
+        + (
+            "; ".join(
+                f"{share:.0%} of {run}'s generates began with it slow (the scheduler's CPU's fixed loop > "
+                f"{HOST_SLOW_X:g}x the run's fast time; what it meant for runs that agree: docs/benchmarks.md)"
+                for (_, run), share in host_slow_share(rows).items()
+            )
+            or "no host probe read"
+        ),
         "\nEngines: "
         + "; ".join(
             f"{w.name}: start {w.info.get('start_s')} s, pids {json.dumps(w.info.get('pids'))}, mem_fraction_static "

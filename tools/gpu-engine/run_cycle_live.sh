@@ -41,8 +41,9 @@
 # LIVE_B=alive runs both steps' Engines alive at once instead (--alive-at-once, sleep-on-idle on; the 12-04 run A
 # design), LIVE_B=pairs each set of modes alive together, timed in palindromes, one set after another (--pairs-alive:
 # the 12-06 H100 host ran Python ~2x slower for spells of ~60 s, longer than a generate and shorter than an Engine,
-# so a pair's modes must share them; benchmarks/host_speed.py), LIVE_B=sequential or auto (the default) keeps
-# bench_live's sequential default.
+# so a pair's modes must share them; benchmarks/host_speed.py; with the radix cache on two Engines get 32 GiB each,
+# which on an H100 admits ~102 running requests: batch 128 is then not timed, so pass --batches 1,16,64 there, or
+# --static-gb 48 on an H200), LIVE_B=sequential or auto (the default) keeps bench_live's sequential default.
 # Options after PRESET go to every run of the protocol too (they win over the runner's --warmups 2 --reps 8), e.g.
 # the later arms (issue 51 item 6), same protocol:
 #   LIVE_STEP=next ... run_cycle_live.sh qwen3.5-0.8b --modes stock,replayssm   (or plugin, or no-spec; B reverses)
