@@ -9,6 +9,7 @@ round, then a few rounds with every CPU busy at once.
 
     python3 benchmarks/host_speed.py --seconds 200 --out DIR      # measure: DIR/host_speed.csv and the tables
     python3 benchmarks/host_speed.py --read DIR/host_speed.csv    # the tables again from a CSV
+    python3 benchmarks/host_speed.py --seconds 20 --gate 1.2      # exit 5 when the median sample is over 1.2x the fastest
 
 Tables: per time bin (``--bin-s``, default 10 s) the median work time over every CPU's samples in it, against the
 fastest sample of the run; per CPU its median, fastest and slowest; and whether the CPUs slow down together (the
@@ -207,12 +208,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="folder for host_speed.csv (nothing written without it)")
     p.add_argument("--read", type=Path, help="no measuring: the tables of this CSV")
     p.add_argument("--bin-s", type=float, default=10.0, help="the tables' time bin (s)")
+    p.add_argument(
+        "--gate",
+        type=float,
+        help="exit 5 when the median sample is over this many times the fastest (a host too slow for two runs that "
+        "agree within 1 %%: the device runner's LIVE_HOST_GATE)",
+    )
     p.add_argument("--loops", type=int, default=LOOPS, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if not (args.seconds > 0 and math.isfinite(args.seconds)):
         p.error(f"--seconds must be > 0 (got {args.seconds})")
     if not (args.bin_s > 0 and math.isfinite(args.bin_s)):
         p.error(f"--bin-s must be > 0 (got {args.bin_s})")
+    if args.gate is not None and not (args.gate > 1 and math.isfinite(args.gate)):
+        p.error(f"--gate must be a factor > 1 (got {args.gate})")
     if args.read is not None:
         if not args.read.is_file():
             p.error(f"--read {args.read}: no such file")
@@ -228,9 +237,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[file: {args.out / 'host_speed.csv'}]")
     try:
         print(report(rows, args.bin_s))
+        s = summary(rows, args.bin_s)
     except ValueError as e:
         print(f"host_speed: {e}", file=sys.stderr)
         return 1
+    x = s["median_s"] / s["fastest_s"]
+    if args.gate is not None and x > args.gate:
+        print(
+            f"GATE: the median sample is x{x:.2f} of the fastest, over --gate {args.gate:g}: this host is too slow now"
+        )
+        return 5
     return 0
 
 

@@ -96,8 +96,10 @@ def test_a_short_real_run_writes_every_cpu_in_both_phases_and_reads_back(tmp_pat
         (["--bin-s", "-1"], "--bin-s must be > 0"),
         (["--read", "missing.csv"], "no such file"),
         (["--out", "afile"], "is a file"),
+        (["--gate", "1"], "--gate must be a factor > 1"),
+        (["--gate", "inf"], "--gate must be a factor > 1"),
     ],
-    ids=["zero-seconds", "nan-seconds", "negative-bin", "missing-csv", "out-is-a-file"],
+    ids=["zero-seconds", "nan-seconds", "negative-bin", "missing-csv", "out-is-a-file", "gate-one", "gate-inf"],
 )
 def test_bad_input_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys, argv, says):
     monkeypatch.chdir(tmp_path)
@@ -108,3 +110,18 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys
     assert e.value.code == 2
     assert says in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_the_gate_says_a_host_too_slow_now_and_exits_5(tmp_path, capsys):
+    """``--gate X``: a host whose median sample is over X times its fastest exits 5 with one line (the device runner
+    then starts no Engine); at or under it, 0. Half the samples 1.6x slow: the median sits between 1.0x and 1.6x."""
+    rows = _rows(lambda k, c: 1.6 if (k + c) % 2 else 1.0, seed=3)
+    rows[len(rows) // 2]["work_s"] = rows[0]["work_s"] * 0.99  # one fastest sample
+    hs.write(rows, tmp_path / "host_speed.csv")
+    x = statistics.median(r["work_s"] for r in rows) / min(r["work_s"] for r in rows)
+    assert 1.2 < x < 1.6, x
+    assert hs.main(["--read", str(tmp_path / "host_speed.csv"), "--gate", "1.1"]) == 5
+    out = capsys.readouterr().out
+    assert f"GATE: the median sample is x{x:.2f} of the fastest, over --gate 1.1" in out, out
+    assert hs.main(["--read", str(tmp_path / "host_speed.csv"), "--gate", "1.7"]) == 0
+    assert "GATE" not in capsys.readouterr().out

@@ -58,7 +58,11 @@
 # $OUT/cycle_live-<preset>-engines.log (every worker's log), $OUT/cycle_live-<preset>-reports.json (the plugin's
 # status reports). The exit status is the harness's: 0 equal outputs and the plugin engaged, 1 an md5 mismatch or a
 # mode not engaged, 2 an Engine failed, 3 nothing timed for a mode, 4 no step left (LIVE_STEP=next after B),
-# 124/137 the hard wall.
+# 5 the host check's gate (below), 124/137 the hard wall.
+# Before steps A, B and single: LIVE_HOST_S (default 20, 0: none) seconds of benchmarks/host_speed.py, its first
+# lines in the output as "[host] ...", its tables at the log's end; LIVE_HOST_GATE=X (unset: no gate)
+# ends the call there, exit 5, when the median sample is over X times the fastest (12-06: x1.48 and x1.72 on hosts
+# whose runs were 7-24 % apart; no quiet host measured yet, so X is a guess: 1.2).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -93,6 +97,19 @@ if [ "$STEP" = B ] && [ "$(a_opts)" != "$OPTS" ]; then
   stamp "step B needs run A's options ($(a_opts)), got ($OPTS): the two runs would not be one protocol"; exit 2
 fi
 stamp "step $STEP ($PRESET)"
+# the host first (not for a prime): LIVE_HOST_S seconds of benchmarks/host_speed.py, its summary in the log; with
+# LIVE_HOST_GATE=X a host whose median sample is over X times its fastest ends the call here (exit 5, no Engine)
+HOST_S=${LIVE_HOST_S:-20}
+case "$HOST_S" in ''|*[!0-9]*) stamp "LIVE_HOST_S must be whole seconds (got '$HOST_S')"; exit 2 ;; esac
+HOST_TXT=/tmp/cycle-live-host.txt  # its tables go to the end of the log: the files that come back are at most 8
+rm -f "$HOST_TXT"
+if [ "$STEP" != prime ] && [ "$HOST_S" -gt 0 ]; then
+  python3 -P benchmarks/host_speed.py --seconds "$HOST_S" ${LIVE_HOST_GATE:+--gate "$LIVE_HOST_GATE"} > "$HOST_TXT" 2>&1
+  hrc=$?
+  { head -3 "$HOST_TXT"; grep '^GATE' "$HOST_TXT"; } | sed 's/^/[host] /'
+  [ "$hrc" = 5 ] && { stamp "LIVE_HOST_GATE=$LIVE_HOST_GATE: no run on this host now (step $STEP not started)"; exit 5; }
+  [ "$hrc" != 0 ] && stamp "the host check failed (exit $hrc, at the log's end): going on without it"
+fi
 source tools/gpu-engine/_setup.sh  # wheels, the plugin, the stand-ins, $OUT/env.txt, standin_engine_args
 preset_args=()
 case "$PRESET" in nemotron-h*) preset_args+=(--engine-arg disable_flashinfer_autotune=true) ;; esac
@@ -155,7 +172,9 @@ if [ "$STEP" = B ]; then
 fi
 collect_outputs "$WORK/$PRESET" "*.log" "$OUT/cycle_live-$PRESET-engines.log" "$OUT/cycle_live-$PRESET-reports.json"
 { echo "== GPU processes left after the run:"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>&1
-  echo "== env.txt"; cat "$OUT/env.txt"; } 2>&1 | tee -a "$log"
+  echo "== env.txt"; cat "$OUT/env.txt"
+  [ -f "$HOST_TXT" ] && { echo "== the host check before this step (benchmarks/host_speed.py, ${HOST_S} s)"; cat "$HOST_TXT"; }
+  } 2>&1 | tee -a "$log"
 rm -f "$OUT/env.txt"  # in the log: the files that come back are at most 8
 if [ "$STEP" != single ] && [ "$rc" -eq 0 ]; then  # a clean run: the next step may follow
   mkdir -p "$STATE"
