@@ -290,7 +290,7 @@ HOST_SLOW_X = 1.5
 def host_slow_share(rows: Iterable[Mapping]) -> dict[tuple[str, str], float]:
     """(model, run) -> the share of its timed generates that started with the host slow: their host probe over
     :data:`HOST_SLOW_X` times the run's fast time (the 5th percentile of its probes, so one lucky sample does not set
-    it). On the 12-05/12-06 H100 each pair of runs with one at 23-62 % was 7-35 % apart at some batch, and the one
+    it). On the 12-05/12-06 H100 each pair of runs with one at 23-62 % was 14-35 % apart at some batch, and the one
     pair that agreed within 1 % at every batch had 5 % and 0 % (docs/benchmarks.md). Runs without the probe have no
     entry."""
     groups: dict[tuple[str, str], list[float]] = {}
