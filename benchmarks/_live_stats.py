@@ -247,6 +247,61 @@ def analyse(
     return out
 
 
+#: one-sided 95 % quantile of the standard normal (the noise split's test)
+_Z95 = 1.6449
+
+
+def chi2_95(df: int) -> float:
+    """The one-sided 95 % quantile of chi-square with ``df`` >= 1 degrees of freedom (Wilson-Hilferty; within 1 % of
+    the table from df 3, 3.6 % low at df 1)."""
+    if df < 1:
+        raise ValueError(f"chi2_95 needs df >= 1, got {df}")
+    a = 2.0 / (9.0 * df)
+    return df * (1.0 - a + _Z95 * math.sqrt(a)) ** 3
+
+
+def _robust_sd(xs: Sequence[float]) -> float:
+    med = statistics.median(xs)
+    return 1.4826 * statistics.median(abs(x - med) for x in xs)
+
+
+def noise_split(rows: Sequence[Mapping], base: str = "stock", agree: float = RUNS_AGREE) -> dict[tuple, dict]:
+    """(model, batch, mode) -> where the pairs' spread comes from, over every run in ``rows``: ``pair_sd`` (the SD
+    of the pairs' log ratios ``d``), ``gen_sd`` (the SD a pair's ``d`` would have from its two Engines' own
+    generates alone: ``sqrt(pi/2 * (s1^2/n1 + s2^2/n2))``, ``s`` the robust SD of an Engine's log walls, averaged
+    over the pairs), ``engines`` (True when ``pair_sd`` is beyond what ``gen_sd`` allows at 95 %, chi-square with
+    pairs-1 df: the Engines themselves differ, and more Engine pairs or pairs alive together narrow it; False: the
+    generates' own noise explains it, and more generates per Engine narrow it), ``gens`` (timed generates per mode
+    and batch a run would need for two runs to agree within ``agree`` at 95 % from the generates' noise alone:
+    ``2 * pi/2 * s^2 / se^2``, ``se = ln(agree) / (1.96 * sqrt 2)``) and ``had`` (the mean a run had). Needs 2 pairs.
+    On the 12-06 H100 (pairs alive together) the Nemotron-H pairs' spread was what their generates' noise
+    predicts (docs/benchmarks.md)."""
+    stats = engine_stats(rows)
+    logs = {k: [math.log(w) for w in s["walls"]] for k, s in stats.items()}
+    sd = {k: _robust_sd(v) for k, v in logs.items()}
+    se = math.log(agree) / (1.96 * math.sqrt(2.0))
+    out = {}
+    for (model, batch, mode), ds in pair_diffs(stats, base).items():
+        if len(ds) < 2:
+            continue
+        keys = [((model, run, batch, mode, e), (model, run, batch, base, e)) for run, e, _ in ds]
+        gen_var = statistics.fmean(math.pi / 2 * sum(sd[k] ** 2 / len(logs[k]) for k in pair) for pair in keys)
+        pair_var = statistics.variance([d for *_, d in ds])
+        df = len(ds) - 1
+        s2 = statistics.fmean(sd[k] ** 2 for pair in keys for k in pair)
+        per_run: dict[str, int] = {}
+        for (k, _), (run, _, _) in zip(keys, ds):
+            per_run[run] = per_run.get(run, 0) + len(logs[k])
+        out[(model, batch, mode)] = {
+            "pair_sd": math.sqrt(pair_var),
+            "gen_sd": math.sqrt(gen_var),
+            "engines": pair_var > gen_var * chi2_95(df) / df,
+            "gens": math.ceil(2 * math.pi / 2 * s2 / se**2),
+            "had": round(statistics.fmean(per_run.values())),
+        }
+    return out
+
+
 #: the probes compared between an Engine's slow generates and its others (:func:`slow_within_engines`)
 WITHIN_PROBES = ("power_w", "sched_cpu_work_us", "steal_ms", "sched_wait_ms", "sm_mhz", "cpu_busy_pct")
 WITHIN_OFF = 0.10

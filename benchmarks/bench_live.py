@@ -126,6 +126,7 @@ from _live_stats import (  # noqa: E402
     hier_bootstrap_ratio,
     host_gap_ms,
     host_slow_share,
+    noise_split,
     robust_cv,
     slow_state,
     slow_within_engines,
@@ -314,6 +315,13 @@ COMBINED_FIELDS = [
     "busy_runs",  # the runs whose Engines gave GPU busy pairs (a run without --gpu-busy gives none)
     "host_gap_ms",  # per run: the host's part of a generate (wall - GPU busy, median ms), stock / this mode
     "host_slow",  # per run: the share of its generates that started with the host slow (host_slow_share)
+    # where the pairs' spread comes from (noise_split): its SD against what the generates' own noise gives, which
+    # of the two explains it, and the timed generates per mode a run needs to agree within 1 % at that noise
+    "pair_sd",
+    "gen_sd",
+    "spread_from",
+    "gens_needed",
+    "gens_had",
     "pair_ratios",
     "health",
     "commits",
@@ -667,6 +675,7 @@ def _combine_one(rows: Sequence[Mapping], base: str) -> list[dict]:
     flags = slow_state(rows)
     without = analyse(rows, base, exclude=flags) if flags else None
     busy = analyse(busy_rows(rows), base, col=BUSY_COL)
+    noise = noise_split(rows, base)
     gaps = host_gap_ms(rows)
     slow_host = host_slow_share(rows)
     meta: dict[tuple, dict[str, set]] = {}
@@ -731,6 +740,7 @@ def _combine_one(rows: Sequence[Mapping], base: str) -> list[dict]:
                 "host_slow": ";".join(
                     f"{run}:{slow_host[(model, run)]:.2f}" for run in runs if (model, run) in slow_host
                 ),
+                **noise_fields(noise.get((model, batch, mode))),
                 "pair_ratios": a["pair_ratios"],
                 "health": "ok" if not bad else " | ".join(bad),
                 "commits": ";".join(sorted(m.get("commit", ()))),
@@ -739,6 +749,19 @@ def _combine_one(rows: Sequence[Mapping], base: str) -> list[dict]:
             }
         )
     return out
+
+
+def noise_fields(n: Mapping | None) -> dict:
+    """The combined row's columns of :func:`noise_split` (empty with fewer than 2 pairs)."""
+    if n is None:
+        return {"pair_sd": "", "gen_sd": "", "spread_from": "", "gens_needed": "", "gens_had": ""}
+    return {
+        "pair_sd": _fmt(n["pair_sd"]),
+        "gen_sd": _fmt(n["gen_sd"]),
+        "spread_from": "engines" if n["engines"] else "generates",
+        "gens_needed": n["gens"],
+        "gens_had": n["had"],
+    }
 
 
 def slow_by_mode(rows: Sequence[Mapping]) -> dict[str, tuple[int, int]]:
@@ -817,8 +840,25 @@ def runs_apart_notes(table: Sequence[Mapping], base: str = "stock") -> list[str]
             f"run ratios ({str(r['run_ratios']).replace(';', ', ')}) are {apart:.4f} apart (> {RUNS_AGREE}); {what}"
             + (f"; host part of a generate, ms ({base} / {r['mode']}): {gaps}" if gaps else "")
             + (f"; generates begun with the host slow (> {HOST_SLOW_X:g}x its fast time): {slow}" if slow else "")
+            + _spread_clause(r)
         )
     return out
+
+
+def _spread_clause(r: Mapping) -> str:
+    """The runs-apart line's last part: what the pairs' spread comes from and what would narrow it."""
+    pair, gen, need, had = (finite_number(r.get(k)) for k in ("pair_sd", "gen_sd", "gens_needed", "gens_had"))
+    if pair is None or gen is None or need is None:
+        return ""
+    if r.get("spread_from") == "engines":
+        what = "beyond what their generates' own noise allows: the Engines differ, more Engine pairs would narrow it"
+    else:
+        what = "what their generates' own noise gives: more generates per Engine, not more Engines, would narrow it"
+    return (
+        f"; the pairs' spread (SD of log ratios {pair:.3f}, the generates' noise alone {gen:.3f}) is {what}; even "
+        f"from the generates' noise alone two runs agree within {(RUNS_AGREE - 1) * 100:g} % only with "
+        f"~{need:.0f} timed generates per mode each (these had {had:.0f})"
+    )
 
 
 def _table(rows: Sequence[Mapping], cols: Sequence[str]) -> str:

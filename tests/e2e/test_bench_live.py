@@ -1806,7 +1806,7 @@ def test_runs_apart_say_whether_the_gpu_work_or_the_hosts_part_moved(tmp_path, c
         assert f"A {gaps['A'][0]:.1f} / {gaps['A'][1]:.1f}, B {gaps['B'][0]:.1f} / {gaps['B'][1]:.1f}" in note, note
         slow = dict(x.split(":") for x in z["host_slow"].split(";"))  # this machine's host probes, whatever they say
         assert set(slow) == {"A", "B"} and all(0 <= float(v) <= 1 for v in slow.values()), z["host_slow"]
-        assert re.search(r"host slow \(> 1.5x its fast time\): A \d+%, B \d+%$", note), note
+        assert re.search(r"host slow \(> 1.5x its fast time\): A \d+%, B \d+%; the pairs' spread", note), note
         for run, path in (("A", a), ("B", b)):  # each the median of wall - busy over its timed generates
             for i, mode in enumerate(("stock", "zero-copy")):
                 mine = [r for r in live.read_csv(path) if r["batch"] == batch and r["mode"] == mode]
@@ -1838,6 +1838,63 @@ def test_the_hosts_slow_share_of_a_run_is_read_from_its_host_probes():
     assert note.endswith("generates begun with the host slow (> 1.5x its fast time): A 5%, B 59%"), note
     (note,) = live.runs_apart_notes([{**row, "host_slow": ""}])  # runs from before the probe
     assert "host slow" not in note
+
+
+def _spread_rows(ds: dict, delta: float, base_s: float = 0.4) -> list[dict]:
+    """Pairs ``{(run, engine): d}`` of Engines whose 8 log walls sit at known offsets around their median:
+    ``log median + delta * (-2, -1, -0.5, 0, 0, 0.5, 1, 2)`` (median exact, robust SD 1.4826 x 0.75 x delta),
+    stock at ``base_s`` and zero-copy at ``base_s * exp(d)``, shuffled."""
+    offs = [-2, -1, -0.5, 0, 0, 0.5, 1, 2]
+    rows = []
+    for (run, eng), d in ds.items():
+        for mode, m in (("stock", math.log(base_s)), ("zero-copy", math.log(base_s) + d)):
+            walls = [math.exp(m + delta * o) for o in random.sample(offs, len(offs))]
+            rows += _rows({(mode, eng, 16): walls}, run=run)
+    return rows
+
+
+@pytest.mark.parametrize("spread", ["generates", "engines"])
+def test_the_pairs_spread_is_split_into_the_generates_noise_and_the_engines(spread):
+    """noise_split: the pairs' SD of log ratios against the SD their generates' own noise gives (pi/2 x the robust
+    variances over n, both Engines), the 95 % chi-square test between them, and the generates per mode a run needs
+    for two runs to agree within 1 % at that noise; here 3 pairs in run A and 2 in run B, Engines of 8 generates."""
+    delta = random.uniform(0.02, 0.08)
+    s = 1.4826 * 0.75 * delta  # each Engine's robust SD of log walls
+    gen_sd = math.sqrt(math.pi / 2 * 2 * s * s / 8)
+    # pair ratios with an SD of 1.3x (generates: within the 95 % chi-square bound, 1.54x at 4 df) or 3x (engines)
+    k = (1.3 if spread == "generates" else 3.0) * gen_sd / statistics.stdev([-2, -1, 0, 1, 2])
+    ds = dict(
+        zip([("A", 1), ("A", 2), ("A", 3), ("B", 1), ("B", 2)], [math.log(0.95) + k * x for x in (-2, -1, 0, 1, 2)])
+    )
+    rows = _spread_rows(ds, delta)
+    (key, got), *rest = stats.noise_split(rows).items()
+    assert not rest and key == ("m", 16, "zero-copy")
+    assert got["gen_sd"] == pytest.approx(gen_sd, rel=1e-9) and got["pair_sd"] == pytest.approx(k * 1.5811, rel=1e-3)
+    assert got["engines"] is (spread == "engines"), got
+    se = math.log(1.01) / (1.96 * math.sqrt(2))
+    assert got["gens"] == math.ceil(math.pi * s * s / se**2) and got["had"] == 20, got  # (24 + 16) / 2 per run
+    # the combined row and the runs-apart line carry it (the runs' own ratios here are far apart by design)
+    (row,) = live.combine(rows)
+    assert row["spread_from"] == spread and int(row["gens_needed"]) == got["gens"] and row["gens_had"] == 20
+    (note,) = live.runs_apart_notes([row])
+    if spread == "generates":
+        assert "more generates per Engine, not more Engines, would narrow it" in note, note
+    else:
+        assert "the Engines differ, more Engine pairs would narrow it" in note, note
+    assert note.endswith(f"~{got['gens']} timed generates per mode each (these had 20)"), note
+
+
+def test_the_noise_split_needs_two_pairs_and_the_chi_square_quantile_holds():
+    one = _spread_rows({("A", 1): math.log(0.9)}, 0.05)
+    assert stats.noise_split(one) == {}
+    (row,) = live.combine(one)
+    assert all(row[c] == "" for c in ("pair_sd", "gen_sd", "spread_from", "gens_needed", "gens_had")), row
+    assert "pairs' spread" not in " ".join(live.runs_apart_notes([{**row, "runs_agree": "1.05"}]))
+    table = {1: 3.841, 2: 5.991, 3: 7.815, 4: 9.488, 5: 11.070, 10: 18.307, 30: 43.773}  # chi-square, 95 %
+    for df, want in table.items():
+        assert stats.chi2_95(df) == pytest.approx(want, rel=0.04 if df == 1 else 0.01), df
+    with pytest.raises(ValueError):
+        stats.chi2_95(0)
 
 
 def test_a_combination_says_when_its_gpu_busy_verdict_rests_on_one_run(tmp_path, capsys):
