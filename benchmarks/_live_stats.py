@@ -265,6 +265,27 @@ def _robust_sd(xs: Sequence[float]) -> float:
     return 1.4826 * statistics.median(abs(x - med) for x in xs)
 
 
+def gens_to_agree(sd: float, agree: float = RUNS_AGREE) -> int:
+    """The timed generates per mode and batch each of two runs needs for their ratios to agree within ``agree`` at
+    95 % when the generates' log walls have the SD ``sd`` (robust) and nothing else differs: a run's log ratio is a
+    difference of medians, variance ``2 * pi/2 * sd^2 / n``; two runs differ by ``sqrt 2`` of that, within
+    ``ln(agree)`` at 1.96 SD."""
+    se = math.log(agree) / (1.96 * math.sqrt(2.0))
+    return math.ceil(2 * math.pi / 2 * sd * sd / se**2)
+
+
+def generate_noise(rows: Sequence[Mapping], agree: float = RUNS_AGREE) -> dict[tuple, tuple[float, int]]:
+    """(model, batch) -> (the median over its Engines, every mode, of the robust SD of an Engine's log walls; the
+    generates per mode two runs would need to agree within ``agree`` at that noise, :func:`gens_to_agree`). Engines
+    with fewer than 4 timed generates are left out. One stock Engine (a prime) reads the host's noise before a
+    protocol is spent on it."""
+    per: dict[tuple, list[float]] = {}
+    for (model, _, batch, _, _), st in engine_stats(rows).items():
+        if st["n"] >= 4:
+            per.setdefault((model, batch), []).append(_robust_sd([math.log(w) for w in st["walls"]]))
+    return {k: (statistics.median(v), gens_to_agree(statistics.median(v), agree)) for k, v in sorted(per.items())}
+
+
 def noise_split(rows: Sequence[Mapping], base: str = "stock", agree: float = RUNS_AGREE) -> dict[tuple, dict]:
     """(model, batch, mode) -> where the pairs' spread comes from, over every run in ``rows``: ``pair_sd`` (the SD
     of the pairs' log ratios ``d``), ``gen_sd`` (the SD a pair's ``d`` would have from its two Engines' own
@@ -279,7 +300,6 @@ def noise_split(rows: Sequence[Mapping], base: str = "stock", agree: float = RUN
     stats = engine_stats(rows)
     logs = {k: [math.log(w) for w in s["walls"]] for k, s in stats.items()}
     sd = {k: _robust_sd(v) for k, v in logs.items()}
-    se = math.log(agree) / (1.96 * math.sqrt(2.0))
     out = {}
     for (model, batch, mode), ds in pair_diffs(stats, base).items():
         if len(ds) < 2:
@@ -296,7 +316,7 @@ def noise_split(rows: Sequence[Mapping], base: str = "stock", agree: float = RUN
             "pair_sd": math.sqrt(pair_var),
             "gen_sd": math.sqrt(gen_var),
             "engines": pair_var > gen_var * chi2_95(df) / df,
-            "gens": math.ceil(2 * math.pi / 2 * s2 / se**2),
+            "gens": gens_to_agree(math.sqrt(s2), agree),
             "had": round(statistics.fmean(per_run.values())),
         }
     return out

@@ -122,6 +122,7 @@ from _live_stats import (  # noqa: E402
     engine_stats,
     finite_number,
     flagged_names,
+    generate_noise,
     health,
     hier_bootstrap_ratio,
     host_gap_ms,
@@ -843,6 +844,24 @@ def runs_apart_notes(table: Sequence[Mapping], base: str = "stock") -> list[str]
             + _spread_clause(r)
         )
     return out
+
+
+def noise_line(rows: Sequence[Mapping]) -> str:
+    """The report's line on the generates' own noise per batch and what it asks of two runs (:func:`generate_noise`);
+    from a prime's one stock Engine it says, before the protocol, whether this host can give runs that agree."""
+    noise = generate_noise(rows)
+    if not noise:
+        return "the generates' noise: fewer than 4 timed generates per Engine, not read"
+    return (
+        f"the generates' noise (robust SD of an Engine's log walls; the timed generates per mode each of two runs "
+        f"needs to agree within {(RUNS_AGREE - 1) * 100:g} % at it): "
+        + ", ".join(
+            f"{model} b{batch} {sd:.3f} ({need:,})"
+            if len({m for m, _ in noise}) > 1
+            else f"b{batch} {sd:.3f} ({need:,})"
+            for (model, batch), (sd, need) in noise.items()
+        )
+    )
 
 
 def _spread_clause(r: Mapping) -> str:
@@ -2085,6 +2104,7 @@ def _report(args, model, summary, rows, md5s, reports, workers, done, skipped, p
             )
             or "no host probe read"
         ),
+        noise_line(rows),
         "\nEngines: "
         + "; ".join(
             f"{w.name}: start {w.info.get('start_s')} s, pids {json.dumps(w.info.get('pids'))}, mem_fraction_static "

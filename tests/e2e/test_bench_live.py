@@ -1884,6 +1884,29 @@ def test_the_pairs_spread_is_split_into_the_generates_noise_and_the_engines(spre
     assert note.endswith(f"~{got['gens']} timed generates per mode each (these had 20)"), note
 
 
+def test_a_runs_report_reads_the_generates_noise_and_what_agreement_would_take():
+    """generate_noise / noise_line: per model and batch the median over Engines (every mode) of the robust SD of an
+    Engine's log walls and the generates per mode two runs need to agree within 1 % at it; Engines under 4 timed
+    generates are not read (a prime's old 2 generates)."""
+    d1, d2 = random.uniform(0.01, 0.03), random.uniform(0.05, 0.1)
+    rows = _spread_rows({("A", 1): 0.0, ("A", 2): 0.0}, d1)  # batch 16: 4 Engines at d1
+    rows += [dict(r, batch=64, wall_s=r["wall_s"] ** (d2 / d1)) for r in rows]  # log walls scaled: SD x d2/d1
+    got = stats.generate_noise(rows)
+    s1 = 1.4826 * 0.75 * d1
+    assert set(got) == {("m", 16), ("m", 64)}
+    assert got[("m", 16)][0] == pytest.approx(s1, rel=1e-9) and got[("m", 16)][1] == stats.gens_to_agree(s1)
+    se = math.log(1.01) / (1.96 * math.sqrt(2))
+    assert stats.gens_to_agree(s1) == math.ceil(math.pi * s1 * s1 / se**2)
+    assert got[("m", 64)][0] == pytest.approx(s1 * d2 / d1, rel=1e-9)  # log walls scaled by d2/d1
+    line = live.noise_line(rows)
+    assert line.startswith("the generates' noise (robust SD") and f"b16 {s1:.3f} ({stats.gens_to_agree(s1):,})" in line
+    assert "m b16" not in line  # one model: no model names
+    two = rows + [dict(r, model="n") for r in rows]
+    assert "m b16" in live.noise_line(two) and "n b64" in live.noise_line(two)
+    few = [r for r in rows if int(r["generate"]) <= 3]
+    assert stats.generate_noise(few) == {} and live.noise_line(few).endswith("not read")
+
+
 def test_the_noise_split_needs_two_pairs_and_the_chi_square_quantile_holds():
     one = _spread_rows({("A", 1): math.log(0.9)}, 0.05)
     assert stats.noise_split(one) == {}
@@ -2050,4 +2073,6 @@ def test_the_device_runner_asks_for_gpu_busy_only_where_bench_live_takes_it(tmp_
         assert opts["gpu_busy"] == busy and opts["sequential"] is sequential, (args, env, opts)
         assert opts.get("pairs_alive", False) is pairs, (args, env, opts)
         assert opts.get("gpu_busy_engines", 0) == busy, (args, env, opts)  # the runner profiles the first Engines
+        if env.get("LIVE_STEP") == "prime":  # enough generates to read the host's noise before a protocol
+            assert opts["reps"] == 12 and re.search(r"the generates' noise \(robust SD.*: b1 \d\.\d{3} \(", text), text
     shutil.rmtree(Path("/tmp/bench-live") / "busy-test", ignore_errors=True)

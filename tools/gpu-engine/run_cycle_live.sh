@@ -35,7 +35,9 @@
 #   the 12-06 calls timed 2 of 3 pairs, the GPU's busy time had agreed within 0.2 % in every Engine of four runs.
 # LIVE_STEP=A|B runs that step (B needs A's files from this machine's /tmp and A's options: LIVE_STEP=next runs A
 # again when the options differ, e.g. a radix-off run A before a radix-on protocol); LIVE_STEP=prime: one stock Engine,
-# 3 warm-ups and 2 generates per batch (compiles the kernels; a one-alive stock reference); a single run as before:
+# 3 warm-ups and 12 generates per batch (compiles the kernels; a one-alive stock reference; its log's line "the
+# generates' noise" gives, per batch, the timed generates per mode each run would need to agree within 1 % on this
+# host now: read it before spending two calls on a protocol, 12-06); a single run as before:
 #   bash tools/gpu-engine/run_cycle_live.sh [PRESET] [bench_live.py options ...]   # PRESET: qwen3.5-0.8b (default),
 #                                                                                 # nemotron-h-mini
 # LIVE_B=alive runs both steps' Engines alive at once instead (--alive-at-once, sleep-on-idle on; the 12-04 run A
@@ -121,7 +123,7 @@ modes_given=""
 alive_given=""
 for a in "$@"; do case "$a" in --modes|--modes=*) modes_given=1 ;; --alive-at-once) alive_given=1 ;; esac; done  # "--modes a,b" or "--modes=a,b"
 case "$STEP" in
-  prime) step_args=(--modes stock --engines-per-mode 1 --reps 2 --warmups 3 --run "$run_id-prime") ;;
+  prime) step_args=(--modes stock --engines-per-mode 1 --reps 12 --warmups 3 --run "$run_id-prime") ;;
   A) step_args=(--run "$run_id-A") ;;
   B) step_args=(--run "$run_id-B") ;;
 esac
