@@ -287,16 +287,23 @@ def generate_noise(rows: Sequence[Mapping], agree: float = RUNS_AGREE) -> dict[t
 
 
 def noise_split(rows: Sequence[Mapping], base: str = "stock", agree: float = RUNS_AGREE) -> dict[tuple, dict]:
-    """(model, batch, mode) -> where the pairs' spread comes from, over every run in ``rows``: ``pair_sd`` (the SD
-    of the pairs' log ratios ``d``), ``gen_sd`` (the SD a pair's ``d`` would have from its two Engines' own
-    generates alone: ``sqrt(pi/2 * (s1^2/n1 + s2^2/n2))``, ``s`` the robust SD of an Engine's log walls, averaged
-    over the pairs), ``engines`` (True when ``pair_sd`` is beyond what ``gen_sd`` allows at 95 %, chi-square with
-    pairs-1 df: the Engines themselves differ, and more Engine pairs or pairs alive together narrow it; False: the
-    generates' own noise explains it, and more generates per Engine narrow it), ``gens`` (timed generates per mode
-    and batch a run would need for two runs to agree within ``agree`` at 95 % from the generates' noise alone:
-    ``2 * pi/2 * s^2 / se^2``, ``se = ln(agree) / (1.96 * sqrt 2)``) and ``had`` (the mean a run had). Needs 2 pairs.
-    On the 12-06 H100 (pairs alive together) the Nemotron-H pairs' spread was what their generates' noise
-    predicts (docs/benchmarks.md)."""
+    """(model, batch, mode) -> where the pairs' spread comes from, over every run in ``rows``, at three levels:
+
+    - ``gen_sd``: the SD a pair's log ratio ``d`` would have from its two Engines' own generates alone,
+      ``sqrt(pi/2 * (s1^2/n1 + s2^2/n2))`` (``s`` the robust SD of an Engine's log walls), averaged over the pairs;
+    - ``pair_sd``: the SD of ``d`` between the pairs of one run (pooled over the runs, ``df`` = pairs - runs; with
+      one pair per run, between all the pairs); ``engines`` is True when it is beyond what ``gen_sd`` allows at 95 %
+      (chi-square): the Engines of a run differ, and more pairs narrow it; False: more generates per Engine would;
+    - ``runs_t``: with two runs, their gap in mean ``d`` over its standard error from ``pair_sd`` (None otherwise);
+      ``runs`` is True when it is beyond Student's t at 95 %: the runs differ by more than their own pairs allow,
+      the host's state moved between them, and neither more pairs nor more generates in a run close that.
+
+    ``source`` names the level that explains the spread (``runs``, else ``engines``, else ``generates``); ``gens``
+    is the timed generates per mode a run needs for two runs to agree within ``agree`` from the generates' noise
+    alone (:func:`gens_to_agree`), ``had`` the mean a run had. Needs 2 pairs. On the lent H100s of 12-05/12-06 a
+    run's pairs spread as their generates' noise predicts; the runs that missed 1 % did so by the generates'
+    noise (Nemotron-H: thousands of generates needed) or by a move between runs (Qwen3.5 radix off at 1 and 16,
+    t = 3.0-3.1; docs/benchmarks.md)."""
     stats = engine_stats(rows)
     logs = {k: [math.log(w) for w in s["walls"]] for k, s in stats.items()}
     sd = {k: _robust_sd(v) for k, v in logs.items()}
@@ -306,16 +313,32 @@ def noise_split(rows: Sequence[Mapping], base: str = "stock", agree: float = RUN
             continue
         keys = [((model, run, batch, mode, e), (model, run, batch, base, e)) for run, e, _ in ds]
         gen_var = statistics.fmean(math.pi / 2 * sum(sd[k] ** 2 / len(logs[k]) for k in pair) for pair in keys)
-        pair_var = statistics.variance([d for *_, d in ds])
-        df = len(ds) - 1
+        by_run: dict[str, list[float]] = {}
+        for run, _, d in ds:
+            by_run.setdefault(run, []).append(d)
+        df = sum(len(v) - 1 for v in by_run.values())
+        if df:
+            pair_var = sum(sum((d - statistics.fmean(v)) ** 2 for d in v) for v in by_run.values()) / df
+        else:  # one pair per run: the runs' pairs together, their gap included
+            df, pair_var = len(ds) - 1, statistics.variance([d for *_, d in ds])
+        runs_t = None
+        if len(by_run) == 2 and df >= 1 and pair_var > 0 and len(ds) > 2:
+            (a, b) = by_run.values()
+            se = math.sqrt(pair_var * (1 / len(a) + 1 / len(b)))
+            runs_t = abs(statistics.fmean(a) - statistics.fmean(b)) / se
         s2 = statistics.fmean(sd[k] ** 2 for pair in keys for k in pair)
         per_run: dict[str, int] = {}
         for (k, _), (run, _, _) in zip(keys, ds):
             per_run[run] = per_run.get(run, 0) + len(logs[k])
+        engines = pair_var > gen_var * chi2_95(df) / df
+        runs = runs_t is not None and runs_t > t975(df)
         out[(model, batch, mode)] = {
             "pair_sd": math.sqrt(pair_var),
             "gen_sd": math.sqrt(gen_var),
-            "engines": pair_var > gen_var * chi2_95(df) / df,
+            "engines": engines,
+            "runs_t": runs_t,
+            "runs": runs,
+            "source": "runs" if runs else "engines" if engines else "generates",
             "gens": gens_to_agree(math.sqrt(s2), agree),
             "had": round(statistics.fmean(per_run.values())),
         }

@@ -316,10 +316,12 @@ COMBINED_FIELDS = [
     "busy_runs",  # the runs whose Engines gave GPU busy pairs (a run without --gpu-busy gives none)
     "host_gap_ms",  # per run: the host's part of a generate (wall - GPU busy, median ms), stock / this mode
     "host_slow",  # per run: the share of its generates that started with the host slow (host_slow_share)
-    # where the pairs' spread comes from (noise_split): its SD against what the generates' own noise gives, which
-    # of the two explains it, and the timed generates per mode a run needs to agree within 1 % at that noise
+    # where the spread comes from (noise_split): the pairs' SD within a run against what the generates' own noise
+    # gives, the runs' gap over its standard error, which level explains it (generates, engines, runs), and the
+    # timed generates per mode a run needs to agree within 1 % at the generates' noise
     "pair_sd",
     "gen_sd",
+    "runs_t",
     "spread_from",
     "gens_needed",
     "gens_had",
@@ -755,11 +757,12 @@ def _combine_one(rows: Sequence[Mapping], base: str) -> list[dict]:
 def noise_fields(n: Mapping | None) -> dict:
     """The combined row's columns of :func:`noise_split` (empty with fewer than 2 pairs)."""
     if n is None:
-        return {"pair_sd": "", "gen_sd": "", "spread_from": "", "gens_needed": "", "gens_had": ""}
+        return {"pair_sd": "", "gen_sd": "", "runs_t": "", "spread_from": "", "gens_needed": "", "gens_had": ""}
     return {
         "pair_sd": _fmt(n["pair_sd"]),
         "gen_sd": _fmt(n["gen_sd"]),
-        "spread_from": "engines" if n["engines"] else "generates",
+        "runs_t": "" if n["runs_t"] is None else _fmt(n["runs_t"], 2),
+        "spread_from": n["source"],
         "gens_needed": n["gens"],
         "gens_had": n["had"],
     }
@@ -865,17 +868,31 @@ def noise_line(rows: Sequence[Mapping]) -> str:
 
 
 def _spread_clause(r: Mapping) -> str:
-    """The runs-apart line's last part: what the pairs' spread comes from and what would narrow it."""
+    """The runs-apart line's last part: which level the spread comes from and what would narrow it."""
     pair, gen, need, had = (finite_number(r.get(k)) for k in ("pair_sd", "gen_sd", "gens_needed", "gens_had"))
     if pair is None or gen is None or need is None:
         return ""
-    if r.get("spread_from") == "engines":
-        what = "beyond what their generates' own noise allows: the Engines differ, more Engine pairs would narrow it"
+    t = finite_number(r.get("runs_t"))
+    gap = f"the runs' gap is {t:.2f} standard errors of their pairs" if t is not None else ""
+    src = r.get("spread_from")
+    if src == "runs":
+        what = (
+            f"{gap}, beyond what their own pairs allow: the host's state moved between the runs, which more pairs "
+            "or generates in a run do not close"
+        )
+    elif src == "engines":
+        what = (
+            f"a run's pairs differ beyond what their generates' own noise allows (SD of log ratios {pair:.3f}, the "
+            f"generates' noise alone {gen:.3f}): more pairs would narrow it" + (f"; {gap}" if gap else "")
+        )
     else:
-        what = "what their generates' own noise gives: more generates per Engine, not more Engines, would narrow it"
+        what = (
+            f"a run's pairs differ as their generates' own noise predicts (SD of log ratios {pair:.3f}, the "
+            f"generates' noise alone {gen:.3f}): more generates per Engine, not more Engines, would narrow it"
+            + (f"; {gap}" if gap else "")
+        )
     return (
-        f"; the pairs' spread (SD of log ratios {pair:.3f}, the generates' noise alone {gen:.3f}) is {what}; even "
-        f"from the generates' noise alone two runs agree within {(RUNS_AGREE - 1) * 100:g} % only with "
+        f"; {what}; from the generates' noise alone two runs agree within {(RUNS_AGREE - 1) * 100:g} % only with "
         f"~{need:.0f} timed generates per mode each (these had {had:.0f})"
     )
 

@@ -1806,7 +1806,8 @@ def test_runs_apart_say_whether_the_gpu_work_or_the_hosts_part_moved(tmp_path, c
         assert f"A {gaps['A'][0]:.1f} / {gaps['A'][1]:.1f}, B {gaps['B'][0]:.1f} / {gaps['B'][1]:.1f}" in note, note
         slow = dict(x.split(":") for x in z["host_slow"].split(";"))  # this machine's host probes, whatever they say
         assert set(slow) == {"A", "B"} and all(0 <= float(v) <= 1 for v in slow.values()), z["host_slow"]
-        assert re.search(r"host slow \(> 1.5x its fast time\): A \d+%, B \d+%; the pairs' spread", note), note
+        assert re.search(r"host slow \(> 1.5x its fast time\): A \d+%, B \d+%; the runs' gap is", note), note
+        assert "beyond what their own pairs allow" in note and z["spread_from"] == "runs", note  # B moved by design
         for run, path in (("A", a), ("B", b)):  # each the median of wall - busy over its timed generates
             for i, mode in enumerate(("stock", "zero-copy")):
                 mine = [r for r in live.read_csv(path) if r["batch"] == batch and r["mode"] == mode]
@@ -1853,34 +1854,42 @@ def _spread_rows(ds: dict, delta: float, base_s: float = 0.4) -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize("spread", ["generates", "engines"])
-def test_the_pairs_spread_is_split_into_the_generates_noise_and_the_engines(spread):
-    """noise_split: the pairs' SD of log ratios against the SD their generates' own noise gives (pi/2 x the robust
-    variances over n, both Engines), the 95 % chi-square test between them, and the generates per mode a run needs
-    for two runs to agree within 1 % at that noise; here 3 pairs in run A and 2 in run B, Engines of 8 generates."""
+@pytest.mark.parametrize("spread", ["generates", "engines", "runs"])
+def test_the_spread_is_split_into_the_generates_the_engines_and_the_runs(spread):
+    """noise_split: a run's pairs' SD of log ratios (pooled over the runs) against the SD their generates' own noise
+    gives (pi/2 x the robust variances over n, both Engines; chi-square at 95 %), the two runs' gap over its standard
+    error (Student's t at 95 %), and the generates per mode a run needs for two runs to agree within 1 % at the
+    generates' noise; 3 pairs in run A and 2 in run B, Engines of 8 generates."""
     delta = random.uniform(0.02, 0.08)
     s = 1.4826 * 0.75 * delta  # each Engine's robust SD of log walls
     gen_sd = math.sqrt(math.pi / 2 * 2 * s * s / 8)
-    # pair ratios with an SD of 1.3x (generates: within the 95 % chi-square bound, 1.54x at 4 df) or 3x (engines)
-    k = (1.3 if spread == "generates" else 3.0) * gen_sd / statistics.stdev([-2, -1, 0, 1, 2])
-    ds = dict(
-        zip([("A", 1), ("A", 2), ("A", 3), ("B", 1), ("B", 2)], [math.log(0.95) + k * x for x in (-2, -1, 0, 1, 2)])
-    )
+    # within a run: A at -1, 0, 1 and B at -0.5, +0.5 (x k), pooled SD k * sqrt((2 + 0.5) / 3); runs' means equal
+    # unless shifted by `gap`. Generates: 1.3x the generates' SD (the chi-square bound at 3 df is 1.61x); engines: 3x;
+    # runs: 0.5x and a gap of 8 standard errors (t975 at 3 df: 3.18)
+    pooled = math.sqrt(2.5 / 3)
+    k = {"generates": 1.3, "engines": 3.0, "runs": 0.5}[spread] * gen_sd / pooled
+    gap = 8 * k * pooled * math.sqrt(1 / 3 + 1 / 2) if spread == "runs" else 0.0
+    within = {("A", 1): -1.0, ("A", 2): 0.0, ("A", 3): 1.0, ("B", 1): -0.5, ("B", 2): 0.5}
+    ds = {key: math.log(0.95) + k * x + (gap if key[0] == "B" else 0.0) for key, x in within.items()}
     rows = _spread_rows(ds, delta)
     (key, got), *rest = stats.noise_split(rows).items()
     assert not rest and key == ("m", 16, "zero-copy")
-    assert got["gen_sd"] == pytest.approx(gen_sd, rel=1e-9) and got["pair_sd"] == pytest.approx(k * 1.5811, rel=1e-3)
-    assert got["engines"] is (spread == "engines"), got
+    assert got["gen_sd"] == pytest.approx(gen_sd, rel=1e-9) and got["pair_sd"] == pytest.approx(k * pooled, rel=1e-6)
+    assert got["engines"] is (spread == "engines") and got["runs"] is (spread == "runs"), got
+    assert got["source"] == spread and got["runs_t"] == pytest.approx(8.0 if spread == "runs" else 0.0, abs=1e-6)
     se = math.log(1.01) / (1.96 * math.sqrt(2))
     assert got["gens"] == math.ceil(math.pi * s * s / se**2) and got["had"] == 20, got  # (24 + 16) / 2 per run
     # the combined row and the runs-apart line carry it (the runs' own ratios here are far apart by design)
     (row,) = live.combine(rows)
     assert row["spread_from"] == spread and int(row["gens_needed"]) == got["gens"] and row["gens_had"] == 20
-    (note,) = live.runs_apart_notes([row])
-    if spread == "generates":
-        assert "more generates per Engine, not more Engines, would narrow it" in note, note
-    else:
-        assert "the Engines differ, more Engine pairs would narrow it" in note, note
+    assert float(row["runs_t"]) == pytest.approx(got["runs_t"], abs=0.006)
+    (note,) = live.runs_apart_notes([{**row, "runs_agree": "1.05"}])
+    want = {
+        "generates": "more generates per Engine, not more Engines, would narrow it",
+        "engines": "a run's pairs differ beyond what their generates' own noise allows",
+        "runs": "the runs' gap is 8.00 standard errors of their pairs, beyond what their own pairs allow",
+    }
+    assert want[spread] in note and sum(w in note for w in want.values()) == 1, note
     assert note.endswith(f"~{got['gens']} timed generates per mode each (these had 20)"), note
 
 
@@ -1911,7 +1920,7 @@ def test_the_noise_split_needs_two_pairs_and_the_chi_square_quantile_holds():
     one = _spread_rows({("A", 1): math.log(0.9)}, 0.05)
     assert stats.noise_split(one) == {}
     (row,) = live.combine(one)
-    assert all(row[c] == "" for c in ("pair_sd", "gen_sd", "spread_from", "gens_needed", "gens_had")), row
+    assert all(row[c] == "" for c in ("pair_sd", "gen_sd", "runs_t", "spread_from", "gens_needed", "gens_had")), row
     assert "pairs' spread" not in " ".join(live.runs_apart_notes([{**row, "runs_agree": "1.05"}]))
     table = {1: 3.841, 2: 5.991, 3: 7.815, 4: 9.488, 5: 11.070, 10: 18.307, 30: 43.773}  # chi-square, 95 %
     for df, want in table.items():
