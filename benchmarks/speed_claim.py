@@ -184,6 +184,12 @@ def _row_problems(r: Mapping | None, batch: int) -> list[str]:
             if busy <= AGREE
             else f"; the GPU busy time {busy:.4f} apart too"
         )
+        need, had = _num(r.get("gens_needed")), _num(r.get("gens_had"))
+        if need is not None and had is not None:  # bench_live's noise_split: what agreement would have taken
+            why += (
+                f"; spread from the {r.get('spread_from') or '?'}; ~{need:.0f} timed generates per mode needed at the "
+                f"generates' noise, {had:.0f} had"
+            )
         out.append(f"runs apart by {r.get('runs_agree')} (> {AGREE}{why})")
     if r.get("health") != "ok":
         out.append("health checks failed")

@@ -136,6 +136,13 @@ def _set(rows, model, batch, **kw):
             "runs apart by 1.0557 (> 1.01; the GPU busy time 1.0400 apart too)",
         ),
         (
+            lambda r: _set(
+                r, "nemotron-h-mini", 64, runs_agree="1.07", spread_from="generates", gens_needed="4381", gens_had="20"
+            ),
+            "runs apart by 1.07 (> 1.01; spread from the generates; ~4381 timed generates per mode needed at the "
+            "generates' noise, 20 had)",
+        ),
+        (
             lambda r: _set(r, "nemotron-h-mini", 1, health="20261206T0100Z-A: stock-e1 robust CV 2.0 % > 1.5 %"),
             "health",
         ),
@@ -151,6 +158,7 @@ def _set(rows, model, batch, **kw):
         "runs-apart",
         "runs-apart-host",
         "runs-apart-gpu-too",
+        "runs-apart-needs",
         "health",
         "no-nemotron",
         "radix-off-only",
