@@ -2078,6 +2078,15 @@ def run(args, model: str, spec: dict, work: Path, options: dict) -> int:
         )
     if capped:
         print(f"PARTIAL: not timed over SGLang's running cap: {', '.join(f'b{b} ({w})' for b, w in capped.items())}")
+    if args.noise_gate and status == 0:  # the run stands; the host is not one to spend a protocol on now
+        loud = {b: need for (_, b), (_, need) in generate_noise(rows).items() if need > args.noise_gate}
+        if loud:
+            print(
+                f"\nNOISY HOST (--noise-gate {args.noise_gate}): two runs would need "
+                + ", ".join(f"{need:,} at batch {b}" for b, need in sorted(loud.items()))
+                + " timed generates per mode to agree within 1 % at this run's noise: exit 5"
+            )
+            return 5
     return status
 
 
@@ -2217,6 +2226,8 @@ def _check(args, p: argparse.ArgumentParser) -> None:
     plain = [a for a in args.engine_arg if "=" not in a or not a.partition("=")[0].strip()]
     if plain:
         p.error(f"--engine-arg expects KEY=VALUE, got {plain[0]!r}")
+    if args.noise_gate < 0:
+        p.error(f"--noise-gate must be 0 (none) or a number of generates >= 1 (got {args.noise_gate})")
     if args.static_gb is not None and not (math.isfinite(args.static_gb) and args.static_gb > 0):
         p.error(f"--static-gb must be a finite number of GiB > 0 (got {args.static_gb:g})")
     frac = args.mem_fraction_static
@@ -2267,6 +2278,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="per Engine and batch, N profiled generates after the timed ones: the GPU's busy time, analysed beside "
         "the wall (--sequential only; default 0: none)",
+    )
+    p.add_argument(
+        "--noise-gate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="exit 5 after a clean run when two runs would need more than N timed generates per mode at some batch "
+        "to agree within 1 %% at this run's own noise (the report's line 'the generates' noise'); the device "
+        "runner's LIVE_NOISE_GATE for its prime. 0 (default): no gate",
     )
     p.add_argument(
         "--gpu-busy-engines",

@@ -1104,6 +1104,8 @@ def _refused(tmp_path, capsys, argv):
         (["--min-timed-s", "-1"], "--min-timed-s"),
         (["--engine-arg", "foo"], "KEY=VALUE"),
         (["--static-gb", "-1"], "--static-gb"),
+        (["--noise-gate", "-1"], "--noise-gate must be 0"),
+        (["--noise-gate", "x"], "--noise-gate"),
         (["--mem-fraction-static", "2"], "--mem-fraction-static"),
         (["--mem-fraction-static", "nan"], "--mem-fraction-static"),
     ],
@@ -1541,6 +1543,30 @@ def _runner_tree(tmp_path):
         return p.returncode, p.stdout + p.stderr, out
 
     return run
+
+
+def test_the_device_runners_prime_can_stop_on_a_noisy_host(tmp_path):
+    """LIVE_NOISE_GATE=N: a prime whose generates are noisy (the fake's +-50 % jitter) ends with exit 5, the
+    NOISY HOST line and the runner's own, and marks no step done; a gate above the need lets it pass and mark the
+    prime; without the variable there is no gate."""
+    run = _runner_tree(tmp_path)
+    preset = f"noise-test-{os.getpid()}"
+    state = Path("/tmp/cycle-live-state") / preset
+    noisy = ["--fake", json.dumps({"delay_s": 0.002, "jitter": 0.5})]
+    try:
+        rc, log, _ = run(preset, *noisy, LIVE_STEP="prime", LIVE_NOISE_GATE="1")
+        assert rc == 5, log[-3000:]
+        assert re.search(r"NOISY HOST \(--noise-gate 1\): two runs would need [\d,]+ at batch 1 timed", log), log
+        assert "LIVE_NOISE_GATE=1: this host is too noisy" in log and not (state / "prime.done").exists()
+        need = int(re.search(r"the generates' noise \(robust SD.*: b1 \d\.\d{3} \(([\d,]+)\)", log)[1].replace(",", ""))
+        assert need > 1
+        rc, log, _ = run(preset, *noisy, LIVE_STEP="prime", LIVE_NOISE_GATE=str(need * 1000))
+        assert rc == 0 and "NOISY HOST" not in log and (state / "prime.done").exists(), log[-3000:]
+        rc, log, _ = run(preset, *noisy, LIVE_STEP="prime")
+        assert rc == 0 and "NOISY HOST" not in log, log[-3000:]
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(Path("/tmp/bench-live") / preset, ignore_errors=True)
 
 
 def test_the_device_runners_host_check_can_stop_a_step_before_any_engine(tmp_path):

@@ -37,7 +37,9 @@
 # again when the options differ, e.g. a radix-off run A before a radix-on protocol); LIVE_STEP=prime: one stock Engine,
 # 3 warm-ups and 12 generates per batch (compiles the kernels; a one-alive stock reference; its log's line "the
 # generates' noise" gives, per batch, the timed generates per mode each run would need to agree within 1 % on this
-# host now: read it before spending two calls on a protocol, 12-06); a single run as before:
+# host now: read it before spending two calls on a protocol, 12-06; LIVE_NOISE_GATE=N ends the prime with exit 5
+# when that is over N at some batch, and marks no step: the pair that agreed on 12-05 needed 2-24, had 16); a single
+# run as before:
 #   bash tools/gpu-engine/run_cycle_live.sh [PRESET] [bench_live.py options ...]   # PRESET: qwen3.5-0.8b (default),
 #                                                                                 # nemotron-h-mini
 # LIVE_B=alive runs both steps' Engines alive at once instead (--alive-at-once, sleep-on-idle on; the 12-04 run A
@@ -60,11 +62,12 @@
 # $OUT/cycle_live-<preset>-engines.log (every worker's log), $OUT/cycle_live-<preset>-reports.json (the plugin's
 # status reports). The exit status is the harness's: 0 equal outputs and the plugin engaged, 1 an md5 mismatch or a
 # mode not engaged, 2 an Engine failed, 3 nothing timed for a mode, 4 no step left (LIVE_STEP=next after B),
-# 5 the host check's gate (below), 124/137 the hard wall.
+# 5 the host check's gate or the prime's noise gate (below), 124/137 the hard wall.
 # Before steps A, B and single: LIVE_HOST_S (default 20, 0: none) seconds of benchmarks/host_speed.py, its first
 # lines in the output as "[host] ...", its tables at the log's end; LIVE_HOST_GATE=X (unset: no gate)
-# ends the call there, exit 5, when the median sample is over X times the fastest (12-06: x1.48 and x1.72 on hosts
-# whose runs were 7-24 % apart; no quiet host measured yet, so X is a guess: 1.2).
+# ends the call there, exit 5, when the median sample is over X times the fastest (six reads on 12-06: x1.31-1.72,
+# on hosts whose runs were 7-24 % apart; no quiet host measured with it, so X is a guess). The prime's
+# LIVE_NOISE_GATE reads the noise that decides agreement instead: the generates' own (above).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -123,7 +126,8 @@ modes_given=""
 alive_given=""
 for a in "$@"; do case "$a" in --modes|--modes=*) modes_given=1 ;; --alive-at-once) alive_given=1 ;; esac; done  # "--modes a,b" or "--modes=a,b"
 case "$STEP" in
-  prime) step_args=(--modes stock --engines-per-mode 1 --reps 12 --warmups 3 --run "$run_id-prime") ;;
+  prime) step_args=(--modes stock --engines-per-mode 1 --reps 12 --warmups 3 --run "$run_id-prime"
+                    ${LIVE_NOISE_GATE:+--noise-gate "$LIVE_NOISE_GATE"}) ;;
   A) step_args=(--run "$run_id-A") ;;
   B) step_args=(--run "$run_id-B") ;;
 esac
@@ -188,5 +192,6 @@ if [ "$STEP" != single ] && [ "$rc" -eq 0 ]; then  # a clean run: the next step 
   [ "$STEP" = A ] && rm -f "$STATE/B.done"
   touch "$STATE/$STEP.done"
 fi
+[ "$STEP" = prime ] && [ "$rc" -eq 5 ] && stamp "LIVE_NOISE_GATE=$LIVE_NOISE_GATE: this host is too noisy for runs that agree now (the prime's line 'the generates' noise'); give the machine back for another"
 stamp "step $STEP exit $rc"
 exit "$rc"
