@@ -301,9 +301,9 @@ def noise_split(rows: Sequence[Mapping], base: str = "stock", agree: float = RUN
     ``source`` names the level that explains the spread (``runs``, else ``engines``, else ``generates``); ``gens``
     is the timed generates per mode a run needs for two runs to agree within ``agree`` from the generates' noise
     alone (:func:`gens_to_agree`), ``had`` the mean a run had. Needs 2 pairs. On the lent H100s of 12-05/12-06 a
-    run's pairs spread as their generates' noise predicts; the runs that missed 1 % did so by the generates'
-    noise (Nemotron-H: thousands of generates needed) or by a move between runs (Qwen3.5 radix off at 1 and 16,
-    t = 3.0-3.1; docs/benchmarks.md)."""
+    run's pairs spread about as their generates' noise predicts, and the runs that missed 1 % were short of the
+    generates their noise asked for (Nemotron-H: thousands); no gap between runs passed the t test with their
+    2-4 df (Qwen3.5 radix off at 1 and 16: t = 3.0-3.1, under 4.3; docs/benchmarks.md)."""
     stats = engine_stats(rows)
     logs = {k: [math.log(w) for w in s["walls"]] for k, s in stats.items()}
     sd = {k: _robust_sd(v) for k, v in logs.items()}

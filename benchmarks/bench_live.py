@@ -50,7 +50,8 @@ The protocol (docs/benchmarks.md, "The decode cycle, the protocol"; the review
   activity, the Engine gone under it) is said in one line and kept in the runs file, no later Engine is profiled
   (each try would cost the call's time), and the run goes on with its timed rows whole.
 * Every exact mode's output ids must equal stock's at every batch (md5; a mismatch exits 1), the plugin's scheduler
-  reports must show it engaged; an Engine that fails exits 2; a run that timed nothing (or not every mode) exits 3.
+  reports must show it engaged; an Engine that fails exits 2; a run that timed nothing (or not every mode) exits 3;
+  ``--noise-gate N``: a clean run whose generates were too noisy for two runs to agree within N of them exits 5.
 * A batch above an Engine's running-request cap (SGLang's in force, read at its start) is said once and timed in no
   Engine from then on (it would run in pieces, its output that cap's), listed as not timed; the rest of the run
   stands (the 12-06 H100 pair at 32 GiB with the radix cache on admitted 102 of batch 128).
@@ -870,7 +871,7 @@ def noise_line(rows: Sequence[Mapping]) -> str:
 def _spread_clause(r: Mapping) -> str:
     """The runs-apart line's last part: which level the spread comes from and what would narrow it."""
     pair, gen, need, had = (finite_number(r.get(k)) for k in ("pair_sd", "gen_sd", "gens_needed", "gens_had"))
-    if pair is None or gen is None or need is None:
+    if pair is None or gen is None or need is None or had is None:
         return ""
     t = finite_number(r.get("runs_t"))
     gap = f"the runs' gap is {t:.2f} standard errors of their pairs" if t is not None else ""
