@@ -106,8 +106,10 @@ stamp "step $STEP ($PRESET)"
 # LIVE_HOST_GATE=X a host whose median sample is over X times its fastest ends the call here (exit 5, no Engine)
 HOST_S=${LIVE_HOST_S:-20}
 case "$HOST_S" in ''|*[!0-9]*) stamp "LIVE_HOST_S must be whole seconds (got '$HOST_S')"; exit 2 ;; esac
-HOST_TXT=/tmp/cycle-live-host.txt  # its tables go to the end of the log: the files that come back are at most 8
-rm -f "$HOST_TXT"
+# its tables go to the end of the log (the files that come back are at most 8); a file of this call's own: two
+# runners at once (the CI's parallel jobs) each emptied the other's at a fixed path
+HOST_TXT=$(mktemp /tmp/cycle-live-host.XXXXXX)
+trap 'rm -f "$HOST_TXT"' EXIT
 if [ "$STEP" != prime ] && [ "$HOST_S" -gt 0 ]; then
   python3 -P benchmarks/host_speed.py --seconds "$HOST_S" ${LIVE_HOST_GATE:+--gate "$LIVE_HOST_GATE"} > "$HOST_TXT" 2>&1
   hrc=$?
@@ -179,7 +181,7 @@ fi
 collect_outputs "$WORK/$PRESET" "*.log" "$OUT/cycle_live-$PRESET-engines.log" "$OUT/cycle_live-$PRESET-reports.json"
 { echo "== GPU processes left after the run:"; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>&1
   echo "== env.txt"; cat "$OUT/env.txt"
-  [ -f "$HOST_TXT" ] && { echo "== the host check before this step (benchmarks/host_speed.py, ${HOST_S} s)"; cat "$HOST_TXT"; }
+  [ -s "$HOST_TXT" ] && { echo "== the host check before this step (benchmarks/host_speed.py, ${HOST_S} s)"; cat "$HOST_TXT"; }
   } 2>&1 | tee -a "$log"
 rm -f "$OUT/env.txt"  # in the log: the files that come back are at most 8
 if [ "$STEP" != single ] && [ "$rc" -eq 0 ]; then  # a clean run: the next step may follow
