@@ -73,10 +73,16 @@ def verdict(lo: float | None, hi: float | None, margin: float = EQUAL_MARGIN) ->
     return INCONCLUSIVE
 
 
-def robust_cv(xs: Sequence[float]) -> float:
-    """1.4826 x the median absolute deviation / the median (the SD / mean of a normal sample, robust to outliers)."""
+def _robust_sd(xs: Sequence[float]) -> float:
+    """1.4826 x the median absolute deviation (the SD of a normal sample, robust to outliers)."""
     med = statistics.median(xs)
-    return 1.4826 * statistics.median(abs(x - med) for x in xs) / med if med else math.inf
+    return 1.4826 * statistics.median(abs(x - med) for x in xs)
+
+
+def robust_cv(xs: Sequence[float]) -> float:
+    """:func:`_robust_sd` / the median (the SD / mean of a normal sample, robust to outliers)."""
+    med = statistics.median(xs)
+    return _robust_sd(xs) / med if med else math.inf
 
 
 # ---------------------------------------------------------------- generate-level intervals (descriptive)
@@ -258,11 +264,6 @@ def chi2_95(df: int) -> float:
         raise ValueError(f"chi2_95 needs df >= 1, got {df}")
     a = 2.0 / (9.0 * df)
     return df * (1.0 - a + _Z95 * math.sqrt(a)) ** 3
-
-
-def _robust_sd(xs: Sequence[float]) -> float:
-    med = statistics.median(xs)
-    return 1.4826 * statistics.median(abs(x - med) for x in xs)
 
 
 def gens_to_agree(sd: float, agree: float = RUNS_AGREE) -> int:

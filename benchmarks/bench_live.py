@@ -856,13 +856,12 @@ def noise_line(rows: Sequence[Mapping]) -> str:
     noise = generate_noise(rows)
     if not noise:
         return "the generates' noise: fewer than 4 timed generates per Engine, not read"
+    named = len({m for m, _ in noise}) > 1  # the model's name only when there are several
     return (
         f"the generates' noise (robust SD of an Engine's log walls; the timed generates per mode each of two runs "
         f"needs to agree within {(RUNS_AGREE - 1) * 100:g} % at it): "
         + ", ".join(
-            f"{model} b{batch} {sd:.3f} ({need:,})"
-            if len({m for m, _ in noise}) > 1
-            else f"b{batch} {sd:.3f} ({need:,})"
+            f"{model + ' ' if named else ''}b{batch} {sd:.3f} ({need:,})"
             for (model, batch), (sd, need) in noise.items()
         )
     )
