@@ -38,8 +38,8 @@
 # 3 warm-ups and 12 generates per batch (compiles the kernels; a one-alive stock reference; its log's line "the
 # generates' noise" gives, per batch, the timed generates per mode each run would need to agree within 1 % on this
 # host now: read it before spending two calls on a protocol, 12-06; LIVE_NOISE_GATE=N ends the prime with exit 5
-# when that is over N at some batch, and marks no step: the pair that agreed on 12-05 needed 2-24, had 16); a single
-# run as before:
+# when that is over N at some batch, and marks no step: the pair that agreed on 12-05 needed 2-24, had 16; no
+# Nemotron-H host of 12-05/12-06 passed N = 30, the quietest read 7-112); a single run as before:
 #   bash tools/gpu-engine/run_cycle_live.sh [PRESET] [bench_live.py options ...]   # PRESET: qwen3.5-0.8b (default),
 #                                                                                 # nemotron-h-mini
 # LIVE_B=alive runs both steps' Engines alive at once instead (--alive-at-once, sleep-on-idle on; the 12-04 run A
